@@ -1,0 +1,61 @@
+"""The Editor interface every plug-in in `editors/` implements, and helpers shared by editors.
+
+An editor is one class in `editors/<name>.py`, built by Hydra from `configs/editor/<name>.yaml` (`_target_`), taking
+plain keyword arguments. It receives a batch of queries and source images and returns exactly one RGB image per
+query, in order. Randomness comes only from the per-query seeds the harness passes in.
+"""
+
+from __future__ import annotations
+
+import abc
+import hashlib
+from collections.abc import Sequence
+from typing import Any, ClassVar, Literal
+
+from PIL import Image
+
+from benchmark.types import Query
+
+
+class PromptKindError(ValueError):
+    """A query lacks the prompt text this editor family needs."""
+
+
+class Editor(abc.ABC):
+    """Base class of editors. Subclasses set `prompt_kind` and implement `edit` and `info`."""
+
+    prompt_kind: ClassVar[Literal["instruction", "description"]]
+
+    @abc.abstractmethod
+    def edit(self, queries: Sequence[Query], images: Sequence[Image.Image], *, seeds: Sequence[int]) -> list[Image.Image]:
+        """Exactly one RGB image per query, same order; output must not depend on batch composition."""
+
+    @abc.abstractmethod
+    def info(self) -> dict[str, Any]:
+        """JSON-serialisable provenance: weights id, revision, dtype, every hyperparameter that shapes the output."""
+
+    def check_prompts(self, queries: Sequence[Query]) -> None:
+        """Refuse queries without the text this editor family reads (instruction or both captions)."""
+        for q in queries:
+            if self.prompt_kind == "instruction" and not q.instruction:
+                raise PromptKindError(
+                    f"query {q.id}: editor {type(self).__name__} is instruction-based but the query has no instruction"
+                )
+            if self.prompt_kind == "description" and not (q.source_caption and q.target_caption):
+                raise PromptKindError(
+                    f"query {q.id}: editor {type(self).__name__} is description-based and needs source_caption and "
+                    "target_caption"
+                )
+
+
+def query_seed(seed: int, query_id: str) -> int:
+    """The seed of one query: a hash of (global seed, query id), independent of batching and sharding."""
+    digest = hashlib.sha256(f"{int(seed)}:{query_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") & (2**63 - 1)
+
+
+def generators(seeds: Sequence[int]) -> list[Any]:
+    """One CPU `torch.Generator` per query (CPU so outputs match across devices)."""
+    import torch
+
+    return [torch.Generator(device="cpu").manual_seed(int(s)) for s in seeds]

@@ -1,0 +1,97 @@
+"""Reading and writing images and masks with explicit, documented conversions.
+
+Input images become 8-bit RGB. Conversions that lose nothing are done (grayscale repeated to 3 channels, as HATIE
+does; an RGBA image whose alpha is fully opaque drops its alpha; 16-bit images are scaled to 8 bits by value/257,
+not clipped the way PIL's `convert` does). Anything ambiguous (real transparency, unreadable or missing files) raises
+`ImageInputError` naming the file and the fix, so the stage records a failure instead of guessing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from PIL import Image, UnidentifiedImageError
+
+from benchmark.fileio import atomic_path
+
+
+class ImageInputError(ValueError):
+    """An input image cannot be used as is; the message names the file and what to do."""
+
+
+def _to_uint8(arr: np.ndarray) -> np.ndarray:
+    if arr.dtype == np.uint8:
+        return arr
+    if arr.dtype in (np.uint16, np.int32, np.int64, np.int16) or np.issubdtype(arr.dtype, np.integer):
+        # 16-bit data: full range 0..65535 maps onto 0..255.
+        return np.clip(np.round(arr.astype(np.float64) / 257.0), 0, 255).astype(np.uint8)
+    raise ImageInputError(f"unsupported pixel type {arr.dtype}")
+
+
+def load_rgb(path: str | Path) -> Image.Image:
+    """Open `path` as an 8-bit RGB image (see module docstring for the conversions)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ImageInputError(f"{path}: image file not found (check the query set folder or re-run its download)")
+    try:
+        with Image.open(path) as im:
+            im.load()
+            mode = im.mode
+            if mode == "RGB":
+                return im.copy()
+            if mode in ("L", "P", "1", "CMYK", "YCbCr", "LA", "PA", "RGBA", "RGBa", "La"):
+                if im.mode == "P":
+                    im = im.convert("RGBA")
+                if "A" in im.mode:
+                    alpha = np.asarray(im.getchannel("A"))
+                    if alpha.min() < 255:
+                        raise ImageInputError(
+                            f"{path}: image has transparent pixels (mode {mode}); flatten it onto the background "
+                            "you intend (e.g. PIL `Image.alpha_composite`) and save as RGB"
+                        )
+                    im = im.convert("RGB" if im.mode in ("RGBA", "RGBa", "PA") else "L")
+                return im.convert("RGB")
+            if mode.startswith("I") or mode == "F":
+                if mode == "F":
+                    raise ImageInputError(f"{path}: floating-point image (mode F) has no defined range; save it as 8-bit")
+                arr = _to_uint8(np.asarray(im))
+                return Image.fromarray(arr, mode="L").convert("RGB")
+            raise ImageInputError(f"{path}: unsupported image mode {mode}; save it as 8-bit RGB")
+    except ImageInputError:
+        raise
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as err:
+        raise ImageInputError(f"{path}: cannot decode image ({type(err).__name__}: {err}); the file is corrupt or not an image") from None
+
+
+def load_mask(path: str | Path, size: tuple[int, int] | None = None) -> np.ndarray:
+    """Load a mask PNG as a bool array (nonzero = inside). `size` (W, H) is checked, never silently resized."""
+    path = Path(path)
+    if not path.is_file():
+        raise ImageInputError(f"{path}: mask file not found")
+    try:
+        with Image.open(path) as im:
+            arr = np.asarray(im.convert("L")) if im.mode not in ("1", "L") else np.asarray(im)
+    except (UnidentifiedImageError, OSError) as err:
+        raise ImageInputError(f"{path}: cannot decode mask ({err})") from None
+    if size is not None and (arr.shape[1], arr.shape[0]) != tuple(size):
+        raise ImageInputError(f"{path}: mask is {arr.shape[1]}x{arr.shape[0]}, image is {size[0]}x{size[1]}")
+    return arr > 0
+
+
+def save_png(image: Image.Image, path: Path) -> None:
+    """Save atomically as PNG (lossless, deterministic bytes for the same pixels)."""
+    with atomic_path(path) as tmp:
+        image.save(tmp, format="PNG")
+
+
+def save_mask(mask: np.ndarray, path: Path) -> None:
+    save_png(Image.fromarray(np.where(mask, 255, 0).astype(np.uint8), mode="L"), path)
+
+
+def to_float_tensor(image: Image.Image):
+    """PIL RGB -> torch float32 (3, H, W) in [0, 1]."""
+    import torch
+
+    arr = np.asarray(image.convert("RGB"), dtype=np.float32) / 255.0
+    return torch.from_numpy(arr.copy()).permute(2, 0, 1)

@@ -1,0 +1,5 @@
+"""Metrics: per-sample scores with declared metadata. Only `benchmark.leaderboard` aggregates."""
+
+from benchmark.metrics.base import PairwiseMetric, ScoreBatch
+
+__all__ = ["PairwiseMetric", "ScoreBatch"]

@@ -1,0 +1,134 @@
+"""Pipeline entry point: queries -> edit -> score -> aggregate.
+
+    python -m benchmark.run editor=identity queryset=demo profile=tiny [any Hydra override]
+    python -m benchmark.run --multirun editor=identity,oracle,overedit queryset=demo profile=tiny
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from benchmark.config import CONFIG_DIR, UnknownOptionError, check_overrides, register_resolvers
+
+register_resolvers()
+
+
+class StageTimer:
+    """Wall time per named stage, in order."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - t0
+
+    def table(self) -> str:
+        total = sum(self.seconds.values()) or 1.0
+        lines = [f"  {name:<16} {sec:8.2f} s  {100 * sec / total:5.1f}%" for name, sec in self.seconds.items()]
+        return "\n".join(lines + [f"  {'total':<16} {sum(self.seconds.values()):8.2f} s"])
+
+
+def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
+    """Run the configured stages for one editor on one query set; returns a summary dict."""
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
+
+    from benchmark.config import editor_signature, metric_signature
+    from benchmark.fileio import atomic_write_text
+    from benchmark.hashing import canonical_json
+    from benchmark.leaderboard import RUN_META, write_leaderboards
+    from benchmark.provenance import provenance
+    from benchmark.stages.edit import run_edit_stage
+    from benchmark.stages.score import run_score_stage
+
+    timer = StageTimer()
+    run_id = uuid.uuid4().hex[:12]
+    profile = cfg.profile.name
+    print(f"[editmeter] editor={editor_name} profile={profile} (weights: {cfg.profile.weights}) run_id={run_id}")
+    with timer("load queries"):
+        full = instantiate(cfg.queryset)
+        qs = full.shard(cfg.shard.index, cfg.shard.count).subset(cfg.limit)
+    with timer("load editor"):
+        editor = instantiate(cfg.editor)
+        metrics = {name: instantiate(node) for name, node in cfg.metrics.items()}
+    editor_cfg = OmegaConf.to_container(cfg.editor, resolve=True)
+    sig = editor_signature(editor_cfg, editor.info(), cfg.seed)
+    msig = metric_signature(OmegaConf.to_container(cfg.metrics, resolve=True), {k: m.info for k, m in metrics.items()})
+    results = Path(cfg.paths.results)
+    run_dir = results / "runs" / f"{full.name}-{full.short_hash}" / f"{editor_name}-{sig}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    from benchmark.config import portable
+
+    meta = {
+        "queryset": full.name, "queryset_hash": full.hash, "editor": editor_name, "editor_sig": sig,
+        "prompt_kind": editor.prompt_kind, "profile": profile, "seed": int(cfg.seed),
+        "editor_config": portable(editor_cfg), "editor_info": portable(editor.info()), "metric_sig": msig,
+        "metric_order": list(metrics),
+        "metrics": {k: {"version": m.info.version, "higher_is_better": m.info.higher_is_better,
+                        "description": m.info.description} for k, m in metrics.items()},
+        **provenance("cpu"),
+        "updated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+    atomic_write_text(run_dir / RUN_META, canonical_json(meta) + "\n")
+    print(f"[editmeter] {len(qs)} queries of {full.name} (hash {full.short_hash}) -> {run_dir}")
+
+    summary: dict[str, Any] = {"run_dir": str(run_dir), "run_id": run_id, "editor_sig": sig, "metric_sig": msig}
+    if "edit" in cfg.stages:
+        with timer("edit"):
+            st = run_edit_stage(qs, editor, run_dir, seed=cfg.seed, batch_size=cfg.batch_size, num_workers=cfg.num_workers,
+                                retry_failed=cfg.retry_failed, run_id=run_id, progress=cfg.progress)
+        summary["edit"] = st
+        print(f"[editmeter] edit: {st.computed} edited ({st.failed} failed), {st.skipped} already done")
+    if "score" in cfg.stages:
+        with timer("score"):
+            sc = run_score_stage(qs, run_dir, metrics, msig, batch_size=cfg.batch_size, num_workers=cfg.num_workers,
+                                 progress=cfg.progress)
+        summary["score"] = sc
+        print(f"[editmeter] score: {sc.computed} scored, {sc.reused} reused ({sc.model_seconds:.2f} s in metrics)")
+    if "aggregate" in cfg.stages:
+        with timer("aggregate"):
+            written = write_leaderboards(results, msig, cfg.aggregate.bootstrap_resamples, cfg.aggregate.bootstrap_seed)
+        summary["tables"] = {k: str(v) for k, v in written.items()}
+        print(f"[editmeter] wrote {', '.join(str(p) for p in written.values())}")
+    print(f"[editmeter] stage timings ({editor_name}):\n{timer.table()}")
+    if profile != "pretrained":
+        print(f"[editmeter] NOTE: profile={profile}: weights are {cfg.profile.weights}; "
+              "these numbers test the pipeline, they do not rank real editors.")
+    summary["timings"] = dict(timer.seconds)
+    return summary
+
+
+def _hydra_entry() -> None:
+    import hydra
+    from hydra.core.hydra_config import HydraConfig
+
+    @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="config")
+    def _main(cfg: Any) -> None:
+        run_pipeline(cfg, HydraConfig.get().runtime.choices["editor"])
+
+    _main()
+
+
+def main() -> None:
+    try:
+        check_overrides([a for a in sys.argv[1:] if not a.startswith("-")])
+    except UnknownOptionError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    _hydra_entry()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Pipeline stages: edit, score (aggregation lives in benchmark.leaderboard)."""

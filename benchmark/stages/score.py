@@ -1,0 +1,206 @@
+"""Score stage: one row per query with every metric's raw value, written as Parquet parts (resumable).
+
+Rows live in `<run dir>/scores/<metric signature>/part-NNNNN.parquet`. A rerun reuses rows whose edit status is
+unchanged and scores only the rest, so killing the stage loses at most one part.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmark.fileio import atomic_write_text
+from benchmark.hashing import canonical_json
+from benchmark.imageio import ImageInputError, load_mask, load_rgb, to_float_tensor
+from benchmark.metrics.base import NEED_EDIT_MASK, NEED_TARGET_IMAGE, PairwiseMetric, ScoreBatch
+from benchmark.querysets.io import QuerySet
+from benchmark.stages.edit import edit_path, latest_records
+from benchmark.types import Query
+
+SCORES_DIR = "scores"
+PART_ROWS = 512  # rows per Parquet part: the most a kill can cost
+ROW_KEYS = ("query_id", "image_id", "edit_type", "object_class", "status", "reason")
+
+
+@dataclass(frozen=True)
+class ScoreStats:
+    total: int
+    computed: int
+    reused: int
+    seconds: float
+    model_seconds: float
+
+
+def scores_dir(run_dir: Path, metric_sig: str) -> Path:
+    return run_dir / SCORES_DIR / metric_sig
+
+
+def read_scores(run_dir: Path, metric_sig: str):
+    """All score rows of a run for one metric signature (last part wins per query), as a DataFrame."""
+    import pandas as pd
+
+    parts = sorted(scores_dir(run_dir, metric_sig).glob("part-*.parquet"))
+    if not parts:
+        return pd.DataFrame(columns=list(ROW_KEYS))
+    df = pd.concat([pd.read_parquet(p) for p in parts], ignore_index=True)
+    return df.drop_duplicates("query_id", keep="last").reset_index(drop=True)
+
+
+@dataclass
+class _Sample:
+    query: Query
+    source: Any = None
+    edit: Any = None
+    edit_mask: Any = None
+    target: Any = None
+    error: str = ""
+
+
+class _Samples:
+    """Map-style dataset loading everything one query's metrics may need."""
+
+    def __init__(self, queryset: QuerySet, queries: Sequence[Query], run_dir: Path, needs: frozenset[str]):
+        self.queryset, self.queries, self.run_dir, self.needs = queryset, queries, run_dir, needs
+
+    def __len__(self) -> int:
+        return len(self.queries)
+
+    def __getitem__(self, i: int) -> _Sample:
+        q = self.queries[i]
+        s = _Sample(q)
+        try:
+            source = load_rgb(self.queryset.path(q.image))
+            edit = load_rgb(edit_path(self.run_dir, q.id))
+            if edit.size != source.size:
+                raise ImageInputError(f"edit is {edit.size}, source is {source.size}")
+            s.source, s.edit = to_float_tensor(source), to_float_tensor(edit)
+            if NEED_EDIT_MASK in self.needs and q.edit_mask:
+                s.edit_mask = __import__("torch").from_numpy(load_mask(self.queryset.path(q.edit_mask), source.size))
+            if NEED_TARGET_IMAGE in self.needs and q.target_image:
+                target = load_rgb(self.queryset.path(q.target_image))
+                if target.size != source.size:
+                    raise ImageInputError(f"ground-truth target is {target.size}, source is {source.size}")
+                s.target = to_float_tensor(target)
+        except ImageInputError as err:
+            s.error = str(err)
+        return s
+
+
+def _collate(samples: list[_Sample]) -> ScoreBatch:
+    import torch
+
+    def stack_optional(values: list[Any], like: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        present = torch.tensor([v is not None for v in values])
+        if not present.any():
+            return None, present
+        return torch.stack([v if v is not None else torch.zeros_like(like) for v in values]), present
+
+    src = torch.stack([s.source for s in samples])
+    mask, has_mask = stack_optional([s.edit_mask for s in samples], torch.zeros(src.shape[-2:], dtype=torch.bool))
+    target, has_target = stack_optional([s.target for s in samples], src[0])
+    return ScoreBatch(
+        queries=[s.query for s in samples], source=src, edit=torch.stack([s.edit for s in samples]),
+        edit_mask=mask, has_edit_mask=has_mask, target=target, has_target=has_target,
+    )
+
+
+def _base_row(q: Query, status: str, reason: str = "") -> dict[str, Any]:
+    return {"query_id": q.id, "image_id": q.image_id, "edit_type": q.edit_type, "object_class": q.object_class,
+            "status": status, "reason": reason}
+
+
+def run_score_stage(
+    queryset: QuerySet,
+    run_dir: Path,
+    metrics: Mapping[str, PairwiseMetric],
+    metric_sig: str,
+    *,
+    batch_size: int = 8,
+    num_workers: int = 0,
+    progress: bool = True,
+) -> ScoreStats:
+    """Score every query of `queryset` for which no up-to-date row exists."""
+    import pandas as pd
+    import torch
+    from torch.utils.data import DataLoader
+    from tqdm import tqdm
+
+    start = time.perf_counter()
+    out_dir = scores_dir(run_dir, metric_sig)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out_dir / "metrics.json", canonical_json({
+        name: {"version": m.info.version, "higher_is_better": m.info.higher_is_better, "description": m.info.description}
+        for name, m in metrics.items()
+    }))
+    edits = latest_records(run_dir)
+    existing = read_scores(run_dir, metric_sig)
+    have = dict(zip(existing["query_id"], existing["status"], strict=True)) if len(existing) else {}
+
+    rows: list[dict[str, Any]] = []
+    todo: list[Query] = []
+    for q in queryset.queries:
+        rec = edits.get(q.id)
+        status = "ok" if edit_path(run_dir, q.id).is_file() else ("failed" if rec else "missing")
+        if have.get(q.id) == status:
+            continue
+        if status == "ok":
+            todo.append(q)
+        else:
+            reason = rec.get("reason", "") if rec else "no edit (edit stage not run for this query)"
+            rows.append(_base_row(q, "failed" if rec else "missing", reason))
+    reused = len(queryset) - len(todo) - len(rows)
+    part_no = len(list(out_dir.glob("part-*.parquet")))
+    names = list(metrics)
+
+    def flush(final: bool = False) -> None:
+        nonlocal rows, part_no
+        while rows and (final or len(rows) >= PART_ROWS):
+            chunk, rows = rows[:PART_ROWS], rows[PART_ROWS:]
+            df = pd.DataFrame(chunk, columns=list(ROW_KEYS) + names)
+            from benchmark.fileio import atomic_path
+
+            with atomic_path(out_dir / f"part-{part_no:05d}.parquet") as tmp:
+                df.to_parquet(tmp, index=False)
+            part_no += 1
+
+    needs = frozenset().union(*(m.info.needs for m in metrics.values())) if metrics else frozenset()
+    model_seconds = 0.0
+    buckets: dict[tuple[int, ...], list[_Sample]] = {}
+
+    def score_bucket(samples: list[_Sample]) -> None:
+        nonlocal model_seconds
+        batch = _collate(samples)
+        values = {}
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            for name, metric in metrics.items():
+                v = metric.score(batch)
+                if v.shape != (len(samples),):
+                    raise ValueError(f"metric {name} returned shape {tuple(v.shape)} for a batch of {len(samples)}")
+                values[name] = v.double().numpy()
+        model_seconds += time.perf_counter() - t0
+        for i, s in enumerate(samples):
+            rows.append(_base_row(s.query, "ok") | {n: float(values[n][i]) for n in names})
+
+    loader = DataLoader(_Samples(queryset, todo, run_dir, needs), batch_size=None, shuffle=False, num_workers=num_workers)
+    bar = tqdm(total=len(todo), desc="score", unit="img", disable=not progress, leave=False)
+    for sample in loader if todo else []:
+        if sample.error:
+            rows.append(_base_row(sample.query, "failed", sample.error) | {n: np.nan for n in names})
+        else:
+            key = tuple(sample.source.shape)
+            buckets.setdefault(key, []).append(sample)
+            if len(buckets[key]) >= batch_size:
+                score_bucket(buckets.pop(key))
+        bar.update(1)
+        flush()
+    for key in list(buckets):
+        score_bucket(buckets.pop(key))
+    bar.close()
+    flush(final=True)
+    return ScoreStats(len(queryset), len(todo), reused, time.perf_counter() - start, model_seconds)

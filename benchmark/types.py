@@ -1,0 +1,154 @@
+"""Typed records shared by every stage: queries (schema v1), edit records and score rows.
+
+Everything here is a frozen dataclass of plain values so records hash, compare and serialise predictably.
+Validation lives in `benchmark.querysets.io`; these classes only describe shape.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+SCHEMA_VERSION = 1
+
+# HATIE's seven edit types (HATIE paper Sec. 3.1).
+HATIE_TYPES: tuple[str, ...] = (
+    "obj_add",
+    "obj_remove",
+    "obj_rep",
+    "attr_chg",
+    "obj_resize",
+    "bg_chg",
+    "style_chg",
+)
+# EditVal's thirteen edit types (EditVal paper Table 1; spec/editval.md).
+EDITVAL_TYPES: tuple[str, ...] = (
+    "object_addition",
+    "object_replacement",
+    "positional_addition",
+    "size",
+    "position_replacement",
+    "alter_parts",
+    "background",
+    "texture",
+    "style",
+    "color",
+    "shape",
+    "action",
+    "viewpoint",
+)
+EDIT_TYPES: tuple[str, ...] = HATIE_TYPES + EDITVAL_TYPES
+
+# Types that change the whole image rather than one object; grouped as one pseudo-class.
+WHOLE_IMAGE_TYPES = frozenset({"bg_chg", "style_chg", "background", "style", "viewpoint"})
+WHOLE_IMAGE_CLASS = "whole image"
+
+# Fields each type needs beyond the common ones (id, image, prompt text).
+REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
+    "obj_add": ("new_class", "anchor", "relation"),
+    "obj_remove": ("target",),
+    "obj_rep": ("target", "new_class"),
+    "attr_chg": ("target", "attribute_after"),
+    "obj_resize": ("target", "size_change"),
+    "bg_chg": ("background",),
+    "style_chg": ("style",),
+    "object_addition": ("target", "new_class"),
+    "object_replacement": ("target", "new_class"),
+    "positional_addition": ("target", "new_class", "relation"),
+    "size": ("target", "size_change"),
+    "position_replacement": ("target", "relation"),
+    "alter_parts": ("target", "attribute_after"),
+    "background": ("background",),
+    "texture": ("target", "attribute_after"),
+    "style": ("style",),
+    "color": ("target", "attribute_after"),
+    "shape": ("target", "attribute_after"),
+    "action": ("target", "attribute_after"),
+    "viewpoint": ("attribute_after",),
+}
+
+SizeChange = Literal["enlarge", "shrink"]
+PromptKind = Literal["instruction", "description"]
+
+
+@dataclass(frozen=True)
+class ObjectRef:
+    """One object instance of the source image.
+
+    `bbox` is `[x0, y0, x1, y1]` corner coordinates in pixels (never centre/size); `mask` is a path relative to
+    the query set root (a {0,255} grayscale PNG).
+    """
+
+    id: str
+    name: str
+    mask: str | None = None
+    bbox: tuple[float, float, float, float] | None = None
+
+
+@dataclass(frozen=True)
+class Query:
+    """One edit request on one source image (schema v1).
+
+    Paths (`image`, `edit_mask`, `target_image`, object masks) are relative to the query set root.
+    `edit_mask` marks the pixels the edit may change (1 = may change); consistency metrics use its complement.
+    `target_image` is a ground-truth edit where the source provides one (demo, MagicBrush).
+    """
+
+    id: str
+    image: str
+    edit_type: str
+    instruction: str = ""
+    source_caption: str = ""
+    target_caption: str = ""
+    image_id: str = ""
+    target: ObjectRef | None = None
+    anchor: ObjectRef | None = None
+    new_class: str | None = None
+    relation: str | None = None
+    attribute_before: str | None = None
+    attribute_after: str | None = None
+    size_change: SizeChange | None = None
+    background: str | None = None
+    style: str | None = None
+    editable_objects: tuple[ObjectRef, ...] = ()
+    edit_mask: str | None = None
+    target_image: str | None = None
+
+    @property
+    def object_class(self) -> str:
+        """The class a per-class table groups this query under.
+
+        obj_add / object_addition group by the class being added; every other object task by the class of the
+        object being edited (for obj_rep: the original object); whole-image tasks form one pseudo-class.
+        """
+        if self.edit_type in WHOLE_IMAGE_TYPES:
+            return WHOLE_IMAGE_CLASS
+        if self.edit_type in ("obj_add", "object_addition", "positional_addition") and self.new_class:
+            return self.new_class
+        if self.target is not None:
+            return self.target.name
+        return WHOLE_IMAGE_CLASS
+
+
+@dataclass(frozen=True)
+class EditRecord:
+    """Outcome of editing one query (one line of `edits.jsonl`)."""
+
+    query_id: str
+    status: Literal["ok", "failed"]
+    seed: int
+    seconds: float | None = None
+    reason: str = ""
+    run_id: str = ""
+    recovered: bool = False  # the image exists but its record was lost to an interrupted run
+
+
+@dataclass(frozen=True)
+class MetricInfo:
+    """Metadata a metric declares, torchmetrics-style."""
+
+    name: str
+    version: str
+    higher_is_better: bool
+    needs: frozenset[str] = field(default_factory=frozenset)
+    description: str = ""
