@@ -110,6 +110,17 @@ def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
     return summary
 
 
+def compose(overrides: list[str]) -> tuple[Any, dict[str, str]]:
+    """Compose the config as the command line would (for tests and notebooks); returns (cfg, group choices)."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    check_overrides(overrides)
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        cfg = hydra_compose("config", overrides=overrides, return_hydra_config=True)
+    return cfg, dict(cfg.hydra.runtime.choices)
+
+
 def _hydra_entry() -> None:
     import hydra
     from hydra.core.hydra_config import HydraConfig

@@ -1,0 +1,26 @@
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+ROOT = Path(__file__).resolve().parents[1]
+HELPERS = Path(__file__).parent / "helpers"
+sys.path.insert(0, str(HELPERS))
+
+
+@pytest.fixture(scope="session")
+def demo_qs():
+    from benchmark.querysets.io import load_queryset
+
+    return load_queryset(ROOT / "datasets" / "demo")
+
+
+def run_demo(results: Path, editor: str, *extra: str):
+    """Run the pipeline in-process on the demo set into `results`; returns the summary dict."""
+    from benchmark.run import compose, run_pipeline
+
+    cfg, choices = compose([f"editor={editor}", "queryset=demo", "profile=tiny", f"paths.results={results}",
+                            "progress=false", "aggregate.bootstrap_resamples=200", *extra])
+    return run_pipeline(cfg, choices["editor"])

@@ -1,0 +1,62 @@
+"""Input images: documented lossless conversions, clear errors for everything else."""
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from benchmark.imageio import ImageInputError, load_mask, load_rgb
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(ImageInputError, match="image file not found"):
+        load_rgb(tmp_path / "nope.png")
+
+
+def test_corrupt_file(tmp_path):
+    p = tmp_path / "bad.png"
+    p.write_bytes(b"\x89PNG\r\n\x1a\n" + b"garbage" * 20)
+    with pytest.raises(ImageInputError, match="bad.png: cannot decode image"):
+        load_rgb(p)
+
+
+def test_truncated_png(tmp_path):
+    p = tmp_path / "trunc.png"
+    Image.fromarray(np.random.default_rng(0).integers(0, 255, (64, 64, 3), dtype=np.uint8)).save(p)
+    p.write_bytes(p.read_bytes()[:400])
+    with pytest.raises(ImageInputError, match="trunc.png"):
+        load_rgb(p)
+
+
+def test_grayscale_is_repeated_to_rgb(tmp_path):
+    arr = np.arange(256, dtype=np.uint8).reshape(16, 16)
+    Image.fromarray(arr, mode="L").save(tmp_path / "g.png")
+    out = np.asarray(load_rgb(tmp_path / "g.png"))
+    assert out.shape == (16, 16, 3)
+    assert (out == arr[..., None]).all()
+
+
+def test_opaque_rgba_drops_alpha_transparent_rgba_is_refused(tmp_path):
+    rgb = np.random.default_rng(1).integers(0, 255, (8, 8, 3), dtype=np.uint8)
+    opaque = np.dstack([rgb, np.full((8, 8), 255, np.uint8)])
+    Image.fromarray(opaque, mode="RGBA").save(tmp_path / "o.png")
+    assert (np.asarray(load_rgb(tmp_path / "o.png")) == rgb).all()
+    opaque[0, 0, 3] = 10
+    Image.fromarray(opaque, mode="RGBA").save(tmp_path / "t.png")
+    with pytest.raises(ImageInputError, match="transparent pixels"):
+        load_rgb(tmp_path / "t.png")
+
+
+def test_16bit_is_scaled_not_clipped(tmp_path):
+    arr = np.array([[0, 257, 32896, 65535]], dtype=np.uint16)
+    Image.fromarray(arr).save(tmp_path / "w.png")
+    with Image.open(tmp_path / "w.png") as im:
+        assert im.mode.startswith("I")
+    out = np.asarray(load_rgb(tmp_path / "w.png"))[..., 0]
+    assert out.tolist() == [[0, 1, 128, 255]]
+
+
+def test_mask_size_mismatch_is_an_error(tmp_path):
+    Image.fromarray(np.zeros((4, 5), np.uint8)).save(tmp_path / "m.png")
+    assert load_mask(tmp_path / "m.png").shape == (4, 5)
+    with pytest.raises(ImageInputError, match="mask is 5x4, image is 8x8"):
+        load_mask(tmp_path / "m.png", size=(8, 8))

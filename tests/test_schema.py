@@ -1,0 +1,104 @@
+"""Query schema v1: validation with file/line/reason, round trips, content hash."""
+
+import dataclasses
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from benchmark.querysets.io import (
+    QuerySetError,
+    canonical_line,
+    content_hash,
+    query_from_dict,
+    query_to_dict,
+    read_queries,
+    write_queries,
+)
+from benchmark.types import EDIT_TYPES, REQUIRED_FIELDS, ObjectRef, Query
+
+GOOD = {"id": "q1", "image": "images/a.png", "edit_type": "obj_remove", "instruction": "Remove the cup.",
+        "target": {"id": "3", "name": "cup", "mask": "masks/a/3.png", "bbox": [1, 2, 30, 40]}}
+
+
+def write_lines(path, lines):
+    path.write_text("".join(line + "\n" for line in lines))
+    return path
+
+
+def test_demo_set_covers_every_hatie_type(demo_qs):
+    assert {q.edit_type for q in demo_qs} == {"obj_add", "obj_remove", "obj_rep", "attr_chg", "obj_resize", "bg_chg", "style_chg"}
+    assert len(demo_qs) == 112
+
+
+def test_round_trip_of_demo_set(demo_qs, tmp_path):
+    write_queries(tmp_path / "q.jsonl", demo_qs.queries)
+    again = read_queries(tmp_path / "q.jsonl")
+    assert tuple(again) == demo_qs.queries
+    assert content_hash(again) == demo_qs.hash
+
+
+@pytest.mark.parametrize(
+    ("line", "reason"),
+    [
+        ("{not json", "not valid JSON"),
+        (json.dumps(GOOD | {"colour": "red"}), "unknown field(s) ['colour']"),
+        (json.dumps(GOOD | {"id": "../../etc/passwd"}), "is not allowed"),
+        (json.dumps(GOOD | {"id": "a/b"}), "is not allowed"),
+        (json.dumps(GOOD | {"image": "../outside.png"}), "must not contain '..'"),
+        (json.dumps(GOOD | {"image": "/abs.png"}), "must be relative"),
+        (json.dumps(GOOD | {"edit_type": "obj_explode"}), "edit_type 'obj_explode' is not one of"),
+        (json.dumps({k: v for k, v in GOOD.items() if k != "target"}), "needs field(s) ['target']"),
+        (json.dumps(GOOD | {"instruction": ""}), "needs an instruction"),
+        (json.dumps(GOOD | {"target": GOOD["target"] | {"bbox": [30, 40, 1, 2]}}), "must be corners"),
+        (json.dumps(GOOD | {"target": GOOD["target"] | {"area": 3}}), "unknown field(s) in target"),
+        (json.dumps(GOOD | {"size_change": "bigger"}), "size_change must be"),
+        ("[1, 2]", "must be a JSON object"),
+    ],
+)
+def test_malformed_line_names_file_line_and_reason(tmp_path, line, reason):
+    path = write_lines(tmp_path / "queries.jsonl", [json.dumps(GOOD | {"id": "q0"}), "", line])
+    with pytest.raises(QuerySetError) as err:
+        read_queries(path)
+    msg = str(err.value)
+    assert msg.startswith(f"{path}:3: "), msg
+    assert reason in msg
+
+
+def test_duplicate_ids_are_refused(tmp_path):
+    path = write_lines(tmp_path / "q.jsonl", [json.dumps(GOOD), json.dumps(GOOD)])
+    with pytest.raises(QuerySetError, match=r":2: duplicate query id 'q1' \(first on line 1\)"):
+        read_queries(path)
+
+
+def test_every_type_has_required_fields_declared():
+    assert set(REQUIRED_FIELDS) == set(EDIT_TYPES)
+
+
+def test_content_hash_is_order_free_and_content_sensitive(demo_qs):
+    qs = list(demo_qs.queries)
+    assert content_hash(qs[::-1]) == demo_qs.hash
+    changed = [dataclasses.replace(qs[0], instruction=qs[0].instruction + "!")] + qs[1:]
+    assert content_hash(changed) != demo_qs.hash
+
+
+def test_object_class_grouping():
+    add = query_from_dict({"id": "a", "image": "i.png", "edit_type": "obj_add", "instruction": "x", "new_class": "cup",
+                           "relation": "on", "anchor": {"id": "1", "name": "table"}})
+    rep = query_from_dict({"id": "b", "image": "i.png", "edit_type": "obj_rep", "instruction": "x", "new_class": "cup",
+                           "target": {"id": "1", "name": "dog"}})
+    style = query_from_dict({"id": "c", "image": "i.png", "edit_type": "style_chg", "instruction": "x", "style": "ink"})
+    assert (add.object_class, rep.object_class, style.object_class) == ("cup", "dog", "whole image")
+
+
+texts = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=30)
+
+
+@given(instruction=texts, caption=texts, x0=st.integers(0, 500), w=st.integers(0, 500), name=texts)
+def test_round_trip_property(instruction, caption, x0, w, name):
+    q = Query(id="q-1", image="img/x.png", edit_type="attr_chg", instruction=instruction, source_caption=caption,
+              target=ObjectRef(id="7", name=name, bbox=(x0, 0.0, x0 + w, 3.0)), attribute_after="red")
+    line = canonical_line(q)
+    assert query_from_dict(json.loads(line)) == q
+    assert query_to_dict(q)["target"]["bbox"] == [x0, 0.0, x0 + w, 3.0]
