@@ -66,11 +66,11 @@ def portable(obj: Any) -> Any:
     return obj
 
 
-def editor_signature(editor_cfg: dict[str, Any], info: dict[str, Any], seed: int) -> str:
-    """Hash of everything that determines an editor's outputs: full config, provenance info and seed."""
+def editor_signature(editor_cfg: dict[str, Any], info: dict[str, Any], seed: int, profile: str) -> str:
+    """Hash of everything that determines an editor's outputs: full config, provenance info, seed, weight profile."""
     from benchmark.hashing import stable_hash
 
-    return stable_hash({"config": portable(editor_cfg), "info": portable(info), "seed": int(seed)})
+    return stable_hash({"config": portable(editor_cfg), "info": portable(info), "seed": int(seed), "profile": profile})
 
 
 def metric_signature(metrics_cfg: dict[str, Any], infos: dict[str, Any]) -> str:

@@ -43,6 +43,7 @@ def append_jsonl(path: Path, records: list[dict[str, Any]]) -> None:
     if not records:
         return
     path.parent.mkdir(parents=True, exist_ok=True)
+    drop_torn_tail(path)
     data = "".join(json.dumps(r, sort_keys=True) + "\n" for r in records).encode("utf-8")
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
@@ -50,6 +51,18 @@ def append_jsonl(path: Path, records: list[dict[str, Any]]) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def drop_torn_tail(path: Path) -> None:
+    """Truncate a final line without its newline: the writer was killed mid-write, so it is not a record."""
+    if not path.is_file() or path.stat().st_size == 0:
+        return
+    with open(path, "rb+") as fh:
+        fh.seek(-1, os.SEEK_END)
+        if fh.read(1) == b"\n":
+            return
+        data = fh.seek(0) or fh.read()
+        fh.truncate(data.rfind(b"\n") + 1)
 
 
 def read_jsonl_tolerant(path: Path) -> list[dict[str, Any]]:

@@ -64,7 +64,7 @@ def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
         editor = instantiate(cfg.editor)
         metrics = {name: instantiate(node) for name, node in cfg.metrics.items()}
     editor_cfg = OmegaConf.to_container(cfg.editor, resolve=True)
-    sig = editor_signature(editor_cfg, editor.info(), cfg.seed)
+    sig = editor_signature(editor_cfg, editor.info(), cfg.seed, profile)
     msig = metric_signature(OmegaConf.to_container(cfg.metrics, resolve=True), {k: m.info for k, m in metrics.items()})
     results = Path(cfg.paths.results)
     run_dir = results / "runs" / f"{full.name}-{full.short_hash}" / f"{editor_name}-{sig}"

@@ -24,3 +24,23 @@ def run_demo(results: Path, editor: str, *extra: str):
     cfg, choices = compose([f"editor={editor}", "queryset=demo", "profile=tiny", f"paths.results={results}",
                             "progress=false", "aggregate.bootstrap_resamples=200", *extra])
     return run_pipeline(cfg, choices["editor"])
+
+
+def pytest_addoption(parser):
+    parser.addoption("--run-slow", action="store_true", help="run tests marked slow")
+    parser.addoption("--run-weights", action="store_true", help="run tests that need real pretrained weights")
+
+
+def pytest_collection_modifyitems(config, items):
+    cuda = False
+    if any("gpu" in item.keywords for item in items):
+        import torch
+
+        cuda = torch.cuda.is_available()
+    for item in items:
+        if "slow" in item.keywords and not config.getoption("--run-slow"):
+            item.add_marker(pytest.mark.skip(reason="slow: pass --run-slow"))
+        if "weights" in item.keywords and not config.getoption("--run-weights"):
+            item.add_marker(pytest.mark.skip(reason="needs real weights: pass --run-weights"))
+        if "gpu" in item.keywords and not cuda:
+            item.add_marker(pytest.mark.skip(reason="needs a CUDA device"))

@@ -238,7 +238,7 @@ def load_queryset(root: str | os.PathLike[str], name: str | None = None) -> Quer
     if not meta_path.is_file():
         raise QuerySetError(
             f"{meta_path}: not found. A query set folder needs {META_FILE} and {QUERIES_FILE}; "
-            "for downloadable sets run `make data NAME=<set>` first"
+            "sets built from downloaded data must be built first (see datasets/README.md)"
         )
     try:
         meta = json.loads(meta_path.read_text(encoding="utf-8"))

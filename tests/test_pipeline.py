@@ -1,0 +1,140 @@
+"""End to end on the demo set: metric sanity, configs, CLI errors, and resume after SIGKILL."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import pytest
+from hydra.utils import instantiate
+
+from benchmark.config import CHECKED_GROUPS, UnknownOptionError, check_overrides, options
+from benchmark.run import compose
+from conftest import HELPERS, ROOT, run_demo
+
+
+@pytest.fixture(scope="module")
+def demo_results(tmp_path_factory):
+    results = tmp_path_factory.mktemp("results")
+    for editor in ("identity", "oracle", "overedit"):
+        run_demo(results, editor)
+    return results
+
+
+def table(results, name="leaderboard.csv"):
+    return pd.read_csv(results / name).set_index("editor", drop=False)
+
+
+def test_leaderboards_written_with_provenance(demo_results):
+    lb = table(demo_results)
+    assert sorted(lb["editor"]) == ["identity", "oracle", "overedit"]
+    for col in ("queryset_hash", "editor_sig", "git_sha", "versions", "device", "profile", "n_failed", "psnr_out_se"):
+        assert col in lb.columns
+    assert (lb["profile"] == "tiny").all() and (lb["n_ok"] == 112).all()
+    assert json.loads(lb["versions"].iloc[0])["editmeter"]
+    by_type = pd.read_csv(demo_results / "leaderboard_by_type.csv")
+    assert set(by_type["edit_type"]) == {"obj_add", "obj_remove", "obj_rep", "attr_chg", "obj_resize", "bg_chg", "style_chg"}
+    by_class = pd.read_csv(demo_results / "leaderboard_by_class.csv")
+    assert "whole image" in set(by_class["object_class"])
+    assert by_class.groupby("editor")["n_queries"].sum().eq(112).all()
+    meta = pd.read_csv(demo_results / "leaderboard_metrics.csv").set_index("metric")
+    assert not meta.loc["l1_out", "higher_is_better"] and meta.loc["psnr_out", "higher_is_better"]
+
+
+def test_identity_is_perfect_outside_the_mask(demo_results):
+    row = table(demo_results).loc["identity"]
+    assert row["l1_out"] == 0 and row["l2_out"] == 0 and row["ssim_out"] == 1 and row["psnr_out"] == 100
+    assert row["psnr_out_n"] == 96  # the 16 style edits have no outside region: missing, not scored
+
+
+def test_oracle_beats_overedit_inside_the_edit_region(demo_results):
+    lb = table(demo_results)
+    assert lb.loc["oracle", "l1_gt_in"] < lb.loc["overedit", "l1_gt_in"]
+    assert lb.loc["oracle", "psnr_gt_in"] > lb.loc["overedit", "psnr_gt_in"]
+    assert lb.loc["oracle", "ssim_gt_in"] > lb.loc["overedit", "ssim_gt_in"]
+    assert lb.loc["oracle", "l1_gt_in"] == 0
+    # and the overedit anchor really is worse at preserving context than identity
+    assert lb.loc["overedit", "psnr_out"] < lb.loc["identity", "psnr_out"]
+
+
+def test_rerun_recomputes_nothing_and_gives_identical_tables(demo_results):
+    before = {n: (demo_results / n).read_text() for n in ("leaderboard.csv", "leaderboard_by_type.csv")}
+    summary = run_demo(demo_results, "overedit")
+    assert summary["edit"].computed == 0 and summary["score"].computed == 0
+    assert {n: (demo_results / n).read_text() for n in before} == before
+
+
+@pytest.mark.parametrize("group", CHECKED_GROUPS)
+def test_every_config_composes_and_instantiates(group):
+    for name in options(group):
+        cfg, _ = compose([f"{group}={name}", "profile=tiny"] if group != "profile" else [f"profile={name}"])
+        if group == "editor":
+            instantiate(cfg.editor)
+        elif group == "queryset":
+            assert len(instantiate(cfg.queryset)) > 0
+        elif group == "metrics":
+            for node in cfg.metrics.values():
+                assert instantiate(node).info.name
+        else:
+            assert cfg.profile.name == name
+
+
+def test_unknown_names_fail_with_suggestions():
+    with pytest.raises(UnknownOptionError, match=r"unknown editor 'identiy'. Did you mean 'identity'\? Valid editor names: identity, oracle, overedit"):
+        check_overrides(["editor=identiy"])
+    with pytest.raises(UnknownOptionError, match="unknown queryset 'hatiee'"):
+        check_overrides(["queryset=hatiee"])
+    with pytest.raises(UnknownOptionError, match="unknown editor 'nope'"):
+        check_overrides(["editor=identity,nope"])
+
+
+def test_cli_unknown_editor_exits_at_once():
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "benchmark.run", "editor=ovredit"], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "Did you mean 'overedit'" in proc.stderr and "Valid editor names" in proc.stderr
+    assert time.perf_counter() - t0 < 30
+
+
+def _cli(results, *extra):
+    env = dict(os.environ, PYTHONPATH=f"{HELPERS}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", HF_HUB_OFFLINE="1")
+    cmd = [sys.executable, "-m", "benchmark.run", "editor=identity", "queryset=demo", "profile=tiny",
+           f"paths.results={results}", "progress=false", "batch_size=2", "aggregate.bootstrap_resamples=200",
+           "editor._target_=slow_editor.SlowIdentity", "+editor.delay_s=0.08", *extra]
+    return cmd, env
+
+
+def test_sigkill_mid_edit_then_rerun_matches_uninterrupted(tmp_path):
+    killed, clean = tmp_path / "killed", tmp_path / "clean"
+    cmd, env = _cli(killed)
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    edits = []
+    while time.time() < deadline:
+        edits = list(killed.glob("runs/*/*/edits/*.png"))
+        if len(edits) >= 20:
+            break
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    done = {p.name: p.stat().st_mtime_ns for p in killed.glob("runs/*/*/edits/*.png")}
+    assert 20 <= len(done) < 112, "the kill must land inside the edit stage"
+    assert not (killed / "leaderboard.csv").exists()
+
+    subprocess.run(cmd, cwd=ROOT, env=env, check=True, capture_output=True)
+    run_dir = next(killed.glob("runs/*/*"))
+    after = {p.name: p.stat().st_mtime_ns for p in (run_dir / "edits").glob("*.png")}
+    assert len(after) == 112
+    assert all(after[n] == m for n, m in done.items()), "finished edits must not be rewritten"
+    records = [json.loads(line) for line in (run_dir / "edits.jsonl").read_text().splitlines() if line.strip()]
+    computed = [r["query_id"] for r in records if not r["recovered"]]
+    assert len(computed) == len(set(computed)), "no query may be edited twice"
+    assert {r["query_id"] for r in records} == {p[:-4] for p in after}
+
+    cmd2, env2 = _cli(clean)
+    subprocess.run(cmd2, cwd=ROOT, env=env2, check=True, capture_output=True)
+    for name in ("leaderboard.csv", "leaderboard_by_type.csv", "leaderboard_by_class.csv"):
+        assert (killed / name).read_text() == (clean / name).read_text(), name
