@@ -5,7 +5,6 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from benchmark.provenance import PROJECT_ROOT

@@ -3,10 +3,10 @@
 import filecmp
 
 import numpy as np
+from conftest import ROOT
 
 from benchmark.imageio import load_mask, load_rgb
 from benchmark.querysets import demo
-from conftest import ROOT
 
 BUNDLED = ROOT / "datasets" / "demo"
 

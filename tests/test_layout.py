@@ -2,8 +2,8 @@
 
 import subprocess
 import sys
-import tomllib
 
+import tomllib
 from conftest import ROOT
 
 

@@ -9,11 +9,11 @@ import time
 
 import pandas as pd
 import pytest
+from conftest import HELPERS, ROOT, run_demo
 from hydra.utils import instantiate
 
 from benchmark.config import CHECKED_GROUPS, UnknownOptionError, check_overrides, options
 from benchmark.run import compose
-from conftest import HELPERS, ROOT, run_demo
 
 
 @pytest.fixture(scope="module")
