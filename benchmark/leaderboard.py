@@ -34,6 +34,7 @@ def bootstrap_se(values: np.ndarray, n_resamples: int, seed: int) -> float:
     if n < 2 or n_resamples < 2:
         return float("nan")
     rng = np.random.default_rng(seed)
+    x = x - x.mean()  # centred: the SE is shift-invariant, and constant data gives exactly 0
     means = np.empty(n_resamples)
     for start in range(0, n_resamples, BOOTSTRAP_CHUNK):
         k = min(BOOTSTRAP_CHUNK, n_resamples - start)
