@@ -45,7 +45,7 @@ def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
-    from benchmark.config import editor_signature, metric_signature
+    from benchmark.config import editor_signature, metric_signature, portable
     from benchmark.fileio import atomic_write_text
     from benchmark.hashing import canonical_json
     from benchmark.leaderboard import RUN_META, write_leaderboards
@@ -69,8 +69,6 @@ def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
     results = Path(cfg.paths.results)
     run_dir = results / "runs" / f"{full.name}-{full.short_hash}" / f"{editor_name}-{sig}"
     run_dir.mkdir(parents=True, exist_ok=True)
-    from benchmark.config import portable
-
     meta = {
         "queryset": full.name, "queryset_hash": full.hash, "editor": editor_name, "editor_sig": sig,
         "prompt_kind": editor.prompt_kind, "profile": profile, "seed": int(cfg.seed),

@@ -12,7 +12,6 @@ from benchmark.editor import Editor
 from benchmark.querysets.io import load_queryset, write_queries
 from benchmark.stages.edit import EDITS_LOG, edit_path, latest_records, run_edit_stage
 from benchmark.stages.score import read_scores, run_score_stage
-from editors.identity import IdentityEditor
 
 
 class Scripted(Editor):
@@ -162,6 +161,3 @@ def test_batch_size_does_not_change_outputs(tmp_path):
         b = np.asarray(Image.open(edit_path(tmp_path / "bs4", q.id)))
         assert np.array_equal(a, b)
 
-
-def test_identity_editor_type_is_an_editor():
-    assert issubclass(IdentityEditor, Editor)

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmark.fileio import atomic_write_text
+from benchmark.fileio import atomic_path, atomic_write_text
 from benchmark.hashing import canonical_json
 from benchmark.imageio import ImageInputError, load_mask, load_rgb, to_float_tensor
 from benchmark.metrics.base import NEED_EDIT_MASK, NEED_TARGET_IMAGE, PairwiseMetric, ScoreBatch
@@ -71,6 +71,8 @@ class _Samples:
         return len(self.queries)
 
     def __getitem__(self, i: int) -> _Sample:
+        import torch
+
         q = self.queries[i]
         s = _Sample(q)
         try:
@@ -80,7 +82,7 @@ class _Samples:
                 raise ImageInputError(f"edit is {edit.size}, source is {source.size}")
             s.source, s.edit = to_float_tensor(source), to_float_tensor(edit)
             if NEED_EDIT_MASK in self.needs and q.edit_mask:
-                s.edit_mask = __import__("torch").from_numpy(load_mask(self.queryset.path(q.edit_mask), source.size))
+                s.edit_mask = torch.from_numpy(load_mask(self.queryset.path(q.edit_mask), source.size))
             if NEED_TARGET_IMAGE in self.needs and q.target_image:
                 target = load_rgb(self.queryset.path(q.target_image))
                 if target.size != source.size:
@@ -162,8 +164,6 @@ def run_score_stage(
         while rows and (final or len(rows) >= PART_ROWS):
             chunk, rows = rows[:PART_ROWS], rows[PART_ROWS:]
             df = pd.DataFrame(chunk, columns=list(ROW_KEYS) + names)
-            from benchmark.fileio import atomic_path
-
             with atomic_path(out_dir / f"part-{part_no:05d}.parquet") as tmp:
                 df.to_parquet(tmp, index=False)
             part_no += 1
