@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import copy
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -421,14 +421,8 @@ def _queries_for(image_id: str, graph: dict[str, Any], rng: np.random.Generator)
     src_caption = _caption(graph)
     for q in out:
         edited, st = apply_edit(graph, q)
-        captioned.append(_with_captions(q, src_caption, _caption(edited, st)))
+        captioned.append(replace(q, source_caption=src_caption, target_caption=_caption(edited, st)))
     return captioned
-
-
-def _with_captions(q: Query, source: str, target: str) -> Query:
-    from dataclasses import replace
-
-    return replace(q, source_caption=source, target_caption=target)
 
 
 def build(out_dir: Path, n_images: int = DEMO_IMAGES, size: int = DEMO_SIZE, seed: int = DEMO_SEED) -> Path:
