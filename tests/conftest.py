@@ -6,6 +6,8 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parents[1]
+# Tiny random-weight models are built once per checkout (content-keyed; see benchmark.models.common).
+os.environ.setdefault("EDITMETER_CACHE", str(ROOT / ".cache"))
 HELPERS = Path(__file__).parent / "helpers"
 sys.path.insert(0, str(HELPERS))
 
