@@ -80,7 +80,10 @@ def build_tables(runs: list[tuple[dict, Any]], n_resamples: int, seed: int) -> d
     for fname, group_cols in TABLES.items():
         rows = []
         for meta, scores in runs:
+            scores = scores[scores["status"] != "excluded"]  # not part of this editor family's benchmark
             metric_names = meta.get("metric_order") or list(meta["metrics"])
+            suite = meta.get("suite")
+            suite_summary = _load_callable(suite["summary"]) if suite else None
             ident = {c: meta[c] for c in ID_COLUMNS}
             prov = {"metric_sig": meta["metric_sig"], "git_sha": meta["git_sha"],
                     "versions": json.dumps(meta["versions"], sort_keys=True), "device": meta["device"]}
@@ -88,13 +91,28 @@ def build_tables(runs: list[tuple[dict, Any]], n_resamples: int, seed: int) -> d
             for key, part in groups:
                 key = key if isinstance(key, tuple) else (key,)
                 gkey = [meta["editor_sig"], meta["queryset_hash"], fname, *key]
-                row = ident | dict(zip(group_cols, key, strict=True)) | summarize(part, metric_names, n_resamples, seed, gkey) | prov
+                stats = summarize(part, metric_names, n_resamples, seed, gkey)
+                if suite_summary is not None:
+                    ok = part[part["status"] == "ok"]
+                    stats |= suite_summary(ok, {m: stats[m] for m in metric_names},
+                                           {m: stats[f"{m}_se"] for m in metric_names}, overall=not group_cols,
+                                           seed=int(stable_hash([seed, gkey, "suite"], 8), 16))
+                    stats["components"] = json.dumps(suite["components"], sort_keys=True)
+                row = ident | dict(zip(group_cols, key, strict=True)) | stats | prov
                 rows.append(row)
         df = pd.DataFrame(rows)
         if len(df):
             df = df.sort_values(["queryset", "prompt_kind", "editor", "editor_sig", *group_cols], kind="stable").reset_index(drop=True)
         tables[fname] = df
     return tables
+
+
+def _load_callable(path: str) -> Any:
+    """`module:function` -> the function (suites name their model-level summary this way in run.json)."""
+    import importlib
+
+    module, _, name = path.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def metric_table(runs: list[tuple[dict, Any]]):

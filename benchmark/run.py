@@ -51,7 +51,7 @@ def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
     from benchmark.leaderboard import RUN_META, write_leaderboards
     from benchmark.provenance import provenance
     from benchmark.stages.edit import run_edit_stage
-    from benchmark.stages.score import run_score_stage
+    from benchmark.stages.score import is_suite, run_score_stage, run_suite_stage
 
     timer = StageTimer()
     run_id = uuid.uuid4().hex[:12]
@@ -66,6 +66,10 @@ def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
     editor_cfg = OmegaConf.to_container(cfg.editor, resolve=True)
     sig = editor_signature(editor_cfg, editor.info(), cfg.seed, profile)
     msig = metric_signature(OmegaConf.to_container(cfg.metrics, resolve=True), {k: m.info for k, m in metrics.items()})
+    suites = [m for m in metrics.values() if is_suite(m)]
+    if suites and len(metrics) > 1:
+        raise ValueError("a metrics config holds either pairwise metrics or exactly one suite (e.g. hatie), not both")
+    suite = suites[0] if suites else None
     results = Path(cfg.paths.results)
     run_dir = results / "runs" / f"{full.name}-{full.short_hash}" / f"{editor_name}-{sig}"
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -73,9 +77,9 @@ def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
         "queryset": full.name, "queryset_hash": full.hash, "editor": editor_name, "editor_sig": sig,
         "prompt_kind": editor.prompt_kind, "profile": profile, "seed": int(cfg.seed),
         "editor_config": portable(editor_cfg), "editor_info": portable(editor.info()), "metric_sig": msig,
-        "metric_order": list(metrics),
-        "metrics": {k: {"version": m.info.version, "higher_is_better": m.info.higher_is_better,
-                        "description": m.info.description} for k, m in metrics.items()},
+        "metric_order": list(suite.columns) if suite else list(metrics),
+        "metrics": _metric_meta(metrics, suite),
+        "suite": {"name": suite.info.name, "summary": suite.summary, "components": suite.components()} if suite else None,
         **provenance("cpu"),
         "updated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
@@ -91,8 +95,12 @@ def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
         print(f"[editmeter] edit: {st.computed} edited ({st.failed} failed), {st.skipped} already done")
     if "score" in cfg.stages:
         with timer("score"):
-            sc = run_score_stage(qs, run_dir, metrics, msig, batch_size=cfg.batch_size, num_workers=cfg.num_workers,
-                                 progress=cfg.progress)
+            if suite is not None:
+                sc = run_suite_stage(qs, run_dir, suite, msig, prompt_kind=editor.prompt_kind,
+                                     num_workers=cfg.num_workers, progress=cfg.progress)
+            else:
+                sc = run_score_stage(qs, run_dir, metrics, msig, batch_size=cfg.batch_size,
+                                     num_workers=cfg.num_workers, progress=cfg.progress)
         summary["score"] = sc
         print(f"[editmeter] score: {sc.computed} scored, {sc.reused} reused ({sc.model_seconds:.2f} s in metrics)")
     if "aggregate" in cfg.stages:
@@ -106,6 +114,15 @@ def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
               "these numbers test the pipeline, they do not rank real editors.")
     summary["timings"] = dict(timer.seconds)
     return summary
+
+
+def _metric_meta(metrics: dict[str, Any], suite: Any) -> dict[str, Any]:
+    if suite is None:
+        return {k: {"version": m.info.version, "higher_is_better": m.info.higher_is_better,
+                    "description": m.info.description} for k, m in metrics.items()}
+    version = f"{suite.info.name}-{suite.info.version}"
+    return {c: {"version": version, "higher_is_better": hib, "description": desc}
+            for c, (hib, desc) in suite.column_info.items()}
 
 
 def compose(overrides: list[str]) -> tuple[Any, dict[str, str]]:

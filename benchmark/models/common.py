@@ -11,8 +11,10 @@ from typing import Any, Literal
 
 from benchmark.hashing import stable_hash
 
-WeightSource = Literal["pretrained", "tiny"]
-WEIGHT_SOURCES: tuple[str, ...] = ("pretrained", "tiny")
+# pretrained: real checkpoints; tiny: small random models of the same classes (tests, demo);
+# random: real-size architectures with random weights (speed benchmarks; not every loader offers it).
+WeightSource = Literal["pretrained", "tiny", "random"]
+WEIGHT_SOURCES: tuple[str, ...] = ("pretrained", "tiny", "random")
 # Bump when the way tiny models are built changes, so stale cache entries are never reused.
 TINY_CACHE_VERSION = 1
 
@@ -71,3 +73,12 @@ def tiny_model_dir(kind: str, config: dict[str, Any], build: Callable[[Path], No
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return final
+
+
+def resolve_device(device: str) -> str:
+    """`auto` -> `cuda` when a GPU is visible, else `cpu`; anything else unchanged."""
+    if device != "auto":
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"

@@ -204,3 +204,76 @@ def run_score_stage(
     bar.close()
     flush(final=True)
     return ScoreStats(len(queryset), len(todo), reused, time.perf_counter() - start, model_seconds)
+
+
+def run_suite_stage(
+    queryset: QuerySet,
+    run_dir: Path,
+    suite: Any,
+    metric_sig: str,
+    *,
+    prompt_kind: str,
+    num_workers: int = 0,
+    progress: bool = True,
+) -> ScoreStats:
+    """Like `run_score_stage`, for a query-level suite (HATIE) that needs the whole query, not an image pair.
+
+    Queries the suite does not apply to (obj_remove for description-based editors) get status `excluded`.
+    """
+    import pandas as pd
+
+    start = time.perf_counter()
+    out_dir = scores_dir(run_dir, metric_sig)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out_dir / "metrics.json", canonical_json({
+        "suite": suite.info.name, "version": suite.info.version, "components": suite.components(),
+        "columns": list(suite.columns),
+    }))
+    edits = latest_records(run_dir)
+    existing = read_scores(run_dir, metric_sig)
+    have = dict(zip(existing["query_id"], existing["status"], strict=True)) if len(existing) else {}
+    by_id = {q.id: q for q in queryset.queries}
+
+    rows: list[dict[str, Any]] = []
+    todo: list[Query] = []
+    for q in queryset.queries:
+        rec = edits.get(q.id)
+        if not suite.applies_to(q, prompt_kind):
+            status, reason = "excluded", f"{suite.info.name} does not score {q.edit_type} for {prompt_kind}-based editors"
+        elif edit_path(run_dir, q.id).is_file():
+            status, reason = "ok", ""
+        else:
+            status = "failed" if rec else "missing"
+            reason = rec.get("reason", "") if rec else "no edit (edit stage not run for this query)"
+        if have.get(q.id) == status:
+            continue
+        if status == "ok":
+            todo.append(q)
+        else:
+            rows.append(_base_row(q, status, reason))
+    reused = len(queryset) - len(todo) - len(rows)
+    part_no = len(list(out_dir.glob("part-*.parquet")))
+
+    def flush(final: bool = False) -> None:
+        nonlocal rows, part_no
+        while rows and (final or len(rows) >= PART_ROWS):
+            chunk, rows = rows[:PART_ROWS], rows[PART_ROWS:]
+            with atomic_path(out_dir / f"part-{part_no:05d}.parquet") as tmp:
+                pd.DataFrame(chunk).to_parquet(tmp, index=False)
+            part_no += 1
+
+    if todo:
+        for batch in suite.score_queries(queryset, todo, [edit_path(run_dir, q.id) for q in todo], work_dir=run_dir,
+                                         num_workers=num_workers, progress=progress):
+            for r in batch:
+                q = by_id[r.pop("query_id")]
+                rows.append(_base_row(q, r.pop("status"), r.pop("reason")) | r)
+            flush()
+    flush(final=True)
+    model_seconds = sum(suite.model_seconds().values()) if hasattr(suite, "model_seconds") else 0.0
+    return ScoreStats(len(queryset), len(todo), reused, time.perf_counter() - start, model_seconds)
+
+
+def is_suite(metric: Any) -> bool:
+    """A query-level suite (HATIE) rather than a pairwise image metric."""
+    return hasattr(metric, "score_queries")

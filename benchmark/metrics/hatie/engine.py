@@ -1,0 +1,168 @@
+"""Batched evaluation of the similarity requests of many queries at once.
+
+Workflows register images under keys and ask for pair similarities (clip_ii, lpips_s, dino_s, l2_s of an
+(edit-side, original-side) pair) and image-text scores (clip_it, vqa). The engine dedupes images by key, runs each
+backbone on large batches, and keeps an LRU cache of features so an original's crops and pyramids are encoded once
+for all of its queries.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from benchmark.metrics.hatie.primitives import l2_sim, resize
+from benchmark.models.dino import DINO_INPUT
+from benchmark.models.perceptual import LPIPS_SIZE
+
+PairKey = tuple[str, str]
+TextKey = tuple[str, str]
+
+
+@dataclass
+class Plan:
+    """What one query needs from the backbones, and how to turn the answers into raw sub-scores."""
+
+    images: dict[str, Any] = field(default_factory=dict)
+    pairs: list[PairKey] = field(default_factory=list)
+    texts: list[TextKey] = field(default_factory=list)
+    vqa: list[TextKey] = field(default_factory=list)
+    finish: Callable[[Results], dict[str, Any]] | None = None
+
+    def image(self, key: str, img: Any) -> str:
+        self.images.setdefault(key, img)
+        return key
+
+    def pair(self, a: str, b: str) -> PairKey:
+        self.pairs.append((a, b))
+        return (a, b)
+
+    def text(self, key: str, text: str, *, with_vqa: bool) -> TextKey:
+        self.texts.append((key, text))
+        if with_vqa:
+            self.vqa.append((key, text))
+        return (key, text)
+
+
+@dataclass
+class Results:
+    pair: dict[PairKey, dict[str, float]]
+    clip_it: dict[TextKey, float]
+    vqa: dict[TextKey, float]
+
+
+class _LRU(OrderedDict):
+    def __init__(self, capacity: int) -> None:
+        super().__init__()
+        self.capacity = capacity
+
+    def get_touch(self, key: str) -> Any:
+        if key in self:
+            self.move_to_end(key)
+            return self[key]
+        return None
+
+    def put(self, key: str, value: Any) -> None:
+        self[key] = value
+        self.move_to_end(key)
+        while len(self) > self.capacity:
+            self.popitem(last=False)
+
+
+class SimilarityEngine:
+    """Runs CLIP, DINOv2, LPIPS (and optionally a VQA scorer) on batches gathered from many plans."""
+
+    def __init__(self, clip: Any, dino: Any, lpips: Any, vqa: Any | None = None, *, batch_size: int = 32,
+                 cache_size: int = 4096) -> None:
+        self.clip, self.dino, self.lpips, self.vqa_model = clip, dino, lpips, vqa
+        self.batch_size = batch_size
+        self._clip_cache, self._dino_cache = _LRU(cache_size), _LRU(cache_size)
+        self._text_cache: dict[str, Any] = {}
+        self.model_seconds: dict[str, float] = {"clip": 0.0, "dino": 0.0, "lpips": 0.0, "vqa": 0.0}
+        self.forward_calls: dict[str, int] = {"clip": 0, "dino": 0, "lpips": 0, "vqa": 0}
+
+    def _timed(self, name: str, fn: Callable[[], Any]) -> Any:
+        t0 = time.perf_counter()
+        out = fn()
+        self.model_seconds[name] += time.perf_counter() - t0
+        self.forward_calls[name] += 1
+        return out
+
+    def _embed(self, name: str, cache: _LRU, keys: Iterable[str], images: dict[str, Any],
+               prepare: Callable[[Any], Any], encode: Callable[[Any], Any]) -> dict[str, Any]:
+        import torch
+
+        out, todo = {}, []
+        for k in dict.fromkeys(keys):
+            hit = cache.get_touch(k)
+            if hit is None:
+                todo.append(k)
+            else:
+                out[k] = hit
+        for start in range(0, len(todo), self.batch_size):
+            chunk = todo[start : start + self.batch_size]
+            batch = torch.stack([prepare(images[k]) for k in chunk])
+            feats = self._timed(name, lambda b=batch: encode(b))
+            for k, f in zip(chunk, feats, strict=True):
+                out[k] = f
+                cache.put(k, f)
+        return out
+
+    def run(self, plans: list[Plan]) -> list[dict[str, Any]]:
+        """Evaluate every request of `plans` in shared batches; returns each plan's raw sub-scores, in order."""
+        import torch
+
+        images: dict[str, Any] = {}
+        for p in plans:
+            images.update(p.images)
+        pairs = list(dict.fromkeys(pk for p in plans for pk in p.pairs))
+        texts = list(dict.fromkeys(tk for p in plans for tk in p.texts))
+        vqas = list(dict.fromkeys(tk for p in plans for tk in p.vqa))
+
+        clip_size = self.clip.image_size
+        clip_keys = [k for pk in pairs for k in pk] + [k for k, _ in texts]
+        clip_f = self._embed("clip", self._clip_cache, clip_keys, images,
+                             lambda im: _square_resize(im, clip_size, "bicubic"), self.clip.embed_images)
+        # resize each image to the backbone's input size first so differently sized crops stack into one batch
+        dino_f = self._embed("dino", self._dino_cache, [k for pk in pairs for k in pk], images,
+                             lambda im: _square_resize(im, DINO_INPUT, "bilinear"), self.dino.embed_images)
+        lp: dict[PairKey, float] = {}
+        for start in range(0, len(pairs), self.batch_size):
+            chunk = pairs[start : start + self.batch_size]
+            a = torch.stack([resize(images[x], (LPIPS_SIZE, LPIPS_SIZE)) for x, _ in chunk])
+            b = torch.stack([resize(images[y], (LPIPS_SIZE, LPIPS_SIZE)) for _, y in chunk])
+            d = self._timed("lpips", lambda a=a, b=b: self.lpips.distance(a, b))
+            lp.update({pk: 1.0 - float(v) for pk, v in zip(chunk, d, strict=True)})
+        new_texts = [t for t in dict.fromkeys(t for _, t in texts) if t not in self._text_cache]
+        if new_texts:
+            tf = self._timed("clip", lambda: self.clip.embed_texts(new_texts))
+            self._text_cache.update(zip(new_texts, tf, strict=True))
+
+        def cos01(u: Any, v: Any) -> float:
+            return (1.0 + float(torch.nn.functional.cosine_similarity(u, v, dim=0, eps=1e-8))) / 2.0
+
+        pair_res = {pk: {"clip": cos01(clip_f[pk[0]], clip_f[pk[1]]), "lpips": lp[pk],
+                         "dino": cos01(dino_f[pk[0]], dino_f[pk[1]]), "l2": l2_sim(images[pk[0]], images[pk[1]])}
+                    for pk in pairs}
+        text_res = {tk: cos01(clip_f[tk[0]], self._text_cache[tk[1]]) for tk in texts}
+        vqa_res: dict[TextKey, float] = {}
+        if vqas:
+            if self.vqa_model is None:
+                raise RuntimeError("a workflow asked for VQA scores but no VQA model is configured")
+            for start in range(0, len(vqas), self.batch_size):
+                chunk = vqas[start : start + self.batch_size]
+                ims = [images[k] for k, _ in chunk]
+                ps = self._timed("vqa", lambda ims=ims, chunk=chunk: self.vqa_model.score(ims, [t for _, t in chunk]))
+                vqa_res.update({tk: float(p) for tk, p in zip(chunk, ps, strict=True)})
+        res = Results(pair_res, text_res, vqa_res)
+        return [p.finish(res) for p in plans]  # type: ignore[misc]
+
+
+def _square_resize(img: Any, size: int, mode: str) -> Any:
+    """Resize a square image to size x size (antialiased, as torchvision's Resize on tensors)."""
+    import torch.nn.functional as F
+
+    return F.interpolate(img.unsqueeze(0), size=(size, size), mode=mode, antialias=True, align_corners=False).squeeze(0)

@@ -1,0 +1,168 @@
+"""Weight-free building blocks of HATIE's workflows: crops, masks, spatial scores, structure-only transforms.
+
+Images are float tensors (3, H, W) in [0, 1]; masks are float {0, 1} tensors (H, W); boxes are
+`[x0, y0, x1, y1]` with inclusive max (HATIE's convention), cropped as `[y0:y1, x0:x1]` exactly as the release does.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+IMAGE_SIZE = 512  # originals and edits are scored at 512 x 512
+MIN_OBJECT_AREA = 0.003  # the dataset's minimum object area (fraction of the image); sets pos's normaliser
+POS_MAX_DISTANCE = math.sqrt(2) / math.sqrt(MIN_OBJECT_AREA)  # D ~ 25.82
+# pos() normalises by the area of its FIRST argument; the release always passes the edited mask first, the paper
+# says "original mask size". editmeter follows the release (its numbers decide) and callers pass edited first.
+POS_NORMALIZE_BY = "edited"
+SIZE_ENLARGE_R = 1.6  # r above this: full enlarge fidelity
+SIZE_SHRINK_R = 0.6  # r below this: full shrink fidelity
+SIZE_KEEP_MAX_RATIO = 1 / MIN_OBJECT_AREA  # largest possible linear growth of a kept object
+CANNY_LOW, CANNY_HIGH = 100, 400
+DEG_A_THRESHOLD = 0.9  # degradation test A: a similarity "passes" above this
+DEG_A_LEVELS = 10  # sizes 512 / 2**p; the release stops before a size below 2 px, so p = 0..8 are evaluated
+DEG_A_MIN_SIZE = 2
+DEG_B_LEVEL = 20  # degradation test B: downscale by this factor
+DEG_B_MIN_SIZE = 4
+
+
+def square_pad(img: Any) -> Any:
+    """Zero-pad the shorter side symmetrically (the odd pixel goes right / bottom)."""
+    import torch.nn.functional as F
+
+    h, w = img.shape[-2:]
+    if h > w:
+        d = h - w
+        return F.pad(img, (d // 2, d - d // 2))
+    if w > h:
+        d = w - h
+        return F.pad(img, (0, 0, d // 2, d - d // 2))
+    return img
+
+
+def crop(img: Any, mask: Any | None, bbox: tuple[int, int, int, int]) -> Any:
+    """`(img * mask)[:, y0:y1, x0:x1]`, square-padded (mask None: no masking, used for the union box)."""
+    x0, y0, x1, y1 = (int(v) for v in bbox)
+    src = img if mask is None else img * mask.unsqueeze(0)
+    return square_pad(src[:, y0:y1, x0:x1])
+
+
+def union_box(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, int, int, int]:
+    return min(a[0], b[0]), min(a[1], b[1]), max(a[2], b[2]), max(a[3], b[3])
+
+
+def background(img: Any, *masks: Any) -> Any:
+    """The image with every given mask's pixels zeroed."""
+    out = img
+    for m in masks:
+        out = out * (1 - m).unsqueeze(0)
+    return out
+
+
+def com(mask: Any) -> tuple[float, float]:
+    """Centre of mass (x, y) in pixels."""
+    m = mask.double()
+    area = m.sum()
+    ys = m.sum(dim=1)
+    xs = m.sum(dim=0)
+    import torch
+
+    x = float((xs * torch.arange(m.shape[1], dtype=torch.float64)).sum() / area)
+    y = float((ys * torch.arange(m.shape[0], dtype=torch.float64)).sum() / area)
+    return x, y
+
+
+def pos(m_edit: Any, m_orig: Any) -> float:
+    """Position consistency (D - d) / D, d = centre distance / sqrt(area(first argument)). Not clipped."""
+    (xa, ya), (xb, yb) = com(m_edit), com(m_orig)
+    d = math.hypot(xa - xb, ya - yb) / math.sqrt(float(m_edit.sum()))
+    return (POS_MAX_DISTANCE - d) / POS_MAX_DISTANCE
+
+
+def size(m_orig: Any, m_edit: Any, mode: str) -> float:
+    """Size fidelity / consistency from r = sqrt(area(edit) / area(orig)); mode in enlarge, shrink, keep."""
+    r = math.sqrt(float(m_edit.sum()) / float(m_orig.sum()))
+    if mode == "enlarge":
+        return 1.0 if r > SIZE_ENLARGE_R else 0.0 if r < 1.0 else (r - 1.0) / (SIZE_ENLARGE_R - 1.0)
+    if mode == "shrink":
+        return 1.0 if r < SIZE_SHRINK_R else 0.0 if r > 1.0 else (1.0 - r) / (1.0 - SIZE_SHRINK_R)
+    if mode == "keep":
+        if r == 1.0:
+            return 1.0
+        return 1.0 - (r - 1.0) / (SIZE_KEEP_MAX_RATIO - 1.0) if r > 1.0 else r
+    raise ValueError(f"size mode must be enlarge, shrink or keep, not {mode!r}")
+
+
+def g(x: float) -> float:
+    """Background-fidelity calibration (piecewise; continuous at 0.54 and 0.66 to ~1e-4)."""
+    if x < 0.54:
+        return 0.05 * x
+    if x < 0.66:
+        return -3318.33833 * (0.3564 * x - 0.6 * x**2 + 0.333333 * x**3 - 0.0698399) + (0.05 * 0.54 + 1 - 0.05 * 0.34) / 2
+    return 0.983 + 0.05 * (x - 0.66)
+
+
+def gray3(img: Any) -> Any:
+    """Channel mean repeated to 3 channels."""
+    return img.mean(dim=0, keepdim=True).repeat(3, 1, 1)
+
+
+def resize(img: Any, hw: tuple[int, int]) -> Any:
+    """Bilinear, no antialiasing (F.interpolate's defaults, as the release)."""
+    import torch.nn.functional as F
+
+    return F.interpolate(img.unsqueeze(0), size=hw, mode="bilinear").squeeze(0)
+
+
+def edge_map(img: Any) -> Any:
+    """Canny(100, 400) of the grayscale image (8-bit by truncation, as the release), as a 3-channel float."""
+    import cv2
+    import torch
+
+    arr = img.mul(255).permute(1, 2, 0).to(torch.uint8).cpu().numpy()
+    edges = cv2.Canny(cv2.cvtColor(np.ascontiguousarray(arr), cv2.COLOR_RGB2GRAY), CANNY_LOW, CANNY_HIGH)
+    return torch.from_numpy(edges).float().div(255).unsqueeze(0).repeat(3, 1, 1)
+
+
+def deg_a_levels(img: Any) -> list[Any]:
+    """Degradation test A's pyramid: grayscale, then progressively resized to 512 / 2**p (p = 0.. while >= 2 px)."""
+    out, cur = [], gray3(img)
+    for p in range(DEG_A_LEVELS):
+        s = IMAGE_SIZE // 2**p
+        if s < DEG_A_MIN_SIZE:
+            break
+        cur = resize(cur, (s, s))
+        out.append(cur)
+    return out
+
+
+def deg_a_score(level_sims: list[float]) -> float:
+    """(10 - p) / 10 for the first level p whose similarity exceeds the threshold; 0 if none."""
+    for p, s in enumerate(level_sims):
+        if s > DEG_A_THRESHOLD:
+            return (DEG_A_LEVELS - p) / DEG_A_LEVELS
+    return 0.0
+
+
+def deg_b_image(img: Any) -> Any:
+    """Degradation test B: grayscale, downscaled by 20 (at least 4 px a side)."""
+    h, w = img.shape[-2:]
+    return resize(gray3(img), (max(DEG_B_MIN_SIZE, int(h / DEG_B_LEVEL)), max(DEG_B_MIN_SIZE, int(w / DEG_B_LEVEL))))
+
+
+def l2_sim(a: Any, b: Any) -> float:
+    """1 - MSE(a, b resized to a's size); MSE(0, 1) = 1 so no further scaling."""
+    if b.shape[-2:] != a.shape[-2:]:
+        b = resize(b, tuple(a.shape[-2:]))
+    return 1.0 - float(((a - b) ** 2).mean())
+
+
+def relation_phrase(relation: str) -> str:
+    """HATIE's wording of a relation word in the obj_add position text."""
+    if relation in ("left", "right"):
+        return f"on the {relation} side of"
+    if relation == "front":
+        return "in front of"
+    return relation

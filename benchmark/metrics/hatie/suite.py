@@ -1,0 +1,259 @@
+"""HatieSuite: scores every query of a run with HATIE's workflows, batched across queries.
+
+Per chunk of queries (sorted by source image so an original's features are reused): load the 512 px original and
+edit (DataLoader workers), segment the edits that have no cached segmentation (one batched segmenter call), build
+every query's plan, evaluate all plans' requests in shared backbone batches, and aggregate each query's raw
+sub-scores into OF / BF / OC / BC. FID features of edits and originals ride along in the rows so shards merge.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmark.metrics.hatie.primitives import IMAGE_SIZE
+from benchmark.metrics.hatie.weights import CRITERIA, query_criteria
+from benchmark.metrics.hatie.workflows import (
+    ADD_RELATION_TEXT, WORKFLOWS, QueryInput, needed_masks, relevant_classes,
+)
+from benchmark.models.common import resolve_device
+from benchmark.types import HATIE_TYPES, MetricInfo, Query
+
+VERSION = "1.0"
+SEGMENTATIONS_DIR = "segmentations"
+FID_EDIT, FID_SOURCE = "_fid_edit", "_fid_src"  # per-row feature columns (underscore: never aggregated as metrics)
+# (higher_is_better, description) of every leaderboard column the suite produces; the first four are per query,
+# the rest model-level (computed by `summary.summarize`).
+COLUMN_INFO = {
+    "Total": (True, "0.8 * (0.3 BC + 0.1 OC + 0.2 OF + 0.4 BF) + 0.2 IQ"),
+    "OF": (True, "object fidelity: the requested object change happened"),
+    "BF": (True, "background fidelity: the requested background / style change happened"),
+    "OC": (True, "object consistency: what should stay about the object stayed"),
+    "BC": (True, "background consistency: everything else stayed"),
+    "IQ": (True, "image quality: 1 - tanh(FID / 25) between the originals and the edits"),
+    "FID": (False, "Frechet Inception distance between the originals and the edits"),
+    "score": (True, "per type / class: the weighted mean of the criteria the group defines"),
+}
+
+
+@dataclass
+class _Loaded:
+    query: Query
+    original: Any = None
+    edit: Any = None
+    edit_u8: Any = None
+    gt_masks: dict[str, Any] | None = None
+    edit_sha: str = ""
+    error: str = ""
+
+
+class _HatieSamples:
+    """Loads one query's 512 px images and ground-truth masks (runs in DataLoader workers)."""
+
+    def __init__(self, queryset: Any, queries: Sequence[Query], edit_paths: Sequence[Path]) -> None:
+        self.queryset, self.queries, self.edit_paths = queryset, queries, edit_paths
+
+    def __len__(self) -> int:
+        return len(self.queries)
+
+    def __getitem__(self, i: int) -> _Loaded:
+        import hashlib
+
+        import torch
+        import torch.nn.functional as F
+
+        from benchmark.imageio import ImageInputError, load_mask, load_rgb, to_float_tensor
+
+        q = self.queries[i]
+        out = _Loaded(q)
+        try:
+            src = load_rgb(self.queryset.path(q.image))
+            edit_bytes = Path(self.edit_paths[i]).read_bytes()
+            out.edit_sha = hashlib.sha256(edit_bytes).hexdigest()[:16]
+            edit = load_rgb(self.edit_paths[i])
+
+            def at512(img: Any) -> Any:
+                t = to_float_tensor(img)
+                if t.shape[-2:] == (IMAGE_SIZE, IMAGE_SIZE):
+                    return t
+                return F.interpolate(t.unsqueeze(0), size=(IMAGE_SIZE, IMAGE_SIZE), mode="bilinear",
+                                     antialias=True, align_corners=False).squeeze(0).clamp(0, 1)
+
+            out.original, out.edit = at512(src), at512(edit)
+            out.edit_u8 = (out.edit * 255).round().to(torch.uint8).permute(1, 2, 0).numpy()
+            objs = {o.id: o for o in (q.target, q.anchor, *q.editable_objects) if o is not None}
+            out.gt_masks = {}
+            for oid in needed_masks(q):
+                o = objs[oid]
+                if not o.mask:
+                    raise ImageInputError(f"query {q.id}: object {oid} ({o.name}) has no mask in the query set")
+                m = torch.from_numpy(load_mask(self.queryset.path(o.mask), src.size)).float()
+                m = F.interpolate(m[None, None], size=(IMAGE_SIZE, IMAGE_SIZE), mode="nearest")[0, 0]
+                if not m.any():
+                    raise ImageInputError(f"query {q.id}: the mask of object {oid} ({o.name}) is empty")
+                out.gt_masks[oid] = m
+        except (ImageInputError, OSError) as err:
+            out.error = str(err)
+        return out
+
+
+class HatieSuite:
+    """HATIE's evaluation (spec: shared/spec/hatie.md). Learned components are factories (called once, lazily):
+
+    segmenter(device=) -> Segmenter; clip(device=) -> ClipEncoder; dino(device=) -> DinoEncoder; lpips(device=) ->
+    LpipsDistance; fid(device=) -> FeatureExtractor or None to skip IQ; vqa(device=) -> VQA scorer or None (off).
+    """
+
+    info = MetricInfo("hatie", VERSION, True, description="HATIE fidelity/consistency criteria and Total")
+    columns = CRITERIA
+    column_info = COLUMN_INFO
+    summary = "benchmark.metrics.hatie.summary:summarize"
+
+    def __init__(self, *, segmenter: Callable[..., Any], clip: Callable[..., Any], dino: Callable[..., Any],
+                 lpips: Callable[..., Any], fid: Callable[..., Any] | None = None, vqa: Callable[..., Any] | None = None,
+                 device: str = "auto", batch_size: int = 32, chunk_size: int = 32,
+                 add_relation_text: str = ADD_RELATION_TEXT, cache_size: int = 4096) -> None:
+        if add_relation_text not in ("anchor", "target"):
+            raise ValueError(f"add_relation_text must be 'anchor' or 'target', not {add_relation_text!r}")
+        self._factories = {"segmenter": segmenter, "clip": clip, "dino": dino, "lpips": lpips, "fid": fid, "vqa": vqa}
+        self.device = resolve_device(device)
+        self.batch_size, self.chunk_size, self.cache_size = batch_size, chunk_size, cache_size
+        self.add_relation_text = add_relation_text
+        self._models: dict[str, Any] = {}
+        self.timings: dict[str, float] = {}
+
+    # -- components -------------------------------------------------------------------------------------------
+    def _get(self, name: str) -> Any:
+        if name not in self._models:
+            f = self._factories[name]
+            if f is None:
+                self._models[name] = None
+            else:
+                t0 = time.perf_counter()
+                self._models[name] = f(device=self.device)
+                self.timings[f"load {name}"] = time.perf_counter() - t0
+        return self._models[name]
+
+    @property
+    def vqa_on(self) -> bool:
+        return self._factories["vqa"] is not None
+
+    def components(self) -> dict[str, str]:
+        """Which optional components are on (recorded in every leaderboard row)."""
+        return {"vqa": "on" if self.vqa_on else "off", "iq": "on" if self._factories["fid"] is not None else "off",
+                "add_relation_text": self.add_relation_text}
+
+    def applies_to(self, query: Query, prompt_kind: str) -> bool:
+        """HATIE scores obj_remove only for instruction-based editors."""
+        return query.edit_type in HATIE_TYPES and not (query.edit_type == "obj_remove" and prompt_kind != "instruction")
+
+    # -- scoring ----------------------------------------------------------------------------------------------
+    def _segment(self, items: list[_Loaded], cache_dir: Path) -> list[Any]:
+        from benchmark.models.segmenter import load_segmentation, save_segmentation
+
+        seg_model = self._get("segmenter")
+        folder = cache_dir / _safe(seg_model.signature)
+        folder.mkdir(parents=True, exist_ok=True)
+        out: list[Any] = [None] * len(items)
+        todo = []
+        for i, it in enumerate(items):
+            p = folder / f"{it.query.id}-{it.edit_sha}.npz"
+            if p.is_file():
+                out[i] = load_segmentation(p)
+            else:
+                todo.append(i)
+        if todo:
+            t0 = time.perf_counter()
+            segs = seg_model.segment([items[i].edit_u8 for i in todo])
+            self.timings["segmenter forward"] = self.timings.get("segmenter forward", 0.0) + time.perf_counter() - t0
+            for i, s in zip(todo, segs, strict=True):
+                save_segmentation(s, folder / f"{items[i].query.id}-{items[i].edit_sha}.npz")
+                out[i] = s
+        return out
+
+    def _fid_features(self, items: list[_Loaded], src_cache: dict[str, Any]) -> tuple[list[Any], list[Any]]:
+        import torch
+
+        ext = self._get("fid")
+        if ext is None:
+            return [None] * len(items), [None] * len(items)
+        t0 = time.perf_counter()
+        edit_f = []
+        for s in range(0, len(items), self.batch_size):
+            edit_f.extend(ext.features(torch.stack([it.edit for it in items[s : s + self.batch_size]])).cpu().numpy())
+        need = list(dict.fromkeys(it.query.image for it in items if it.query.image not in src_cache))
+        by_img = {it.query.image: it.original for it in items}
+        for s in range(0, len(need), self.batch_size):
+            chunk = need[s : s + self.batch_size]
+            feats = ext.features(torch.stack([by_img[k] for k in chunk])).cpu().numpy()
+            src_cache.update(zip(chunk, feats, strict=True))
+        self.timings["fid forward"] = self.timings.get("fid forward", 0.0) + time.perf_counter() - t0
+        return edit_f, [src_cache[it.query.image] for it in items]
+
+    def score_queries(self, queryset: Any, queries: Sequence[Query], edit_paths: Sequence[Path], *, work_dir: Path,
+                      num_workers: int = 0, progress: bool = True) -> Iterator[list[dict[str, Any]]]:
+        """Yield lists of result rows (one dict per query: criteria, raw sub-scores, branch, FID features)."""
+        from torch.utils.data import DataLoader
+        from tqdm import tqdm
+
+        from benchmark.metrics.hatie.engine import SimilarityEngine
+        from benchmark.models.segmenter import restrict
+
+        order = sorted(range(len(queries)), key=lambda i: (queries[i].image, queries[i].id))
+        qs = [queries[i] for i in order]
+        paths = [edit_paths[i] for i in order]
+        engine = SimilarityEngine(self._get("clip"), self._get("dino"), self._get("lpips"), self._get("vqa"),
+                                  batch_size=self.batch_size, cache_size=self.cache_size)
+        self.engine = engine
+        src_feats: dict[str, Any] = {}
+        loader = DataLoader(_HatieSamples(queryset, qs, paths), batch_size=None, shuffle=False, num_workers=num_workers)
+        bar = tqdm(total=len(qs), desc="hatie", unit="query", disable=not progress, leave=False)
+        chunk: list[_Loaded] = []
+
+        def flush() -> list[dict[str, Any]]:
+            ok = [it for it in chunk if not it.error]
+            rows = [{"query_id": it.query.id, "status": "failed", "reason": it.error} for it in chunk if it.error]
+            if ok:
+                segs = self._segment(ok, work_dir / SEGMENTATIONS_DIR)
+                t0 = time.perf_counter()
+                plans = [WORKFLOWS[it.query.edit_type](QueryInput(
+                    it.query, it.original, it.edit, it.gt_masks or {}, restrict(s, relevant_classes(it.query)),
+                    vqa=self.vqa_on, add_relation_text=self.add_relation_text)) for it, s in zip(ok, segs, strict=True)]
+                self.timings["plan (crops, edges, pyramids)"] = self.timings.get("plan (crops, edges, pyramids)", 0.0) + time.perf_counter() - t0
+                raws = engine.run(plans)
+                f_edit, f_src = self._fid_features(ok, src_feats)
+                for it, raw, fe, fs in zip(ok, raws, f_edit, f_src, strict=True):
+                    crit = query_criteria(it.query.edit_type, raw)
+                    row = {"query_id": it.query.id, "status": "ok", "reason": "", **crit, "branch": raw.pop("branch")}
+                    row.update({f"raw_{k}": (math.nan if v is None else float(v)) for k, v in raw.items()})
+                    row[FID_EDIT] = None if fe is None else np.asarray(fe, dtype=np.float32)
+                    row[FID_SOURCE] = None if fs is None else np.asarray(fs, dtype=np.float32)
+                    rows.append(row)
+            bar.update(len(chunk))
+            chunk.clear()
+            return rows
+
+        for item in loader:
+            chunk.append(item)
+            if len(chunk) >= self.chunk_size:
+                yield flush()
+        if chunk:
+            yield flush()
+        bar.close()
+
+    def model_seconds(self) -> dict[str, float]:
+        eng = getattr(self, "engine", None)
+        out = {k: v for k, v in self.timings.items() if "forward" in k}
+        if eng is not None:
+            out.update({f"{k} forward": v for k, v in eng.model_seconds.items()})
+        return out
+
+
+def _safe(sig: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in sig)

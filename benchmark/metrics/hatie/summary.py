@@ -1,0 +1,42 @@
+"""Model-level HATIE scores for one leaderboard group: IQ from FID (overall only) and Total (spec section 5).
+
+Called by `benchmark.leaderboard` with the group's ok rows and the criteria means / bootstrap SEs it computed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from benchmark.metrics.hatie.suite import FID_EDIT, FID_SOURCE
+from benchmark.metrics.hatie.weights import combine
+
+
+def _stack(values: Any) -> np.ndarray | None:
+    arrs = [np.asarray(v, dtype=np.float64) for v in values if v is not None and len(v)]
+    return np.stack(arrs) if arrs else None
+
+
+def summarize(ok: Any, means: Mapping[str, float], ses: Mapping[str, float], *, overall: bool,
+              seed: int = 0) -> dict[str, Any]:
+    """overall: FID, IQ, IQ_se, Total, Total_se. Per type / class: `score`, `score_se` = the weighted mean of the
+    criteria the group defines (same weights as Total, normalised over them; IQ is a set-level quantity and is
+    not split)."""
+    if not overall:
+        score, se = combine(means, ses)
+        return {"score": score, "score_se": se}
+    from benchmark.metrics.fid import image_quality_with_error
+
+    out: dict[str, Any] = {"FID": math.nan, "IQ": math.nan, "IQ_se": math.nan}
+    if FID_EDIT in ok and len(ok):
+        edits = _stack(ok[FID_EDIT])
+        srcs = _stack(ok.drop_duplicates("image_id")[FID_SOURCE]) if FID_SOURCE in ok else None
+        if edits is not None and srcs is not None:
+            out.update(image_quality_with_error(srcs, edits, seed=seed))
+    iq = out["IQ"] if math.isfinite(out["IQ"]) else None
+    total, total_se = combine(means, ses, iq, out["IQ_se"] if iq is not None else None)
+    out.update({"Total": total, "Total_se": total_se})
+    return out

@@ -1,0 +1,254 @@
+"""COCO instance segmenters for scoring edited images, and HATIE's selection rules.
+
+Backends: torchvision Mask R-CNN (default) and detectron2 (`mask_rcnn_R_101_FPN_3x`, what HATIE used), chosen
+automatically when `import detectron2` works. Both return raw instances; `select_detections` applies the rules
+shared by every backend: score >= threshold, empty masks dropped, the best-scoring instance per class kept.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from benchmark.models.common import WeightsUnavailableError, check_source, tiny_model_dir
+
+SCORE_THRESHOLD = 0.1  # HATIE's detectron2 SCORE_THRESH_TEST
+DEGENERATE_PX = 5  # a detection whose box is narrower or shorter than this counts as degenerate (HATIE)
+MASK_THRESHOLD = 0.5  # torchvision's soft masks -> binary
+# The 80 COCO classes in detectron2's contiguous order (its `pred_classes` index this list).
+COCO_CLASSES: tuple[str, ...] = (
+    "person", "bicycle", "car", "motorcycle", "airplane", "bus", "train", "truck", "boat", "traffic light",
+    "fire hydrant", "stop sign", "parking meter", "bench", "bird", "cat", "dog", "horse", "sheep", "cow",
+    "elephant", "bear", "zebra", "giraffe", "backpack", "umbrella", "handbag", "tie", "suitcase", "frisbee",
+    "skis", "snowboard", "sports ball", "kite", "baseball bat", "baseball glove", "skateboard", "surfboard",
+    "tennis racket", "bottle", "wine glass", "cup", "fork", "knife", "spoon", "bowl", "banana", "apple",
+    "sandwich", "orange", "broccoli", "carrot", "hot dog", "pizza", "donut", "cake", "chair", "couch",
+    "potted plant", "bed", "dining table", "toilet", "tv", "laptop", "mouse", "remote", "keyboard", "cell phone",
+    "microwave", "oven", "toaster", "sink", "refrigerator", "book", "clock", "vase", "scissors", "teddy bear",
+    "hair drier", "toothbrush",
+)
+# COCO category ids skipped by the 80-class list (torchvision's 91-way heads label these "N/A").
+_COCO_UNUSED_IDS = (12, 26, 29, 30, 45, 66, 68, 69, 71, 83)
+# Small input and few proposals keep the random-weight stand-in fast on CPU (the class and heads are the real ones).
+TINY_MASKRCNN = {"backbone": "resnet18", "min_size": 128, "max_size": 128, "num_classes": 91,
+                 "rpn_pre_nms_top_n_test": 100, "rpn_post_nms_top_n_test": 20}
+TINY_SEED = 0
+
+
+def coco91_names() -> list[str]:
+    """torchvision's label index -> class name (0 = background, unused ids = 'N/A')."""
+    names, it = ["__background__"], iter(COCO_CLASSES)
+    for cid in range(1, 91):
+        names.append("N/A" if cid in _COCO_UNUSED_IDS else next(it))
+    return names
+
+
+@dataclass(frozen=True)
+class Detection:
+    """One kept instance: class, confidence, box `[x0, y0, x1, y1]` (inclusive min/max of the mask), mask."""
+
+    name: str
+    score: float
+    bbox: tuple[int, int, int, int]
+    mask: np.ndarray = field(repr=False, compare=False)  # bool (H, W)
+
+    @property
+    def degenerate(self) -> bool:
+        x0, y0, x1, y1 = self.bbox
+        return (x1 - x0) < DEGENERATE_PX or (y1 - y0) < DEGENERATE_PX
+
+
+Segmentation = dict[str, Detection]  # class name -> its best instance
+
+
+def bbox_from_mask(mask: np.ndarray) -> tuple[int, int, int, int]:
+    """Inclusive min/max column and row of the nonzero pixels (HATIE's convention)."""
+    rows, cols = np.flatnonzero(mask.any(axis=1)), np.flatnonzero(mask.any(axis=0))
+    return int(cols[0]), int(rows[0]), int(cols[-1]), int(rows[-1])
+
+
+def select_detections(names: Sequence[str], scores: Sequence[float], masks: Sequence[np.ndarray],
+                      threshold: float = SCORE_THRESHOLD) -> Segmentation:
+    """HATIE's rules: drop instances under `threshold` or with empty masks, keep the best instance per class.
+    Ties keep the first instance (as HATIE's strict `>`)."""
+    out: Segmentation = {}
+    for name, score, mask in zip(names, scores, masks, strict=True):
+        score = float(score)
+        if score < threshold or name in ("N/A", "__background__") or not mask.any():
+            continue
+        if name not in out or score > out[name].score:
+            out[name] = Detection(name, score, bbox_from_mask(mask), mask.astype(bool))
+    return out
+
+
+def restrict(seg: Segmentation, classes: Sequence[str]) -> Segmentation:
+    """Only the query's relevant classes."""
+    return {k: v for k, v in seg.items() if k in set(classes)}
+
+
+class Segmenter(Protocol):
+    signature: str  # changes whenever outputs could change (backend, weights, threshold)
+
+    def segment(self, images: Sequence[np.ndarray]) -> list[Segmentation]:
+        """uint8 RGB (H, W, 3) images -> one selection per image (every class, best instance each)."""
+        ...
+
+
+class TorchvisionSegmenter:
+    """torchvision Mask R-CNN. Batched: one forward pass per `batch_size` images."""
+
+    def __init__(self, model: Any, *, threshold: float = SCORE_THRESHOLD, batch_size: int = 4, device: str = "cpu",
+                 name: str = "") -> None:
+        self.model, self.threshold, self.batch_size, self.device = model, threshold, batch_size, device
+        self.names = coco91_names()
+        self.signature = f"torchvision-maskrcnn/{name}/t{threshold}"
+
+    def segment(self, images: Sequence[np.ndarray]) -> list[Segmentation]:
+        import torch
+
+        out: list[Segmentation] = []
+        for start in range(0, len(images), self.batch_size):
+            chunk = [torch.from_numpy(np.ascontiguousarray(im)).permute(2, 0, 1).float().div(255).to(self.device)
+                     for im in images[start : start + self.batch_size]]
+            with torch.inference_mode():
+                preds = self.model(chunk)
+            for p in preds:
+                masks = (p["masks"][:, 0] >= MASK_THRESHOLD).cpu().numpy()
+                labels = [self.names[int(i)] for i in p["labels"].cpu()]
+                out.append(select_detections(labels, p["scores"].cpu().tolist(), list(masks), self.threshold))
+        return out
+
+
+def convert_detectron2(instances: Any, class_names: Sequence[str] = COCO_CLASSES) -> tuple[list[str], list[float], list[np.ndarray]]:
+    """detectron2 `Instances` (pred_classes, scores, pred_masks on any device) -> (names, scores, bool masks)."""
+    classes = instances.pred_classes.cpu().numpy().tolist()
+    scores = instances.scores.cpu().numpy().astype(float).tolist()
+    masks = instances.pred_masks.cpu().numpy().astype(bool)
+    return [class_names[c] for c in classes], scores, list(masks)
+
+
+class Detectron2Segmenter:
+    """detectron2's DefaultPredictor (expects BGR uint8); same selection rules as every backend."""
+
+    def __init__(self, predictor: Any, *, threshold: float = SCORE_THRESHOLD, name: str = "") -> None:
+        self.predictor, self.threshold = predictor, threshold
+        self.signature = f"detectron2/{name}/t{threshold}"
+
+    def segment(self, images: Sequence[np.ndarray]) -> list[Segmentation]:
+        out = []
+        for im in images:
+            names, scores, masks = convert_detectron2(self.predictor(np.ascontiguousarray(im[:, :, ::-1]))["instances"])
+            out.append(select_detections(names, scores, masks, self.threshold))
+        return out
+
+
+def _tiny_maskrcnn(cfg: dict[str, Any], threshold: float) -> Any:
+    from torchvision.models.detection import MaskRCNN
+    from torchvision.models.detection.backbone_utils import resnet_fpn_backbone
+
+    backbone = resnet_fpn_backbone(backbone_name=cfg["backbone"], weights=None, trainable_layers=5)
+    return MaskRCNN(backbone, num_classes=cfg["num_classes"], min_size=cfg["min_size"], max_size=cfg["max_size"],
+                    rpn_pre_nms_top_n_test=cfg["rpn_pre_nms_top_n_test"],
+                    rpn_post_nms_top_n_test=cfg["rpn_post_nms_top_n_test"], box_score_thresh=threshold)
+
+
+def _save_tiny(path: Path) -> None:
+    import torch
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(TINY_SEED)
+        torch.save(_tiny_maskrcnn(TINY_MASKRCNN, SCORE_THRESHOLD).state_dict(), path / "maskrcnn.pt")
+
+
+@functools.lru_cache(maxsize=4)
+def load_torchvision_segmenter(weights: str = "pretrained", threshold: float = SCORE_THRESHOLD, batch_size: int = 4,
+                               device: str = "cpu") -> TorchvisionSegmenter:
+    """Mask R-CNN R50-FPN v2 with COCO weights (pretrained), a small random Mask R-CNN (tiny) or the real shape
+    with random weights (random). Weights always go through `load_state_dict`."""
+    import torch
+    from torchvision.models.detection import MaskRCNN_ResNet50_FPN_V2_Weights, maskrcnn_resnet50_fpn_v2
+
+    source = check_source(weights)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(TINY_SEED)
+        if source == "tiny":
+            model = _tiny_maskrcnn(TINY_MASKRCNN, threshold)
+            state = torch.load(tiny_model_dir("maskrcnn", TINY_MASKRCNN, _save_tiny) / "maskrcnn.pt", weights_only=True)
+        else:
+            model = maskrcnn_resnet50_fpn_v2(weights=None, weights_backbone=None, box_score_thresh=threshold)
+            state = model.state_dict()
+    name = source
+    if source == "pretrained":
+        w = MaskRCNN_ResNet50_FPN_V2_Weights.COCO_V1
+        try:
+            state = w.get_state_dict(progress=False, check_hash=True)
+        except Exception as err:  # urllib / hash errors
+            raise WeightsUnavailableError("the Mask R-CNN segmenter", w.url, err) from err
+        name = Path(w.url).name
+    model.load_state_dict(state)
+    return TorchvisionSegmenter(model.to(device).eval(), threshold=threshold, batch_size=batch_size, device=device,
+                                name=f"maskrcnn_resnet50_fpn_v2/{name}" if source != "tiny" else "maskrcnn-tiny")
+
+
+D2_CONFIG = "COCO-InstanceSegmentation/mask_rcnn_R_101_FPN_3x.yaml"
+
+
+@functools.lru_cache(maxsize=2)
+def load_detectron2_segmenter(config: str = D2_CONFIG, threshold: float = SCORE_THRESHOLD,
+                              device: str = "cpu") -> Detectron2Segmenter:  # pragma: no cover - needs detectron2
+    from detectron2 import model_zoo
+    from detectron2.config import get_cfg
+    from detectron2.engine import DefaultPredictor
+
+    cfg = get_cfg()
+    cfg.merge_from_file(model_zoo.get_config_file(config))
+    cfg.MODEL.ROI_HEADS.SCORE_THRESH_TEST = threshold
+    cfg.MODEL.WEIGHTS = model_zoo.get_checkpoint_url(config)
+    cfg.MODEL.DEVICE = device
+    return Detectron2Segmenter(DefaultPredictor(cfg), threshold=threshold, name=config)
+
+
+def detectron2_available() -> bool:
+    return importlib.util.find_spec("detectron2") is not None
+
+
+def build_segmenter(backend: str = "auto", weights: str = "pretrained", threshold: float = SCORE_THRESHOLD,
+                    batch_size: int = 4, device: str = "cpu") -> Segmenter:
+    """`auto`: detectron2 (HATIE's exact segmenter) when installed and real weights are wanted, else torchvision."""
+    if backend not in ("auto", "torchvision", "detectron2"):
+        raise ValueError(f"unknown segmenter backend {backend!r}; expected auto, torchvision or detectron2")
+    use_d2 = backend == "detectron2" or (backend == "auto" and weights == "pretrained" and detectron2_available())
+    if use_d2:
+        if weights != "pretrained":
+            raise ValueError("the detectron2 backend has no tiny/random weights; use backend=torchvision")
+        if not detectron2_available():
+            raise ImportError("segmenter backend 'detectron2' needs detectron2 (install it from source: "
+                              "https://github.com/facebookresearch/detectron2); or use backend=torchvision")
+        return load_detectron2_segmenter(threshold=threshold, device=device)
+    return load_torchvision_segmenter(weights, threshold, batch_size, device)
+
+
+def save_segmentation(seg: Segmentation, path: Path) -> None:
+    """Cache one image's selection as a compressed npz (no pickles: plain arrays only)."""
+    from benchmark.fileio import atomic_path
+
+    names = sorted(seg)
+    masks = np.stack([seg[n].mask for n in names]) if names else np.zeros((0, 1, 1), bool)
+    with atomic_path(path) as tmp, open(tmp, "wb") as fh:
+        np.savez_compressed(fh, names=np.array(names, dtype=str), scores=np.array([seg[n].score for n in names]),
+                            boxes=np.array([seg[n].bbox for n in names], dtype=np.int64).reshape(-1, 4),
+                            masks=np.packbits(masks, axis=-1), width=np.array(masks.shape[-1]))
+
+
+def load_segmentation(path: Path) -> Segmentation:
+    with np.load(path, allow_pickle=False) as z:
+        w = int(z["width"])
+        masks = np.unpackbits(z["masks"], axis=-1, count=w).astype(bool)
+        return {str(n): Detection(str(n), float(s), tuple(int(v) for v in b), m)  # type: ignore[arg-type]
+                for n, s, b, m in zip(z["names"], z["scores"], z["boxes"], masks, strict=True)}
