@@ -8,12 +8,15 @@ TORCH_SPEC  ?= torch==2.14.1 torchvision==0.29.1
 MODEL       ?= identity
 QUERYSET    ?= demo
 PROFILE     ?= pretrained
+METRICS     ?= hatie
+EDITS       ?=
+NAME        ?=
 DEMO_EDITORS ?= identity,oracle,overedit
 ARGS        ?=
 
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: help install demo bench test test-all lint clean-results
+.PHONY: help install demo demo-hatie bench score bench-hatie test test-all lint clean-results
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 16
@@ -29,8 +32,18 @@ demo: ## run the whole pipeline offline on the bundled demo set with the weight-
 	$(PY) -m benchmark.run --multirun editor=$(DEMO_EDITORS) queryset=demo profile=tiny $(ARGS)
 	$(PY) -m benchmark.leaderboard show --queryset demo
 
-bench: ## run one editor on one query set: make bench MODEL=ip2p QUERYSET=hatie [PROFILE=tiny] [ARGS="seed=1"]
-	$(PY) -m benchmark.run editor=$(MODEL) queryset=$(QUERYSET) profile=$(PROFILE) $(ARGS)
+demo-hatie: ## HATIE suite, tiny random backbones, on the demo set (identity and overedit)
+	$(PY) -m benchmark.run --multirun editor=identity,overedit queryset=demo profile=tiny metrics=hatie $(ARGS)
+	$(PY) -m benchmark.leaderboard show --queryset demo
+
+bench: ## run one editor on one query set: make bench MODEL=ip2p QUERYSET=hatie [PROFILE=tiny] [METRICS=hatie] [ARGS="seed=1"]
+	$(PY) -m benchmark.run editor=$(MODEL) queryset=$(QUERYSET) profile=$(PROFILE) metrics=$(METRICS) $(ARGS)
+
+score: ## score edits made elsewhere: make score QUERYSET=hatie EDITS=<folder> NAME=<label> [ARGS="kind=description"]
+	$(PY) -m benchmark.score_edits queryset=$(QUERYSET) edits=$(EDITS) name=$(NAME) profile=$(PROFILE) metrics=$(METRICS) $(ARGS)
+
+bench-hatie: ## time the HATIE scoring stage, batched vs batch size 1 (real-size random-weight backbones, CPU)
+	$(PY) scripts/bench_hatie.py $(ARGS)
 
 test: ## offline test suite (HF_HUB_OFFLINE=1)
 	$(PY) -m pytest -q $(ARGS)

@@ -121,7 +121,7 @@ def metric_table(runs: list[tuple[dict, Any]]):
 
     seen: dict[str, dict] = {}
     for meta, _ in runs:
-        for name in meta.get("metric_order") or list(meta["metrics"]):
+        for name in meta["metrics"]:
             seen.setdefault(name, {"metric": name} | meta["metrics"][name])
     return pd.DataFrame(list(seen.values()))
 

@@ -12,7 +12,8 @@ from benchmark.editor import Editor, PromptKindError, query_seed
 from benchmark.imageio import load_rgb
 from benchmark.run import compose
 
-EDITORS = options("editor")
+# `external` reads a folder of edits made elsewhere (no generation); tests/test_hatie.py covers it.
+EDITORS = [e for e in options("editor") if e != "external"]
 
 
 def make_editor(name):

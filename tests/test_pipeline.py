@@ -70,7 +70,8 @@ def test_rerun_recomputes_nothing_and_gives_identical_tables(demo_results):
 @pytest.mark.parametrize("group", CHECKED_GROUPS)
 def test_every_config_composes_and_instantiates(group):
     for name in options(group):
-        cfg, _ = compose([f"{group}={name}", "profile=tiny"] if group != "profile" else [f"profile={name}"])
+        extra = [f"editor.folder={ROOT / 'datasets' / 'demo' / 'targets'}"] if (group, name) == ("editor", "external") else []
+        cfg, _ = compose([f"{group}={name}", "profile=tiny", *extra] if group != "profile" else [f"profile={name}"])
         if group == "editor":
             instantiate(cfg.editor)
         elif group == "queryset":
@@ -83,7 +84,7 @@ def test_every_config_composes_and_instantiates(group):
 
 
 def test_unknown_names_fail_with_suggestions():
-    with pytest.raises(UnknownOptionError, match=r"unknown editor 'identiy'. Did you mean 'identity'\? Valid editor names: identity, oracle, overedit"):
+    with pytest.raises(UnknownOptionError, match=r"unknown editor 'identiy'. Did you mean 'identity'\? Valid editor names: .*identity, .*oracle, overedit"):
         check_overrides(["editor=identiy"])
     with pytest.raises(UnknownOptionError, match="unknown queryset 'hatiee'"):
         check_overrides(["queryset=hatiee"])

@@ -20,7 +20,11 @@ import numpy as np
 from benchmark.metrics.hatie.primitives import IMAGE_SIZE
 from benchmark.metrics.hatie.weights import CRITERIA, query_criteria
 from benchmark.metrics.hatie.workflows import (
-    ADD_RELATION_TEXT, WORKFLOWS, QueryInput, needed_masks, relevant_classes,
+    ADD_RELATION_TEXT,
+    WORKFLOWS,
+    QueryInput,
+    needed_masks,
+    relevant_classes,
 )
 from benchmark.models.common import resolve_device
 from benchmark.types import HATIE_TYPES, MetricInfo, Query

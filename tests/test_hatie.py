@@ -1,0 +1,387 @@
+"""HATIE suite: primitives, weighted sums, workflow branches with an oracle segmentation, model-level scores,
+end to end on the demo set with tiny random backbones, and scoring edits made elsewhere."""
+
+import math
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from conftest import ROOT, run_demo
+
+from benchmark.metrics.fid import fid, image_quality_with_error
+from benchmark.metrics.hatie import primitives as P
+from benchmark.metrics.hatie.engine import SimilarityEngine
+from benchmark.metrics.hatie.weights import combine, query_criteria, weighted
+from benchmark.metrics.hatie.workflows import WORKFLOWS, QueryInput
+from benchmark.models.segmenter import (
+    COCO_CLASSES,
+    Detection,
+    bbox_from_mask,
+    coco91_names,
+    convert_detectron2,
+    load_segmentation,
+    save_segmentation,
+    select_detections,
+)
+from benchmark.types import ObjectRef, Query
+
+S = P.IMAGE_SIZE
+
+
+@pytest.fixture(scope="module")
+def engine():
+    from benchmark.models.clip import load_clip
+    from benchmark.models.dino import load_dino
+    from benchmark.models.perceptual import load_lpips
+
+    return SimilarityEngine(load_clip("tiny"), load_dino("tiny"), load_lpips("tiny"), batch_size=16)
+
+
+def scene(obj_box=(200, 200, 240, 240), color=(0.9, 0.1, 0.1)):
+    """A 512 px gradient background with one square object; returns (image, object mask)."""
+    yy, xx = torch.meshgrid(torch.linspace(0, 1, S), torch.linspace(0, 1, S), indexing="ij")
+    img = torch.stack([0.3 + 0.4 * xx, 0.2 + 0.5 * yy, 0.5 - 0.3 * xx * yy])
+    m = torch.zeros(S, S)
+    x0, y0, x1, y1 = obj_box
+    m[y0:y1, x0:x1] = 1
+    img = img * (1 - m) + torch.tensor(color).view(3, 1, 1) * m
+    return img.clamp(0, 1), m
+
+
+def det(name, mask, score=0.9):
+    mk = mask.bool().numpy()
+    return Detection(name, score, bbox_from_mask(mk), mk)
+
+
+OBJ = ObjectRef(id="7", name="cup", mask="unused.png")
+ANCHOR = ObjectRef(id="8", name="bowl", mask="unused.png")
+
+
+def query(edit_type, **kw):
+    base = dict(id=f"q-{edit_type}", image="images/x.png", edit_type=edit_type, instruction="do it")
+    return Query(**(base | kw))
+
+
+def run_one(engine, q, original, edit, gt, seg, vqa=False):
+    plan = WORKFLOWS[q.edit_type](QueryInput(q, original, edit, gt, seg, vqa=vqa))
+    raw = engine.run([plan])[0]
+    return raw, query_criteria(q.edit_type, raw)
+
+
+# -- primitives ------------------------------------------------------------------------------------------------
+
+def test_g_is_continuous_at_its_knots():
+    for x in (0.54, 0.66):
+        assert abs(P.g(x - 1e-9) - P.g(x)) < 1e-3
+
+
+def test_size_thresholds_and_pos_identity():
+    base = torch.zeros(S, S)
+    base[100:140, 100:140] = 1  # 40 px side
+    for side, mode, want in ((68, "enlarge", 1.0), (52, "enlarge", 0.5), (40, "enlarge", 0.0), (40, "keep", 1.0),
+                             (20, "shrink", 1.0), (32, "shrink", 0.5), (20, "keep", 0.5)):
+        m = torch.zeros(S, S)
+        m[100 : 100 + side, 100 : 100 + side] = 1
+        assert P.size(base, m, mode) == pytest.approx(want, abs=1e-9), (side, mode)
+    assert P.pos(base, base) == 1.0
+
+
+def test_square_pad_puts_the_odd_pixel_right_and_bottom():
+    x = torch.ones(3, 5, 2)
+    y = P.square_pad(x)
+    assert y.shape == (3, 5, 5) and y[0, 0].tolist() == [0, 1, 1, 0, 0]
+    assert P.square_pad(torch.ones(3, 2, 5))[0, :, 0].tolist() == [0, 1, 1, 0, 0]
+
+
+def test_bbox_is_inclusive_min_max():
+    m = np.zeros((10, 12), bool)
+    m[2:5, 3:9] = True
+    assert bbox_from_mask(m) == (3, 2, 8, 4)
+
+
+def test_similarity_of_an_image_with_itself_is_one(engine):
+    from benchmark.metrics.hatie.engine import Plan
+
+    img, _ = scene()
+    plan = Plan()
+    pk = plan.pair(plan.image("a", img), plan.image("b", img.clone()))
+    plan.finish = lambda r: r.pair[pk]
+    sims = engine.run([plan])[0]
+    assert sims == pytest.approx({"clip": 1.0, "lpips": 1.0, "dino": 1.0, "l2": 1.0}, abs=1e-5)
+
+
+# -- selection rules and the segmentation cache -------------------------------------------------------------
+
+def test_selection_keeps_best_instance_per_class_above_threshold():
+    a = np.zeros((8, 8), bool)
+    a[1:4, 1:4] = True
+    seg = select_detections(["cup", "cup", "dog", "cat", "N/A"], [0.3, 0.6, 0.09, 0.5, 0.9],
+                            [a, a, a, np.zeros((8, 8), bool), a])
+    assert set(seg) == {"cup"} and seg["cup"].score == 0.6  # dog under 0.1, cat empty, N/A not a class
+
+
+def test_detectron2_adapter_converts_instances():
+    masks = torch.zeros(2, 6, 6, dtype=torch.bool)
+    masks[0, 1:3, 1:5] = True
+    masks[1, 2:6, 0:2] = True
+    inst = SimpleNamespace(pred_classes=torch.tensor([41, 0]), scores=torch.tensor([0.8, 0.05]), pred_masks=masks)
+    names, scores, ms = convert_detectron2(inst)
+    assert names == ["cup", "person"] and scores == pytest.approx([0.8, 0.05])
+    assert select_detections(names, scores, ms)["cup"].bbox == (1, 1, 4, 2)
+    assert coco91_names()[44] == "bottle" and coco91_names()[12] == "N/A" and len(COCO_CLASSES) == 80
+
+
+def test_segmentation_cache_round_trip(tmp_path):
+    _, m = scene()
+    seg = {"cup": det("cup", m, 0.75)}
+    save_segmentation(seg, tmp_path / "s.npz")
+    back = load_segmentation(tmp_path / "s.npz")
+    assert back["cup"].score == 0.75 and back["cup"].bbox == seg["cup"].bbox
+    assert np.array_equal(back["cup"].mask, seg["cup"].mask)
+    save_segmentation({}, tmp_path / "e.npz")
+    assert load_segmentation(tmp_path / "e.npz") == {}
+
+
+# -- workflows with an oracle segmentation -------------------------------------------------------------------
+
+OBJECT_TASKS = {
+    "obj_rep": dict(target=OBJ, new_class="cup"),  # "replaced" by the same class: detected where it was
+    "obj_resize": dict(target=OBJ, size_change="enlarge"),
+    "attr_chg": dict(target=OBJ, attribute_after="blue"),
+    "obj_remove": dict(target=OBJ),
+}
+
+
+@pytest.mark.parametrize("edit_type", sorted(OBJECT_TASKS))
+def test_identity_edit_keeps_background_consistency_at_one(engine, edit_type):
+    img, m = scene()
+    raw, crit = run_one(engine, query(edit_type, **OBJECT_TASKS[edit_type]), img, img.clone(), {"7": m},
+                        {"cup": det("cup", m)})
+    assert [raw[f"bc_{s}"] for s in ("clip", "lpips", "dino", "l2")] == pytest.approx([1, 1, 1, 1], abs=1e-5)
+    assert crit["BC"] == pytest.approx(1.0, abs=1e-4)
+
+
+def test_translation_changes_only_position(engine):
+    img, m = scene()
+    q = query("attr_chg", target=OBJ, attribute_after="blue")
+    pos = []
+    for dx in (0, 10, 30):
+        edit, m2 = scene((200 + dx, 200, 240 + dx, 240))
+        raw, _ = run_one(engine, q, img, edit, {"7": m}, {"cup": det("cup", m2)})
+        assert raw["oc_size"] == 1.0  # same area
+        assert raw["oc_pos"] == pytest.approx((P.POS_MAX_DISTANCE - dx / 40) / P.POS_MAX_DISTANCE)
+        pos.append(raw["oc_pos"])
+        if dx == 0:
+            ident = raw
+    assert pos[0] == 1.0 and pos[0] > pos[1] > pos[2]
+    # the object crop is the same square wherever it sits: appearance terms unchanged by the move
+    assert raw["oc_l2_edge"] == pytest.approx(ident["oc_l2_edge"], abs=1e-6)
+
+
+@pytest.mark.parametrize("factor,want", [(1.7, 1.0), (1.3, 0.5)])
+def test_enlarge_size_fidelity(engine, factor, want):
+    img, m = scene((200, 200, 240, 240))
+    side = round(40 * factor)
+    edit, m2 = scene((200, 200, 200 + side, 200 + side))
+    _, crit = run_one(engine, query("obj_resize", target=OBJ, size_change="enlarge"), img, edit, {"7": m},
+                      {"cup": det("cup", m2)})
+    assert crit["OF"] == pytest.approx(want, abs=1e-9)
+
+
+def test_narrow_detection_follows_the_degenerate_branch(engine):
+    img, m = scene()
+    thin = torch.zeros(S, S)
+    thin[200:240, 200:204] = 1  # 4 px wide
+    raw, crit = run_one(engine, query("attr_chg", target=OBJ, attribute_after="blue"), img, img.clone(), {"7": m},
+                        {"cup": det("cup", thin)})
+    assert raw["branch"] == "degenerate" and crit["OF"] == 0 and crit["OC"] == 0
+
+
+def test_vanished_object_follows_the_not_detected_branch(engine):
+    img, m = scene()
+    raw, crit = run_one(engine, query("obj_remove", target=OBJ), img, img.clone(), {"7": m}, {})
+    assert raw["branch"] == "not_detected" and crit["OF"] == 1.0 and crit["BC"] == pytest.approx(1.0, abs=1e-4)
+    raw, crit = run_one(engine, query("obj_add", new_class="cup", anchor=ANCHOR, relation="left"), img, img.clone(),
+                        {}, {})
+    assert raw["branch"] == "not_detected" and crit["OF"] == 0 and crit["BC"] == pytest.approx(1.0, abs=1e-4)
+
+
+def test_obj_add_detected_uses_anchor_in_relation_text(engine):
+    img, m = scene()
+    _, ma = scene((300, 300, 360, 360))
+    plan = WORKFLOWS["obj_add"](QueryInput(query("obj_add", new_class="cup", anchor=ANCHOR, relation="left"), img,
+                                           img.clone(), {}, {"cup": det("cup", m), "bowl": det("bowl", ma)}))
+    assert [t for _, t in plan.texts] == ["cup", "cup on the left side of bowl"]
+
+
+def test_bg_chg_pairs_objects_by_id_and_vqa_on_mode(engine):
+    img, m = scene()
+    other = ObjectRef(id="9", name="bowl", mask="unused.png")
+    q = query("bg_chg", background="beach", editable_objects=(other, OBJ))  # order differs from detections
+    _, mb = scene((40, 40, 90, 90))
+    seg = {"cup": det("cup", m), "bowl": det("bowl", mb)}
+
+    class HalfVQA:  # a constant VQA model: tests the "on" plumbing, not a VLM
+        def score(self, images, texts):
+            return [0.5] * len(images)
+
+    eng = SimilarityEngine(engine.clip, engine.dino, engine.lpips, HalfVQA())
+    raw, crit = run_one(eng, q, img, img.clone(), {"7": m, "9": mb}, seg, vqa=True)
+    assert raw["oc_pos"] == 1.0 and raw["oc_size"] == 1.0 and raw["oc_l2"] == pytest.approx(1.0)
+    assert raw["bf_vqa"] == 0.5 and crit["BF"] == pytest.approx(P.g(0.87 * raw["bf_clip"] + 0.13 * 0.5))
+    raw_off, crit_off = run_one(engine, q, img, img.clone(), {"7": m, "9": mb}, seg, vqa=False)
+    assert raw_off["bf_vqa"] is None and crit_off["BF"] == pytest.approx(P.g(raw_off["bf_clip"]))
+
+
+# -- weighted sums, hand-computed ----------------------------------------------------------------------------
+
+BC4 = {"bc_clip": 0.9, "bc_lpips": 0.8, "bc_dino": 0.7, "bc_l2": 0.95}
+BC_WANT = (0.22 * 0.9 + 0.17 * 0.8 + 0.25 * 0.7 + 0.36 * 0.95) ** 6
+
+
+def test_weighted_sums_by_hand():
+    add = {**BC4, "of_clip": 0.6, "of_det": 0.5, "of_vqa": 0.4, "of_clip_rel": 0.3, "of_vqa_rel": 0.2}
+    c = query_criteria("obj_add", add)
+    assert c["BC"] == pytest.approx(BC_WANT)
+    assert c["OF"] == pytest.approx(0.0003 * 0.6 + 0.0276 * 0.5 + 0.0021 * 0.4 + 0.71 * 0.3 + 0.26 * 0.2)
+    assert math.isnan(c["OC"]) and math.isnan(c["BF"])
+    c = query_criteria("obj_remove", {**BC4, "of_clip": 0.2, "of_det": 0.1, "of_vqa": 0.3})
+    assert c["OF"] == pytest.approx(0.01 * 0.2 + 0.92 * 0.1 + 0.07 * 0.3)
+    c = query_criteria("obj_rep", {**BC4, "oc_pos": 0.8, "of_clip": 0.6, "of_det": 0.9, "of_vqa": 0.5})
+    assert (c["OC"], c["OF"]) == pytest.approx((0.8, 0.01 * 0.6 + 0.92 * 0.9 + 0.07 * 0.5))
+    res = {**BC4, "oc_clip": 0.9, "oc_lpips": 0.8, "oc_dino": 0.7, "oc_l2": 0.6, "oc_pos": 0.5, "of_size": 0.4}
+    c = query_criteria("obj_resize", res)
+    assert c["OC"] == pytest.approx(0.9 * (0.23 * 0.9 + 0.01 * 0.8 + 0.11 * 0.7 + 0.65 * 0.6) + 0.1 * 0.5)
+    assert c["OF"] == 0.4
+    x = {f"oc_{s}_{t}": v for s, vals in zip(("clip", "lpips", "dino", "l2"), ((0.1, 0.2, 0.3), (0.4, 0.5, 0.6),
+                                                                         (0.7, 0.8, 0.9), (0.15, 0.25, 0.35)))
+         for t, v in zip(("edge", "degA", "degB"), vals, strict=True)}
+    attr = {**BC4, **x, "oc_pos": 0.9, "oc_size": 0.8, "of_clip": 0.7, "of_det": 0.6, "of_vqa": 0.5}
+    inner = (0.84 * (0.08 * 0.1 + 0.57 * 0.2 + 0.35 * 0.3) + 0.01 * (0.01 * 0.4 + 0.03 * 0.5 + 0.96 * 0.6)
+             + 0.02 * (0.93 * 0.7 + 0.05 * 0.8 + 0.02 * 0.9) + 0.13 * (0.01 * 0.15 + 0.01 * 0.25 + 0.98 * 0.35))
+    c = query_criteria("attr_chg", attr)
+    assert c["OC"] == pytest.approx(0.7 * inner + 0.23 * 0.9 + 0.07 * 0.8)
+    assert c["OF"] == pytest.approx(0.36 * 0.7 + 0.57 * 0.6 + 0.07 * 0.5)
+    bg = {"oc_clip": 0.9, "oc_lpips": 0.8, "oc_dino": 0.7, "oc_l2": 0.6, "oc_pos": 0.5, "oc_size": 0.4,
+          "oc_n_objects": 2, "bf_clip": 0.7, "bf_vqa": 0.6}
+    c = query_criteria("bg_chg", bg)
+    assert c["OC"] == pytest.approx(0.6 * (0.23 * 0.9 + 0.01 * 0.8 + 0.11 * 0.7 + 0.65 * 0.6) + 0.12 * 0.5 + 0.28 * 0.4)
+    assert c["BF"] == pytest.approx(P.g(0.87 * 0.7 + 0.13 * 0.6))
+    y = {k.replace("oc_", "bc_"): v for k, v in x.items()}
+    c = query_criteria("style_chg", {**y, "bf_clip": 0.5, "bf_vqa": 0.4})
+    style = (0.01 * (0.48 * 0.1 + 0.12 * 0.2 + 0.4 * 0.3) + 0.49 * (0.01 * 0.4 + 0.02 * 0.5 + 0.97 * 0.6)
+             + 0.01 * (0.49 * 0.7 + 0.01 * 0.8 + 0.5 * 0.9) + 0.49 * (0.03 * 0.15 + 0.96 * 0.25 + 0.01 * 0.35))
+    assert c["BC"] == pytest.approx(style) and c["BF"] == pytest.approx(P.g(0.58 * 0.5 + 0.42 * 0.4))
+
+
+def test_vqa_off_renormalises_over_present_components():
+    c = query_criteria("attr_chg", {**BC4, **{f"oc_{s}_{t}": 0.5 for s in ("clip", "lpips", "dino", "l2")
+                                              for t in ("edge", "degA", "degB")},
+                                    "oc_pos": 1, "oc_size": 1, "of_clip": 0.7, "of_det": 0.6, "of_vqa": None})
+    assert c["OF"] == pytest.approx((0.36 * 0.7 + 0.57 * 0.6) / 0.93)
+    assert weighted({"a": 0.5, "b": 0.5}, {"a": 1.0, "b": 0.0}) == 0.5
+    with pytest.raises(KeyError):
+        weighted({"a": 1.0}, {})
+
+
+def test_total_and_its_error():
+    means = {"BC": 0.9, "OC": 0.8, "OF": 0.5, "BF": 0.6}
+    ses = {"BC": 0.01, "OC": 0.02, "OF": 0.03, "BF": 0.04}
+    total, se = combine(means, ses, iq=0.7, iq_se=0.05)
+    assert total == pytest.approx(0.8 * (0.3 * 0.9 + 0.1 * 0.8 + 0.2 * 0.5 + 0.4 * 0.6) + 0.2 * 0.7)
+    assert se == pytest.approx(math.sqrt((0.8 * 0.3 * 0.01) ** 2 + (0.8 * 0.1 * 0.02) ** 2 + (0.8 * 0.2 * 0.03) ** 2
+                                         + (0.8 * 0.4 * 0.04) ** 2 + (0.2 * 0.05) ** 2))
+    # per type: only the criteria the type defines, same weights as Total (OF 0.2, BF 0.4), normalised
+    score, _ = combine({"BC": 0.9, "OF": 0.5, "OC": math.nan, "BF": math.nan}, ses)
+    assert score == pytest.approx((0.3 * 0.9 + 0.2 * 0.5) / 0.5)
+
+
+def test_fid_properties():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(200, 8))
+    assert fid(x, x) == pytest.approx(0.0, abs=1e-6)
+    assert fid(x, x + 0.5) == pytest.approx(8 * 0.25, rel=1e-6)  # a pure mean shift
+    r = image_quality_with_error(x, x, resamples=5)
+    assert r["IQ"] == pytest.approx(1.0) and r["IQ_se"] >= 0
+
+
+# -- end to end ---------------------------------------------------------------------------------------------
+
+def _scores(summary):
+    from pathlib import Path
+
+    from benchmark.stages.score import read_scores
+
+    return read_scores(Path(summary["run_dir"]), summary["metric_sig"]).sort_values("query_id").reset_index(drop=True)
+
+
+@pytest.fixture(scope="module")
+def hatie_runs(tmp_path_factory):
+    a = run_demo(tmp_path_factory.mktemp("a"), "identity", "metrics=hatie", "limit=14")
+    b = run_demo(tmp_path_factory.mktemp("b"), "identity", "metrics=hatie", "limit=14",
+                 "metrics.hatie.batch_size=1", "metrics.hatie.chunk_size=1")
+    return a, b
+
+
+def test_end_to_end_tiny_demo(hatie_runs):
+    a, _ = hatie_runs
+    df = _scores(a)
+    assert len(df) == 14 and set(df["status"]) == {"ok"} and df["edit_type"].nunique() == 7
+    # identity edit: every defined background consistency is 1 (tiny segmenter detects nothing -> GT regions)
+    obj = df[df["edit_type"].isin(["obj_add", "obj_remove", "obj_rep", "obj_resize", "attr_chg"])]
+    assert np.allclose(obj["BC"], 1.0, atol=1e-4)
+    lb = pd.read_csv(a["tables"]["leaderboard.csv"])
+    row = lb.iloc[0]
+    for col in ("Total", "Total_se", "OF", "BF", "OC", "BC", "IQ", "FID", "components", "git_sha"):
+        assert col in lb.columns, col
+    assert '"vqa": "off"' in row["components"], row["components"]
+    assert row["FID"] >= 0 and 0 <= row["IQ"] <= 1 and np.isfinite(row["Total"])
+    by_type = pd.read_csv(a["tables"]["leaderboard_by_type.csv"])
+    assert set(by_type["edit_type"]) == {"obj_add", "obj_remove", "obj_rep", "obj_resize", "attr_chg", "bg_chg",
+                                         "style_chg"} and by_type["score"].notna().all()
+
+
+def test_batch_size_one_equals_batched_and_reruns_are_identical(hatie_runs):
+    a, b = hatie_runs
+    da, db = _scores(a), _scores(b)
+    cols = ["OF", "BF", "OC", "BC"] + [c for c in da.columns if c.startswith("raw_")]
+    assert np.allclose(da[cols].to_numpy(float), db[cols].to_numpy(float), atol=1e-5, equal_nan=True)
+    again = run_demo(__import__("pathlib").Path(a["run_dir"]).parents[2], "identity", "metrics=hatie", "limit=14")
+    assert again["score"].computed == 0  # resumed: nothing rescored
+
+
+def test_obj_remove_is_excluded_for_description_editors(tmp_path):
+    from benchmark.score_edits import main
+
+    # the demo's ground-truth targets, named <query id>.png, scored as a description-based model's edits
+    assert main(["queryset=demo", f"edits={ROOT / 'datasets' / 'demo' / 'targets'}", "name=desc", "kind=description",
+                 "profile=tiny", "metrics=hatie", "limit=7", f"paths.results={tmp_path}", "progress=false",
+                 "aggregate.bootstrap_resamples=50"]) == 0
+    by_type = pd.read_csv(tmp_path / "leaderboard_by_type.csv")
+    assert "obj_remove" not in set(by_type["edit_type"]) and len(by_type) == 6
+    assert (by_type["prompt_kind"] == "description").all()
+
+
+def test_score_edits_made_elsewhere(tmp_path, capsys):
+    from benchmark.querysets.io import load_queryset
+    from benchmark.score_edits import main
+
+    qs = load_queryset(ROOT / "datasets" / "demo")
+    edits = tmp_path / "edits"
+    edits.mkdir()
+    keep = qs.queries[:10]
+    for q in keep[:5]:
+        (edits / f"mymodel_{q.id}.png").write_bytes(qs.path(q.image).read_bytes())  # HATIE naming
+    for q in keep[5:]:
+        (edits / f"{q.id}.png").write_bytes(qs.path(q.image).read_bytes())
+    rc = main(["queryset=demo", f"edits={edits}", "name=theirs", "profile=tiny", "metrics=basic", "limit=12",
+               f"paths.results={tmp_path / 'results'}", "progress=false", "aggregate.bootstrap_resamples=50"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    missing = [q.id for q in qs.queries[10:]]
+    assert f"MISSING {len(missing)} edits" in out and missing[0] in out
+    lb = pd.read_csv(tmp_path / "results" / "leaderboard.csv")
+    row = lb[lb["editor"] == "theirs"].iloc[0]
+    assert row["n_ok"] == 10 and row["n_failed"] == 2 and row["l1_out"] == 0
