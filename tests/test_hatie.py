@@ -256,7 +256,7 @@ def test_weighted_sums_by_hand():
     assert c["OC"] == pytest.approx(0.9 * (0.23 * 0.9 + 0.01 * 0.8 + 0.11 * 0.7 + 0.65 * 0.6) + 0.1 * 0.5)
     assert c["OF"] == 0.4
     x = {f"oc_{s}_{t}": v for s, vals in zip(("clip", "lpips", "dino", "l2"), ((0.1, 0.2, 0.3), (0.4, 0.5, 0.6),
-                                                                         (0.7, 0.8, 0.9), (0.15, 0.25, 0.35)))
+                                                                         (0.7, 0.8, 0.9), (0.15, 0.25, 0.35)), strict=True)
          for t, v in zip(("edge", "degA", "degB"), vals, strict=True)}
     attr = {**BC4, **x, "oc_pos": 0.9, "oc_size": 0.8, "of_clip": 0.7, "of_det": 0.6, "of_vqa": 0.5}
     inner = (0.84 * (0.08 * 0.1 + 0.57 * 0.2 + 0.35 * 0.3) + 0.01 * (0.01 * 0.4 + 0.03 * 0.5 + 0.96 * 0.6)
@@ -385,3 +385,16 @@ def test_score_edits_made_elsewhere(tmp_path, capsys):
     lb = pd.read_csv(tmp_path / "results" / "leaderboard.csv")
     row = lb[lb["editor"] == "theirs"].iloc[0]
     assert row["n_ok"] == 10 and row["n_failed"] == 2 and row["l1_out"] == 0
+
+
+def test_degradation_test_a_levels(engine):
+    from benchmark.metrics.hatie.engine import DegAJob
+
+    img, _ = scene()
+    yy, xx = torch.meshgrid(torch.arange(S), torch.arange(S), indexing="ij")
+    checker = ((yy // 2 + xx // 2) % 2).float().expand(3, S, S)
+    same = DegAJob("e1", "o1", img, img.clone())
+    fine = DegAJob("e2", "o2", checker, 1 - checker)  # opposite at full size, identical grey when coarse
+    engine.run_deg_a([same, fine])
+    assert same.scores == {"clip": 1.0, "lpips": 1.0, "dino": 1.0, "l2": 1.0} and same.done
+    assert 0 < fine.scores["l2"] < 1  # passes only after downscaling: (10 - p) / 10 for the first passing level

@@ -14,12 +14,28 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from benchmark.metrics.hatie.primitives import l2_sim, resize
+from benchmark.metrics.hatie.primitives import (
+    DEG_A_LEVELS, DEG_A_MIN_SIZE, DEG_A_THRESHOLD, IMAGE_SIZE, gray3, l2_sim, resize,
+)
 from benchmark.models.dino import DINO_INPUT
 from benchmark.models.perceptual import LPIPS_SIZE
 
+SIM_NAMES = ("clip", "lpips", "dino", "l2")
 PairKey = tuple[str, str]
 TextKey = tuple[str, str]
+
+
+@dataclass
+class DegAJob:
+    """Degradation test A between an edit-side and an original-side image, evaluated level by level across all
+    pending jobs; a job stops once all four similarities have passed (the release's early exit)."""
+
+    e_key: str
+    o_key: str
+    e_img: Any
+    o_img: Any
+    scores: dict[str, float] = field(default_factory=dict)
+    done: bool = False
 
 
 @dataclass
@@ -30,6 +46,7 @@ class Plan:
     pairs: list[PairKey] = field(default_factory=list)
     texts: list[TextKey] = field(default_factory=list)
     vqa: list[TextKey] = field(default_factory=list)
+    deg_a: list[DegAJob] = field(default_factory=list)
     finish: Callable[[Results], dict[str, Any]] | None = None
 
     def image(self, key: str, img: Any) -> str:
@@ -39,6 +56,11 @@ class Plan:
     def pair(self, a: str, b: str) -> PairKey:
         self.pairs.append((a, b))
         return (a, b)
+
+    def deg_a_test(self, e_key: str, o_key: str) -> DegAJob:
+        job = DegAJob(e_key, o_key, self.images[e_key], self.images[o_key])
+        self.deg_a.append(job)
+        return job
 
     def text(self, key: str, text: str, *, with_vqa: bool) -> TextKey:
         self.texts.append((key, text))
@@ -111,23 +133,17 @@ class SimilarityEngine:
                 cache.put(k, f)
         return out
 
-    def run(self, plans: list[Plan]) -> list[dict[str, Any]]:
-        """Evaluate every request of `plans` in shared batches; returns each plan's raw sub-scores, in order."""
+    def pair_similarities(self, pairs: list[PairKey], images: dict[str, Any]) -> dict[PairKey, dict[str, float]]:
+        """clip_ii, lpips_s, dino_s, l2_s of every (edit side, original side) pair, in shared batches."""
         import torch
 
-        images: dict[str, Any] = {}
-        for p in plans:
-            images.update(p.images)
-        pairs = list(dict.fromkeys(pk for p in plans for pk in p.pairs))
-        texts = list(dict.fromkeys(tk for p in plans for tk in p.texts))
-        vqas = list(dict.fromkeys(tk for p in plans for tk in p.vqa))
-
-        clip_size = self.clip.image_size
-        clip_keys = [k for pk in pairs for k in pk] + [k for k, _ in texts]
-        clip_f = self._embed("clip", self._clip_cache, clip_keys, images,
-                             lambda im: _square_resize(im, clip_size, "bicubic"), self.clip.embed_images)
+        if not pairs:
+            return {}
+        keys = [k for pk in pairs for k in pk]
+        clip_f = self._embed("clip", self._clip_cache, keys, images,
+                             lambda im: _square_resize(im, self.clip.image_size, "bicubic"), self.clip.embed_images)
         # resize each image to the backbone's input size first so differently sized crops stack into one batch
-        dino_f = self._embed("dino", self._dino_cache, [k for pk in pairs for k in pk], images,
+        dino_f = self._embed("dino", self._dino_cache, keys, images,
                              lambda im: _square_resize(im, DINO_INPUT, "bilinear"), self.dino.embed_images)
         lp: dict[PairKey, float] = {}
         for start in range(0, len(pairs), self.batch_size):
@@ -136,18 +152,51 @@ class SimilarityEngine:
             b = torch.stack([resize(images[y], (LPIPS_SIZE, LPIPS_SIZE)) for _, y in chunk])
             d = self._timed("lpips", lambda a=a, b=b: self.lpips.distance(a, b))
             lp.update({pk: 1.0 - float(v) for pk, v in zip(chunk, d, strict=True)})
+        return {pk: {"clip": _cos01(clip_f[pk[0]], clip_f[pk[1]]), "lpips": lp[pk],
+                     "dino": _cos01(dino_f[pk[0]], dino_f[pk[1]]), "l2": l2_sim(images[pk[0]], images[pk[1]])}
+                for pk in pairs}
+
+    def run_deg_a(self, jobs: list[DegAJob]) -> None:
+        """Degradation test A for all jobs, one pyramid level at a time over the jobs still pending."""
+        for job in jobs:
+            job.e_img, job.o_img = gray3(job.e_img), gray3(job.o_img)
+            job.scores = dict.fromkeys(SIM_NAMES, 0.0)
+        for p in range(DEG_A_LEVELS):
+            side = IMAGE_SIZE // 2**p
+            pending = [j for j in jobs if not j.done]
+            if side < DEG_A_MIN_SIZE or not pending:
+                break
+            images, pairs = {}, []
+            for j in pending:
+                j.e_img, j.o_img = resize(j.e_img, (side, side)), resize(j.o_img, (side, side))
+                pk = (f"{j.e_key}:degA{p}", f"{j.o_key}:degA{p}")
+                images[pk[0]], images[pk[1]] = j.e_img, j.o_img
+                pairs.append(pk)
+            sims = self.pair_similarities(pairs, images)
+            for j, pk in zip(pending, pairs, strict=True):
+                for name, v in sims[pk].items():
+                    if j.scores[name] == 0 and v > DEG_A_THRESHOLD:
+                        j.scores[name] = (DEG_A_LEVELS - p) / DEG_A_LEVELS
+                j.done = all(j.scores.values())
+
+    def run(self, plans: list[Plan]) -> list[dict[str, Any]]:
+        """Evaluate every request of `plans` in shared batches; returns each plan's raw sub-scores, in order."""
+        images: dict[str, Any] = {}
+        for p in plans:
+            images.update(p.images)
+        pairs = list(dict.fromkeys(pk for p in plans for pk in p.pairs))
+        texts = list(dict.fromkeys(tk for p in plans for tk in p.texts))
+        vqas = list(dict.fromkeys(tk for p in plans for tk in p.vqa))
+
+        pair_res = self.pair_similarities(pairs, images)
+        self.run_deg_a([j for p in plans for j in p.deg_a])
+        img_f = self._embed("clip", self._clip_cache, [k for k, _ in texts], images,
+                            lambda im: _square_resize(im, self.clip.image_size, "bicubic"), self.clip.embed_images)
         new_texts = [t for t in dict.fromkeys(t for _, t in texts) if t not in self._text_cache]
         if new_texts:
             tf = self._timed("clip", lambda: self.clip.embed_texts(new_texts))
             self._text_cache.update(zip(new_texts, tf, strict=True))
-
-        def cos01(u: Any, v: Any) -> float:
-            return (1.0 + float(torch.nn.functional.cosine_similarity(u, v, dim=0, eps=1e-8))) / 2.0
-
-        pair_res = {pk: {"clip": cos01(clip_f[pk[0]], clip_f[pk[1]]), "lpips": lp[pk],
-                         "dino": cos01(dino_f[pk[0]], dino_f[pk[1]]), "l2": l2_sim(images[pk[0]], images[pk[1]])}
-                    for pk in pairs}
-        text_res = {tk: cos01(clip_f[tk[0]], self._text_cache[tk[1]]) for tk in texts}
+        text_res = {tk: _cos01(img_f[tk[0]], self._text_cache[tk[1]]) for tk in texts}
         vqa_res: dict[TextKey, float] = {}
         if vqas:
             if self.vqa_model is None:
@@ -159,6 +208,12 @@ class SimilarityEngine:
                 vqa_res.update({tk: float(p) for tk, p in zip(chunk, ps, strict=True)})
         res = Results(pair_res, text_res, vqa_res)
         return [p.finish(res) for p in plans]  # type: ignore[misc]
+
+
+def _cos01(u: Any, v: Any) -> float:
+    import torch
+
+    return (1.0 + float(torch.nn.functional.cosine_similarity(u, v, dim=0, eps=1e-8))) / 2.0
 
 
 def _square_resize(img: Any, size: int, mode: str) -> Any:

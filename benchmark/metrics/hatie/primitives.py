@@ -126,26 +126,6 @@ def edge_map(img: Any) -> Any:
     return torch.from_numpy(edges).float().div(255).unsqueeze(0).repeat(3, 1, 1)
 
 
-def deg_a_levels(img: Any) -> list[Any]:
-    """Degradation test A's pyramid: grayscale, then progressively resized to 512 / 2**p (p = 0.. while >= 2 px)."""
-    out, cur = [], gray3(img)
-    for p in range(DEG_A_LEVELS):
-        s = IMAGE_SIZE // 2**p
-        if s < DEG_A_MIN_SIZE:
-            break
-        cur = resize(cur, (s, s))
-        out.append(cur)
-    return out
-
-
-def deg_a_score(level_sims: list[float]) -> float:
-    """(10 - p) / 10 for the first level p whose similarity exceeds the threshold; 0 if none."""
-    for p, s in enumerate(level_sims):
-        if s > DEG_A_THRESHOLD:
-            return (DEG_A_LEVELS - p) / DEG_A_LEVELS
-    return 0.0
-
-
 def deg_b_image(img: Any) -> Any:
     """Degradation test B: grayscale, downscaled by 20 (at least 4 px a side)."""
     h, w = img.shape[-2:]

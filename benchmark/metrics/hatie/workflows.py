@@ -108,8 +108,7 @@ class _Ctx:
             "degB": self.plan.pair(self.plan.image(f"{e_key}:degB", P.deg_b_image(e)),
                                    self.plan.image(f"{o_key}:degB", P.deg_b_image(o))),
         }
-        out["degA"] = [self.plan.pair(self.plan.image(f"{e_key}:degA{p}", le), self.plan.image(f"{o_key}:degA{p}", lo))
-                       for p, (le, lo) in enumerate(zip(P.deg_a_levels(e), P.deg_a_levels(o), strict=True))]
+        out["degA"] = self.plan.deg_a_test(e_key, o_key)
         return out
 
 
@@ -121,7 +120,7 @@ def _structure_scores(r: Results, req: dict[str, Any], prefix: str) -> dict[str,
     out = {}
     for s in SIMS:
         out[f"{prefix}_{s}_edge"] = r.pair[req["edge"]][s]
-        out[f"{prefix}_{s}_degA"] = P.deg_a_score([r.pair[pk][s] for pk in req["degA"]])
+        out[f"{prefix}_{s}_degA"] = req["degA"].scores[s]
         out[f"{prefix}_{s}_degB"] = r.pair[req["degB"]][s]
     return out
 
