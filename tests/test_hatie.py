@@ -398,3 +398,12 @@ def test_degradation_test_a_levels(engine):
     engine.run_deg_a([same, fine])
     assert same.scores == {"clip": 1.0, "lpips": 1.0, "dino": 1.0, "l2": 1.0} and same.done
     assert 0 < fine.scores["l2"] < 1  # passes only after downscaling: (10 - p) / 10 for the first passing level
+
+
+def test_vqa_on_end_to_end_with_a_tiny_vlm(tmp_path):
+    s = run_demo(tmp_path, "identity", "metrics=hatie_vqa", "limit=7")
+    df = _scores(s)
+    style = df[df["edit_type"] == "style_chg"].iloc[0]
+    assert 0 < style["raw_bf_vqa"] < 1  # P(yes) from the tiny BLIP
+    lb = pd.read_csv(s["tables"]["leaderboard.csv"])
+    assert '"vqa": "on (Salesforce/blip-vqa-base)"' in lb.iloc[0]["components"]

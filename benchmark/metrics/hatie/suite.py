@@ -150,7 +150,9 @@ class HatieSuite:
 
     def components(self) -> dict[str, str]:
         """Which optional components are on (recorded in every leaderboard row)."""
-        return {"vqa": "on" if self.vqa_on else "off", "iq": "on" if self._factories["fid"] is not None else "off",
+        vqa = self._factories["vqa"]
+        vqa_id = getattr(vqa, "keywords", {}).get("model_id", "custom") if vqa is not None else None
+        return {"vqa": f"on ({vqa_id})" if vqa is not None else "off", "iq": "on" if self._factories["fid"] is not None else "off",
                 "add_relation_text": self.add_relation_text}
 
     def applies_to(self, query: Query, prompt_kind: str) -> bool:

@@ -1,0 +1,114 @@
+"""Time HATIE's scoring stage on the demo set with real-size random-weight backbones (CLIP ViT-B/32, DINOv2-base,
+LPIPS-alex, Mask R-CNN R50-FPN v2, Inception-v3), batched vs. every batch size forced to 1 (the release's way:
+one image per forward pass, no feature reuse). Each mode runs in its own process so peak RSS is its own.
+
+    python scripts/bench_hatie.py [--per-type 4] [--device cpu]     (or: make bench-hatie ARGS="--per-type 4")
+
+Edits are the demo set's ground-truth targets, so every workflow branch that real edits reach is exercised.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from functools import partial
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+MODES = {
+    "batched": {"batch_size": 32, "chunk_size": 32, "cache_size": 4096, "seg_batch": 4},
+    "batch1": {"batch_size": 1, "chunk_size": 1, "cache_size": 0, "seg_batch": 1},
+}
+
+
+def worker(mode: str, per_type: int, device: str, by_type_pass: bool = True) -> dict:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    sys.path.insert(0, str(ROOT))
+    from benchmark.metrics.hatie.suite import HatieSuite
+    from benchmark.models.clip import load_clip
+    from benchmark.models.dino import load_dino
+    from benchmark.models.inception import load_fid_extractor
+    from benchmark.models.perceptual import load_lpips
+    from benchmark.models.segmenter import build_segmenter
+    from benchmark.querysets.io import load_queryset
+    from benchmark.types import HATIE_TYPES
+
+    m = MODES[mode]
+    qs = load_queryset(ROOT / "datasets" / "demo")
+    by_type = {t: [q for q in qs.queries if q.edit_type == t][:per_type] for t in HATIE_TYPES}
+    qs_type = {q.id: q.edit_type for q in qs.queries}
+    suite = HatieSuite(
+        segmenter=partial(build_segmenter, backend="torchvision", weights="random", batch_size=m["seg_batch"]),
+        clip=partial(load_clip, weights="random"), dino=partial(load_dino, weights="random"),
+        lpips=partial(load_lpips, weights="random"), fid=partial(load_fid_extractor, weights="random"),
+        device=device, batch_size=m["batch_size"], chunk_size=m["chunk_size"], cache_size=m["cache_size"])
+    t0 = time.perf_counter()
+    for name in ("segmenter", "clip", "dino", "lpips", "fid"):
+        suite._get(name)
+    load_s = time.perf_counter() - t0
+    queries = [q for t in HATIE_TYPES for q in by_type[t]]
+    # throughput: one scoring call over the mixed set, as a real run does
+    with tempfile.TemporaryDirectory() as work:
+        n, per_query, t_all = 0, {t: [] for t in HATIE_TYPES}, time.perf_counter()
+        t1 = time.perf_counter()
+        for rows in suite.score_queries(qs, queries, [qs.path(q.target_image) for q in queries], work_dir=Path(work),
+                                        progress=False):
+            n += len(rows)
+            if len(rows) == 1:  # batch-size-1 mode: each chunk is one query, timed exactly
+                per_query[qs_type[rows[0]["query_id"]]].append(time.perf_counter() - t1)
+            t1 = time.perf_counter()
+        wall = time.perf_counter() - t_all
+    forward = suite.model_seconds()
+    per_type_s = {t: sum(v) / len(v) for t, v in per_query.items() if v}
+    if not per_type_s and by_type_pass:  # batched mode: a type-pure pass per type (fresh caches) for s/query by type
+        for t, qt in by_type.items():
+            with tempfile.TemporaryDirectory() as work:
+                t1 = time.perf_counter()
+                for _ in suite.score_queries(qs, qt, [qs.path(q.target_image) for q in qt], work_dir=Path(work),
+                                             progress=False):
+                    pass
+                per_type_s[t] = (time.perf_counter() - t1) / max(1, len(qt))
+    return {"mode": mode, "queries": n, "wall_s": wall, "load_s": load_s, "queries_per_s": n / wall,
+            "s_per_query_by_type": per_type_s, "forward_s": forward, "forward_share": sum(forward.values()) / wall,
+            "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2, "device": device,
+            "threads": __import__("torch").get_num_threads()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--per-type", type=int, default=4, help="queries per edit type (demo has 16 of each)")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--modes", default="batched,batch1")
+    ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        print("RESULT " + json.dumps(worker(args.worker, args.per_type, args.device)))
+        return
+    results = {}
+    for mode in args.modes.split(","):
+        out = subprocess.run([sys.executable, __file__, "--worker", mode, "--per-type", str(args.per_type),
+                              "--device", args.device], capture_output=True, text=True, check=False)
+        line = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")]
+        if out.returncode or not line:
+            sys.exit(f"{mode} failed:\n{out.stderr[-3000:]}")
+        results[mode] = json.loads(line[0][7:])
+    for mode, r in results.items():
+        print(f"\n== {mode}: {r['queries']} queries on {r['device']} ({r['threads']} threads)")
+        print(f"  {r['queries_per_s']:.3f} queries/s, wall {r['wall_s']:.1f} s (+ model load {r['load_s']:.1f} s), "
+              f"peak RSS {r['peak_rss_gb']:.2f} GB, {100 * r['forward_share']:.0f}% of wall in forward passes")
+        print("  s/query by type: " + ", ".join(f"{t} {v:.2f}" for t, v in r["s_per_query_by_type"].items()))
+        print("  forward seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in r["forward_s"].items()))
+    if {"batched", "batch1"} <= set(results):
+        ratio = results["batched"]["queries_per_s"] / results["batch1"]["queries_per_s"]
+        print(f"\nbatched / batch-size-1 throughput: {ratio:.2f}x")
+    print("JSON " + json.dumps(results))
+
+
+if __name__ == "__main__":
+    main()
