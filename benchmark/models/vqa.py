@@ -47,7 +47,13 @@ class VQAScorer:
 
 def _build_tiny(path: Path) -> None:
     import torch
-    from transformers import BertTokenizerFast, BlipConfig, BlipForQuestionAnswering, BlipImageProcessor, BlipProcessor
+    from transformers import (
+        BertTokenizerFast,
+        BlipConfig,
+        BlipForQuestionAnswering,
+        BlipImageProcessor,
+        BlipProcessor,
+    )
 
     tok = BertTokenizerFast(vocab={w: i for i, w in enumerate(TINY_WORDS)}, do_lower_case=True, model_max_length=64,
                             bos_token="[DEC]")

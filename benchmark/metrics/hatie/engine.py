@@ -15,7 +15,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from benchmark.metrics.hatie.primitives import (
-    DEG_A_LEVELS, DEG_A_MIN_SIZE, DEG_A_THRESHOLD, IMAGE_SIZE, gray3, l2_sim, resize,
+    DEG_A_LEVELS,
+    DEG_A_MIN_SIZE,
+    DEG_A_THRESHOLD,
+    IMAGE_SIZE,
+    gray3,
+    l2_sim,
+    resize,
 )
 from benchmark.models.dino import DINO_INPUT
 from benchmark.models.perceptual import LPIPS_SIZE
