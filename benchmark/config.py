@@ -72,7 +72,20 @@ def editor_signature(editor_cfg: dict[str, Any], info: dict[str, Any], seed: int
     return stable_hash({"config": portable(editor_cfg), "info": portable(info), "seed": int(seed), "profile": profile})
 
 
+# Settings that change speed, not scores: left out of the metric signature so shards run with different batch
+# sizes, workers or devices merge into one set of scores.
+NON_SEMANTIC_KEYS = frozenset({"batch_size", "chunk_size", "cache_size", "num_workers", "device"})
+
+
+def _semantic(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {k: _semantic(v) for k, v in obj.items() if k not in NON_SEMANTIC_KEYS}
+    if isinstance(obj, list):
+        return [_semantic(v) for v in obj]
+    return obj
+
+
 def metric_signature(metrics_cfg: dict[str, Any], infos: dict[str, Any]) -> str:
     from benchmark.hashing import stable_hash
 
-    return stable_hash({"config": portable(metrics_cfg), "versions": {k: i.version for k, i in infos.items()}})
+    return stable_hash({"config": portable(_semantic(metrics_cfg)), "versions": {k: i.version for k, i in infos.items()}})

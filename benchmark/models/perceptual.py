@@ -29,12 +29,15 @@ class LpipsDistance:
 def load_lpips(weights: str = "pretrained", net: str = "alex", device: str = "cpu") -> LpipsDistance:
     """LPIPS once per process. Its linear heads ship inside the `lpips` wheel; the AlexNet trunk comes from
     torchvision's ImageNet weights (pretrained) or is random (tiny / random: same class, seeded)."""
+    import warnings
+
     import lpips
     import torch
 
     source = check_source(weights)
     try:
-        with torch.random.fork_rng(devices=[]):
+        with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", category=UserWarning)  # lpips still passes torchvision's old `pretrained=`
             torch.manual_seed(TINY_SEED)
             model = lpips.LPIPS(net=net, pretrained=True, pnet_rand=source != "pretrained", verbose=False)
     except Exception as err:  # torchvision download errors vary by version

@@ -1,11 +1,13 @@
 """Score stage: one row per query with every metric's raw value, written as Parquet parts (resumable).
 
-Rows live in `<run dir>/scores/<metric signature>/part-NNNNN.parquet`. A rerun reuses rows whose edit status is
+Rows live in `<run dir>/scores/<metric signature>/part-<time ns>-<pid>-<n>.parquet` (names sort in write order and
+never collide between shards running at once). A rerun reuses rows whose edit status is
 unchanged and scores only the rest, so killing the stage loses at most one part.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -34,6 +36,11 @@ class ScoreStats:
     reused: int
     seconds: float
     model_seconds: float
+
+
+def part_name(n: int) -> str:
+    """Unique, chronologically sortable part file name (shards of one run may write concurrently)."""
+    return f"part-{time.time_ns():020d}-{os.getpid()}-{n:05d}.parquet"
 
 
 def scores_dir(run_dir: Path, metric_sig: str) -> Path:
@@ -156,7 +163,7 @@ def run_score_stage(
             reason = rec.get("reason", "") if rec else "no edit (edit stage not run for this query)"
             rows.append(_base_row(q, "failed" if rec else "missing", reason))
     reused = len(queryset) - len(todo) - len(rows)
-    part_no = len(list(out_dir.glob("part-*.parquet")))
+    part_no = 0
     names = list(metrics)
 
     def flush(final: bool = False) -> None:
@@ -164,7 +171,7 @@ def run_score_stage(
         while rows and (final or len(rows) >= PART_ROWS):
             chunk, rows = rows[:PART_ROWS], rows[PART_ROWS:]
             df = pd.DataFrame(chunk, columns=list(ROW_KEYS) + names)
-            with atomic_path(out_dir / f"part-{part_no:05d}.parquet") as tmp:
+            with atomic_path(out_dir / part_name(part_no)) as tmp:
                 df.to_parquet(tmp, index=False)
             part_no += 1
 
@@ -252,13 +259,13 @@ def run_suite_stage(
         else:
             rows.append(_base_row(q, status, reason))
     reused = len(queryset) - len(todo) - len(rows)
-    part_no = len(list(out_dir.glob("part-*.parquet")))
+    part_no = 0
 
     def flush(final: bool = False) -> None:
         nonlocal rows, part_no
         while rows and (final or len(rows) >= PART_ROWS):
             chunk, rows = rows[:PART_ROWS], rows[PART_ROWS:]
-            with atomic_path(out_dir / f"part-{part_no:05d}.parquet") as tmp:
+            with atomic_path(out_dir / part_name(part_no)) as tmp:
                 pd.DataFrame(chunk).to_parquet(tmp, index=False)
             part_no += 1
 
