@@ -322,11 +322,12 @@ def hatie_runs(tmp_path_factory):
     a = run_demo(tmp_path_factory.mktemp("a"), "identity", "metrics=hatie", "limit=14")
     b = run_demo(tmp_path_factory.mktemp("b"), "identity", "metrics=hatie", "limit=14",
                  "metrics.hatie.batch_size=1", "metrics.hatie.chunk_size=1")
-    return a, b
+    c = run_demo(tmp_path_factory.mktemp("c"), "identity", "metrics=hatie", "limit=14", "num_workers=2")
+    return a, b, c
 
 
 def test_end_to_end_tiny_demo(hatie_runs):
-    a, _ = hatie_runs
+    a = hatie_runs[0]
     df = _scores(a)
     assert len(df) == 14 and set(df["status"]) == {"ok"} and df["edit_type"].nunique() == 7
     # identity edit: every defined background consistency is 1 (tiny segmenter detects nothing -> GT regions)
@@ -344,8 +345,10 @@ def test_end_to_end_tiny_demo(hatie_runs):
 
 
 def test_batch_size_one_equals_batched_and_reruns_are_identical(hatie_runs):
-    a, b = hatie_runs
-    da, db = _scores(a), _scores(b)
+    a, b, c = hatie_runs
+    da, db, dc = _scores(a), _scores(b), _scores(c)
+    assert da.drop(columns=["_fid_edit", "_fid_src"]).equals(dc.drop(columns=["_fid_edit", "_fid_src"]))  # rerun, 2 workers
+    assert all(np.array_equal(x, y) for x, y in zip(da["_fid_edit"], dc["_fid_edit"], strict=True))
     cols = ["OF", "BF", "OC", "BC"] + [c for c in da.columns if c.startswith("raw_")]
     assert np.allclose(da[cols].to_numpy(float), db[cols].to_numpy(float), atol=1e-5, equal_nan=True)
     again = run_demo(__import__("pathlib").Path(a["run_dir"]).parents[2], "identity", "metrics=hatie", "limit=14")

@@ -47,14 +47,15 @@ def scores_dir(run_dir: Path, metric_sig: str) -> Path:
     return run_dir / SCORES_DIR / metric_sig
 
 
-def read_scores(run_dir: Path, metric_sig: str):
-    """All score rows of a run for one metric signature (last part wins per query), as a DataFrame."""
+def read_scores(run_dir: Path, metric_sig: str, columns: Sequence[str] | None = None):
+    """All score rows of a run for one metric signature (last part wins per query), as a DataFrame.
+    `columns` limits what is read (e.g. skip the per-row FID features when only statuses are needed)."""
     import pandas as pd
 
     parts = sorted(scores_dir(run_dir, metric_sig).glob("part-*.parquet"))
     if not parts:
-        return pd.DataFrame(columns=list(ROW_KEYS))
-    df = pd.concat([pd.read_parquet(p) for p in parts], ignore_index=True)
+        return pd.DataFrame(columns=list(columns or ROW_KEYS))
+    df = pd.concat([pd.read_parquet(p, columns=list(columns) if columns else None) for p in parts], ignore_index=True)
     return df.drop_duplicates("query_id", keep="last").reset_index(drop=True)
 
 
@@ -237,7 +238,7 @@ def run_suite_stage(
         "columns": list(suite.columns),
     }))
     edits = latest_records(run_dir)
-    existing = read_scores(run_dir, metric_sig)
+    existing = read_scores(run_dir, metric_sig, columns=("query_id", "status"))
     have = dict(zip(existing["query_id"], existing["status"], strict=True)) if len(existing) else {}
     by_id = {q.id: q for q in queryset.queries}
 

@@ -82,7 +82,7 @@ class Results:
     vqa: dict[TextKey, float]
 
 
-class _LRU(OrderedDict):
+class LRUCache(OrderedDict):
     def __init__(self, capacity: int) -> None:
         super().__init__()
         self.capacity = capacity
@@ -107,7 +107,7 @@ class SimilarityEngine:
                  cache_size: int = 4096) -> None:
         self.clip, self.dino, self.lpips, self.vqa_model = clip, dino, lpips, vqa
         self.batch_size = batch_size
-        self._clip_cache, self._dino_cache = _LRU(cache_size), _LRU(cache_size)
+        self._clip_cache, self._dino_cache = LRUCache(cache_size), LRUCache(cache_size)
         self._text_cache: dict[str, Any] = {}
         self.model_seconds: dict[str, float] = {"clip": 0.0, "dino": 0.0, "lpips": 0.0, "vqa": 0.0}
         self.forward_calls: dict[str, int] = {"clip": 0, "dino": 0, "lpips": 0, "vqa": 0}
@@ -119,7 +119,7 @@ class SimilarityEngine:
         self.forward_calls[name] += 1
         return out
 
-    def _embed(self, name: str, cache: _LRU, keys: Iterable[str], images: dict[str, Any],
+    def _embed(self, name: str, cache: LRUCache, keys: Iterable[str], images: dict[str, Any],
                prepare: Callable[[Any], Any], encode: Callable[[Any], Any]) -> dict[str, Any]:
         import torch
 

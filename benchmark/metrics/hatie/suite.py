@@ -31,6 +31,7 @@ from benchmark.types import HATIE_TYPES, MetricInfo, Query
 
 VERSION = "1.0"
 SEGMENTATIONS_DIR = "segmentations"
+SOURCE_FEATURE_CACHE = 1024  # originals' FID features kept in memory (bounded: memory must not grow with the set)
 FID_EDIT, FID_SOURCE = "_fid_edit", "_fid_src"  # per-row feature columns (underscore: never aggregated as metrics)
 # (higher_is_better, description) of every leaderboard column the suite produces; the first four are per query,
 # the rest model-level (computed by `summary.summarize`).
@@ -193,7 +194,7 @@ class HatieSuite:
         edit_f = []
         for s in range(0, len(items), self.batch_size):
             edit_f.extend(ext.features(torch.stack([it.edit for it in items[s : s + self.batch_size]])).cpu().numpy())
-        need = list(dict.fromkeys(it.query.image for it in items if it.query.image not in src_cache))
+        need = list(dict.fromkeys(it.query.image for it in items if src_cache.get_touch(it.query.image) is None))
         by_img = {it.query.image: it.original for it in items}
         for s in range(0, len(need), self.batch_size):
             chunk = need[s : s + self.batch_size]
@@ -208,7 +209,7 @@ class HatieSuite:
         from torch.utils.data import DataLoader
         from tqdm import tqdm
 
-        from benchmark.metrics.hatie.engine import SimilarityEngine
+        from benchmark.metrics.hatie.engine import SimilarityEngine, LRUCache
         from benchmark.models.segmenter import restrict
 
         order = sorted(range(len(queries)), key=lambda i: (queries[i].image, queries[i].id))
@@ -217,7 +218,7 @@ class HatieSuite:
         engine = SimilarityEngine(self._get("clip"), self._get("dino"), self._get("lpips"), self._get("vqa"),
                                   batch_size=self.batch_size, cache_size=self.cache_size)
         self.engine = engine
-        src_feats: dict[str, Any] = {}
+        src_feats: Any = LRUCache(SOURCE_FEATURE_CACHE)  # queries are sorted by image: a few recent ones suffice
         loader = DataLoader(_HatieSamples(queryset, qs, paths), batch_size=None, shuffle=False, num_workers=num_workers)
         bar = tqdm(total=len(qs), desc="hatie", unit="query", disable=not progress, leave=False)
         chunk: list[_Loaded] = []
