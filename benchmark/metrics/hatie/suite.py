@@ -209,7 +209,7 @@ class HatieSuite:
         from torch.utils.data import DataLoader
         from tqdm import tqdm
 
-        from benchmark.metrics.hatie.engine import SimilarityEngine, LRUCache
+        from benchmark.metrics.hatie.engine import LRUCache, SimilarityEngine
         from benchmark.models.segmenter import restrict
 
         order = sorted(range(len(queries)), key=lambda i: (queries[i].image, queries[i].id))
