@@ -13,7 +13,7 @@ ARGS        ?=
 
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: help install demo bench test test-all lint clean-results
+.PHONY: help install demo bench data test test-all lint clean-results
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 16
@@ -31,6 +31,10 @@ demo: ## run the whole pipeline offline on the bundled demo set with the weight-
 
 bench: ## run one editor on one query set: make bench MODEL=ip2p QUERYSET=hatie [PROFILE=tiny] [ARGS="seed=1"]
 	$(PY) -m benchmark.run editor=$(MODEL) queryset=$(QUERYSET) profile=$(PROFILE) $(ARGS)
+
+data: ## download one query-set source (resumable, verified): make data NAME=gqa_hatie|hatie|editval|magicbrush
+	@test -n "$(NAME)" || { echo "usage: make data NAME=<set>  (sets: $$(ls datasets/manifests | sed 's/\.json//' | tr '\n' ' '))"; exit 2; }
+	HF_HUB_OFFLINE=0 $(PY) scripts/download.py $(NAME) $(ARGS)
 
 test: ## offline test suite (HF_HUB_OFFLINE=1)
 	$(PY) -m pytest -q $(ARGS)
