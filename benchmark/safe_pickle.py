@@ -72,9 +72,9 @@ def restricted_load(path: str | os.PathLike[str]) -> Any:
     if not path.is_file():
         raise FileNotFoundError(f"{path}: pickle file not found")
     with path.open("rb") as fh:
-        return RestrictedUnpickler(fh, source=str(path)).load()
+        return RestrictedUnpickler(fh, source=str(path)).load()  # restricted: allow-listed globals only
 
 
 def restricted_loads(data: bytes, source: str = "<bytes>") -> Any:
     """Restricted counterpart of `pickle.loads` for in-memory data."""
-    return RestrictedUnpickler(io.BytesIO(data), source=source).load()
+    return RestrictedUnpickler(io.BytesIO(data), source=source).load()  # restricted: allow-listed globals only
