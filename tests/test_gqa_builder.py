@@ -279,3 +279,12 @@ def test_llm_captioner_keeps_names_or_falls_back():
     assert good.captions(scene, edit) == ("A brown dog runs in a park.", "A cat runs in a park.")
     bad = LLMCaptioner(lambda p: "Something else entirely.", max_tries=2)
     assert bad.captions(scene, edit) == TemplateCaptioner().captions(scene, edit) and bad.fallbacks == 1
+
+
+def test_bitmask_png_round_trip(tmp_path):
+    from benchmark.imageio import save_bitmask
+
+    m = np.zeros((20, 30), dtype=bool)
+    m[3:7, 5:9] = True
+    save_bitmask(m, tmp_path / "m.png")
+    assert np.array_equal(load_mask(tmp_path / "m.png", size=(30, 20)), m)

@@ -571,7 +571,7 @@ class Materializer:
         """Write the image, masks and edit masks of `rec`; return its finished queries and dropped-object counts."""
         from PIL import Image
 
-        from benchmark.imageio import save_mask, save_png
+        from benchmark.imageio import save_bitmask, save_jpeg
 
         dropped: Counter = Counter()
         x, y, side = rec.crop
@@ -598,11 +598,11 @@ class Materializer:
         if not objs:
             return [], dropped
         rid = rec.image_id
-        save_png(im, self.out_dir / "images" / f"{rid}.png")
+        save_jpeg(im, self.out_dir / "images" / f"{rid}.jpg")  # JPEG like the sources and HATIE's release
         refs = {}
         for o in objs:
             rel = f"masks/{rid}/{o.oid}.png"
-            save_mask(masks[o.oid], self.out_dir / rel)
+            save_bitmask(masks[o.oid], self.out_dir / rel)
             refs[o.oid] = ObjectRef(id=o.oid, name=o.name, mask=rel, bbox=o.box)
         scene = Scene(tuple(CaptionObject(o.oid, o.name, _caption_attrs(o.attributes)) for o in objs), rec.location)
         by_id = {o.oid: o for o in objs}
@@ -617,7 +617,7 @@ class Materializer:
             if c.edit_type == "bg_chg":
                 f["background"] = choose_background(rec, im, self.scorer, self.seed)
             region = self._edit_region(c.edit_type, f, target, masks, objs)
-            save_mask(region, self.out_dir / "edit_masks" / f"{qid}.png")
+            save_bitmask(region, self.out_dir / "edit_masks" / f"{qid}.png")
             attr_scene = scene
             if c.edit_type == "attr_chg" and target is not None:
                 # the caption must show the attribute being changed, whatever else it shows
@@ -630,7 +630,7 @@ class Materializer:
                             size_change=f.get("size_change"), background=f.get("background"), style=f.get("style"))
             src, tgt = self.captioner.captions(attr_scene, spec)
             queries.append(Query(
-                id=qid, image=f"images/{rid}.png", image_id=rid, edit_type=c.edit_type,
+                id=qid, image=f"images/{rid}.jpg", image_id=rid, edit_type=c.edit_type,
                 instruction=instruction(c.edit_type, f, target, anchor), source_caption=src, target_caption=tgt,
                 target=refs[target.oid] if target else None, anchor=refs[anchor.oid] if anchor else None,
                 new_class=f.get("new_class"), relation=f.get("relation"), attribute_before=f.get("attribute_before"),
