@@ -159,6 +159,17 @@ class DatasetStats:
     class_images: Counter = field(default_factory=Counter)  # class -> images
     filters: Counter = field(default_factory=Counter)  # reason -> images / objects dropped
 
+    def add_options(self, anchor_cls: str, min_count: int) -> list[tuple[str, str]]:
+        """(new class, relation) pairs seen with `anchor_cls` at least `min_count` times (cached per build)."""
+        cache = self.__dict__.setdefault("_add_cache", {})
+        if min_count not in cache:
+            index: dict[str, list[tuple[str, str]]] = defaultdict(list)
+            for (subj, rel, obj), n in sorted(self.relations.items()):
+                if n >= min_count:
+                    index[obj].append((subj, rel))
+            cache[min_count] = index
+        return cache[min_count].get(anchor_cls, [])
+
     def state_partners(self, cls: str, state: str, min_count: int) -> list[str]:
         """Data-driven partners of `state` for `cls`: paired candidates both seen on the class, never together."""
         out = []
@@ -426,14 +437,14 @@ def propose(rec: ImageRecord, stats: DatasetStats, cfg: BuildConfig) -> list[Can
         add("obj_remove", obj.name, target=obj.oid)
         # obj_add: (new class, relation) seen with this anchor class, new class absent, placement free
         options = []
-        for cls in all_classes:
+        places: dict[str, Box | None] = {}
+        for cls, r in stats.add_options(obj.name, cfg.min_relation_count):
             if cls in rec.present:
                 continue
-            for r in RELATIONS:
-                if stats.relations[(cls, r, obj.name)] >= cfg.min_relation_count:
-                    free = [b for b in placement_box(obj.box, r) if _free(b, rec, obj.oid)]
-                    if free:
-                        options.append((cls, r, free[0]))
+            if r not in places:
+                places[r] = next((b for b in placement_box(obj.box, r) if _free(b, rec, obj.oid)), None)
+            if places[r] is not None:
+                options.append((cls, r, places[r]))
         if options:
             classes = sorted({o[0] for o in options})
             cls = classes[int(rng.integers(len(classes)))]  # uniform over classes first: class balance
