@@ -32,8 +32,8 @@ import numpy as np
 
 from benchmark.querysets.captions import (
     RELATION_PHRASES,
-    CaptionObject,
     Captioner,
+    CaptionObject,
     EditSpec,
     Scene,
     TemplateCaptioner,

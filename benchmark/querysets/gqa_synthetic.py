@@ -49,7 +49,7 @@ def synth_graph(rng: random.Random, n_objects: int, next_id: int) -> dict[str, A
     for oid in ids:
         others = [o for o in ids if o != oid]
         for other in rng.sample(others, min(len(others), rng.randint(8, 24))):
-            (x, y, bw, bh), (ox, oy, obw, obh) = boxes[oid], boxes[other]
+            (x, _, bw, _), (ox, _, obw, _) = boxes[oid], boxes[other]
             dx = (x + bw / 2) - (ox + obw / 2)
             if rng.random() < 0.5:
                 rel = "to the left of" if dx < 0 else "to the right of"
