@@ -4,16 +4,28 @@
     python scripts/build_gqa_hatie.py --scene-graphs datasets/gqa_hatie/downloads/train_sceneGraphs.json \
         --images datasets/gqa_hatie/downloads/images --out datasets/gqa_hatie [--per-type 7000] [--workers 2]
 
-The detector check and CLIP background ranking are off here (no segmenter / CLIP argument on the command line);
-use `benchmark.querysets.gqa.Materializer(mask_fn=..., scorer=...)` from Python to turn them on.
+The detector check, the CLIP background ranking and the occlusion VQA filter are off unless given as
+`module:function` callables (see benchmark/querysets/gqa.py for their signatures), e.g. once the scoring suite's
+segmenter offers one: `--mask-fn benchmark.models.segmenter:<function>`.
 """
 
 import argparse
+import importlib
 import json
 import sys
 from pathlib import Path
 
-from benchmark.querysets.gqa import BuildConfig, GQAFormatError, build
+from benchmark.querysets.gqa import BuildConfig, GQAFormatError, Materializer, build
+
+
+def load_callable(spec: str | None):
+    """'package.module:function' -> the function (None stays None)."""
+    if not spec:
+        return None
+    module, _, name = spec.partition(":")
+    if not name:
+        raise ValueError(f"{spec!r}: expected 'module:function'")
+    return getattr(importlib.import_module(module), name)
 
 
 def main() -> int:
@@ -25,11 +37,16 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--max-images", type=int, default=None, help="scan only the first N images")
+    ap.add_argument("--mask-fn", help="detector check: module:function(image, boxes, classes) -> masks")
+    ap.add_argument("--scorer", help="background ranking: module:function(image, texts) -> scores")
+    ap.add_argument("--vqa-fn", help="occlusion filter: module:function(image, question) -> P(yes)")
     args = ap.parse_args()
     cfg = BuildConfig(seed=args.seed, queries_per_type=args.per_type, workers=args.workers, max_images=args.max_images)
     try:
-        meta = build(args.scene_graphs, args.out, images_dir=args.images, cfg=cfg)
-    except (GQAFormatError, ValueError, FileNotFoundError) as err:
+        m = Materializer(out_dir=args.out, images_dir=args.images, seed=args.seed, mask_fn=load_callable(args.mask_fn),
+                         scorer=load_callable(args.scorer), vqa_fn=load_callable(args.vqa_fn))
+        meta = build(args.scene_graphs, args.out, cfg=cfg, materializer=m)
+    except (GQAFormatError, ValueError, FileNotFoundError, ImportError, AttributeError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     print((args.out / "summary.md").read_text())
