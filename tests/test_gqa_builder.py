@@ -288,3 +288,10 @@ def test_bitmask_png_round_trip(tmp_path):
     m[3:7, 5:9] = True
     save_bitmask(m, tmp_path / "m.png")
     assert np.array_equal(load_mask(tmp_path / "m.png", size=(30, 20)), m)
+
+
+def test_whole_image_types_reuse_images_of_object_tasks():
+    cands = [gqa.Candidate("i3", "obj_remove", "dog", (("target", "1"),))]
+    cands += [gqa.Candidate(f"i{i}", "bg_chg", "whole image", ()) for i in range(6)]
+    picked = gqa.balanced_sample(cands, 1, seed=0)
+    assert [(c.edit_type, c.image_id) for c in picked] == [("obj_remove", "i3"), ("bg_chg", "i3")]

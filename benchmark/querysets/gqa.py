@@ -486,12 +486,17 @@ def balanced_sample(candidates: Iterable[Candidate], per_type: int | None, seed:
     """Per type, take candidates round-robin over their classes (seeded order) until `per_type` are chosen.
 
     Round-robin gives every class the same count until the rarer ones run out (App. B.4's balanced classes).
+    bg_chg and style_chg (any image will do) are drawn last and prefer images already chosen for an object task,
+    so queries share images (HATIE has 2.7 queries per image) and fewer images need writing; object tasks are not
+    steered, which would crowd them onto the few images with many editable objects.
     """
     by_type: dict[str, dict[str, list[Candidate]]] = defaultdict(lambda: defaultdict(list))
     for c in candidates:
         by_type[c.edit_type][c.group].append(c)
     chosen: list[Candidate] = []
-    for edit_type in sorted(by_type):
+    images: set[str] = set()
+    # object types first, whole-image types (one candidate per image, any image will do) last
+    for edit_type in sorted(by_type, key=lambda t: (t in ("bg_chg", "style_chg"), t)):
         groups = by_type[edit_type]
         if per_type is None:
             chosen += [c for g in sorted(groups) for c in groups[g]]
@@ -500,13 +505,17 @@ def balanced_sample(candidates: Iterable[Candidate], per_type: int | None, seed:
         queues = []
         for g in sorted(groups):
             items = sorted(groups[g], key=lambda c: (c.image_id, c.fields))
-            queues.append([items[i] for i in rng.permutation(len(items))])
+            order = [items[i] for i in rng.permutation(len(items))]
+            if edit_type in ("bg_chg", "style_chg"):
+                order = [c for c in order if c.image_id in images] + [c for c in order if c.image_id not in images]
+            queues.append(order)
         picked = 0
         depth = 0
         while picked < per_type and any(depth < len(q) for q in queues):
             for q in queues:
                 if depth < len(q) and picked < per_type:
                     chosen.append(q[depth])
+                    images.add(q[depth].image_id)
                     picked += 1
             depth += 1
     return chosen
