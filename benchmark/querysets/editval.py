@@ -15,6 +15,7 @@ import io
 import json
 import os
 import shutil
+import warnings
 from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
@@ -147,7 +148,10 @@ def build(editval_json: str | os.PathLike[str], coco_annotations: str | os.PathL
                 raise EditValFormatError(f"{where}: the image has no {cls!r} annotation")
             ann = max(anns, key=lambda a: (a["area"], -a["id"]))
             mask_rel = f"masks/{img['id']}/{ann['id']}.png"
-            save_mask(np.asarray(coco.annToMask(ann), dtype=bool), out / mask_rel)
+            with warnings.catch_warnings():  # pycocotools' decoder warns about numpy 2's copy keyword; harmless
+                warnings.simplefilter("ignore", DeprecationWarning)
+                mask = np.asarray(coco.annToMask(ann), dtype=bool)
+            save_mask(mask, out / mask_rel)
             x, y, w, h = (float(v) for v in ann["bbox"])
             target = ObjectRef(id=str(ann["id"]), name=cls, mask=mask_rel, bbox=(x, y, x + w, y + h))
             image_rel = f"images/{img['file_name']}"
