@@ -226,6 +226,8 @@ def test_build_writes_a_loadable_query_set_with_masks(built):
         if q.edit_type == "obj_add":
             assert q.new_class not in {o.name for o in q.editable_objects}
             assert q.relation in gqa.RELATIONS and q.anchor is not None
+            # the relation names the anchor, not the new class again (a defect of the HATIE release)
+            assert q.instruction.endswith(f" the {q.anchor.name}.") and f"the {q.anchor.name}" in q.target_caption
     table = (root / "out" / "summary.md").read_text()
     assert "| edit type | queries |" in table and "| whole image |" in table
 

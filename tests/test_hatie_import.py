@@ -112,3 +112,15 @@ def test_missing_images_are_reported(tmp_path):
     (images / "2401110.jpg").unlink()
     with pytest.raises(HatieFormatError, match="1 image\\(s\\) of the query file are missing"):
         import_release(q, m, images, tmp_path / "out")
+
+
+def test_object_named_only_by_bg_chg_is_matched_when_unambiguous(tmp_path):
+    queries = {"1": [
+        {"type": "obj_remove", "target": ["10", "cat"], "id": 1, "instruction": "Remove the cat."},
+        {"type": "bg_chg", "target": "zoo", "editable_objs": ["cat", "dog"], "id": 2, "instruction": "Change the background to a zoo."},
+    ]}
+    masks = [{"image": "1", "editable_objs": {"10": {"mask": box_mask(5, 5, 50, 50)}, "11": {"mask": box_mask(100, 100, 200, 200)}}}]
+    q, m, images = release(tmp_path, queries=queries, masks=masks)
+    import_release(q, m, images, tmp_path / "out")
+    bg = {x.id: x for x in load_queryset(tmp_path / "out")}["2"]
+    assert {(o.id, o.name) for o in bg.editable_objects} == {("10", "cat"), ("11", "dog")}

@@ -146,16 +146,28 @@ def convert_query(raw: Any, image_id: str, objects: dict[str, dict[str, Any]], s
 
 
 def _name_objects(queries: Mapping[str, Any], objects: dict[str, dict[str, dict[str, Any]]]) -> None:
-    """Objects in the mask file carry no class name in the release: take it from the queries that mention them."""
+    """Objects in the mask file carry no class name in the release: take it from the queries that mention them.
+
+    An object no query names by id can still be named by a bg_chg query's `editable_objs` when exactly one object
+    and exactly one listed class are left over (classes are unique per image in HATIE); anything more ambiguous
+    stays unnamed and is reported by `convert_query`.
+    """
     for image_id, qs in queries.items():
         objs = objects.get(str(image_id), {})
-        for raw in qs if isinstance(qs, list | tuple) else []:
-            if not isinstance(raw, Mapping):
-                continue
+        qs = [raw for raw in (qs if isinstance(qs, list | tuple) else []) if isinstance(raw, Mapping)]
+        for raw in qs:
             for field in ("original", "anchor", "target"):
                 v = raw.get(field)
                 if isinstance(v, list | tuple) and len(v) == 2 and str(v[0]) in objs and not objs[str(v[0])]["name"]:
                     objs[str(v[0])]["name"] = str(v[1])
+        for raw in qs:
+            if raw.get("type") != "bg_chg":
+                continue
+            named = {info["name"] for info in objs.values() if info["name"]}
+            left = [str(n) for n in raw.get("editable_objs") or [] if str(n) not in named]
+            unnamed = [oid for oid, info in objs.items() if not info["name"]]
+            if len(left) == 1 and len(unnamed) == 1:
+                objs[unnamed[0]]["name"] = left[0]
 
 
 def import_release(queries_pkl: str | os.PathLike[str], masks_pkl: str | os.PathLike[str],
