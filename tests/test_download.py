@@ -160,3 +160,27 @@ def test_bundled_manifests_are_valid():
     for name in names:
         m = load_manifest(name)
         assert m.build and (m.files or m.huggingface), name
+
+
+def test_download_script_end_to_end(server, tmp_path):
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    _, base = server
+    _Handler.files["/a.bin"] = PAYLOAD
+    manifest = tmp_path / "toy.json"
+
+    def run(sha):
+        manifest.write_text(json.dumps({"name": "toy", "description": "d", "license": "l", "build": "python build.py",
+                                        "files": [{"name": "a.bin", "url": f"{base}/a.bin", "sha256": sha}]}))
+        return subprocess.run([sys.executable, "scripts/download.py", str(manifest), "--dest", str(tmp_path / "dl"),
+                               "--no-progress"], cwd=ROOT, capture_output=True, text=True)
+
+    bad = run("0" * 64)
+    assert bad.returncode == 1 and "error:" in bad.stderr and "does not verify" in bad.stderr
+    assert not (tmp_path / "dl" / "a.bin").exists()
+    good = run(sha(PAYLOAD))
+    assert good.returncode == 0, good.stderr
+    assert (tmp_path / "dl" / "a.bin").read_bytes() == PAYLOAD and "python build.py" in good.stdout
