@@ -16,7 +16,7 @@ ARGS        ?=
 
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: help install demo demo-hatie bench score bench-hatie test test-all lint clean-results
+.PHONY: help install demo demo-hatie bench score bench-hatie data test test-all lint clean-results
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 16
@@ -44,6 +44,10 @@ score: ## score edits made elsewhere: make score QUERYSET=hatie EDITS=<folder> N
 
 bench-hatie: ## time the HATIE scoring stage, batched vs batch size 1 (real-size random-weight backbones, CPU)
 	$(PY) scripts/bench_hatie.py $(ARGS)
+
+data: ## download one query-set source (resumable, verified): make data NAME=gqa_hatie|hatie|editval|magicbrush
+	@test -n "$(NAME)" || { echo "usage: make data NAME=<set>  (sets: $$(ls datasets/manifests | sed 's/\.json//' | tr '\n' ' '))"; exit 2; }
+	HF_HUB_OFFLINE=0 $(PY) scripts/download.py $(NAME) $(ARGS)
 
 test: ## offline test suite (HF_HUB_OFFLINE=1)
 	$(PY) -m pytest -q $(ARGS)

@@ -91,3 +91,15 @@ def to_float_tensor(image: Image.Image):
 
     arr = np.asarray(image.convert("RGB"), dtype=np.float32) / 255.0
     return torch.from_numpy(arr.copy()).permute(2, 0, 1)
+
+
+def save_bitmask(mask: np.ndarray, path: Path) -> None:
+    """Save a bool mask as a 1-bit PNG (atomically): ~4x faster and smaller than `save_mask`; `load_mask` reads both."""
+    with atomic_path(path) as tmp:
+        Image.fromarray(np.ascontiguousarray(mask, dtype=bool)).save(tmp, format="PNG")  # bool arrays become mode "1"
+
+
+def save_jpeg(image: Image.Image, path: Path, quality: int = 95) -> None:
+    """Save atomically as JPEG without chroma subsampling (for query-set images whose sources are JPEGs)."""
+    with atomic_path(path) as tmp:
+        image.save(tmp, format="JPEG", quality=quality, subsampling=0)

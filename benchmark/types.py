@@ -37,7 +37,11 @@ EDITVAL_TYPES: tuple[str, ...] = (
     "action",
     "viewpoint",
 )
-EDIT_TYPES: tuple[str, ...] = HATIE_TYPES + EDITVAL_TYPES
+# Sources whose edits carry no type, only a free-form instruction (MagicBrush). Added in schema v1 as an extra
+# allowed value: older files stay valid, and their hashes do not change.
+FREEFORM_TYPES: tuple[str, ...] = ("free_form",)
+EDIT_TYPES: tuple[str, ...] = HATIE_TYPES + EDITVAL_TYPES + FREEFORM_TYPES
+FREEFORM_CLASS = "free-form"
 
 # Types that change the whole image rather than one object; grouped as one pseudo-class.
 WHOLE_IMAGE_TYPES = frozenset({"bg_chg", "style_chg", "background", "style", "viewpoint"})
@@ -65,6 +69,7 @@ REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
     "shape": ("target", "attribute_after"),
     "action": ("target", "attribute_after"),
     "viewpoint": ("attribute_after",),
+    "free_form": (),
 }
 
 SizeChange = Literal["enlarge", "shrink"]
@@ -119,10 +124,13 @@ class Query:
         """The class a per-class table groups this query under.
 
         obj_add / object_addition group by the class being added; every other object task by the class of the
-        object being edited (for obj_rep: the original object); whole-image tasks form one pseudo-class.
+        object being edited (for obj_rep: the original object); whole-image tasks form one pseudo-class, and
+        free-form edits (MagicBrush) another.
         """
         if self.edit_type in WHOLE_IMAGE_TYPES:
             return WHOLE_IMAGE_CLASS
+        if self.edit_type in FREEFORM_TYPES:
+            return FREEFORM_CLASS
         if self.edit_type in ("obj_add", "object_addition", "positional_addition") and self.new_class:
             return self.new_class
         if self.target is not None:

@@ -231,10 +231,22 @@ class QuerySet:
         return dataclasses.replace(self, queries=self.queries[:limit])
 
 
-def load_queryset(root: str | os.PathLike[str], name: str | None = None) -> QuerySet:
-    """Load a query set folder (queryset.json + queries.jsonl)."""
+class QuerySetNotBuiltError(QuerySetError):
+    """A query set built from downloaded data has not been built yet; the message says how to build it."""
+
+
+def load_queryset(root: str | os.PathLike[str], name: str | None = None, build: str | None = None) -> QuerySet:
+    """Load a query set folder (queryset.json + queries.jsonl).
+
+    `build` is the command that creates the folder (configs of downloaded sets give it); when the folder is not
+    built, the error names the set and that command.
+    """
     root = Path(root).resolve()
     meta_path = root / META_FILE
+    if not meta_path.is_file() and build:
+        raise QuerySetNotBuiltError(
+            f"query set {name or root.name!r} is not built yet ({meta_path} not found). Build it with: {build}"
+        )
     if not meta_path.is_file():
         raise QuerySetError(
             f"{meta_path}: not found. A query set folder needs {META_FILE} and {QUERIES_FILE}; "

@@ -1,0 +1,237 @@
+"""Import the released HATIE benchmark set (query pickles + editable-object mask pickle) as an editmeter query set.
+
+The release ships pickles (`spec/hatie.md` section 8). They are read once, only through the restricted unpickler
+(`benchmark.safe_pickle`), and converted to `queries.jsonl` plus one PNG mask per editable object
+(`masks/<image_id>/<object_id>.png`, {0,255} grayscale, a few hundred bytes each), so nothing downstream ever loads a
+pickle or holds all masks in memory.
+
+Released query -> editmeter `Query`:
+
+| released | editmeter |
+|---|---|
+| `id` | `id` (as a string, so edits named `<prefix>_<id>` map back) |
+| `original_caption`, `target_caption`, `instruction` | `source_caption`, `target_caption`, `instruction` |
+| obj_rep `original` = [oid, class], `target` = class | `target` (object), `new_class` |
+| obj_add `anchor` = [oid, class], `target` = class, `location` | `anchor`, `new_class`, `relation` |
+| obj_remove / attr_chg / obj_resize `target` = [oid, class] | `target`; attr_chg `after` (and `before`) -> `attribute_after` (`attribute_before`); obj_resize `subtype` -> `size_change` |
+| bg_chg `target`, `editable_objs` = [class, ...] | `background`; objects matched by class name |
+| style_chg `target` | `style` |
+
+Every query carries all editable objects of its image (`editable_objects`, with masks), which the HATIE scorer uses
+for bg_chg and style_chg.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmark.types import HATIE_TYPES, ObjectRef, Query
+
+KNOWN_KEYS = {"type", "id", "original_caption", "target_caption", "instruction", "original", "target", "anchor",
+              "location", "after", "before", "subtype", "editable_objs"}
+
+
+class HatieFormatError(ValueError):
+    """The released files do not have the expected shape; the message names the file, the record and the field."""
+
+
+def _pair(value: Any, where: str) -> tuple[str, str]:
+    if not (isinstance(value, list | tuple) and len(value) == 2):
+        raise HatieFormatError(f"{where}: expected [object_id, class name], got {value!r}")
+    return str(value[0]), str(value[1])
+
+
+def _bbox(mask: np.ndarray) -> tuple[float, float, float, float] | None:
+    """Inclusive min/max of the nonzero rows / columns (spec/hatie.md section 0)."""
+    ys, xs = np.nonzero(mask)
+    if len(xs) == 0:
+        return None
+    return (float(xs.min()), float(ys.min()), float(xs.max()), float(ys.max()))
+
+
+def write_masks(mask_records: Sequence[Any], out_dir: Path, source: str) -> dict[str, dict[str, dict[str, Any]]]:
+    """Write one PNG per editable object; return {image_id: {object_id: {"mask": rel, "bbox": ..., "name": ...}}}."""
+    from benchmark.imageio import save_mask
+
+    if not isinstance(mask_records, list | tuple):
+        raise HatieFormatError(f"{source}: expected a list of {{'image', 'editable_objs'}} records, got {type(mask_records).__name__}")
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for i, rec in enumerate(mask_records):
+        where = f"{source}: record {i}"
+        if not isinstance(rec, Mapping) or "image" not in rec or not isinstance(rec.get("editable_objs"), Mapping):
+            raise HatieFormatError(f"{where}: needs 'image' and an 'editable_objs' mapping")
+        image_id = str(rec["image"])
+        objs = out.setdefault(image_id, {})
+        for oid, info in rec["editable_objs"].items():
+            if not isinstance(info, Mapping) or "mask" not in info:
+                raise HatieFormatError(f"{where}, object {oid!r}: needs a 'mask' array")
+            mask = np.asarray(info["mask"])
+            if mask.ndim != 2:
+                raise HatieFormatError(f"{where}, object {oid!r}: mask has shape {mask.shape}, expected (H, W)")
+            mask = mask > 0.5 if mask.dtype.kind == "f" else mask.astype(bool)
+            bbox = _bbox(mask)
+            if bbox is None:
+                raise HatieFormatError(f"{where}, object {oid!r}: mask is empty")
+            rel = f"masks/{image_id}/{oid}.png"
+            save_mask(mask, out_dir / rel)
+            name = next((str(info[k]) for k in ("name", "class", "category") if k in info), None)
+            objs[str(oid)] = {"mask": rel, "bbox": bbox, "name": name}
+    return out
+
+
+def convert_query(raw: Any, image_id: str, objects: dict[str, dict[str, Any]], source: str,
+                  image_ext: str = ".jpg") -> Query:
+    """One released query dict -> `Query` (see the module table)."""
+    if not isinstance(raw, Mapping):
+        raise HatieFormatError(f"{source}: image {image_id!r}: a query must be a dict, got {type(raw).__name__}")
+    where = f"{source}: image {image_id!r}, query {raw.get('id')!r}"
+    edit_type = raw.get("type")
+    if edit_type not in HATIE_TYPES:
+        raise HatieFormatError(f"{where}: type {edit_type!r} is not one of {list(HATIE_TYPES)}")
+    if not isinstance(raw.get("id"), int | np.integer | str):
+        raise HatieFormatError(f"{where}: needs an integer 'id'")
+
+    def ref(pair_value: Any, field: str) -> ObjectRef:
+        oid, name = _pair(pair_value, f"{where}, {field}")
+        info = objects.get(oid)
+        if info is None:
+            raise HatieFormatError(f"{where}: {field} object {oid!r} has no mask in the editable-object mask file")
+        return ObjectRef(id=oid, name=name, mask=info["mask"], bbox=info["bbox"])
+
+    kw: dict[str, Any] = {}
+    if edit_type == "obj_rep":
+        kw.update(target=ref(raw.get("original"), "original"), new_class=str(raw.get("target")))
+    elif edit_type == "obj_add":
+        kw.update(anchor=ref(raw.get("anchor"), "anchor"), new_class=str(raw.get("target")),
+                  relation=str(raw.get("location")))
+    elif edit_type in ("obj_remove", "attr_chg", "obj_resize"):
+        kw["target"] = ref(raw.get("target"), "target")
+        if edit_type == "attr_chg":
+            kw["attribute_after"] = str(raw.get("after", "")) or None
+            if raw.get("before") is not None:
+                kw["attribute_before"] = str(raw["before"])
+        if edit_type == "obj_resize":
+            kw["size_change"] = raw.get("subtype")
+    elif edit_type == "bg_chg":
+        kw["background"] = str(raw.get("target", ""))
+    elif edit_type == "style_chg":
+        kw["style"] = str(raw.get("target", ""))
+    editable = tuple(
+        ObjectRef(id=oid, name=info["name"], mask=info["mask"], bbox=info["bbox"])
+        for oid, info in sorted(objects.items()) if info.get("name")
+    )
+    if edit_type == "bg_chg":
+        wanted = raw.get("editable_objs") or []
+        names = {o.name for o in editable}
+        missing = [n for n in wanted if n not in names]
+        if missing:
+            raise HatieFormatError(f"{where}: editable_objs {missing} have no named mask for this image")
+    from benchmark.querysets.io import query_from_dict, query_to_dict
+
+    q = Query(id=str(raw["id"]), image=f"images/{image_id}{image_ext}", image_id=image_id, edit_type=edit_type,
+              instruction=str(raw.get("instruction") or ""), source_caption=str(raw.get("original_caption") or ""),
+              target_caption=str(raw.get("target_caption") or ""), editable_objects=editable, **kw)
+    try:
+        return query_from_dict(query_to_dict(q))  # the schema's own validation, with the record named
+    except ValueError as err:
+        raise HatieFormatError(f"{where}: {err}") from None
+
+
+def _name_objects(queries: Mapping[str, Any], objects: dict[str, dict[str, dict[str, Any]]]) -> None:
+    """Objects in the mask file carry no class name in the release: take it from the queries that mention them.
+
+    An object no query names by id can still be named by a bg_chg query's `editable_objs` when exactly one object
+    and exactly one listed class are left over (classes are unique per image in HATIE); anything more ambiguous
+    stays unnamed and is reported by `convert_query`.
+    """
+    for image_id, qs in queries.items():
+        objs = objects.get(str(image_id), {})
+        qs = [raw for raw in (qs if isinstance(qs, list | tuple) else []) if isinstance(raw, Mapping)]
+        for raw in qs:
+            for field in ("original", "anchor", "target"):
+                v = raw.get(field)
+                if isinstance(v, list | tuple) and len(v) == 2 and str(v[0]) in objs and not objs[str(v[0])]["name"]:
+                    objs[str(v[0])]["name"] = str(v[1])
+        for raw in qs:
+            if raw.get("type") != "bg_chg":
+                continue
+            named = {info["name"] for info in objs.values() if info["name"]}
+            left = [str(n) for n in raw.get("editable_objs") or [] if str(n) not in named]
+            unnamed = [oid for oid, info in objs.items() if not info["name"]]
+            if len(left) == 1 and len(unnamed) == 1:
+                objs[unnamed[0]]["name"] = left[0]
+
+
+def import_release(queries_pkl: str | os.PathLike[str], masks_pkl: str | os.PathLike[str],
+                   images_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str], *, name: str = "hatie",
+                   image_ext: str = ".jpg") -> dict[str, Any]:
+    """Convert the release into `out_dir` (queryset.json, queries.jsonl, masks/, images -> `images_dir`)."""
+    from benchmark.fileio import atomic_write_text
+    from benchmark.querysets.gqa import summary_table
+    from benchmark.querysets.io import META_FILE, QUERIES_FILE, content_hash, write_queries
+    from benchmark.safe_pickle import restricted_load
+    from benchmark.types import SCHEMA_VERSION
+
+    out = Path(out_dir)
+    images_dir = Path(images_dir).resolve()
+    raw_queries = restricted_load(queries_pkl)  # restricted: plain containers and numpy arrays only
+    if not isinstance(raw_queries, Mapping):
+        raise HatieFormatError(f"{queries_pkl}: expected {{image_id: [query, ...]}}, got {type(raw_queries).__name__}")
+    objects = write_masks(restricted_load(masks_pkl), out, str(masks_pkl))  # restricted loader, see above
+    _name_objects(raw_queries, objects)
+    queries: list[Query] = []
+    ignored: Counter = Counter()
+    seen: dict[str, str] = {}
+    missing_images = []
+    for image_id, qs in raw_queries.items():
+        image_id = str(image_id)
+        if not isinstance(qs, list | tuple):
+            raise HatieFormatError(f"{queries_pkl}: image {image_id!r}: expected a list of queries")
+        if not (images_dir / f"{image_id}{image_ext}").is_file():
+            missing_images.append(image_id)
+        for raw in qs:
+            q = convert_query(raw, image_id, objects.get(image_id, {}), str(queries_pkl), image_ext)
+            if q.id in seen:
+                raise HatieFormatError(f"{queries_pkl}: query id {q.id} appears for images {seen[q.id]!r} and {image_id!r}")
+            seen[q.id] = image_id
+            ignored.update(k for k in raw if k not in KNOWN_KEYS)
+            queries.append(q)
+    if missing_images:
+        raise HatieFormatError(f"{images_dir}: {len(missing_images)} image(s) of the query file are missing, e.g. "
+                               f"{missing_images[:3]}; extract the release's image archive there")
+    link = out / "images"
+    if link.resolve() != images_dir:
+        if link.is_symlink() or link.exists():
+            if not link.is_symlink():
+                raise HatieFormatError(f"{link} exists and is not a link to {images_dir}; move it away first")
+            link.unlink()
+        link.symlink_to(images_dir, target_is_directory=True)
+    queries.sort(key=lambda q: (len(q.id), q.id))
+    write_queries(out / QUERIES_FILE, queries)
+    table = summary_table(queries)
+    atomic_write_text(out / "summary.md", table)
+    meta = {
+        "name": name, "schema_version": SCHEMA_VERSION,
+        "description": "The released HATIE benchmark set (HATIE paper, CVPR 2025), imported from its pickles by "
+                       "benchmark.querysets.hatie; object masks are the release's editable-object masks.",
+        "license": "CC0-1.0 (HATIE release)",
+        "content_hash": content_hash(queries),
+        "source_files": {"queries": Path(queries_pkl).name, "masks": Path(masks_pkl).name},
+        "counts": {"images": len({q.image_id for q in queries}), "queries": len(queries),
+                   "objects": sum(len(v) for v in objects.values()),
+                   "by_type": dict(Counter(q.edit_type for q in queries))},
+        "ignored_query_keys": dict(ignored),
+        "bbox": "inclusive min/max of each mask's nonzero pixels",
+    }
+    atomic_write_text(out / META_FILE, json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    print(table, file=sys.stderr)
+    return meta
+

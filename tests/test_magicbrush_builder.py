@@ -1,0 +1,71 @@
+"""MagicBrush conversion from a local dataset built with `datasets.Dataset` and saved to disk."""
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from benchmark.imageio import load_mask, load_rgb
+from benchmark.querysets.io import load_queryset
+from benchmark.querysets.magicbrush import MagicBrushFormatError, build, edit_region
+
+
+def mb_dataset(tmp_path, rows=None, split="dev"):
+    import datasets
+
+    def img(color, size=(32, 32)):
+        return Image.new("RGB", size, color)
+
+    def mask(box, size=(32, 32)):
+        m = Image.new("RGB", size, (0, 0, 0))
+        m.paste((255, 255, 255), box)
+        return m
+
+    rows = rows if rows is not None else [
+        ("327726", 1, img((10, 20, 30)), mask((4, 4, 12, 12)), "put a hat on the dog", img((200, 20, 30))),
+        ("327726", 2, img((200, 20, 30)), mask((0, 0, 8, 8)), "make it snow", img((250, 250, 250))),
+        ("242679", 1, img((50, 60, 70)), mask((10, 10, 20, 30)), "  turn the  car red ", img((90, 60, 70))),
+    ]
+    features = datasets.Features({
+        "img_id": datasets.Value("string"), "turn_index": datasets.Value("int32"), "source_img": datasets.Image(),
+        "mask_img": datasets.Image(), "instruction": datasets.Value("string"), "target_img": datasets.Image()})
+    cols = {k: [r[i] for r in rows] for i, k in enumerate(features)}
+    ds = datasets.DatasetDict({split: datasets.Dataset.from_dict(cols, features=features)})
+    ds.save_to_disk(str(tmp_path / "mb"))
+    return tmp_path / "mb"
+
+
+def test_first_turn_by_default_with_ground_truth_and_mask(tmp_path):
+    path = mb_dataset(tmp_path)
+    meta = build(path, tmp_path / "out", split="dev")
+    qs = load_queryset(tmp_path / "out")
+    assert qs.hash == meta["content_hash"] and [q.id for q in qs] == ["mb-dev-242679-t1", "mb-dev-327726-t1"]
+    q = {x.id: x for x in qs}["mb-dev-327726-t1"]
+    assert q.edit_type == "free_form" and q.instruction == "put a hat on the dog" and q.object_class == "free-form"
+    assert load_rgb(qs.path(q.target_image)).getpixel((0, 0)) == (200, 20, 30)
+    assert load_rgb(qs.path(q.image)).getpixel((0, 0)) == (10, 20, 30)
+    m = load_mask(qs.path(q.edit_mask), size=(32, 32))
+    assert m.sum() == 64 and m[5, 5] and not m[20, 20]
+    assert {x.id: x for x in qs}["mb-dev-242679-t1"].instruction == "turn the car red"
+
+
+def test_all_turns_is_optional(tmp_path):
+    meta = build(mb_dataset(tmp_path), tmp_path / "out", split="dev", turns="all")
+    assert meta["counts"]["queries"] == 3 and meta["counts"]["turns"] == {"1": 2, "2": 1}
+
+
+def test_transparent_mask_marks_the_edit_region():
+    m = Image.new("RGBA", (8, 8), (0, 0, 0, 255))
+    m.putpixel((2, 3), (0, 0, 0, 0))
+    region = edit_region(m)
+    assert region.sum() == 1 and region[3, 2]
+    assert np.array_equal(edit_region(Image.new("RGB", (4, 4), (255, 255, 255))), np.ones((4, 4), bool))
+
+
+def test_errors_name_the_row_and_the_split(tmp_path):
+    path = mb_dataset(tmp_path)
+    with pytest.raises(MagicBrushFormatError, match="no split 'test'; it has \\['dev'\\]"):
+        build(path, tmp_path / "out", split="test")
+    small = Image.new("RGB", (16, 16))
+    bad = mb_dataset(tmp_path / "b", rows=[("1", 1, Image.new("RGB", (32, 32)), small, "x", Image.new("RGB", (32, 32)))])
+    with pytest.raises(MagicBrushFormatError, match="row 0 \\(img_id '1', turn 1\\).*differ in size"):
+        build(bad, tmp_path / "out2", split="dev")
