@@ -5,8 +5,11 @@
         --images datasets/gqa_hatie/downloads/images --out datasets/gqa_hatie [--per-type 7000] [--workers 2]
 
 The detector check, the CLIP background ranking and the occlusion VQA filter are off unless given as
-`module:function` callables (see benchmark/querysets/gqa.py for their signatures), e.g. once the scoring suite's
-segmenter offers one: `--mask-fn benchmark.models.segmenter:<function>`.
+`module:function` callables (see benchmark/querysets/gqa.py for their signatures). The scoring suite's models:
+    --mask-fn benchmark.models.segmenter:detector_masks     (IoU >= 0.5 between GQA box and segmenter mask)
+    --scorer  benchmark.models.clip:background_scores        (bg_chg: the half least CLIP-aligned backgrounds)
+    --vqa-fn  benchmark.models.vqa:occlusion_vqa             (App. A occlusion filter)
+They load real weights; EDITMETER_WEIGHTS=tiny uses the random stand-ins (tests).
 """
 
 import argparse

@@ -410,3 +410,19 @@ def test_vqa_on_end_to_end_with_a_tiny_vlm(tmp_path):
     assert 0 < style["raw_bf_vqa"] < 1  # P(yes) from the tiny BLIP
     lb = pd.read_csv(s["tables"]["leaderboard.csv"])
     assert '"vqa": "on (Salesforce/blip-vqa-base)"' in lb.iloc[0]["components"]
+
+
+def test_scoring_models_plug_into_the_gqa_builder(monkeypatch):
+    from PIL import Image
+
+    from benchmark.models.clip import background_scores
+    from benchmark.models.segmenter import detector_masks
+    from benchmark.models.vqa import occlusion_vqa
+
+    monkeypatch.setenv("EDITMETER_WEIGHTS", "tiny")
+    im = Image.fromarray((np.random.default_rng(0).random((64, 64, 3)) * 255).astype(np.uint8))
+    masks = detector_masks(im, [(1, 1, 20, 20), (30, 30, 60, 60)], ["cup", "dog"])
+    assert len(masks) == 2 and all(m is None or m.shape == (64, 64) for m in masks)
+    scores = background_scores(im, ["a beach", "a forest", "a kitchen"])
+    assert len(scores) == 3 and all(0 <= s <= 1 for s in scores)
+    assert 0 <= occlusion_vqa(im, "Is the cup hidden behind another object?") <= 1

@@ -93,3 +93,17 @@ def load_clip(weights: str = "pretrained", arch: str = "ViT-B-32", tag: str = "o
     model.eval()
     tokenizer = open_clip.get_tokenizer(arch)
     return ClipEncoder(model, tokenizer, device=device, name=f"{arch}/{pretrained if source == 'pretrained' else source}")
+
+
+def background_scores(image: Any, texts: list[str]) -> list[float]:
+    """CLIP image-text scores (1 + cos) / 2 for the GQA builder's bg_chg ranking
+    (`--scorer benchmark.models.clip:background_scores`). Weights: $EDITMETER_WEIGHTS (default pretrained)."""
+    import os
+
+    import numpy as np
+    import torch
+
+    clip = load_clip(os.environ.get("EDITMETER_WEIGHTS", "pretrained"))
+    arr = np.asarray(image.convert("RGB") if hasattr(image, "convert") else image, dtype=np.uint8)
+    img = torch.from_numpy(arr.copy()).permute(2, 0, 1).float().div(255).unsqueeze(0)
+    return ((1 + clip.embed_images(img) @ clip.embed_texts(list(texts)).T) / 2)[0].tolist()

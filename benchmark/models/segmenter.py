@@ -252,3 +252,14 @@ def load_segmentation(path: Path) -> Segmentation:
         masks = np.unpackbits(z["masks"], axis=-1, count=w).astype(bool)
         return {str(n): Detection(str(n), float(s), tuple(int(v) for v in b), m)  # type: ignore[arg-type]
                 for n, s, b, m in zip(z["names"], z["scores"], z["boxes"], masks, strict=True)}
+
+
+def detector_masks(image: Any, boxes: Sequence[tuple[float, float, float, float]],
+                   class_names: Sequence[str]) -> list[np.ndarray | None]:
+    """The GQA builder's detector check (`--mask-fn benchmark.models.segmenter:detector_masks`): the best mask of
+    each object's class in `image` (PIL or uint8 array), or None. Weights: $EDITMETER_WEIGHTS (default pretrained)."""
+    import os
+
+    seg = build_segmenter(weights=os.environ.get("EDITMETER_WEIGHTS", "pretrained"))
+    found = seg.segment([np.asarray(image.convert("RGB") if hasattr(image, "convert") else image, dtype=np.uint8)])[0]
+    return [found[n].mask if n in found else None for n in class_names]

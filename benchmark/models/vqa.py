@@ -32,13 +32,18 @@ class VQAScorer:
         self.answer_id = ids[0]
 
     def score(self, images: list[Any], texts: list[str]) -> list[float]:
+        """VQAScore: P(yes) to "Does this figure show '<text>'? ..." for each (image, text)."""
+        return self.ask(images, [QUESTION.format(text=t) for t in texts])
+
+    def ask(self, images: list[Any], questions: list[str]) -> list[float]:
+        """P(answer) for free-form yes/no questions; images are float (3, H, W) tensors or PIL images."""
         import torch
         from PIL import Image
 
-        pil = [Image.fromarray((im.clamp(0, 1) * 255).round().to(torch.uint8).permute(1, 2, 0).cpu().numpy())
+        pil = [im if isinstance(im, Image.Image) else
+               Image.fromarray((im.clamp(0, 1) * 255).round().to(torch.uint8).permute(1, 2, 0).cpu().numpy())
                for im in images]
-        inputs = self.processor(images=pil, text=[QUESTION.format(text=t) for t in texts], return_tensors="pt",
-                                padding=True).to(self.device)
+        inputs = self.processor(images=pil, text=list(questions), return_tensors="pt", padding=True).to(self.device)
         with torch.inference_mode():
             out = self.model.generate(**inputs, max_new_tokens=1, do_sample=False, output_logits=True,
                                       return_dict_in_generate=True)
@@ -98,3 +103,11 @@ def load_vqa(weights: str = "pretrained", model_id: str = VQA_ID, revision: str 
         raise WeightsUnavailableError("the VQA model", f"{model_id}@{revision}", err) from err
     name = f"{model_id}@{revision}" if source == "pretrained" else "blip-vqa-tiny"
     return VQAScorer(model.to(device).eval(), processor, answer=answer, device=device, name=name)
+
+
+def occlusion_vqa(image: Any, question: str) -> float:
+    """The GQA builder's optional occlusion filter (`--vqa-fn benchmark.models.vqa:occlusion_vqa`): P(yes).
+    Weights: $EDITMETER_WEIGHTS (default pretrained)."""
+    import os
+
+    return load_vqa(os.environ.get("EDITMETER_WEIGHTS", "pretrained")).ask([image.convert("RGB")], [question])[0]
