@@ -426,3 +426,29 @@ def test_scoring_models_plug_into_the_gqa_builder(monkeypatch):
     scores = background_scores(im, ["a beach", "a forest", "a kitchen"])
     assert len(scores) == 3 and all(0 <= s <= 1 for s in scores)
     assert 0 <= occlusion_vqa(im, "Is the cup hidden behind another object?") <= 1
+
+
+def test_released_hatie_set_scores_edits_in_hatie_naming(tmp_path, capsys):
+    """Importer -> query set -> someone else's edits named `<prefix>_<query id>.png` -> HATIE leaderboard."""
+    from test_hatie_import import release
+
+    from benchmark.querysets.hatie import import_release
+    from benchmark.querysets.io import load_queryset
+    from benchmark.score_edits import main
+
+    (tmp_path / "rel").mkdir()
+    q, m, images = release(tmp_path / "rel")
+    import_release(q, m, images, tmp_path / "hatie")
+    qs = load_queryset(tmp_path / "hatie")
+    edits = tmp_path / "edits"
+    edits.mkdir()
+    for x in qs.queries[:-1]:  # one edit missing
+        (edits / f"ip2p_{x.id}.png").write_bytes(qs.path(x.image).read_bytes())
+    assert main(["queryset=demo", f"queryset.root={tmp_path / 'hatie'}", f"edits={edits}", "name=ip2p-elsewhere",
+                 "profile=tiny", "metrics=hatie", f"paths.results={tmp_path / 'results'}", "progress=false",
+                 "aggregate.bootstrap_resamples=50"]) == 0
+    assert f"MISSING 1 edits (recorded as failed): {qs.queries[-1].id}" in capsys.readouterr().out
+    lb = pd.read_csv(tmp_path / "results" / "leaderboard.csv")
+    row = lb.iloc[0]
+    assert row["editor"] == "ip2p-elsewhere" and row["n_ok"] == len(qs) - 1 and row["n_failed"] == 1
+    assert np.isfinite(row["Total"]) and row["BC"] == pytest.approx(1.0, abs=1e-4)  # identity edits
