@@ -452,3 +452,25 @@ def test_released_hatie_set_scores_edits_in_hatie_naming(tmp_path, capsys):
     row = lb.iloc[0]
     assert row["editor"] == "ip2p-elsewhere" and row["n_ok"] == len(qs) - 1 and row["n_failed"] == 1
     assert np.isfinite(row["Total"]) and row["BC"] == pytest.approx(1.0, abs=1e-4)  # identity edits
+
+
+MISS_OF = {"obj_add": 0.0, "obj_rep": 0.0, "obj_resize": 0.0, "attr_chg": 0.0, "obj_remove": 1.0}
+
+
+@pytest.mark.parametrize("edit_type", sorted(MISS_OF))
+@pytest.mark.parametrize("case", ["detected", "degenerate", "not_detected"])
+def test_detection_branches_of_every_object_task(engine, edit_type, case):
+    img, m = scene()
+    thin = torch.zeros(S, S)
+    thin[200:240, 200:203] = 1
+    kw = dict(OBJECT_TASKS.get(edit_type, {})) or dict(new_class="cup", anchor=ANCHOR, relation="left")
+    seg = {} if case == "not_detected" else {"cup": det("cup", m if case == "detected" else thin)}
+    raw, crit = run_one(engine, query(edit_type, **kw), img, img.clone(), {"7": m}, seg)
+    assert raw["branch"] == case
+    assert crit["BC"] == pytest.approx(1.0, abs=1e-4)  # identity edit, whichever region is compared
+    if case != "detected":
+        assert crit["OF"] == MISS_OF[edit_type]
+    elif edit_type == "obj_remove":
+        assert crit["OF"] < 1.0  # the object is still there
+    elif edit_type in ("obj_add", "obj_rep", "attr_chg"):
+        assert raw["of_det"] == 0.9

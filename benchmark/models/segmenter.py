@@ -18,21 +18,12 @@ import numpy as np
 
 from benchmark.models.common import WeightsUnavailableError, check_source, tiny_model_dir
 
+# detectron2's `pred_classes` index this list (COCO's 80 classes in category-id order)
+from benchmark.querysets.coco_classes import COCO_CLASSES
+
 SCORE_THRESHOLD = 0.1  # HATIE's detectron2 SCORE_THRESH_TEST
 DEGENERATE_PX = 5  # a detection whose box is narrower or shorter than this counts as degenerate (HATIE)
 MASK_THRESHOLD = 0.5  # torchvision's soft masks -> binary
-# The 80 COCO classes in detectron2's contiguous order (its `pred_classes` index this list).
-COCO_CLASSES: tuple[str, ...] = (
-    "person", "bicycle", "car", "motorcycle", "airplane", "bus", "train", "truck", "boat", "traffic light",
-    "fire hydrant", "stop sign", "parking meter", "bench", "bird", "cat", "dog", "horse", "sheep", "cow",
-    "elephant", "bear", "zebra", "giraffe", "backpack", "umbrella", "handbag", "tie", "suitcase", "frisbee",
-    "skis", "snowboard", "sports ball", "kite", "baseball bat", "baseball glove", "skateboard", "surfboard",
-    "tennis racket", "bottle", "wine glass", "cup", "fork", "knife", "spoon", "bowl", "banana", "apple",
-    "sandwich", "orange", "broccoli", "carrot", "hot dog", "pizza", "donut", "cake", "chair", "couch",
-    "potted plant", "bed", "dining table", "toilet", "tv", "laptop", "mouse", "remote", "keyboard", "cell phone",
-    "microwave", "oven", "toaster", "sink", "refrigerator", "book", "clock", "vase", "scissors", "teddy bear",
-    "hair drier", "toothbrush",
-)
 # COCO category ids skipped by the 80-class list (torchvision's 91-way heads label these "N/A").
 _COCO_UNUSED_IDS = (12, 26, 29, 30, 45, 66, 68, 69, 71, 83)
 # Small input and few proposals keep the random-weight stand-in fast on CPU (the class and heads are the real ones).

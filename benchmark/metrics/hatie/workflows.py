@@ -133,22 +133,30 @@ def _branch(det: Detection | None) -> str:
     return "not_detected" if det is None else "degenerate" if det.degenerate else "detected"
 
 
+def _unless_detected(c: _Ctx, det: Detection | None, zeros: dict[str, Any], *gt: Any) -> Any | None:
+    """The shared miss branches of the object tasks. Not detected: BC on the backgrounds without the GT masks
+    (without any mask when there are none: the full images), zero scores. Degenerate: BC also without the
+    detection's mask, zero scores. Returns the detection's mask when it is usable, else None (plan finished)."""
+    if det is not None and not det.degenerate:
+        return _mask(det)
+    branch = _branch(det)
+    bg = c.bc4(*([_mask(det)] if det is not None else []), *gt)
+    c.plan.finish = lambda r: {"branch": branch, **_bc(r, bg), **zeros}
+    return None
+
+
 def plan_obj_add(x: QueryInput) -> Plan:
     c, q = _Ctx(x), x.query
     new, anchor = q.new_class, q.anchor.name  # type: ignore[union-attr]
     det = x.seg.get(new)  # type: ignore[arg-type]
-    branch = _branch(det)
     of_zero = {"of_clip": 0.0, "of_det": 0.0, "of_vqa": c.vqa_or_none(0.0), "of_clip_rel": 0.0,
                "of_vqa_rel": c.vqa_or_none(0.0)}
-    if det is None:
-        bg = c.bc4()
-        c.plan.finish = lambda r: {"branch": branch, **_bc(r, bg), **of_zero}
+    # degenerate: spec says BC on bg(mask_c) (the release mixes in a full-image CLIP term there)
+    m = _unless_detected(c, det, of_zero)
+    if m is None:
         return c.plan
-    m = _mask(det)
-    bg = c.bc4(m)
-    if det.degenerate:  # spec: OF zeros, BC on bg(mask_c) (the release mixes in a full-image CLIP term here)
-        c.plan.finish = lambda r: {"branch": branch, **_bc(r, bg), **of_zero}
-        return c.plan
+    assert det is not None
+    branch, bg = "detected", c.bc4(m)
     t = c.edit_crop(det, "T")
     a_det = x.seg.get(anchor)
     a_box = a_det.bbox if a_det is not None else (0, 0, P.IMAGE_SIZE, P.IMAGE_SIZE)
@@ -189,17 +197,11 @@ def plan_obj_rep(x: QueryInput) -> Plan:
     c, q = _Ctx(x), x.query
     gt = x.gt_masks[q.target.id]  # type: ignore[union-attr]
     det = x.seg.get(q.new_class)  # type: ignore[arg-type]
-    branch = _branch(det)
-    of_zero = {"of_clip": 0.0, "of_det": 0.0, "of_vqa": c.vqa_or_none(0.0)}
-    if det is None:
-        bg = c.bc4(gt)
-        c.plan.finish = lambda r: {"branch": branch, **_bc(r, bg), "oc_pos": 0.0, **of_zero}
+    m = _unless_detected(c, det, {"oc_pos": 0.0, "of_clip": 0.0, "of_det": 0.0, "of_vqa": c.vqa_or_none(0.0)}, gt)
+    if m is None:
         return c.plan
-    m = _mask(det)
-    bg = c.bc4(m, gt)
-    if det.degenerate:
-        c.plan.finish = lambda r: {"branch": branch, **_bc(r, bg), "oc_pos": 0.0, **of_zero}
-        return c.plan
+    assert det is not None
+    branch, bg = "detected", c.bc4(m, gt)
     t = c.plan.text(c.edit_crop(det, "T"), q.new_class, with_vqa=x.vqa)  # type: ignore[arg-type]
     pos = P.pos(m, gt)
     c.plan.finish = lambda r: {"branch": branch, **_bc(r, bg), "oc_pos": pos, "of_clip": r.clip_it[t],
@@ -212,17 +214,11 @@ def plan_obj_resize(x: QueryInput) -> Plan:
     o = q.target
     o_key, gt = c.gt_crop(o.id)  # type: ignore[union-attr]
     det = x.seg.get(o.name)  # type: ignore[union-attr]
-    branch = _branch(det)
-    zeros = {**_zeros("oc", [*SIMS, "pos"]), "of_size": 0.0}
-    if det is None:
-        bg = c.bc4(gt)
-        c.plan.finish = lambda r: {"branch": branch, **_bc(r, bg), **zeros}
+    m = _unless_detected(c, det, {**_zeros("oc", [*SIMS, "pos"]), "of_size": 0.0}, gt)
+    if m is None:
         return c.plan
-    m = _mask(det)
-    bg = c.bc4(m, gt)
-    if det.degenerate:
-        c.plan.finish = lambda r: {"branch": branch, **_bc(r, bg), **zeros}
-        return c.plan
+    assert det is not None
+    branch, bg = "detected", c.bc4(m, gt)
     obj = c.plan.pair(c.edit_crop(det, "T"), o_key)
     pos, sz = P.pos(m, gt), P.size(gt, m, q.size_change)  # type: ignore[arg-type]
     c.plan.finish = lambda r: {"branch": branch, **_bc(r, bg), **_bc(r, obj, "oc"), "oc_pos": pos, "of_size": sz}
@@ -234,18 +230,13 @@ def plan_attr_chg(x: QueryInput) -> Plan:
     o = q.target
     o_key, gt = c.gt_crop(o.id)  # type: ignore[union-attr]
     det = x.seg.get(o.name)  # type: ignore[union-attr]
-    branch = _branch(det)
     zeros = {**{f"oc_{s}_{t}": 0.0 for s in SIMS for t in TESTS}, "oc_pos": 0.0, "oc_size": 0.0,
              "of_clip": 0.0, "of_det": 0.0, "of_vqa": c.vqa_or_none(0.0)}
-    if det is None:
-        bg = c.bc4(gt)
-        c.plan.finish = lambda r: {"branch": branch, **_bc(r, bg), **zeros}
+    m = _unless_detected(c, det, zeros, gt)
+    if m is None:
         return c.plan
-    m = _mask(det)
-    bg = c.bc4(m, gt)
-    if det.degenerate:
-        c.plan.finish = lambda r: {"branch": branch, **_bc(r, bg), **zeros}
-        return c.plan
+    assert det is not None
+    branch, bg = "detected", c.bc4(m, gt)
     t_key = c.edit_crop(det, "T")
     req = c.structure(t_key, o_key)
     t = c.plan.text(t_key, f"{q.attribute_after} {o.name}", with_vqa=x.vqa)  # type: ignore[union-attr]
@@ -258,7 +249,7 @@ def plan_attr_chg(x: QueryInput) -> Plan:
 
 def plan_bg_chg(x: QueryInput) -> Plan:
     c, q = _Ctx(x), x.query
-    per_obj: list[tuple[str, Any, float, float] | None] = []  # pair key or None per object, by object id
+    per_obj: list[tuple[tuple[str, str], float, float] | None] = []  # (pair, pos, size) or None, by object id
     detected = []
     for o in q.editable_objects:  # paired by id (the release pairs two lists by position)
         det = x.seg.get(o.name)
@@ -268,7 +259,7 @@ def plan_bg_chg(x: QueryInput) -> Plan:
         o_key, gt = c.gt_crop(o.id)
         m = _mask(det)
         detected.append(m)
-        per_obj.append((c.plan.pair(c.edit_crop(det, f"T{o.id}"), o_key), None, P.pos(m, gt), P.size(gt, m, "keep")))
+        per_obj.append((c.plan.pair(c.edit_crop(det, f"T{o.id}"), o_key), P.pos(m, gt), P.size(gt, m, "keep")))
     bg_key = c.plan.image(f"{c.qk}:bgonly", P.background(x.edit, *detected))
     t = c.plan.text(bg_key, q.background or "", with_vqa=x.vqa)
     n = len(per_obj)
@@ -278,7 +269,7 @@ def plan_bg_chg(x: QueryInput) -> Plan:
         for item in per_obj:
             if item is None:
                 continue  # a missing object contributes zeros
-            pk, _, pos, sz = item
+            pk, pos, sz = item
             for s in SIMS:
                 sums[s] += r.pair[pk][s]
             sums["pos"] += pos
