@@ -1,5 +1,6 @@
 """The editor contract every editor in configs/editor/ must pass (tiny profile, demo set)."""
 
+import functools
 import json
 
 import numpy as np
@@ -24,7 +25,9 @@ def max_level_diff(a, b) -> int:
     return int(np.abs(np.asarray(a, dtype=np.int16) - np.asarray(b, dtype=np.int16)).max())
 
 
+@functools.lru_cache(maxsize=None)
 def make_editor(name):
+    # Built once per test session: diffusion editors load a (tiny) pipeline, ~3 s each on this machine.
     cfg, _ = compose([f"editor={name}", "queryset=demo", "profile=tiny"])
     return instantiate(cfg.editor)
 
