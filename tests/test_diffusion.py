@@ -13,6 +13,7 @@ from benchmark.editing.batching import HalvingRunner
 from benchmark.models.common import WeightsUnavailableError
 
 STEPS = 3
+pytestmark = pytest.mark.usefixtures("single_thread_torch")
 
 
 @pytest.fixture(scope="module")

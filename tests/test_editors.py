@@ -14,6 +14,7 @@ from benchmark.imageio import load_rgb
 from benchmark.run import compose
 
 EDITORS = options("editor")
+pytestmark = pytest.mark.usefixtures("single_thread_torch")
 # Batch size 1 vs 4 may differ by at most one 8-bit level, and only through float rounding: batched CPU kernels
 # (convolutions, matmuls) sum in another order, a ~1e-6 relative difference that can flip the final quantisation
 # of a pixel. Editors quantise once, after resizing (benchmark.editing.base.to_pil), so nothing can amplify it; any
