@@ -9,11 +9,13 @@ MODEL       ?= identity
 QUERYSET    ?= demo
 PROFILE     ?= pretrained
 DEMO_EDITORS ?= identity,oracle,overedit
+DIFFUSION_EDITORS ?= ip2p,magicbrush,sdedit,diffedit,p2p,imagic
+DIFFUSION_LIMIT ?= 16
 ARGS        ?=
 
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: help install demo bench test test-all lint clean-results
+.PHONY: help install demo demo-diffusion bench test test-all lint clean-results
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 16
@@ -27,6 +29,10 @@ install: ## create .venv and install editmeter with test tools
 
 demo: ## run the whole pipeline offline on the bundled demo set with the weight-free editors
 	$(PY) -m benchmark.run --multirun editor=$(DEMO_EDITORS) queryset=demo profile=tiny $(ARGS)
+	$(PY) -m benchmark.leaderboard show --queryset demo
+
+demo-diffusion: ## the diffusion editors, tiny random weights, first DIFFUSION_LIMIT demo queries (about a minute)
+	OMP_NUM_THREADS=1 $(PY) -m benchmark.run --multirun editor=$(DIFFUSION_EDITORS) queryset=demo profile=tiny limit=$(DIFFUSION_LIMIT) $(ARGS)
 	$(PY) -m benchmark.leaderboard show --queryset demo
 
 bench: ## run one editor on one query set: make bench MODEL=ip2p QUERYSET=hatie [PROFILE=tiny] [ARGS="seed=1"]
