@@ -247,3 +247,39 @@ def test_imagic_never_reuses_a_fine_tune_across_images(demo_qs):
     again = editor.edit([a], ims[:1], seeds=[7])  # same everything: reused, identical output
     assert imagic.FINETUNES.hits == hits0 + 1
     assert np.array_equal(np.asarray(again[0]), np.asarray(out[0]))
+
+
+# --- real devices and real weights (opt-in) ------------------------------------------------------------------------
+
+@pytest.mark.gpu
+def test_cuda_defaults_to_fp16_and_sdpa():
+    from diffusers.models.attention_processor import AttnProcessor2_0
+
+    from benchmark.models.diffusion import load_pipeline
+
+    pipe, prov = load_pipeline("sd", weights="tiny", model_id="unused", revision="unused", device="cuda")
+    assert prov["dtype"] == "float16" and pipe.unet.dtype == torch.float16
+    assert all(isinstance(p, AttnProcessor2_0) for p in pipe.unet.attn_processors.values())
+
+
+DIFFUSION_EDITORS = ["ip2p", "magicbrush", "sdedit", "diffedit", "p2p", "imagic"]
+
+
+@pytest.mark.weights
+@pytest.mark.parametrize("name", DIFFUSION_EDITORS)
+def test_pretrained_editor_edits_one_query(name, demo_qs):
+    """Real checkpoints (needs them cached or the hub): one query, few steps, a valid non-trivial edit."""
+    from hydra.utils import instantiate
+
+    from benchmark.editor import query_seed
+    from benchmark.imageio import load_rgb
+    from benchmark.run import compose
+
+    few = ["editor.steps=10"] + (["editor.embedding_steps=5", "editor.finetune_steps=5"] if name == "imagic" else [])
+    cfg, _ = compose([f"editor={name}", "queryset=demo", "profile=pretrained", *few])
+    editor = instantiate(cfg.editor)
+    q = demo_qs.queries[0]
+    src = load_rgb(demo_qs.path(q.image))
+    out = editor.edit([q], [src], seeds=[query_seed(0, q.id)])[0]
+    assert out.size == src.size and np.asarray(out).std() > 1
+    assert editor.info()["weights"] == "pretrained" and editor.info()["revision"] == cfg.editor.revision
