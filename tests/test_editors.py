@@ -26,7 +26,7 @@ def max_level_diff(a, b) -> int:
     return int(np.abs(np.asarray(a, dtype=np.int16) - np.asarray(b, dtype=np.int16)).max())
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def make_editor(name):
     # Built once per test session: diffusion editors load a (tiny) pipeline, ~3 s each on this machine.
     cfg, _ = compose([f"editor={name}", "queryset=demo", "profile=tiny"])
