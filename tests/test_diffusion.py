@@ -283,3 +283,14 @@ def test_pretrained_editor_edits_one_query(name, demo_qs):
     out = editor.edit([q], [src], seeds=[query_seed(0, q.id)])[0]
     assert out.size == src.size and np.asarray(out).std() > 1
     assert editor.info()["weights"] == "pretrained" and editor.info()["revision"] == cfg.editor.revision
+
+
+def test_p2p_through_the_edit_stage_and_rerun(tmp_path):
+    """End to end through the harness: every edit is valid, and a rerun recomputes nothing."""
+    from conftest import run_demo
+
+    args = ("limit=6", "batch_size=4", "stages=[edit]")
+    first = run_demo(tmp_path, "p2p", *args)["edit"]
+    assert (first.computed, first.failed) == (6, 0)
+    again = run_demo(tmp_path, "p2p", *args)["edit"]
+    assert (again.computed, again.skipped) == (0, 6)
