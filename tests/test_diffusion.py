@@ -294,3 +294,15 @@ def test_p2p_through_the_edit_stage_and_rerun(tmp_path):
     assert (first.computed, first.failed) == (6, 0)
     again = run_demo(tmp_path, "p2p", *args)["edit"]
     assert (again.computed, again.skipped) == (0, 6)
+
+
+def test_word_swap_with_different_token_counts_maps_words_onto_words(sd):
+    src, tgt = "a red ball on the grass", "a aquamarine ball on the grass"  # 1 token -> 2 tokens
+    e = build_token_edit(sd.tokenizer, src, tgt, mode="auto")
+    assert e.mode == "replace"
+    m = e.mapper
+    torch.testing.assert_close(m.sum(0), torch.ones(77))  # every target position is a convex mix of source maps
+    assert m[2, 2] == 1 and m[2, 3] == 1  # "red" -> both tokens of "aquamarine"
+    assert m[3, 4] == 1 and m[0, 0] == 1  # "ball" keeps its layout, shifted by one; start of text stays
+    with pytest.raises(ValueError, match="same number of words"):
+        build_token_edit(sd.tokenizer, src, "a ball", mode="replace")

@@ -50,7 +50,8 @@ def build_token_edit(tokenizer: Any, source: str, target: str, *, mode: str,
                      reweight: dict[str, float] | None = None) -> TokenEdit:
     """The word-swap / refinement mapper and equalizer for one (source, target) caption pair.
 
-    mode 'auto' picks 'replace' when both captions have the same number of tokens (a word swap), else 'refine'.
+    mode 'auto' picks 'replace' (a word swap) when both captions have the same number of tokens or of words, else
+    'refine'.
     Refinement aligns the two token sequences (longest matching blocks); tokens substituted one-for-one map onto
     the source token they replace, inserted tokens keep their own attention (alpha 0).
     """
@@ -65,11 +66,11 @@ def build_token_edit(tokenizer: Any, source: str, target: str, *, mode: str,
         for p in word_positions(tokenizer, target, word):
             equalizer[p] = float(scale)
     if mode == "auto":
-        mode = "replace" if len(src) == len(tgt) else "refine"
+        same_words = len(source.split()) == len(target.split())
+        mode = "replace" if len(src) == len(tgt) or same_words else "refine"
     if mode == "replace":
-        if len(src) != len(tgt):
-            raise ValueError(f"word swap needs captions with the same number of tokens: {source!r} vs {target!r}")
-        return TokenEdit("replace", mapper=torch.eye(n), equalizer=equalizer)
+        return TokenEdit("replace", mapper=_swap_mapper(tokenizer, source, target, len(src), len(tgt)),
+                         equalizer=equalizer)
     mapper, alphas = torch.arange(n), torch.zeros(n)
     for op, i0, i1, j0, j1 in difflib.SequenceMatcher(None, src, tgt, autojunk=False).get_opcodes():
         if op == "equal" or (op == "replace" and i1 - i0 == j1 - j0):
@@ -82,6 +83,38 @@ def build_token_edit(tokenizer: Any, source: str, target: str, *, mode: str,
     mapper[len(tgt) :] = (tail - len(tgt) + len(src)).clamp(max=n - 1)
     alphas[len(tgt) :] = 1.0
     return TokenEdit("refine", mapper=mapper, alphas=alphas, equalizer=equalizer)
+
+
+def _swap_mapper(tokenizer: Any, source: str, target: str, n_src: int, n_tgt: int) -> Any:
+    """(77, 77) word-swap mapper: target maps = source maps @ mapper.
+
+    Same token count: the identity. Otherwise the captions must have the same number of words; word k of the target
+    takes the mean of word k's source token maps on each of its tokens (so a 1-token word swapped for a 2-token
+    word keeps its layout), and the end-of-text/padding tails are aligned.
+    """
+    import torch
+
+    n = tokenizer.model_max_length
+    if n_src == n_tgt:
+        return torch.eye(n)
+    s_words, t_words = source.split(), target.split()
+    if len(s_words) != len(t_words):
+        raise ValueError(f"word swap needs captions with the same number of words: {source!r} vs {target!r}")
+    mapper = torch.zeros(n, n)
+    mapper[0, 0] = 1.0  # start of text
+    i = j = 1
+    for sw, tw in zip(s_words, t_words, strict=True):
+        a, b = len(_ids(tokenizer, sw)) - 2, len(_ids(tokenizer, tw)) - 2
+        if i + a > n_src - 1 or j + b > n_tgt - 1:
+            break  # truncated caption: the rest is treated as tail
+        if a == b:
+            mapper[torch.arange(i, i + a), torch.arange(j, j + b)] = 1.0
+        else:
+            mapper[i : i + a, j : j + b] = 1.0 / a
+        i, j = i + a, j + b
+    for k in range(n - j):  # end of text and padding, aligned from the end of each caption
+        mapper[min(i + k, n - 1), j + k] = 1.0
+    return mapper
 
 
 class AttentionController:
