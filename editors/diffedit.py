@@ -53,7 +53,8 @@ class DiffEditEditor(DiffusionEditor):
                           guidance_scale=self.guidance_scale, generator=gens, output_type="np").images)
 
     def hyperparameters(self) -> dict[str, Any]:
-        return {"scheduler": "DDIMScheduler+DDIMInverseScheduler", "steps": self.steps,
-                "guidance_scale": self.guidance_scale, "inpaint_strength": self.inpaint_strength,
+        # negative prompt = source caption, as in diffusers' DiffEdit documentation
+        return {"pipeline": "StableDiffusionDiffEditPipeline", "scheduler": "DDIMScheduler+DDIMInverseScheduler",
+                "negative_prompt": "source_caption", "steps": self.steps, "guidance_scale": self.guidance_scale, "inpaint_strength": self.inpaint_strength,
                 "mask_encode_strength": self.mask_encode_strength,
                 "mask_thresholding_ratio": self.mask_thresholding_ratio, "num_maps_per_mask": self.num_maps_per_mask}

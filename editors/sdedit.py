@@ -40,5 +40,5 @@ class SDEditEditor(DiffusionEditor):
             ).images)
 
     def hyperparameters(self) -> dict[str, Any]:
-        return {"scheduler": self.scheduler, "steps": self.steps, "strength": self.strength,
-                "guidance_scale": self.guidance_scale}
+        return {"pipeline": "StableDiffusionImg2ImgPipeline", "scheduler": self.scheduler, "steps": self.steps,
+                "strength": self.strength, "guidance_scale": self.guidance_scale}
