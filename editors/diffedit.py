@@ -55,6 +55,6 @@ class DiffEditEditor(DiffusionEditor):
     def hyperparameters(self) -> dict[str, Any]:
         # negative prompt = source caption, as in diffusers' DiffEdit documentation
         return {"pipeline": "StableDiffusionDiffEditPipeline", "scheduler": "DDIMScheduler+DDIMInverseScheduler",
-                "negative_prompt": "source_caption", "steps": self.steps, "guidance_scale": self.guidance_scale, "inpaint_strength": self.inpaint_strength,
-                "mask_encode_strength": self.mask_encode_strength,
+                "negative_prompt": "source_caption", "steps": self.steps, "guidance_scale": self.guidance_scale,
+                "inpaint_strength": self.inpaint_strength, "mask_encode_strength": self.mask_encode_strength,
                 "mask_thresholding_ratio": self.mask_thresholding_ratio, "num_maps_per_mask": self.num_maps_per_mask}
