@@ -132,7 +132,10 @@ def null_text_optimise(unet: Any, grid: DDIMGrid, traj: Sequence[Any], cond: Any
             pred = ddim_move(x, eps, a_t, a_prev)
             losses = ((pred - target) ** 2).flatten(1).mean(1)
             opt.zero_grad(set_to_none=True)
-            losses.sum().backward()  # per-query losses: each gradient only reaches its own embedding
+            # Per-query losses: each gradient only reaches its own embedding. Backpropagate the *sum* of squared
+            # errors (mean x element count): Adam is invariant to a constant loss scale, and with an fp16 UNet on
+            # CUDA the mean's per-element gradients (~1e-3 / 16384 at 512 px) would underflow to zero.
+            (losses.sum() * pred[0].numel()).backward()
             for k in range(b):
                 if not active[k]:
                     params[k].grad = None  # Adam skips it: a finished query stays exactly where it stopped
