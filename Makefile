@@ -12,11 +12,13 @@ METRICS     ?= hatie
 EDITS       ?=
 NAME        ?=
 DEMO_EDITORS ?= identity,oracle,overedit
+DIFFUSION_EDITORS ?= ip2p,magicbrush,sdedit,diffedit,p2p,imagic
+DIFFUSION_LIMIT ?= 16
 ARGS        ?=
 
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: help install demo demo-hatie bench score bench-hatie data test test-all lint clean-results
+.PHONY: help install demo demo-hatie demo-diffusion demo-diffusion-run bench score bench-hatie data test test-all lint clean-results
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 16
@@ -28,9 +30,17 @@ install: ## create .venv and install editmeter with test tools
 	$(PY) -m pip install --quiet -e ".[test,lint]"
 	@$(PY) -c "import benchmark, torch; print('editmeter', benchmark.__version__, '| torch', torch.__version__)"
 
-demo: ## run the whole pipeline offline on the bundled demo set with the weight-free editors
+demo: ## whole pipeline offline on the demo set: weight-free editors + tiny diffusion editors (DIFFUSION_LIMIT queries)
 	$(PY) -m benchmark.run --multirun editor=$(DEMO_EDITORS) queryset=demo profile=tiny $(ARGS)
+	$(MAKE) --no-print-directory demo-diffusion-run
 	$(PY) -m benchmark.leaderboard show --queryset demo
+
+demo-diffusion: demo-diffusion-run ## only the tiny diffusion editors, first DIFFUSION_LIMIT demo queries
+	$(PY) -m benchmark.leaderboard show --queryset demo
+
+# One torch thread: tiny models gain nothing from more, and on shared cores OpenMP spinning makes them erratic.
+demo-diffusion-run:
+	OMP_NUM_THREADS=1 $(PY) -m benchmark.run --multirun editor=$(DIFFUSION_EDITORS) queryset=demo profile=tiny limit=$(DIFFUSION_LIMIT) $(ARGS)
 
 demo-hatie: ## HATIE suite, tiny random backbones, on the demo set (identity and overedit)
 	$(PY) -m benchmark.run --multirun editor=identity,overedit queryset=demo profile=tiny metrics=hatie $(ARGS)

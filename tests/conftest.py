@@ -46,3 +46,15 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.skip(reason="needs real weights: pass --run-weights"))
         if "gpu" in item.keywords and not cuda:
             item.add_marker(pytest.mark.skip(reason="needs a CUDA device"))
+
+
+@pytest.fixture(scope="module")
+def single_thread_torch():
+    """Run torch on one CPU thread for the module. On a shared 2-core machine, torch's 2-thread OpenMP barriers
+    spin while a neighbour holds the other core: tiny-model backward passes then vary from 1 s to 30 s."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

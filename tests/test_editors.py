@@ -1,5 +1,6 @@
 """The editor contract every editor in configs/editor/ must pass (tiny profile, demo set)."""
 
+import functools
 import json
 
 import numpy as np
@@ -14,9 +15,21 @@ from benchmark.run import compose
 
 # `external` reads a folder of edits made elsewhere (no generation); tests/test_hatie.py covers it.
 EDITORS = [e for e in options("editor") if e != "external"]
+pytestmark = pytest.mark.usefixtures("single_thread_torch")
+# Batch size 1 vs 4 may differ by at most one 8-bit level, and only through float rounding: batched CPU kernels
+# (convolutions, matmuls) sum in another order, a ~1e-6 relative difference that can flip the final quantisation
+# of a pixel. Editors quantise once, after resizing (benchmark.editing.base.to_pil), so nothing can amplify it; any
+# real dependence on the batch (shared noise, cross-sample leakage) shows up as tens of levels.
+BATCH_TOLERANCE_LEVELS = 1
 
 
+def max_level_diff(a, b) -> int:
+    return int(np.abs(np.asarray(a, dtype=np.int16) - np.asarray(b, dtype=np.int16)).max())
+
+
+@functools.cache
 def make_editor(name):
+    # Built once per test session: diffusion editors load a (tiny) pipeline, ~3 s each on this machine.
     cfg, _ = compose([f"editor={name}", "queryset=demo", "profile=tiny"])
     return instantiate(cfg.editor)
 
@@ -40,7 +53,7 @@ def test_contract(name, demo_qs):
     again = editor.edit(queries, images, seeds=seeds)
     assert all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(out, again, strict=True))
     one_by_one = [editor.edit([q], [im], seeds=[s])[0] for q, im, s in zip(queries, images, seeds, strict=True)]
-    assert all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(out, one_by_one, strict=True))
+    assert max(max_level_diff(a, b) for a, b in zip(out, one_by_one, strict=True)) <= BATCH_TOLERANCE_LEVELS
     json.dumps(editor.info())
 
 

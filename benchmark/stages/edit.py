@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -128,26 +129,47 @@ def run_edit_stage(
     computed = failed = 0
     editor_name = type(editor).__name__
     bar = tqdm(total=len(todo), desc=f"edit {editor_name}", unit="img", disable=not progress, leave=False)
-    for items in _batches(_SourceImages(queryset, todo), batch_size, num_workers) if todo else []:
-        batch_records: list[EditRecord] = []
-        ready: list[tuple[Query, Image.Image]] = []
-        for i, image in items:
-            q = todo[i]
-            if isinstance(image, str):
-                batch_records.append(EditRecord(q.id, "failed", query_seed(seed, q.id), reason=image, run_id=run_id))
-            else:
-                ready.append((q, image))
-        if ready:
-            batch_records += _edit_batch(editor, ready, run_dir, seed=seed, run_id=run_id)
-        append_jsonl(run_dir / EDITS_LOG, [asdict(r) for r in batch_records])
-        computed += len(batch_records)
-        failed += sum(r.status == "failed" for r in batch_records)
-        bar.update(len(items))
+    # PNG encoding runs on a writer thread while the next batch is edited (it is a large share of the time for
+    # fast models). A batch's log lines are appended only after its PNGs exist: the PNG stays the commit point.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="edit-writer") as writer:
+        pending = None
+        for items in _batches(_SourceImages(queryset, todo), batch_size, num_workers) if todo else []:
+            batch_records: list[EditRecord] = []
+            ready: list[tuple[Query, Image.Image]] = []
+            for i, image in items:
+                q = todo[i]
+                if isinstance(image, str):
+                    batch_records.append(EditRecord(q.id, "failed", query_seed(seed, q.id), reason=image, run_id=run_id))
+                else:
+                    ready.append((q, image))
+            writes: list[tuple[Image.Image, Path]] = []
+            if ready:
+                batch_records += _edit_batch(editor, ready, run_dir, seed=seed, run_id=run_id, writes=writes)
+            if pending is not None:
+                _commit(run_dir, *pending)
+            pending = (writer.submit(_write_all, writes), batch_records)
+            computed += len(batch_records)
+            failed += sum(r.status == "failed" for r in batch_records)
+            bar.update(len(items))
+        if pending is not None:
+            _commit(run_dir, *pending)
     bar.close()
     return EditStats(len(queryset), computed, skipped, failed, time.perf_counter() - start)
 
 
-def _edit_batch(editor: Editor, ready: list[tuple[Query, Image.Image]], run_dir: Path, *, seed: int, run_id: str) -> list[EditRecord]:
+def _write_all(writes: list[tuple[Image.Image, Path]]) -> None:
+    for image, path in writes:
+        save_png(image, path)
+
+
+def _commit(run_dir: Path, written: Future, records: list[EditRecord]) -> None:
+    """Wait for a batch's PNGs, then log its records (a write error propagates, as before)."""
+    written.result()
+    append_jsonl(run_dir / EDITS_LOG, [asdict(r) for r in records])
+
+
+def _edit_batch(editor: Editor, ready: list[tuple[Query, Image.Image]], run_dir: Path, *, seed: int, run_id: str,
+                writes: list[tuple[Image.Image, Path]] | None = None) -> list[EditRecord]:
     """Edit a batch; if the batch call fails, retry each query alone so one bad query cannot sink the others."""
     queries = [q for q, _ in ready]
     seeds = [query_seed(seed, q.id) for q in queries]
@@ -162,7 +184,7 @@ def _edit_batch(editor: Editor, ready: list[tuple[Query, Image.Image]], run_dir:
         if len(ready) > 1:
             out: list[EditRecord] = []
             for item in ready:
-                out += _edit_batch(editor, [item], run_dir, seed=seed, run_id=run_id)
+                out += _edit_batch(editor, [item], run_dir, seed=seed, run_id=run_id, writes=writes)
             return out
         q = queries[0]
         log.warning("edit failed for %s: %s: %s", q.id, type(err).__name__, err)
@@ -171,7 +193,11 @@ def _edit_batch(editor: Editor, ready: list[tuple[Query, Image.Image]], run_dir:
     records = []
     for (q, source), s, image in zip(ready, seeds, outputs, strict=True):
         try:
-            save_png(validate_output(image, source.size), edit_path(run_dir, q.id))
+            checked = validate_output(image, source.size)
+            if writes is None:
+                save_png(checked, edit_path(run_dir, q.id))
+            else:  # saved by the caller (writer thread) before this record is logged
+                writes.append((checked, edit_path(run_dir, q.id)))
             records.append(EditRecord(q.id, "ok", s, seconds=per_item, run_id=run_id))
         except InvalidOutput as err:
             records.append(EditRecord(q.id, "failed", s, seconds=per_item, reason=f"InvalidOutput: {err}", run_id=run_id))

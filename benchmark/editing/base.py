@@ -1,0 +1,100 @@
+"""`DiffusionEditor`: what every diffusers-based editor shares (loading, resizing, per-query randomness, OOM).
+
+Subclasses set `prompt_kind`, `family`, `name`, implement `_edit_chunk(items)` and `hyperparameters()`. Images are
+resized to a square `resolution` for the model and the result back to the source size (Stable Diffusion works on
+multiples of 8 latent pixels; HATIE and MagicBrush images have many aspect ratios).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from PIL import Image
+
+from benchmark.editing.batching import HalvingRunner
+from benchmark.editor import Editor, generators
+from benchmark.types import Query
+
+
+@dataclass(frozen=True)
+class Item:
+    """One query as the model sees it: the query, its source resized to the model resolution, its seed."""
+
+    query: Query
+    image: Image.Image
+    seed: int
+
+
+def to_pil(image: Any, size: tuple[int, int]) -> Image.Image:
+    """Resize a float (H, W, 3) image in [0, 1] to `size` (w, h) and quantise to 8 bits once, at the very end.
+
+    Resizing before quantising keeps float noise (e.g. a batched kernel summing in another order) to at most one
+    8-bit level instead of being amplified by the interpolation of already-rounded pixels.
+    """
+    import numpy as np
+    import torch
+
+    x = torch.as_tensor(np.asarray(image, dtype=np.float32)).permute(2, 0, 1)[None]
+    if (x.shape[-1], x.shape[-2]) != tuple(size):
+        x = torch.nn.functional.interpolate(x, size=(size[1], size[0]), mode="bicubic", antialias=True, align_corners=False)
+    arr = (x[0].permute(1, 2, 0).clamp(0, 1) * 255).round().to(torch.uint8).numpy()
+    return Image.fromarray(arr, mode="RGB")
+
+
+class DiffusionEditor(Editor):
+    """Base of the diffusers editors. Args common to all:
+
+    weights: 'pretrained' (hub id at a pinned revision) or 'tiny' (random weights, same classes).
+    model_id, revision: the checkpoint on the Hugging Face hub.
+    resolution: model input size in pixels (square).
+    device, dtype: 'auto' = CUDA + fp16 when available, else CPU + fp32.
+    max_batch: largest batch sent to the model at once (None: the harness's batch); halves on CUDA OOM.
+    """
+
+    family: ClassVar[str] = "sd"
+    name: ClassVar[str] = "diffusion"
+
+    def __init__(self, *, weights: str, model_id: str, revision: str, resolution: int, device: str = "auto",
+                 dtype: str = "auto", max_batch: int | None = None) -> None:
+        from benchmark.models.diffusion import load_pipeline
+
+        self.resolution = int(resolution)
+        self.pipe, self.provenance = load_pipeline(self.family, weights=weights, model_id=model_id, revision=revision,
+                                                   device=device, dtype=dtype, what=f"editor {self.name!r}")
+        self.device = self.provenance["device"]
+        self.runner = HalvingRunner(max_batch)
+
+    def edit(self, queries: Sequence[Query], images: Sequence[Image.Image], *, seeds: Sequence[int]) -> list[Image.Image]:
+        self.check_prompts(queries)
+        items = [Item(q, self.to_model(im), int(s)) for q, im, s in zip(queries, images, seeds, strict=True)]
+        outs = self.runner(self._edit_chunk, items)
+        return [to_pil(o, im.size) for o, im in zip(outs, images, strict=True)]
+
+    def to_model(self, image: Image.Image) -> Image.Image:
+        return image.convert("RGB").resize((self.resolution, self.resolution), Image.Resampling.BICUBIC)
+
+    def generators(self, items: Sequence[Item]) -> list[Any]:
+        """One CPU generator per query (same stream whatever the batch)."""
+        return generators([it.seed for it in items])
+
+    def initial_latents(self, items: Sequence[Item], gens: Sequence[Any]) -> Any:
+        """Start noise drawn per query on the CPU, so it matches across batch sizes and devices."""
+        import torch
+
+        c = self.pipe.unet.config.out_channels
+        side = self.resolution // self.pipe.vae_scale_factor
+        lat = torch.cat([torch.randn((1, c, side, side), generator=g) for g in gens])
+        return lat.to(self.device, self.pipe.unet.dtype)
+
+    def _edit_chunk(self, items: Sequence[Item]) -> list[Any]:
+        """Float images in [0, 1], (H, W, 3) numpy arrays or tensors, one per item, at the model resolution."""
+        raise NotImplementedError
+
+    def hyperparameters(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def info(self) -> dict[str, Any]:
+        return {"name": self.name, "prompt_kind": self.prompt_kind, **self.provenance, "resolution": self.resolution,
+                **self.hyperparameters()}

@@ -1,0 +1,143 @@
+"""Stable Diffusion components from one of two weight sources, through one `from_pretrained(path_or_id)` call.
+
+- `pretrained`: a Hugging Face id at a pinned revision (users; needs the hub or a local cache).
+- `tiny`: random-weight components of the same classes (UNet2DConditionModel, AutoencoderKL, CLIPTextModel, a real
+  CLIP tokenizer, the SD scheduler), saved once with `save_pretrained` into a content-keyed cache folder, then loaded
+  with the very same `from_pretrained` call. Sizes follow diffusers' own fast-test components.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from benchmark.models.common import WeightsUnavailableError, check_source, tiny_model_dir
+from benchmark.models.tokenizer import CLIP_MAX_LENGTH, CLIP_VOCAB_SIZE
+
+# Architecture of the tiny test models (not editing hyperparameters): diffusers' fast-test sizes, with CLIP's real
+# vocabulary so the real tokenizer fits. The VAE downsamples by 2, so a 32 px image gives 16x16 latents.
+TINY_UNET = {
+    "block_out_channels": [32, 64], "layers_per_block": 2, "sample_size": 16, "out_channels": 4,
+    "down_block_types": ["DownBlock2D", "CrossAttnDownBlock2D"], "up_block_types": ["CrossAttnUpBlock2D", "UpBlock2D"],
+    "cross_attention_dim": 32, "attention_head_dim": 8, "norm_num_groups": 32,
+}
+TINY_VAE = {
+    "block_out_channels": [32, 64], "in_channels": 3, "out_channels": 3, "latent_channels": 4,
+    "down_block_types": ["DownEncoderBlock2D", "DownEncoderBlock2D"],
+    "up_block_types": ["UpDecoderBlock2D", "UpDecoderBlock2D"], "norm_num_groups": 32, "sample_size": 32,
+}
+TINY_TEXT = {
+    "bos_token_id": CLIP_VOCAB_SIZE - 2, "eos_token_id": CLIP_VOCAB_SIZE - 1, "pad_token_id": CLIP_VOCAB_SIZE - 1,
+    "hidden_size": 32, "intermediate_size": 37, "layer_norm_eps": 1e-5, "num_attention_heads": 4,
+    "num_hidden_layers": 5, "vocab_size": CLIP_VOCAB_SIZE, "max_position_embeddings": CLIP_MAX_LENGTH,
+    "projection_dim": 32,
+}
+# Stable Diffusion v1's training noise schedule (the scheduler config shipped with every SD v1 checkpoint).
+SD_SCHEDULER = {
+    "num_train_timesteps": 1000, "beta_start": 0.00085, "beta_end": 0.012, "beta_schedule": "scaled_linear",
+    "clip_sample": False, "set_alpha_to_one": False, "steps_offset": 1, "skip_prk_steps": True,
+}
+# Base pipeline class per family; `unet_in_channels` 8 = InstructPix2Pix (noise latents + source-image latents).
+FAMILIES = {
+    "sd": {"pipeline": "StableDiffusionPipeline", "unet_in_channels": 4},
+    "ip2p": {"pipeline": "StableDiffusionInstructPix2PixPipeline", "unet_in_channels": 8},
+}
+TINY_SEED = 0  # random weights are seeded so the tiny cache folder's content is a function of its key
+
+
+def _build_tiny(family: str, scheduler: str, path: Path) -> None:
+    import diffusers
+    import torch
+    from transformers import CLIPTextConfig, CLIPTextModel
+
+    from benchmark.models.tokenizer import build_clip_tokenizer
+
+    torch.manual_seed(TINY_SEED)
+    spec = FAMILIES[family]
+    unet = diffusers.UNet2DConditionModel(in_channels=spec["unet_in_channels"], **TINY_UNET)
+    vae = diffusers.AutoencoderKL(**TINY_VAE)
+    text_encoder = CLIPTextModel(CLIPTextConfig(**TINY_TEXT))
+    sched_cls = getattr(diffusers, scheduler)
+    sched = sched_cls.from_config({k: v for k, v in SD_SCHEDULER.items()})
+    pipe_cls = getattr(diffusers, spec["pipeline"])
+    pipe = pipe_cls(vae=vae, text_encoder=text_encoder, tokenizer=build_clip_tokenizer(), unet=unet, scheduler=sched,
+                    safety_checker=None, feature_extractor=None, requires_safety_checker=False)
+    pipe.save_pretrained(str(path))
+
+
+def tiny_pipeline_dir(family: str, scheduler: str = "PNDMScheduler") -> Path:
+    """Cache folder of a tiny random-weight pipeline of `family` ('sd' or 'ip2p'), built on first use."""
+    config = {"family": family, "scheduler": scheduler, "unet": TINY_UNET, "vae": TINY_VAE, "text": TINY_TEXT,
+              "sched": SD_SCHEDULER, "seed": TINY_SEED, "pipeline": FAMILIES[family]}
+    return tiny_model_dir(f"diffusion-{family}", config, lambda p: _build_tiny(family, scheduler, p))
+
+
+def resolve_device(device: str) -> str:
+    """'auto' -> 'cuda' when available, else 'cpu'."""
+    if device != "auto":
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def resolve_dtype(dtype: str, device: str) -> Any:
+    """'auto' -> fp16 on CUDA, fp32 elsewhere (CPU kernels are fp32-first)."""
+    import torch
+
+    if dtype == "auto":
+        return torch.float16 if device.startswith("cuda") else torch.float32
+    return {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[dtype]
+
+
+def load_pipeline(
+    family: str,
+    *,
+    weights: str,
+    model_id: str,
+    revision: str,
+    device: str = "auto",
+    dtype: str = "auto",
+    what: str = "a diffusion editor",
+) -> tuple[Any, dict[str, Any]]:
+    """Load the base pipeline of `family` from `weights` ('pretrained' | 'tiny'); returns (pipeline, provenance).
+
+    Both sources go through `PipelineClass.from_pretrained(source)`. A missing pretrained checkpoint raises
+    `WeightsUnavailableError` naming it and the `PROFILE=tiny` fallback. The safety checker is not loaded: a
+    benchmark must score what the model made, and a blanked image would be recorded as a failure anyway.
+    """
+    import diffusers
+
+    check_source(weights)
+    dev = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype, dev)
+    cls = getattr(diffusers, FAMILIES[family]["pipeline"])
+    if weights == "tiny":
+        source, kwargs = str(tiny_pipeline_dir(family)), {}
+        prov = {"weights": "tiny", "model_id": f"tiny-{family}", "revision": Path(source).name}
+    else:
+        source, kwargs = model_id, {"revision": revision}
+        prov = {"weights": "pretrained", "model_id": model_id, "revision": revision}
+    try:
+        pipe = cls.from_pretrained(source, dtype=torch_dtype, safety_checker=None, requires_safety_checker=False,
+                                   **kwargs)
+    except (OSError, ValueError) as err:  # hub unreachable / not cached / incomplete snapshot
+        if weights == "tiny":
+            raise
+        raise WeightsUnavailableError(what, f"{model_id}@{revision}", err) from err
+    pipe = pipe.to(dev)
+    pipe.set_progress_bar_config(disable=True)
+    if dev.startswith("cuda"):
+        # SDPA is diffusers' default processor on torch 2; set it explicitly so provenance is certain.
+        from diffusers.models.attention_processor import AttnProcessor2_0
+
+        pipe.unet.set_attn_processor(AttnProcessor2_0())
+    prov.update({"device": dev, "dtype": str(torch_dtype).removeprefix("torch."), "pipeline": cls.__name__})
+    return pipe, prov
+
+
+def set_scheduler(pipe: Any, name: str) -> None:
+    """Swap the pipeline's scheduler for diffusers class `name`, keeping the checkpoint's noise schedule."""
+    import diffusers
+
+    pipe.scheduler = getattr(diffusers, name).from_config(pipe.scheduler.config)

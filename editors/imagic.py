@@ -1,0 +1,90 @@
+"""`imagic`: Imagic (Kawar et al. 2023) on Stable Diffusion v1.4. Description-based: reads `target_caption`.
+
+Per image: (A) optimise the target caption's embedding to reconstruct the image, (B) fine-tune the UNet on that
+embedding, (C) sample from eta * e_tgt + (1 - eta) * e_opt with the fine-tuned UNet. Each query is processed on its
+own (every image has its own model); the base UNet weights are restored after every query. Fine-tunes are cached by
+a key over every input of (A) and (B) (benchmark.editing.imagic), so an eta sweep reuses them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar, Literal
+
+from benchmark.editing.base import DiffusionEditor, Item
+
+
+class ImagicEditor(DiffusionEditor):
+    """Args (besides DiffusionEditor's): embedding_steps, embedding_lr, finetune_steps, finetune_lr, eta, steps
+    (DDIM sampling), guidance_scale, cache_size (fine-tunes kept in memory, 0 disables)."""
+
+    prompt_kind: ClassVar[Literal["instruction", "description"]] = "description"
+    family: ClassVar[str] = "sd"
+    name: ClassVar[str] = "imagic"
+
+    def __init__(self, *, embedding_steps: int, embedding_lr: float, finetune_steps: int, finetune_lr: float,
+                 eta: float, steps: int, guidance_scale: float, cache_size: int, **common: Any) -> None:
+        from benchmark.models.diffusion import set_scheduler
+
+        super().__init__(**common)
+        set_scheduler(self.pipe, "DDIMScheduler")
+        self.optim = {"embedding_steps": int(embedding_steps), "embedding_lr": float(embedding_lr),
+                      "finetune_steps": int(finetune_steps), "finetune_lr": float(finetune_lr),
+                      "resolution": self.resolution, "dtype": self.provenance["dtype"]}
+        self.eta, self.steps, self.guidance_scale = float(eta), int(steps), float(guidance_scale)
+        self.cache_size = int(cache_size)
+        self.base_state = {k: v.detach().clone() for k, v in self.pipe.unet.state_dict().items()}
+
+    def key(self, item: Item) -> str:
+        from benchmark.editing.imagic import finetune_key
+
+        weights = {k: self.provenance[k] for k in ("weights", "model_id", "revision")}
+        return finetune_key(image=item.image, prompt=item.query.target_caption, seed=item.seed, weights=weights,
+                            optim=self.optim)
+
+    def _edit_chunk(self, items: Sequence[Item]) -> list[Any]:
+        return [self._edit_one(it) for it in items]
+
+    def _tuned(self, item: Item, x0: Any, e_tgt: Any) -> tuple[Any, dict[str, Any]]:
+        """(e_opt, fine-tuned UNet state on CPU), from the cache or computed now."""
+        from benchmark.editing import imagic
+        from benchmark.editor import generators, query_seed
+
+        key = self.key(item)
+        hit = imagic.FINETUNES.get(key)
+        if hit is not None:
+            return hit
+        unet, sched, o = self.pipe.unet, self.pipe.scheduler, self.optim
+        # Its own stream (derived from the query seed), so a cache hit cannot shift the sampling noise.
+        gen = generators([query_seed(item.seed, "imagic-optimisation")])[0]
+        e_opt = imagic.optimise_embedding(unet, sched, x0, e_tgt, steps=o["embedding_steps"], lr=o["embedding_lr"],
+                                          generator=gen)
+        imagic.finetune_unet(unet, sched, x0, e_opt, steps=o["finetune_steps"], lr=o["finetune_lr"], generator=gen)
+        value = (e_opt.cpu(), {k: v.detach().cpu().clone() for k, v in unet.state_dict().items()})
+        imagic.FINETUNES.put(key, value, self.cache_size)
+        return value
+
+    def _edit_one(self, item: Item) -> Any:
+        import torch
+
+        from benchmark.editing import inversion as inv
+        from benchmark.editing.imagic import interpolate
+
+        p = self.pipe
+        x0 = inv.encode_images(p, [item.image])
+        e_tgt = inv.encode_text(p, [item.query.target_caption]).float()
+        try:
+            e_opt, state = self._tuned(item, x0, e_tgt)
+            p.unet.load_state_dict(state)
+            emb = interpolate(e_opt.to(e_tgt.device), e_tgt, self.eta)
+            gens = self.generators([item])
+            with torch.inference_mode():
+                return p(prompt_embeds=emb.to(p.unet.dtype), negative_prompt_embeds=inv.encode_text(p, [""]),
+                         num_inference_steps=self.steps, guidance_scale=self.guidance_scale, generator=gens,
+                         latents=self.initial_latents([item], gens), output_type="np").images[0]
+        finally:
+            p.unet.load_state_dict(self.base_state)  # never let one image's fine-tune leak into the next
+
+    def hyperparameters(self) -> dict[str, Any]:
+        return {"scheduler": "DDIMScheduler", **self.optim, "eta": self.eta, "steps": self.steps,
+                "guidance_scale": self.guidance_scale}

@@ -1,0 +1,11 @@
+"""`magicbrush`: InstructPix2Pix fine-tuned on MagicBrush (Zhang et al. 2023); same pipeline class as `ip2p`."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from benchmark.editing.ip2p import Pix2PixEditor
+
+
+class MagicBrushEditor(Pix2PixEditor):
+    name: ClassVar[str] = "magicbrush"

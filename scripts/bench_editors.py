@@ -1,0 +1,116 @@
+"""Harness overhead and batch-size scaling of the diffusion editors (tiny profile, CPU).
+
+For each batch size, images per second of
+- bare: the plain diffusers pipeline called in a loop on in-memory inputs already at model resolution, same batch
+  size, steps and per-query generators;
+- editor: `editor.edit` on the in-memory source images (adds prompt checks, resizing in and out, quantisation);
+- stage: the edit stage `run_edit_stage` (adds reading the PNGs, writing PNGs atomically, the fsync'ed log).
+All three run in one process, interleaved, and the median of `--repeats` runs is reported; overheads are relative
+to bare. Throughput is given by wall clock and by process CPU time: on a shared machine the wall clock also
+measures the neighbours, CPU time (all threads of this process, incl. the PNG writer thread) measures only our work.
+
+    OMP_NUM_THREADS=1 python scripts/bench_editors.py [--editors ip2p sdedit] [--queries 32] [--batch-sizes 1 2 4 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def bare_call(editor, name: str, images, prompts, seeds) -> None:
+    """One call of the plain diffusers pipeline with the editor's settings (what a user script would write)."""
+    from benchmark.editor import generators
+
+    gens = generators(seeds)
+    if name in ("ip2p", "magicbrush"):
+        editor.pipe(prompt=prompts, image=images, num_inference_steps=editor.steps,
+                    guidance_scale=editor.guidance_scale, image_guidance_scale=editor.image_guidance_scale,
+                    generator=gens, output_type="pil")
+    elif name == "sdedit":
+        editor.img2img(prompt=prompts, image=images, strength=editor.strength, num_inference_steps=editor.steps,
+                       guidance_scale=editor.guidance_scale, generator=gens, output_type="pil")
+    else:
+        raise SystemExit(f"no bare-pipeline baseline for {name} (its loop is editmeter's own code)")
+
+
+def measure(editor, name: str, qs, sources, images, text, seeds, bs: int, repeats: int) -> dict[str, list]:
+    """(wall img/s, CPU img/s) per repeat for bare / editor / stage, interleaved."""
+    import time
+
+    from benchmark.stages.edit import run_edit_stage
+
+    n = len(images)
+
+    def bare_loop() -> None:
+        for i in range(0, n, bs):
+            bare_call(editor, name, images[i : i + bs], text[i : i + bs], seeds[i : i + bs])
+
+    def editor_loop() -> None:
+        for i in range(0, n, bs):
+            editor.edit(qs.queries[i : i + bs], sources[i : i + bs], seeds=seeds[i : i + bs])
+
+    def stage() -> None:
+        with tempfile.TemporaryDirectory() as tmp:
+            stats = run_edit_stage(qs, editor, Path(tmp), seed=0, batch_size=bs, progress=False)
+            assert stats.failed == 0, stats
+
+    runs: dict[str, list[tuple[float, float]]] = {"bare": [], "editor": [], "stage": []}
+    for _ in range(repeats):
+        for kind, fn in (("bare", bare_loop), ("editor", editor_loop), ("stage", stage)):
+            w0, c0 = time.perf_counter(), time.process_time()
+            fn()
+            runs[kind].append((n / (time.perf_counter() - w0), n / (time.process_time() - c0)))
+    return runs
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--editors", nargs="+", default=["ip2p", "sdedit"])
+    ap.add_argument("--queries", type=int, default=32)
+    ap.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 2, 4, 8])
+    ap.add_argument("--repeats", type=int, default=5)
+    args = ap.parse_args()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("EDITMETER_CACHE", str(ROOT / ".cache"))
+
+    import torch
+    from hydra.utils import instantiate
+
+    from benchmark.editor import query_seed
+    from benchmark.imageio import load_rgb
+    from benchmark.querysets.io import load_queryset
+    from benchmark.run import compose
+
+    qs = load_queryset(ROOT / "datasets" / "demo").subset(args.queries)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} CPU thread(s), {len(qs)} demo queries, profile=tiny")
+    header = (f"{'editor':<10} {'batch':>5} | wall img/s: {'bare':>6} {'editor':>7} {'stage':>6} | "
+              f"CPU img/s: {'bare':>6} {'editor':>7} {'stage':>6} | CPU overhead: {'editor':>7} {'stage':>6}")
+    rows = []
+    for name in args.editors:
+        cfg, _ = compose([f"editor={name}", "queryset=demo", "profile=tiny"])
+        editor = instantiate(cfg.editor)
+        text = [q.instruction if editor.prompt_kind == "instruction" else q.target_caption for q in qs.queries]
+        sources = [load_rgb(qs.path(q.image)) for q in qs.queries]
+        images = [editor.to_model(im) for im in sources]
+        seeds = [query_seed(0, q.id) for q in qs.queries]
+        bare_call(editor, name, images[:2], text[:2], seeds[:2])  # warm-up (first-call allocations)
+        for bs in args.batch_sizes:
+            runs = measure(editor, name, qs, sources, images, text, seeds, bs, args.repeats)
+            wall = {k: statistics.median(r[0] for r in v) for k, v in runs.items()}
+            cpu = {k: statistics.median(r[1] for r in v) for k, v in runs.items()}
+            rows.append(f"{name:<10} {bs:>5} | {'':>11} {wall['bare']:>6.1f} {wall['editor']:>7.1f} "
+                        f"{wall['stage']:>6.1f} | {'':>10} {cpu['bare']:>6.1f} {cpu['editor']:>7.1f} "
+                        f"{cpu['stage']:>6.1f} | {'':>13} {100 * (1 - cpu['editor'] / cpu['bare']):>6.1f}% "
+                        f"{100 * (1 - cpu['stage'] / cpu['bare']):>5.1f}%")
+            print(rows[-1] if len(rows) > 1 else header + "\n" + rows[-1], flush=True)
+    print("\n" + header + "\n" + "\n".join(rows))
+
+
+if __name__ == "__main__":
+    main()
