@@ -121,7 +121,7 @@ def metric_table(runs: list[tuple[dict, Any]]):
 
     seen: dict[str, dict] = {}
     for meta, _ in runs:
-        for name in meta["metrics"]:
+        for name in meta.get("column_order") or meta["metrics"]:
             seen.setdefault(name, {"metric": name} | meta["metrics"][name])
     return pd.DataFrame(list(seen.values()))
 
@@ -163,7 +163,7 @@ def format_table(results: Path, queryset: str | None = None) -> str:
         for _, r in part.iterrows():
             cells = [str(r["editor"]), str(r["editor_sig"])[:8], str(r["n_ok"]), str(r["n_failed"])]
             for m in metrics:
-                v, se = r[m], r[f"{m}_se"]
+                v, se = r[m], r.get(f"{m}_se", float("nan"))
                 cells.append("nan" if pd.isna(v) else f"{v:.4g}±{se:.2g}" if pd.notna(se) else f"{v:.4g}")
             body.append(cells)
         widths = [max(len(c[i]) for c in [header, *body]) for i in range(len(header))]

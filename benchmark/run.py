@@ -78,6 +78,7 @@ def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
         "prompt_kind": editor.prompt_kind, "profile": profile, "seed": int(cfg.seed),
         "editor_config": portable(editor_cfg), "editor_info": portable(editor.info()), "metric_sig": msig,
         "metric_order": list(suite.columns) if suite else list(metrics),
+        "column_order": list(suite.column_info) if suite else list(metrics),  # run.json's dicts are key-sorted
         "metrics": _metric_meta(metrics, suite),
         "suite": {"name": suite.info.name, "summary": suite.summary, "components": suite.components()} if suite else None,
         **provenance("cpu"),

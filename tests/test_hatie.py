@@ -2,6 +2,7 @@
 end to end on the demo set with tiny random backbones, and scoring edits made elsewhere."""
 
 import math
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -339,6 +340,10 @@ def test_end_to_end_tiny_demo(hatie_runs):
         assert col in lb.columns, col
     assert '"vqa": "off"' in row["components"], row["components"]
     assert row["FID"] >= 0 and 0 <= row["IQ"] <= 1 and np.isfinite(row["Total"])
+    from benchmark.leaderboard import format_table
+
+    shown = format_table(Path(a["tables"]["leaderboard.csv"]).parent, "demo")
+    assert "Total↑" in shown and "FID↓" in shown and "identity" in shown
     by_type = pd.read_csv(a["tables"]["leaderboard_by_type.csv"])
     assert set(by_type["edit_type"]) == {"obj_add", "obj_remove", "obj_rep", "obj_resize", "attr_chg", "bg_chg",
                                          "style_chg"} and by_type["score"].notna().all()
