@@ -25,13 +25,16 @@ def _to_uint8(arr: np.ndarray) -> np.ndarray:
     return np.clip(np.round(arr.astype(np.float64) / 257.0), 0, 255).astype(np.uint8)
 
 
-def load_rgb(path: str | Path) -> Image.Image:
-    """Open `path` as an 8-bit RGB image (see module docstring for the conversions)."""
+def load_rgb(path: str | Path, data: bytes | None = None) -> Image.Image:
+    """Open `path` as an 8-bit RGB image (see module docstring for the conversions). Pass `data` when the file's
+    bytes were already read (e.g. to hash them); `path` then only names the file in errors."""
+    import io
+
     path = Path(path)
-    if not path.is_file():
+    if data is None and not path.is_file():
         raise ImageInputError(f"{path}: image file not found (check the query set folder or re-run its download)")
     try:
-        with Image.open(path) as im:
+        with Image.open(io.BytesIO(data) if data is not None else path) as im:
             im.load()
             mode = im.mode
             if mode == "RGB":

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -124,6 +124,57 @@ def _base_row(q: Query, status: str, reason: str = "") -> dict[str, Any]:
             "status": status, "reason": reason}
 
 
+def _pending(queryset: QuerySet, run_dir: Path, metric_sig: str,
+             excluded: Callable[[Query], str] | None = None) -> tuple[list[Query], list[dict[str, Any]]]:
+    """(queries to score now, rows for queries that cannot be scored) given the edits and the existing rows.
+
+    A query is skipped when its stored row already has the status it would get now; `excluded(q)` returns a
+    reason when a suite does not score `q` at all (status `excluded`).
+    """
+    edits = latest_records(run_dir)
+    existing = read_scores(run_dir, metric_sig, columns=("query_id", "status"))
+    have = dict(zip(existing["query_id"], existing["status"], strict=True)) if len(existing) else {}
+    todo: list[Query] = []
+    rows: list[dict[str, Any]] = []
+    for q in queryset.queries:
+        rec = edits.get(q.id)
+        why_excluded = excluded(q) if excluded else ""
+        if why_excluded:
+            status, reason = "excluded", why_excluded
+        elif edit_path(run_dir, q.id).is_file():
+            status, reason = "ok", ""
+        else:
+            status = "failed" if rec else "missing"
+            reason = rec.get("reason", "") if rec else "no edit (edit stage not run for this query)"
+        if have.get(q.id) == status:
+            continue
+        if status == "ok":
+            todo.append(q)
+        else:
+            rows.append(_base_row(q, status, reason))
+    return todo, rows
+
+
+class _PartWriter:
+    """Buffers rows and writes them as Parquet parts of PART_ROWS rows (atomically; a kill loses one part)."""
+
+    def __init__(self, out_dir: Path, rows: list[dict[str, Any]], columns: Sequence[str] | None = None) -> None:
+        self.out_dir, self.rows, self.columns, self.parts = out_dir, list(rows), columns, 0
+
+    def add(self, rows: list[dict[str, Any]]) -> None:
+        self.rows.extend(rows)
+        self.flush()
+
+    def flush(self, final: bool = False) -> None:
+        import pandas as pd
+
+        while self.rows and (final or len(self.rows) >= PART_ROWS):
+            chunk, self.rows = self.rows[:PART_ROWS], self.rows[PART_ROWS:]
+            with atomic_path(self.out_dir / part_name(self.parts)) as tmp:
+                pd.DataFrame(chunk, columns=list(self.columns) if self.columns else None).to_parquet(tmp, index=False)
+            self.parts += 1
+
+
 def run_score_stage(
     queryset: QuerySet,
     run_dir: Path,
@@ -135,7 +186,6 @@ def run_score_stage(
     progress: bool = True,
 ) -> ScoreStats:
     """Score every query of `queryset` for which no up-to-date row exists."""
-    import pandas as pd
     import torch
     from torch.utils.data import DataLoader
     from tqdm import tqdm
@@ -147,34 +197,10 @@ def run_score_stage(
         name: {"version": m.info.version, "higher_is_better": m.info.higher_is_better, "description": m.info.description}
         for name, m in metrics.items()
     }))
-    edits = latest_records(run_dir)
-    existing = read_scores(run_dir, metric_sig)
-    have = dict(zip(existing["query_id"], existing["status"], strict=True)) if len(existing) else {}
-
-    rows: list[dict[str, Any]] = []
-    todo: list[Query] = []
-    for q in queryset.queries:
-        rec = edits.get(q.id)
-        status = "ok" if edit_path(run_dir, q.id).is_file() else ("failed" if rec else "missing")
-        if have.get(q.id) == status:
-            continue
-        if status == "ok":
-            todo.append(q)
-        else:
-            reason = rec.get("reason", "") if rec else "no edit (edit stage not run for this query)"
-            rows.append(_base_row(q, "failed" if rec else "missing", reason))
-    reused = len(queryset) - len(todo) - len(rows)
-    part_no = 0
+    todo, skipped = _pending(queryset, run_dir, metric_sig)
+    reused = len(queryset) - len(todo) - len(skipped)
     names = list(metrics)
-
-    def flush(final: bool = False) -> None:
-        nonlocal rows, part_no
-        while rows and (final or len(rows) >= PART_ROWS):
-            chunk, rows = rows[:PART_ROWS], rows[PART_ROWS:]
-            df = pd.DataFrame(chunk, columns=list(ROW_KEYS) + names)
-            with atomic_path(out_dir / part_name(part_no)) as tmp:
-                df.to_parquet(tmp, index=False)
-            part_no += 1
+    writer = _PartWriter(out_dir, skipped, list(ROW_KEYS) + names)
 
     needs = frozenset().union(*(m.info.needs for m in metrics.values())) if metrics else frozenset()
     model_seconds = 0.0
@@ -193,24 +219,24 @@ def run_score_stage(
                 values[name] = v.double().numpy()
         model_seconds += time.perf_counter() - t0
         for i, s in enumerate(samples):
-            rows.append(_base_row(s.query, "ok") | {n: float(values[n][i]) for n in names})
+            writer.rows.append(_base_row(s.query, "ok") | {n: float(values[n][i]) for n in names})
 
     loader = DataLoader(_Samples(queryset, todo, run_dir, needs), batch_size=None, shuffle=False, num_workers=num_workers)
     bar = tqdm(total=len(todo), desc="score", unit="img", disable=not progress, leave=False)
     for sample in loader if todo else []:
         if sample.error:
-            rows.append(_base_row(sample.query, "failed", sample.error) | {n: np.nan for n in names})
+            writer.rows.append(_base_row(sample.query, "failed", sample.error) | {n: np.nan for n in names})
         else:
             key = tuple(sample.source.shape)
             buckets.setdefault(key, []).append(sample)
             if len(buckets[key]) >= batch_size:
                 score_bucket(buckets.pop(key))
         bar.update(1)
-        flush()
+        writer.flush()
     for key in list(buckets):
         score_bucket(buckets.pop(key))
     bar.close()
-    flush(final=True)
+    writer.flush(final=True)
     return ScoreStats(len(queryset), len(todo), reused, time.perf_counter() - start, model_seconds)
 
 
@@ -228,8 +254,6 @@ def run_suite_stage(
 
     Queries the suite does not apply to (obj_remove for description-based editors) get status `excluded`.
     """
-    import pandas as pd
-
     start = time.perf_counter()
     out_dir = scores_dir(run_dir, metric_sig)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -237,47 +261,21 @@ def run_suite_stage(
         "suite": suite.info.name, "version": suite.info.version, "components": suite.components(),
         "columns": list(suite.columns),
     }))
-    edits = latest_records(run_dir)
-    existing = read_scores(run_dir, metric_sig, columns=("query_id", "status"))
-    have = dict(zip(existing["query_id"], existing["status"], strict=True)) if len(existing) else {}
     by_id = {q.id: q for q in queryset.queries}
 
-    rows: list[dict[str, Any]] = []
-    todo: list[Query] = []
-    for q in queryset.queries:
-        rec = edits.get(q.id)
-        if not suite.applies_to(q, prompt_kind):
-            status, reason = "excluded", f"{suite.info.name} does not score {q.edit_type} for {prompt_kind}-based editors"
-        elif edit_path(run_dir, q.id).is_file():
-            status, reason = "ok", ""
-        else:
-            status = "failed" if rec else "missing"
-            reason = rec.get("reason", "") if rec else "no edit (edit stage not run for this query)"
-        if have.get(q.id) == status:
-            continue
-        if status == "ok":
-            todo.append(q)
-        else:
-            rows.append(_base_row(q, status, reason))
-    reused = len(queryset) - len(todo) - len(rows)
-    part_no = 0
+    def excluded(q: Query) -> str:
+        if suite.applies_to(q, prompt_kind):
+            return ""
+        return f"{suite.info.name} does not score {q.edit_type} for {prompt_kind}-based editors"
 
-    def flush(final: bool = False) -> None:
-        nonlocal rows, part_no
-        while rows and (final or len(rows) >= PART_ROWS):
-            chunk, rows = rows[:PART_ROWS], rows[PART_ROWS:]
-            with atomic_path(out_dir / part_name(part_no)) as tmp:
-                pd.DataFrame(chunk).to_parquet(tmp, index=False)
-            part_no += 1
-
+    todo, skipped = _pending(queryset, run_dir, metric_sig, excluded)
+    reused = len(queryset) - len(todo) - len(skipped)
+    writer = _PartWriter(out_dir, skipped)  # columns vary by task: parts keep whatever the rows carry
     if todo:
         for batch in suite.score_queries(queryset, todo, [edit_path(run_dir, q.id) for q in todo], work_dir=run_dir,
                                          num_workers=num_workers, progress=progress):
-            for r in batch:
-                q = by_id[r.pop("query_id")]
-                rows.append(_base_row(q, r.pop("status"), r.pop("reason")) | r)
-            flush()
-    flush(final=True)
+            writer.add([_base_row(by_id[r.pop("query_id")], r.pop("status"), r.pop("reason")) | r for r in batch])
+    writer.flush(final=True)
     model_seconds = sum(suite.model_seconds().values()) if hasattr(suite, "model_seconds") else 0.0
     return ScoreStats(len(queryset), len(todo), reused, time.perf_counter() - start, model_seconds)
 

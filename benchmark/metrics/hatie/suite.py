@@ -81,7 +81,7 @@ class _HatieSamples:
             src = load_rgb(self.queryset.path(q.image))
             edit_bytes = Path(self.edit_paths[i]).read_bytes()
             out.edit_sha = hashlib.sha256(edit_bytes).hexdigest()[:16]
-            edit = load_rgb(self.edit_paths[i])
+            edit = load_rgb(self.edit_paths[i], edit_bytes)  # one read: hashed and decoded
 
             def at512(img: Any) -> Any:
                 t = to_float_tensor(img)

@@ -94,10 +94,6 @@ def query_criteria(edit_type: str, raw: Mapping[str, float | None]) -> dict[str,
     return out
 
 
-def type_criteria(edit_type: str) -> tuple[str, ...]:
-    return tuple(c for c in CRITERIA if c in QUERY_WEIGHTS[edit_type])
-
-
 def combine(means: Mapping[str, float], ses: Mapping[str, float], iq: float | None = None,
             iq_se: float | None = None) -> tuple[float, float]:
     """Weighted score of the criteria present (finite), normalised by their weights; with IQ: HATIE's Total.
