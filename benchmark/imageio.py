@@ -78,10 +78,13 @@ def load_mask(path: str | Path, size: tuple[int, int] | None = None) -> np.ndarr
     return arr > 0
 
 
-def save_png(image: Image.Image, path: Path) -> None:
-    """Save atomically as PNG (lossless, deterministic bytes for the same pixels)."""
+def save_png(image: Image.Image, path: Path, compress_level: int = 6) -> None:
+    """Save atomically as PNG (lossless at every level; deterministic bytes for the same pixels and level).
+
+    `compress_level` trades size for speed (zlib 0-9, PIL's default 6). Pixels are identical at every level.
+    """
     with atomic_path(path) as tmp:
-        image.save(tmp, format="PNG")
+        image.save(tmp, format="PNG", compress_level=compress_level)
 
 
 def save_mask(mask: np.ndarray, path: Path) -> None:

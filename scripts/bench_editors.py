@@ -4,7 +4,9 @@ For each batch size, images per second of
 - bare: the plain diffusers pipeline called in a loop on in-memory inputs already at model resolution, same batch
   size, steps and per-query generators;
 - editor: `editor.edit` on the in-memory source images (adds prompt checks, resizing in and out, quantisation);
-- stage: the edit stage `run_edit_stage` (adds reading the PNGs, writing PNGs atomically, the fsync'ed log).
+- stage: the edit stage `run_edit_stage` (adds reading the PNGs, writing PNGs atomically, the fsync'ed log);
+- no-png: the same stage with PNG encoding and writing replaced by a no-op, to separate the cost of the files
+  from the harness's own logic.
 All three run in one process, interleaved, and the median of `--repeats` runs is reported; overheads are relative
 to bare. Throughput is given by wall clock and by process CPU time: on a shared machine the wall clock also
 measures the neighbours, CPU time (all threads of this process, incl. the PNG writer thread) measures only our work.
@@ -60,9 +62,19 @@ def measure(editor, name: str, qs, sources, images, text, seeds, bs: int, repeat
             stats = run_edit_stage(qs, editor, Path(tmp), seed=0, batch_size=bs, progress=False)
             assert stats.failed == 0, stats
 
-    runs: dict[str, list[tuple[float, float]]] = {"bare": [], "editor": [], "stage": []}
+    def stage_without_png() -> None:
+        import benchmark.stages.edit as edit_stage
+
+        real = edit_stage.save_png
+        edit_stage.save_png = lambda *args, **kwargs: None
+        try:
+            stage()
+        finally:
+            edit_stage.save_png = real
+
+    runs: dict[str, list[tuple[float, float]]] = {"bare": [], "editor": [], "stage": [], "no-png": []}
     for _ in range(repeats):
-        for kind, fn in (("bare", bare_loop), ("editor", editor_loop), ("stage", stage)):
+        for kind, fn in (("bare", bare_loop), ("editor", editor_loop), ("stage", stage), ("no-png", stage_without_png)):
             w0, c0 = time.perf_counter(), time.process_time()
             fn()
             runs[kind].append((n / (time.perf_counter() - w0), n / (time.process_time() - c0)))
@@ -89,8 +101,9 @@ def main() -> None:
 
     qs = load_queryset(ROOT / "datasets" / "demo").subset(args.queries)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} CPU thread(s), {len(qs)} demo queries, profile=tiny")
-    header = (f"{'editor':<10} {'batch':>5} | wall img/s: {'bare':>6} {'editor':>7} {'stage':>6} | "
-              f"CPU img/s: {'bare':>6} {'editor':>7} {'stage':>6} | CPU overhead: {'editor':>7} {'stage':>6}")
+    header = (f"{'editor':<10} {'batch':>5} | wall img/s: {'bare':>6} {'editor':>7} {'stage':>6} {'no-png':>6} | "
+              f"CPU img/s: {'bare':>6} {'editor':>7} {'stage':>6} {'no-png':>6} | "
+              f"wall overhead: {'stage':>6} | CPU overhead: {'editor':>7} {'stage':>6} {'no-png':>6}")
     rows = []
     for name in args.editors:
         cfg, _ = compose([f"editor={name}", "queryset=demo", "profile=tiny"])
@@ -104,10 +117,14 @@ def main() -> None:
             runs = measure(editor, name, qs, sources, images, text, seeds, bs, args.repeats)
             wall = {k: statistics.median(r[0] for r in v) for k, v in runs.items()}
             cpu = {k: statistics.median(r[1] for r in v) for k, v in runs.items()}
+            def over(d: dict[str, float], kind: str) -> str:
+                return f"{100 * (1 - d[kind] / d['bare']):>5.1f}%"
+
             rows.append(f"{name:<10} {bs:>5} | {'':>11} {wall['bare']:>6.1f} {wall['editor']:>7.1f} "
-                        f"{wall['stage']:>6.1f} | {'':>10} {cpu['bare']:>6.1f} {cpu['editor']:>7.1f} "
-                        f"{cpu['stage']:>6.1f} | {'':>13} {100 * (1 - cpu['editor'] / cpu['bare']):>6.1f}% "
-                        f"{100 * (1 - cpu['stage'] / cpu['bare']):>5.1f}%")
+                        f"{wall['stage']:>6.1f} {wall['no-png']:>6.1f} | {'':>10} {cpu['bare']:>6.1f} "
+                        f"{cpu['editor']:>7.1f} {cpu['stage']:>6.1f} {cpu['no-png']:>6.1f} | {'':>14} "
+                        f"{over(wall, 'stage')} | {'':>13} {over(cpu, 'editor'):>7} {over(cpu, 'stage'):>6} "
+                        f"{over(cpu, 'no-png'):>6}")
             print(rows[-1] if len(rows) > 1 else header + "\n" + rows[-1], flush=True)
     print("\n" + header + "\n" + "\n".join(rows))
 

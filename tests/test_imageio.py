@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from benchmark.imageio import ImageInputError, load_mask, load_rgb
+from benchmark.imageio import ImageInputError, load_mask, load_rgb, save_png
 
 
 def test_missing_file(tmp_path):
@@ -60,3 +60,16 @@ def test_mask_size_mismatch_is_an_error(tmp_path):
     assert load_mask(tmp_path / "m.png").shape == (4, 5)
     with pytest.raises(ImageInputError, match="mask is 5x4, image is 8x8"):
         load_mask(tmp_path / "m.png", size=(8, 8))
+
+
+@pytest.mark.parametrize("level", [0, 1, 6, 9])
+def test_png_level_changes_bytes_never_pixels(tmp_path, level):
+    """The edit stage saves at a fast zlib level: any level must decode to the same pixels, and the same pixels at
+    the same level give the same bytes (edit hashes stay reproducible)."""
+    rng = np.random.default_rng(level)
+    arr = np.clip(rng.normal(128, 40, (37, 53, 3)), 0, 255).astype(np.uint8)  # odd size, partly compressible
+    first, again = tmp_path / "a.png", tmp_path / "b.png"
+    save_png(Image.fromarray(arr), first, level)
+    save_png(Image.fromarray(arr), again, level)
+    assert np.array_equal(np.asarray(load_rgb(first)), arr)
+    assert first.read_bytes() == again.read_bytes()

@@ -9,6 +9,7 @@ from typing import Any
 from benchmark.models.common import WeightsUnavailableError, check_source, tiny_model_dir
 
 DINO_ID = "facebook/dinov2-base"
+DINO_REVISION = "f9e44c814b77203eaa57a6bdbbd535f21ede1415"
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 DINO_INPUT = 224  # the processor's crop size; HATIE resizes straight to 224 x 224
@@ -51,7 +52,7 @@ def _builder(config: dict[str, Any]):
 
 
 @functools.lru_cache(maxsize=4)
-def load_dino(weights: str = "pretrained", model_id: str = DINO_ID, revision: str = "main",
+def load_dino(weights: str = "pretrained", model_id: str = DINO_ID, revision: str = DINO_REVISION,
               device: str = "cpu") -> DinoEncoder:
     """DINOv2 once per process, always through `Dinov2Model.from_pretrained`: the hub id (pretrained), or a
     cached folder of random weights (tiny: small widths; random: DINOv2-base's shape)."""

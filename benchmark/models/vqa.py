@@ -15,6 +15,7 @@ from benchmark.models.common import WeightsUnavailableError, check_source, tiny_
 
 QUESTION = "Does this figure show '{text}'? Please answer yes or no."
 VQA_ID = "Salesforce/blip-vqa-base"
+VQA_REVISION = "787b3d35d57e49572baabd22884b3d5a05acf072"
 TINY_WORDS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "[DEC]", "yes", "no", "does", "this", "figure", "show",
               "please", "answer", "or", "a", "an", "the", "of", "on", "in", "'", "?", ".", ",")
 TINY_BLIP = {"hidden": 32, "layers": 2, "heads": 2, "ffn": 64, "image": 64, "patch": 16}
@@ -80,7 +81,7 @@ def _build_tiny(path: Path) -> None:
 
 
 @functools.lru_cache(maxsize=2)
-def load_vqa(weights: str = "pretrained", model_id: str = VQA_ID, revision: str = "main",
+def load_vqa(weights: str = "pretrained", model_id: str = VQA_ID, revision: str = VQA_REVISION,
              model_class: str = "BlipForQuestionAnswering", answer: str = "yes", device: str = "cpu") -> VQAScorer:
     """The VQA model once per process, through `<model_class>.from_pretrained` and `AutoProcessor` (tiny: a small
     random BLIP with a small real vocabulary, saved once and loaded through the same calls)."""

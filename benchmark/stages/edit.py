@@ -30,6 +30,10 @@ log = logging.getLogger(__name__)
 
 EDITS_DIR = "edits"
 EDITS_LOG = "edits.jsonl"
+# zlib level for edited images. Measured on tiny-model outputs (256 px): level 6 (PIL's default) 17.6 ms per image,
+# level 1 3.6 ms for 17% larger files. PIL's encoder holds the GIL, so a writer thread cannot hide the cost from a
+# Python-heavy editor loop; making it cheap is what shrinks the stage overhead. Lossless either way.
+EDIT_PNG_LEVEL = 1
 
 
 @dataclass(frozen=True)
@@ -159,7 +163,7 @@ def run_edit_stage(
 
 def _write_all(writes: list[tuple[Image.Image, Path]]) -> None:
     for image, path in writes:
-        save_png(image, path)
+        save_png(image, path, EDIT_PNG_LEVEL)
 
 
 def _commit(run_dir: Path, written: Future, records: list[EditRecord]) -> None:
@@ -195,7 +199,7 @@ def _edit_batch(editor: Editor, ready: list[tuple[Query, Image.Image]], run_dir:
         try:
             checked = validate_output(image, source.size)
             if writes is None:
-                save_png(checked, edit_path(run_dir, q.id))
+                save_png(checked, edit_path(run_dir, q.id), EDIT_PNG_LEVEL)
             else:  # saved by the caller (writer thread) before this record is logged
                 writes.append((checked, edit_path(run_dir, q.id)))
             records.append(EditRecord(q.id, "ok", s, seconds=per_item, run_id=run_id))
