@@ -134,6 +134,35 @@ def test_detectron2_adapter_converts_instances():
     assert coco91_names()[44] == "bottle" and coco91_names()[12] == "N/A" and len(COCO_CLASSES) == 80
 
 
+def test_masks_only_for_candidates_select_what_the_full_model_selects(single_thread_torch):
+    """The segmenter runs the mask head only on each class's best box (then the rest if that mask is empty). With
+    mask biases rigged so some classes always give empty masks, some full ones and the rest a mix, the selection
+    must equal the one made from the model's own forward pass, masks and scores included, and some class must
+    have needed the fallback to a lower-scored box."""
+    from benchmark.models.segmenter import TINY_MASKRCNN, TorchvisionSegmenter, _tiny_maskrcnn
+
+    torch.manual_seed(0)
+    model = _tiny_maskrcnn(TINY_MASKRCNN, 0.0).eval()
+    model.roi_heads.detections_per_img = 30  # the reference path's mask head on 100 boxes per image is slow on CPU
+    with torch.no_grad():
+        bias = model.roi_heads.mask_predictor.mask_fcn_logits.bias
+        bias[:30], bias[30:60], bias[60:] = -10.0, 10.0, 0.2 * torch.randn(31)
+    seg = TorchvisionSegmenter(model, threshold=0.005, batch_size=2)  # random weights score ~1/91 per class
+    calls = []
+    masks = seg._masks
+    seg._masks = lambda *a: calls.append(masks(*a)) or calls[-1]
+    rng = np.random.default_rng(0)
+    images = [rng.integers(0, 255, (96 + 8 * i, 128, 3), dtype=np.uint8) for i in range(4)]
+    fast, full = seg.segment(images), seg.segment_full(images)
+    assert sum(map(len, full)) >= 16  # several classes per image
+    for a, b in zip(fast, full, strict=True):
+        assert sorted(a) == sorted(b)
+        for k in a:
+            assert a[k].score == b[k].score and np.array_equal(a[k].mask, b[k].mask)
+    second_round_hits = [m.any() for c in calls[1::2] for image in c for m in image]
+    assert len(calls) == 4 and any(second_round_hits)  # two rounds per batch; the fallback found a mask
+
+
 def test_segmentation_cache_round_trip(tmp_path):
     _, m = scene()
     seg = {"cup": det("cup", m, 0.75)}

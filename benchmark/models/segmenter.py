@@ -24,6 +24,7 @@ from benchmark.querysets.coco_classes import COCO_CLASSES
 SCORE_THRESHOLD = 0.1  # HATIE's detectron2 SCORE_THRESH_TEST
 DEGENERATE_PX = 5  # a detection whose box is narrower or shorter than this counts as degenerate (HATIE)
 MASK_THRESHOLD = 0.5  # torchvision's soft masks -> binary
+MAX_DETECTIONS = 100  # torchvision's and detectron2's detections per image
 # COCO category ids skipped by the 80-class list (torchvision's 91-way heads label these "N/A").
 _COCO_UNUSED_IDS = (12, 26, 29, 30, 45, 66, 68, 69, 71, 83)
 # Small input and few proposals keep the random-weight stand-in fast on CPU (the class and heads are the real ones).
@@ -92,7 +93,13 @@ class Segmenter(Protocol):
 
 
 class TorchvisionSegmenter:
-    """torchvision Mask R-CNN. Batched: one forward pass per `batch_size` images."""
+    """torchvision Mask R-CNN. Batched: one forward pass per `batch_size` images.
+
+    Masks are computed only for instances the selection can keep: per class the best-scoring box, and the next one
+    only if that mask came out empty. `select_detections` would discard every other mask, and the mask head treats
+    each box on its own, so the selection equals the one made from the full model output (tested) while the mask
+    head runs on a few boxes instead of up to 100 per image.
+    """
 
     def __init__(self, model: Any, *, threshold: float = SCORE_THRESHOLD, batch_size: int = 4, device: str = "cpu",
                  name: str = "") -> None:
@@ -108,11 +115,88 @@ class TorchvisionSegmenter:
             chunk = [torch.from_numpy(np.ascontiguousarray(im)).permute(2, 0, 1).float().div(255).to(self.device)
                      for im in images[start : start + self.batch_size]]
             with torch.inference_mode():
+                out += self._segment_chunk(chunk)
+        return out
+
+    def _segment_chunk(self, chunk: list[Any]) -> list[Segmentation]:
+        """`GeneralizedRCNN.forward` in inference, with the mask branch run only on candidate boxes."""
+        from collections import OrderedDict
+
+        model, heads = self.model, self.model.roi_heads
+        original_sizes = [(int(im.shape[-2]), int(im.shape[-1])) for im in chunk]
+        batch, _ = model.transform(chunk)
+        features = model.backbone(batch.tensors)
+        if not isinstance(features, dict):
+            features = OrderedDict([("0", features)])
+        proposals, _ = model.rpn(batch, features)
+        box_features = heads.box_head(heads.box_roi_pool(features, proposals, batch.image_sizes))
+        logits, regression = heads.box_predictor(box_features)
+        boxes, scores, labels = heads.postprocess_detections(logits, regression, proposals, batch.image_sizes)
+        scores_l, labels_l = [s.tolist() for s in scores], [lb.tolist() for lb in labels]
+        # per image: class -> candidate rows in output order (scores descending; ties keep the first, as the rules)
+        pending: list[dict[int, list[int]]] = []
+        for sc, lb in zip(scores_l, labels_l, strict=True):
+            per_class: dict[int, list[int]] = {}
+            for row, (score, c) in enumerate(zip(sc, lb, strict=True)):
+                if score >= self.threshold and self.names[c] not in ("N/A", "__background__"):
+                    per_class.setdefault(c, []).append(row)
+            pending.append(per_class)
+        found: list[dict[int, np.ndarray]] = [{} for _ in chunk]  # row -> bool mask at the input size
+        take = 1  # the best box per class first; for classes whose best mask was empty, all the rest at once
+        while any(pending):
+            wanted = []
+            for per_class in pending:
+                rows = []
+                for c in per_class:
+                    rows += per_class[c][:take]
+                    per_class[c] = per_class[c][take:]
+                wanted.append(sorted(rows))
+            take = MAX_DETECTIONS
+            masks = self._masks(features, batch.image_sizes, original_sizes, boxes, labels, wanted)
+            for i, (rows, image_masks) in enumerate(zip(wanted, masks, strict=True)):
+                for row, mask in zip(rows, image_masks, strict=True):
+                    found[i][row] = mask
+                    if mask.any():  # the class is settled: its best non-empty instance is this one
+                        pending[i].pop(labels_l[i][row], None)
+                pending[i] = {c: rows_left for c, rows_left in pending[i].items() if rows_left}
+        out = []
+        for i, rows_masks in enumerate(found):
+            rows = sorted(rows_masks)
+            out.append(select_detections([self.names[labels_l[i][r]] for r in rows], [scores_l[i][r] for r in rows],
+                                         [rows_masks[r] for r in rows], self.threshold))
+        return out
+
+    def _masks(self, features: Any, model_sizes: list, original_sizes: list, boxes: list, labels: list,
+               wanted: list[list[int]]) -> list[np.ndarray]:
+        """Binary masks at the input image size for the `wanted` rows of each image's detections."""
+        import torch
+        from torchvision.models.detection.roi_heads import maskrcnn_inference
+
+        heads = self.model.roi_heads
+        index = [torch.as_tensor(rows, dtype=torch.long, device=b.device) for rows, b in zip(wanted, boxes, strict=True)]
+        sel_boxes = [b[ix] for b, ix in zip(boxes, index, strict=True)]
+        sel_labels = [lb[ix] for lb, ix in zip(labels, index, strict=True)]
+        logits = heads.mask_predictor(heads.mask_head(heads.mask_roi_pool(features, sel_boxes, model_sizes)))
+        probs = maskrcnn_inference(logits, sel_labels)
+        dets = [{"boxes": b, "labels": lb, "scores": torch.ones_like(lb, dtype=torch.float32), "masks": p}
+                for b, lb, p in zip(sel_boxes, sel_labels, probs, strict=True)]
+        dets = self.model.transform.postprocess(dets, model_sizes, original_sizes)
+        return [(d["masks"][:, 0] >= MASK_THRESHOLD).cpu().numpy() for d in dets]
+
+    def segment_full(self, images: Sequence[np.ndarray]) -> list[Segmentation]:
+        """Reference path: the model's own forward (masks for every box) on the same batches, then the selection."""
+        import torch
+
+        out: list[Segmentation] = []
+        for start in range(0, len(images), self.batch_size):
+            chunk = [torch.from_numpy(np.ascontiguousarray(im)).permute(2, 0, 1).float().div(255).to(self.device)
+                     for im in images[start : start + self.batch_size]]
+            with torch.inference_mode():
                 preds = self.model(chunk)
             for p in preds:
                 masks = (p["masks"][:, 0] >= MASK_THRESHOLD).cpu().numpy()
-                labels = [self.names[int(i)] for i in p["labels"].cpu()]
-                out.append(select_detections(labels, p["scores"].cpu().tolist(), list(masks), self.threshold))
+                out.append(select_detections([self.names[int(i)] for i in p["labels"].cpu()],
+                                             p["scores"].cpu().tolist(), list(masks), self.threshold))
         return out
 
 
@@ -183,6 +267,8 @@ def load_torchvision_segmenter(weights: str = "pretrained", threshold: float = S
             raise WeightsUnavailableError("the Mask R-CNN segmenter", w.url, err) from err
         name = Path(w.url).name
     model.load_state_dict(state)
+    if device == "cpu":  # oneDNN's convolutions are faster in NHWC (2.79 -> 2.40 s per 512 px image, 2 threads)
+        model = model.to(memory_format=torch.channels_last)
     return TorchvisionSegmenter(model.to(device).eval(), threshold=threshold, batch_size=batch_size, device=device,
                                 name=f"maskrcnn_resnet50_fpn_v2/{name}" if source != "tiny" else "maskrcnn-tiny")
 
