@@ -41,7 +41,8 @@ def bare_call(editor, name: str, images, prompts, seeds) -> None:
         raise SystemExit(f"no bare-pipeline baseline for {name} (its loop is editmeter's own code)")
 
 
-def measure(editor, name: str, qs, sources, images, text, seeds, bs: int, repeats: int) -> dict[str, list]:
+def measure(editor, name: str, qs, sources, images, text, seeds, bs: int, repeats: int,
+            num_workers: int = 0) -> dict[str, list]:
     """(wall img/s, CPU img/s) per repeat for bare / editor / stage, interleaved."""
     import time
 
@@ -59,7 +60,8 @@ def measure(editor, name: str, qs, sources, images, text, seeds, bs: int, repeat
 
     def stage() -> None:
         with tempfile.TemporaryDirectory() as tmp:
-            stats = run_edit_stage(qs, editor, Path(tmp), seed=0, batch_size=bs, progress=False)
+            stats = run_edit_stage(qs, editor, Path(tmp), seed=0, batch_size=bs, num_workers=num_workers,
+                                   progress=False)
             assert stats.failed == 0, stats
 
     def stage_without_png() -> None:
@@ -87,6 +89,7 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=32)
     ap.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 2, 4, 8])
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--num-workers", type=int, default=0, help="the stage's DataLoader workers reading sources")
     args = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("EDITMETER_CACHE", str(ROOT / ".cache"))
@@ -114,7 +117,7 @@ def main() -> None:
         seeds = [query_seed(0, q.id) for q in qs.queries]
         bare_call(editor, name, images[:2], text[:2], seeds[:2])  # warm-up (first-call allocations)
         for bs in args.batch_sizes:
-            runs = measure(editor, name, qs, sources, images, text, seeds, bs, args.repeats)
+            runs = measure(editor, name, qs, sources, images, text, seeds, bs, args.repeats, args.num_workers)
             wall = {k: statistics.median(r[0] for r in v) for k, v in runs.items()}
             cpu = {k: statistics.median(r[1] for r in v) for k, v in runs.items()}
             def over(d: dict[str, float], kind: str) -> str:
