@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -111,12 +111,18 @@ class TorchvisionSegmenter:
         import torch
 
         out: list[Segmentation] = []
-        for start in range(0, len(images), self.batch_size):
-            chunk = [torch.from_numpy(np.ascontiguousarray(im)).permute(2, 0, 1).float().div(255).to(self.device)
-                     for im in images[start : start + self.batch_size]]
+        for chunk in self._chunks(images):
             with torch.inference_mode():
                 out += self._segment_chunk(chunk)
         return out
+
+    def _chunks(self, images: Sequence[np.ndarray]) -> Iterator[list[Any]]:
+        """uint8 (H, W, 3) images -> lists of float (3, H, W) tensors in [0, 1] on the device, `batch_size` each."""
+        import torch
+
+        for start in range(0, len(images), self.batch_size):
+            yield [torch.from_numpy(np.ascontiguousarray(im)).permute(2, 0, 1).float().div(255).to(self.device)
+                   for im in images[start : start + self.batch_size]]
 
     def _segment_chunk(self, chunk: list[Any]) -> list[Segmentation]:
         """`GeneralizedRCNN.forward` in inference, with the mask branch run only on candidate boxes."""
@@ -188,9 +194,7 @@ class TorchvisionSegmenter:
         import torch
 
         out: list[Segmentation] = []
-        for start in range(0, len(images), self.batch_size):
-            chunk = [torch.from_numpy(np.ascontiguousarray(im)).permute(2, 0, 1).float().div(255).to(self.device)
-                     for im in images[start : start + self.batch_size]]
+        for chunk in self._chunks(images):
             with torch.inference_mode():
                 preds = self.model(chunk)
             for p in preds:
