@@ -7,7 +7,7 @@ For each batch size, images per second of
 - stage: the edit stage `run_edit_stage` (adds reading the PNGs, writing PNGs atomically, the fsync'ed log);
 - no-png: the same stage with PNG encoding and writing replaced by a no-op, to separate the cost of the files
   from the harness's own logic.
-All three run in one process, interleaved, and the median of `--repeats` runs is reported; overheads are relative
+All four run in one process, interleaved, and the median of `--repeats` runs is reported; overheads are relative
 to bare. Throughput is given by wall clock and by process CPU time: on a shared machine the wall clock also
 measures the neighbours, CPU time (all threads of this process, incl. the PNG writer thread) measures only our work.
 
