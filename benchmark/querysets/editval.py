@@ -16,7 +16,6 @@ import json
 import os
 import shutil
 import warnings
-from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -116,11 +115,8 @@ def build(editval_json: str | os.PathLike[str], coco_annotations: str | os.PathL
     import numpy as np
 
     from benchmark.download import download_file
-    from benchmark.fileio import atomic_write_text
     from benchmark.imageio import save_mask
-    from benchmark.querysets.gqa import summary_table
-    from benchmark.querysets.io import META_FILE, QUERIES_FILE, content_hash, write_queries
-    from benchmark.types import SCHEMA_VERSION
+    from benchmark.querysets.io import write_built_queryset
 
     editval_json, out = Path(editval_json), Path(out_dir)
     try:
@@ -181,21 +177,13 @@ def build(editval_json: str | os.PathLike[str], coco_annotations: str | os.PathL
     if not queries:
         raise EditValFormatError(f"{editval_json}: no queries")
     queries.sort(key=lambda q: q.id)
-    write_queries(out / QUERIES_FILE, queries)
-    atomic_write_text(out / "summary.md", summary_table(queries))
-    meta = {
-        "name": name, "schema_version": SCHEMA_VERSION,
-        "description": "EditVal (Basu et al. 2023): 13 edit types on COCO train2017 images, converted by "
-                       "benchmark.querysets.editval; prompts follow the paper's Table 3.",
-        "license": "EditVal object.json has no license file (not redistributed); COCO annotations CC BY 4.0, "
-                   "images under their Flickr licenses",
-        "content_hash": content_hash(queries),
-        "target_instance": "largest non-crowd COCO instance of the class",
-        "counts": {"images": len({q.image_id for q in queries}), "queries": len(queries),
-                   "by_type": dict(Counter(q.edit_type for q in queries))},
-    }
-    atomic_write_text(out / META_FILE, json.dumps(meta, indent=2, sort_keys=True) + "\n")
-    return meta
+    return write_built_queryset(
+        out, queries, name=name,
+        description="EditVal (Basu et al. 2023): 13 edit types on COCO train2017 images, converted by "
+                    "benchmark.querysets.editval; prompts follow the paper's Table 3.",
+        license="EditVal object.json has no license file (not redistributed); COCO annotations CC BY 4.0, "
+                "images under their Flickr licenses",
+        target_instance="largest non-crowd COCO instance of the class")
 
 
 def _fetch_image(dest: Path, file_name: str, images_dir: str | os.PathLike[str] | None, image_url: str | None,

@@ -23,7 +23,6 @@ for bg_chg and style_chg.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from collections import Counter
@@ -174,11 +173,8 @@ def import_release(queries_pkl: str | os.PathLike[str], masks_pkl: str | os.Path
                    images_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str], *, name: str = "hatie",
                    image_ext: str = ".jpg") -> dict[str, Any]:
     """Convert the release into `out_dir` (queryset.json, queries.jsonl, masks/, images -> `images_dir`)."""
-    from benchmark.fileio import atomic_write_text
-    from benchmark.querysets.gqa import summary_table
-    from benchmark.querysets.io import META_FILE, QUERIES_FILE, content_hash, write_queries
+    from benchmark.querysets.io import write_built_queryset
     from benchmark.safe_pickle import restricted_load
-    from benchmark.types import SCHEMA_VERSION
 
     out = Path(out_dir)
     images_dir = Path(images_dir).resolve()
@@ -215,23 +211,15 @@ def import_release(queries_pkl: str | os.PathLike[str], masks_pkl: str | os.Path
             link.unlink()
         link.symlink_to(images_dir, target_is_directory=True)
     queries.sort(key=lambda q: (len(q.id), q.id))
-    write_queries(out / QUERIES_FILE, queries)
-    table = summary_table(queries)
-    atomic_write_text(out / "summary.md", table)
-    meta = {
-        "name": name, "schema_version": SCHEMA_VERSION,
-        "description": "The released HATIE benchmark set (HATIE paper, CVPR 2025), imported from its pickles by "
-                       "benchmark.querysets.hatie; object masks are the release's editable-object masks.",
-        "license": "CC0-1.0 (HATIE release)",
-        "content_hash": content_hash(queries),
-        "source_files": {"queries": Path(queries_pkl).name, "masks": Path(masks_pkl).name},
-        "counts": {"images": len({q.image_id for q in queries}), "queries": len(queries),
-                   "objects": sum(len(v) for v in objects.values()),
-                   "by_type": dict(Counter(q.edit_type for q in queries))},
-        "ignored_query_keys": dict(ignored),
-        "bbox": "inclusive min/max of each mask's nonzero pixels",
-    }
-    atomic_write_text(out / META_FILE, json.dumps(meta, indent=2, sort_keys=True) + "\n")
-    print(table, file=sys.stderr)
+    meta = write_built_queryset(
+        out, queries, name=name,
+        description="The released HATIE benchmark set (HATIE paper, CVPR 2025), imported from its pickles by "
+                    "benchmark.querysets.hatie; object masks are the release's editable-object masks.",
+        license="CC0-1.0 (HATIE release)",
+        source_files={"queries": Path(queries_pkl).name, "masks": Path(masks_pkl).name},
+        counts={"objects": sum(len(v) for v in objects.values())},
+        ignored_query_keys=dict(ignored),
+        bbox="inclusive min/max of each mask's nonzero pixels")
+    print((out / "summary.md").read_text(), file=sys.stderr)
     return meta
 

@@ -235,6 +235,26 @@ class QuerySetNotBuiltError(QuerySetError):
     """A query set built from downloaded data has not been built yet; the message says how to build it."""
 
 
+def write_built_queryset(out: Path, queries: Sequence[Query], *, name: str, counts: dict[str, Any] | None = None,
+                         **fields: Any) -> dict[str, Any]:
+    """Write a builder's output, queries in the given order: `queries.jsonl`, `summary.md` (queries per type and
+    class) and `queryset.json` with name, schema version, content hash, image and query counts (plus `counts`) and
+    the builder's own `fields` (description, license, provenance). Returns the metadata."""
+    from collections import Counter
+
+    from benchmark.fileio import atomic_write_text
+    from benchmark.querysets.gqa import summary_table
+    from benchmark.types import SCHEMA_VERSION
+
+    write_queries(out / QUERIES_FILE, queries)
+    atomic_write_text(out / "summary.md", summary_table(queries))
+    meta = {"name": name, "schema_version": SCHEMA_VERSION, "content_hash": content_hash(queries), **fields,
+            "counts": {"images": len({q.image_id for q in queries}), "queries": len(queries),
+                       "by_type": dict(Counter(q.edit_type for q in queries)), **(counts or {})}}
+    atomic_write_text(out / META_FILE, json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    return meta
+
+
 def load_queryset(root: str | os.PathLike[str], name: str | None = None, build: str | None = None) -> QuerySet:
     """Load a query set folder (queryset.json + queries.jsonl).
 

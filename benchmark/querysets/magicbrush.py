@@ -16,7 +16,6 @@ is recorded in queryset.json.
 
 from __future__ import annotations
 
-import json
 import os
 from collections import Counter
 from pathlib import Path
@@ -66,11 +65,8 @@ def load_split(dataset: str | os.PathLike[str], split: str | None) -> Any:
 def build(dataset: str | os.PathLike[str], out_dir: str | os.PathLike[str], *, split: str = "dev",
           turns: Literal["first", "all"] = "first", name: str = "magicbrush") -> dict[str, Any]:
     """Convert one MagicBrush split into `out_dir` (images/, edit_masks/, targets/, queries.jsonl)."""
-    from benchmark.fileio import atomic_write_text
     from benchmark.imageio import save_mask, save_png
-    from benchmark.querysets.gqa import summary_table
-    from benchmark.querysets.io import META_FILE, QUERIES_FILE, check_id, content_hash, write_queries
-    from benchmark.types import SCHEMA_VERSION
+    from benchmark.querysets.io import check_id, write_built_queryset
 
     if turns not in ("first", "all"):
         raise ValueError(f"turns must be 'first' or 'all', got {turns!r}")
@@ -109,19 +105,12 @@ def build(dataset: str | os.PathLike[str], out_dir: str | os.PathLike[str], *, s
     if not queries:
         raise MagicBrushFormatError(f"{dataset} [{split}]: no rows with turn_index 1")
     queries.sort(key=lambda q: q.id)
-    write_queries(out / QUERIES_FILE, queries)
-    atomic_write_text(out / "summary.md", summary_table(queries))
-    meta = {
-        "name": name, "schema_version": SCHEMA_VERSION,
-        "description": f"MagicBrush ({split} split, {'first turn' if turns == 'first' else 'all turns'}): source "
-                       "image, instruction, free-form mask and ground-truth target, converted by "
-                       "benchmark.querysets.magicbrush.",
-        "license": "CC BY 4.0 (MagicBrush)",
-        "content_hash": content_hash(queries),
-        "source": {"dataset": str(dataset), "split": split, "turns": turns},
-        "mask_rule": f"transparent pixels if the mask has transparency, else pixels with every channel >= {WHITE_MIN}",
-        "counts": {"images": len({q.image_id for q in queries}), "queries": len(queries),
-                   "turns": dict(Counter(q.id.rsplit("-t", 1)[1] for q in queries)), "empty_masks": empty_masks},
-    }
-    atomic_write_text(out / META_FILE, json.dumps(meta, indent=2, sort_keys=True) + "\n")
-    return meta
+    return write_built_queryset(
+        out, queries, name=name,
+        description=f"MagicBrush ({split} split, {'first turn' if turns == 'first' else 'all turns'}): source "
+                    "image, instruction, free-form mask and ground-truth target, converted by "
+                    "benchmark.querysets.magicbrush.",
+        license="CC BY 4.0 (MagicBrush)",
+        source={"dataset": str(dataset), "split": split, "turns": turns},
+        mask_rule=f"transparent pixels if the mask has transparency, else pixels with every channel >= {WHITE_MIN}",
+        counts={"turns": dict(Counter(q.id.rsplit("-t", 1)[1] for q in queries)), "empty_masks": empty_masks})
