@@ -8,8 +8,9 @@ query, in order. Randomness comes only from the per-query seeds the harness pass
 from __future__ import annotations
 
 import abc
+import functools
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Literal
 
 from PIL import Image
@@ -34,6 +35,17 @@ class Editor(abc.ABC):
     def info(self) -> dict[str, Any]:
         """JSON-serialisable provenance: weights id, revision, dtype, every hyperparameter that shapes the output."""
 
+    def edit_deferred(self, queries: Sequence[Query], images: Sequence[Image.Image], *,
+                      seeds: Sequence[int]) -> list[Callable[[], Image.Image]]:
+        """`edit` in two halves: the model runs now, and each returned function finishes one output when called
+        (resizing it to the source size, quantising). Calling them in order gives exactly `edit`'s images.
+
+        The edit stage calls the finishers on its writer thread, so this per-image work overlaps the next batch's
+        model call instead of adding to it. Override it when finishing is a real cost; the default finishes
+        everything inside `edit`.
+        """
+        return [functools.partial(_finished, image) for image in self.edit(queries, images, seeds=seeds)]
+
     def check_prompts(self, queries: Sequence[Query]) -> None:
         """Refuse queries without the text this editor family reads (instruction or both captions)."""
         for q in queries:
@@ -46,6 +58,10 @@ class Editor(abc.ABC):
                     f"query {q.id}: editor {type(self).__name__} is description-based and needs source_caption and "
                     "target_caption"
                 )
+
+
+def _finished(image: Image.Image) -> Image.Image:
+    return image
 
 
 def query_seed(seed: int, query_id: str) -> int:

@@ -7,7 +7,8 @@ multiples of 8 latent pixels; HATIE and MagicBrush images have many aspect ratio
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -67,10 +68,16 @@ class DiffusionEditor(Editor):
         self.runner = HalvingRunner(max_batch)
 
     def edit(self, queries: Sequence[Query], images: Sequence[Image.Image], *, seeds: Sequence[int]) -> list[Image.Image]:
+        return [finish() for finish in self.edit_deferred(queries, images, seeds=seeds)]
+
+    def edit_deferred(self, queries: Sequence[Query], images: Sequence[Image.Image], *,
+                      seeds: Sequence[int]) -> list[Callable[[], Image.Image]]:
+        """Run the model now; resizing each output back to its source size and quantising is left to the caller's
+        thread (for the tiny CPU models this is ~1 ms per 256 px image, as much as 5% of the model call)."""
         self.check_prompts(queries)
         items = [Item(q, self.to_model(im), int(s)) for q, im, s in zip(queries, images, seeds, strict=True)]
         outs = self.runner(self._edit_chunk, items)
-        return [to_pil(o, im.size) for o, im in zip(outs, images, strict=True)]
+        return [functools.partial(to_pil, o, im.size) for o, im in zip(outs, images, strict=True)]
 
     def to_model(self, image: Image.Image) -> Image.Image:
         return image.convert("RGB").resize((self.resolution, self.resolution), Image.Resampling.BICUBIC)

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 from PIL import Image
@@ -27,12 +28,13 @@ from benchmark.querysets.io import QuerySet
 from benchmark.types import EditRecord, Query
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 EDITS_DIR = "edits"
 EDITS_LOG = "edits.jsonl"
 # zlib level for edited images. Measured on tiny-model outputs (256 px): level 6 (PIL's default) 17.6 ms per image,
-# level 1 3.6 ms for 17% larger files. PIL's encoder holds the GIL, so a writer thread cannot hide the cost from a
-# Python-heavy editor loop; making it cheap is what shrinks the stage overhead. Lossless either way.
+# level 1 3.6 ms for 17% larger files. The writer thread overlaps encoding with the next model call, but the last
+# batch's writes are not overlapped and the encoder contends for the GIL. Lossless either way.
 EDIT_PNG_LEVEL = 1
 
 
@@ -100,6 +102,32 @@ def _batches(dataset: _SourceImages, batch_size: int, num_workers: int):
     return DataLoader(dataset, batch_size=batch_size, shuffle=False, num_workers=num_workers, collate_fn=list)
 
 
+_END = object()
+
+
+def _read_ahead(iterable: Iterable[T]) -> Iterator[T]:
+    """Yield from `iterable` while a background thread already fetches the next item (decoding PNGs releases the
+    GIL, so the next batch's sources load while this one is edited)."""
+    it = iter(iterable)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="edit-reader") as reader:
+        upcoming = reader.submit(next, it, _END)
+        while (item := upcoming.result()) is not _END:
+            upcoming = reader.submit(next, it, _END)
+            yield item
+
+
+@dataclass(frozen=True)
+class _Unfinished:
+    """An edit whose model call is done; its finisher (resize, quantise) and PNG write happen on the writer."""
+
+    query: Query
+    seed: int
+    seconds: float
+    source_size: tuple[int, int]
+    finish: Callable[[], Image.Image]
+    run_id: str
+
+
 def run_edit_stage(
     queryset: QuerySet,
     editor: Editor,
@@ -130,79 +158,88 @@ def run_edit_stage(
         todo.append(q)
     append_jsonl(run_dir / EDITS_LOG, [asdict(r) for r in recovered])
     skipped = len(queryset) - len(todo)
-    computed = failed = 0
-    editor_name = type(editor).__name__
-    bar = tqdm(total=len(todo), desc=f"edit {editor_name}", unit="img", disable=not progress, leave=False)
-    # PNG encoding runs on a writer thread while the next batch is edited (it is a large share of the time for
-    # fast models). A batch's log lines are appended only after its PNGs exist: the PNG stays the commit point.
+    logged: list[EditRecord] = []
+    bar = tqdm(total=len(todo), desc=f"edit {type(editor).__name__}", unit="img", disable=not progress, leave=False)
+    (run_dir / EDITS_DIR).mkdir(parents=True, exist_ok=True)
+    # The main thread only runs the model. Finishing the outputs (resize, quantise), checking them, encoding and
+    # writing PNGs, then logging the batch's records happen on a writer thread while the next batch is edited; the
+    # writer is at most one batch behind, so memory stays bounded. A record is logged only after its PNG exists:
+    # the PNG stays the commit point.
+    batches = _batches(_SourceImages(queryset, todo), batch_size, num_workers) if todo else []
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="edit-writer") as writer:
-        pending = None
-        for items in _batches(_SourceImages(queryset, todo), batch_size, num_workers) if todo else []:
-            batch_records: list[EditRecord] = []
+        in_flight: Future | None = None
+        for items in _read_ahead(batches) if num_workers == 0 else batches:
+            failed: list[EditRecord] = []
             ready: list[tuple[Query, Image.Image]] = []
             for i, image in items:
                 q = todo[i]
                 if isinstance(image, str):
-                    batch_records.append(EditRecord(q.id, "failed", query_seed(seed, q.id), reason=image, run_id=run_id))
+                    failed.append(EditRecord(q.id, "failed", query_seed(seed, q.id), reason=image, run_id=run_id))
                 else:
                     ready.append((q, image))
-            writes: list[tuple[Image.Image, Path]] = []
+            unfinished: list[_Unfinished] = []
             if ready:
-                batch_records += _edit_batch(editor, ready, run_dir, seed=seed, run_id=run_id, writes=writes)
-            if pending is not None:
-                _commit(run_dir, *pending)
-            pending = (writer.submit(_write_all, writes), batch_records)
-            computed += len(batch_records)
-            failed += sum(r.status == "failed" for r in batch_records)
+                failed_here, unfinished = _edit_batch(editor, ready, seed=seed, run_id=run_id)
+                failed += failed_here
+            if in_flight is not None:
+                logged += in_flight.result()
+            in_flight = writer.submit(_finish_and_write, run_dir, unfinished, failed, [todo[i].id for i, _ in items])
             bar.update(len(items))
-        if pending is not None:
-            _commit(run_dir, *pending)
+        if in_flight is not None:
+            logged += in_flight.result()
     bar.close()
-    return EditStats(len(queryset), computed, skipped, failed, time.perf_counter() - start)
+    n_failed = sum(r.status == "failed" for r in logged)
+    return EditStats(len(queryset), len(logged), skipped, n_failed, time.perf_counter() - start)
 
 
-def _write_all(writes: list[tuple[Image.Image, Path]]) -> None:
-    for image, path in writes:
-        save_png(image, path, EDIT_PNG_LEVEL)
-
-
-def _commit(run_dir: Path, written: Future, records: list[EditRecord]) -> None:
-    """Wait for a batch's PNGs, then log its records (a write error propagates, as before)."""
-    written.result()
+def _finish_and_write(run_dir: Path, unfinished: list[_Unfinished], records: list[EditRecord],
+                      order: list[str]) -> list[EditRecord]:
+    """Finish, check and save each edit, then log the batch's records in query order. A finisher error or an
+    unusable output is that query's failure; a write error propagates (disk full is not the editor's fault)."""
+    records = list(records)
+    for u in unfinished:
+        t0 = time.perf_counter()
+        try:
+            image = validate_output(u.finish(), u.source_size)
+        except Exception as err:  # noqa: BLE001 - any editor error becomes a recorded failure
+            log.warning("edit failed for %s: %s: %s", u.query.id, type(err).__name__, err)
+            records.append(EditRecord(u.query.id, "failed", u.seed, seconds=u.seconds + time.perf_counter() - t0,
+                                      reason=f"{type(err).__name__}: {err}", run_id=u.run_id))
+            continue
+        seconds = u.seconds + time.perf_counter() - t0
+        save_png(image, edit_path(run_dir, u.query.id), EDIT_PNG_LEVEL)
+        records.append(EditRecord(u.query.id, "ok", u.seed, seconds=seconds, run_id=u.run_id))
+    position = {qid: k for k, qid in enumerate(order)}
+    records.sort(key=lambda r: position[r.query_id])
     append_jsonl(run_dir / EDITS_LOG, [asdict(r) for r in records])
+    return records
 
 
-def _edit_batch(editor: Editor, ready: list[tuple[Query, Image.Image]], run_dir: Path, *, seed: int, run_id: str,
-                writes: list[tuple[Image.Image, Path]] | None = None) -> list[EditRecord]:
-    """Edit a batch; if the batch call fails, retry each query alone so one bad query cannot sink the others."""
+def _edit_batch(editor: Editor, ready: list[tuple[Query, Image.Image]], *, seed: int,
+                run_id: str) -> tuple[list[EditRecord], list[_Unfinished]]:
+    """Run the model on a batch: (failure records, edits left to finish). If the batch call fails, each query is
+    retried alone so one bad query cannot sink the others."""
     queries = [q for q, _ in ready]
     seeds = [query_seed(seed, q.id) for q in queries]
     t0 = time.perf_counter()
     try:
         editor.check_prompts(queries)
-        outputs = editor.edit(queries, [im for _, im in ready], seeds=seeds)
-        if not isinstance(outputs, list | tuple) or len(outputs) != len(queries):
-            n = len(outputs) if isinstance(outputs, list | tuple) else type(outputs).__name__
+        finishers = editor.edit_deferred(queries, [im for _, im in ready], seeds=seeds)
+        if not isinstance(finishers, list | tuple) or len(finishers) != len(queries):
+            n = len(finishers) if isinstance(finishers, list | tuple) else type(finishers).__name__
             raise InvalidOutput(f"editor returned {n} outputs for {len(queries)} queries")
     except Exception as err:  # noqa: BLE001 - any editor error becomes a recorded failure
         if len(ready) > 1:
-            out: list[EditRecord] = []
+            failed: list[EditRecord] = []
+            unfinished: list[_Unfinished] = []
             for item in ready:
-                out += _edit_batch(editor, [item], run_dir, seed=seed, run_id=run_id, writes=writes)
-            return out
+                f, u = _edit_batch(editor, [item], seed=seed, run_id=run_id)
+                failed += f
+                unfinished += u
+            return failed, unfinished
         q = queries[0]
         log.warning("edit failed for %s: %s: %s", q.id, type(err).__name__, err)
-        return [EditRecord(q.id, "failed", seeds[0], reason=f"{type(err).__name__}: {err}", run_id=run_id)]
+        return [EditRecord(q.id, "failed", seeds[0], reason=f"{type(err).__name__}: {err}", run_id=run_id)], []
     per_item = (time.perf_counter() - t0) / len(queries)
-    records = []
-    for (q, source), s, image in zip(ready, seeds, outputs, strict=True):
-        try:
-            checked = validate_output(image, source.size)
-            if writes is None:
-                save_png(checked, edit_path(run_dir, q.id), EDIT_PNG_LEVEL)
-            else:  # saved by the caller (writer thread) before this record is logged
-                writes.append((checked, edit_path(run_dir, q.id)))
-            records.append(EditRecord(q.id, "ok", s, seconds=per_item, run_id=run_id))
-        except InvalidOutput as err:
-            records.append(EditRecord(q.id, "failed", s, seconds=per_item, reason=f"InvalidOutput: {err}", run_id=run_id))
-    return records
+    return [], [_Unfinished(q, s, per_item, source.size, finish, run_id)
+                for (q, source), s, finish in zip(ready, seeds, finishers, strict=True)]
