@@ -35,13 +35,22 @@ class Editor(abc.ABC):
     def info(self) -> dict[str, Any]:
         """JSON-serialisable provenance: weights id, revision, dtype, every hyperparameter that shapes the output."""
 
-    def edit_deferred(self, queries: Sequence[Query], images: Sequence[Image.Image], *,
-                      seeds: Sequence[int]) -> list[Callable[[], Image.Image]]:
+    def prepare(self, image: Image.Image) -> Any:
+        """Input work that depends on nothing but one source image (e.g. resizing it to the model resolution).
+
+        The edit stage calls it on its reader thread while the previous batch is edited, and passes the results to
+        `edit_deferred` as `prepared`. Default: nothing to prepare (None).
+        """
+        return None
+
+    def edit_deferred(self, queries: Sequence[Query], images: Sequence[Image.Image], *, seeds: Sequence[int],
+                      prepared: Sequence[Any] | None = None) -> list[Callable[[], Image.Image]]:
         """`edit` in two halves: the model runs now, and each returned function finishes one output when called
         (resizing it to the source size, quantising). Calling them in order gives exactly `edit`'s images.
 
+        `prepared`: `prepare(image)` of each source when the caller computed it ahead (None entries: not prepared).
         The edit stage calls the finishers on its writer thread, so this per-image work overlaps the next batch's
-        model call instead of adding to it. Override it when finishing is a real cost; the default finishes
+        model call instead of adding to it. Override both when that work is a real cost; the default does
         everything inside `edit`.
         """
         return [functools.partial(_finished, image) for image in self.edit(queries, images, seeds=seeds)]

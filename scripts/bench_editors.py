@@ -115,7 +115,7 @@ def main() -> None:
         editor = instantiate(cfg.editor)
         text = [q.instruction if editor.prompt_kind == "instruction" else q.target_caption for q in qs.queries]
         sources = [load_rgb(qs.path(q.image)) for q in qs.queries]
-        images = [editor.to_model(im) for im in sources]
+        images = [editor.prepare(im) for im in sources]
         seeds = [query_seed(0, q.id) for q in qs.queries]
         bare_call(editor, name, images[:2], text[:2], seeds[:2])  # warm-up (first-call allocations)
         for bs in args.batch_sizes:

@@ -54,6 +54,11 @@ def test_contract(name, demo_qs):
     assert all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(out, again, strict=True))
     one_by_one = [editor.edit([q], [im], seeds=[s])[0] for q, im, s in zip(queries, images, seeds, strict=True)]
     assert max(max_level_diff(a, b) for a, b in zip(out, one_by_one, strict=True)) <= BATCH_TOLERANCE_LEVELS
+    # the two-phase form the edit stage uses gives the same images, prepared ahead or not
+    for prepared in (None, [editor.prepare(im) for im in images]):
+        finishers = editor.edit_deferred(queries, images, seeds=seeds, prepared=prepared)
+        deferred = [finish() for finish in finishers]
+        assert all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(out, deferred, strict=True))
     json.dumps(editor.info())
 
 

@@ -70,6 +70,60 @@ def test_failures_are_recorded_and_the_run_goes_on(tmp_path):
     assert not list((tmp_path / "run" / "edits").glob("*.tmp")), "no temp files left behind"
 
 
+class Deferred(Scripted):
+    """Scripted, through the two-phase interface: `prepare` runs ahead, finishers run on the stage's writer."""
+
+    def __init__(self, behaviour=None):
+        super().__init__(behaviour)
+        self.prepare_threads: set[str] = set()
+        self.prepared: list[tuple[int, int]] = []
+
+    def prepare(self, image):
+        import threading
+
+        self.prepare_threads.add(threading.current_thread().name)
+        return image.size
+
+    def edit_deferred(self, queries, images, *, seeds, prepared=None):
+        self.prepared += list(prepared)
+        out = []
+        for q, im in zip(queries, self.edit(queries, images, seeds=seeds), strict=True):
+            if self.behaviour.get(q.id) == "finish-raise":
+                out.append(lambda q=q: (_ for _ in ()).throw(RuntimeError(f"cannot finish {q.id}")))
+            else:
+                out.append(lambda im=im: im)
+        return out
+
+
+def test_deferred_finishing_failures_are_per_query_and_the_log_keeps_query_order(tmp_path):
+    qs = small_set(tmp_path)
+    ids = [q.id for q in qs]
+    # the last batch (ids 8, 9) is finished on two threads: a failure there must be recorded like any other
+    bad = {ids[1]: "finish-raise", ids[4]: "raise", ids[9]: "finish-raise", ids[8]: "black"}
+    editor = Deferred(bad)
+    stats = run_edit_stage(qs, editor, tmp_path / "run", seed=0, batch_size=4, progress=False)
+    assert (stats.computed, stats.failed) == (10, 4)
+    recs = latest_records(tmp_path / "run")
+    assert recs[ids[1]]["reason"] == f"RuntimeError: cannot finish {ids[1]}"
+    assert recs[ids[9]]["reason"] == f"RuntimeError: cannot finish {ids[9]}"
+    assert recs[ids[4]]["reason"].startswith("RuntimeError: boom on") and "all-black" in recs[ids[8]]["reason"]
+    for q in qs:
+        assert edit_path(tmp_path / "run", q.id).is_file() == (q.id not in bad)
+    logged = [json.loads(line)["query_id"] for line in (tmp_path / "run" / EDITS_LOG).read_text().splitlines()]
+    assert logged == ids
+    # prepare ran once per source, ahead of the model, off the main thread; its results reached edit_deferred
+    assert editor.prepare_threads and all(t.startswith("edit-reader") for t in editor.prepare_threads)
+    assert set(editor.prepared) == {(256, 256)}
+
+
+def test_deferred_outputs_equal_edit_outputs_through_the_stage(tmp_path):
+    qs = small_set(tmp_path, 6)
+    run_edit_stage(qs, Scripted(), tmp_path / "plain", seed=0, batch_size=4, progress=False)
+    run_edit_stage(qs, Deferred(), tmp_path / "deferred", seed=0, batch_size=4, progress=False)
+    for q in qs:
+        assert edit_path(tmp_path / "plain", q.id).read_bytes() == edit_path(tmp_path / "deferred", q.id).read_bytes()
+
+
 def test_rerun_skips_finished_and_failed_work(tmp_path):
     qs = small_set(tmp_path)
     first = Scripted({qs.queries[2].id: "raise"})

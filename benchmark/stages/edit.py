@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 from PIL import Image
@@ -106,14 +106,27 @@ _END = object()
 
 
 def _read_ahead(iterable: Iterable[T]) -> Iterator[T]:
-    """Yield from `iterable` while a background thread already fetches the next item (decoding PNGs releases the
-    GIL, so the next batch's sources load while this one is edited)."""
+    """Yield from `iterable` while a background thread already fetches the next item (decoding PNGs and resizing
+    release the GIL, so the next batch's sources load while this one is edited)."""
     it = iter(iterable)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="edit-reader") as reader:
         upcoming = reader.submit(next, it, _END)
         while (item := upcoming.result()) is not _END:
             upcoming = reader.submit(next, it, _END)
             yield item
+
+
+def _with_prepared(editor: Editor, batches: Iterable[list[tuple[int, Image.Image | str]]]):
+    """Add `editor.prepare(image)` to every loaded source: (index, image or error message, prepared or None)."""
+    for items in batches:
+        yield [(i, image, None if isinstance(image, str) else _prepare(editor, image)) for i, image in items]
+
+
+def _prepare(editor: Editor, image: Image.Image) -> Any:
+    try:
+        return editor.prepare(image)
+    except Exception:  # noqa: BLE001 - left unprepared: edit_deferred prepares it again and its error is recorded
+        return None
 
 
 @dataclass(frozen=True)
@@ -166,24 +179,27 @@ def run_edit_stage(
     # writer is at most one batch behind, so memory stays bounded. A record is logged only after its PNG exists:
     # the PNG stays the commit point.
     batches = _batches(_SourceImages(queryset, todo), batch_size, num_workers) if todo else []
+    last = -(-len(todo) // batch_size) - 1
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="edit-writer") as writer:
         in_flight: Future | None = None
-        for items in _read_ahead(batches) if num_workers == 0 else batches:
+        for k, items in enumerate(_read_ahead(_with_prepared(editor, batches))):
             failed: list[EditRecord] = []
-            ready: list[tuple[Query, Image.Image]] = []
-            for i, image in items:
+            ready: list[tuple[Query, Image.Image, Any]] = []
+            for i, image, prepared in items:
                 q = todo[i]
                 if isinstance(image, str):
                     failed.append(EditRecord(q.id, "failed", query_seed(seed, q.id), reason=image, run_id=run_id))
                 else:
-                    ready.append((q, image))
+                    ready.append((q, image, prepared))
             unfinished: list[_Unfinished] = []
             if ready:
                 failed_here, unfinished = _edit_batch(editor, ready, seed=seed, run_id=run_id)
                 failed += failed_here
             if in_flight is not None:
                 logged += in_flight.result()
-            in_flight = writer.submit(_finish_and_write, run_dir, unfinished, failed, [todo[i].id for i, _ in items])
+            # Nothing overlaps the last batch's writes, so they get two threads (PIL's encoder releases the GIL).
+            in_flight = writer.submit(_finish_and_write, run_dir, unfinished, failed, [todo[i].id for i, *_ in items],
+                                      threads=2 if k == last else 1)
             bar.update(len(items))
         if in_flight is not None:
             logged += in_flight.result()
@@ -192,39 +208,46 @@ def run_edit_stage(
     return EditStats(len(queryset), len(logged), skipped, n_failed, time.perf_counter() - start)
 
 
-def _finish_and_write(run_dir: Path, unfinished: list[_Unfinished], records: list[EditRecord],
-                      order: list[str]) -> list[EditRecord]:
-    """Finish, check and save each edit, then log the batch's records in query order. A finisher error or an
-    unusable output is that query's failure; a write error propagates (disk full is not the editor's fault)."""
-    records = list(records)
-    for u in unfinished:
-        t0 = time.perf_counter()
-        try:
-            image = validate_output(u.finish(), u.source_size)
-        except Exception as err:  # noqa: BLE001 - any editor error becomes a recorded failure
-            log.warning("edit failed for %s: %s: %s", u.query.id, type(err).__name__, err)
-            records.append(EditRecord(u.query.id, "failed", u.seed, seconds=u.seconds + time.perf_counter() - t0,
-                                      reason=f"{type(err).__name__}: {err}", run_id=u.run_id))
-            continue
-        seconds = u.seconds + time.perf_counter() - t0
-        save_png(image, edit_path(run_dir, u.query.id), EDIT_PNG_LEVEL)
-        records.append(EditRecord(u.query.id, "ok", u.seed, seconds=seconds, run_id=u.run_id))
+def _finish_and_write(run_dir: Path, unfinished: list[_Unfinished], records: list[EditRecord], order: list[str], *,
+                      threads: int = 1) -> list[EditRecord]:
+    """Finish, check and save each edit, then log the batch's records in query order."""
+    if threads > 1 and len(unfinished) > 1:
+        with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="edit-finisher") as pool:
+            done = list(pool.map(_finish_one, [run_dir] * len(unfinished), unfinished))
+    else:
+        done = [_finish_one(run_dir, u) for u in unfinished]
     position = {qid: k for k, qid in enumerate(order)}
-    records.sort(key=lambda r: position[r.query_id])
+    records = sorted([*records, *done], key=lambda r: position[r.query_id])
     append_jsonl(run_dir / EDITS_LOG, [asdict(r) for r in records])
     return records
 
 
-def _edit_batch(editor: Editor, ready: list[tuple[Query, Image.Image]], *, seed: int,
+def _finish_one(run_dir: Path, u: _Unfinished) -> EditRecord:
+    """A finisher error or an unusable output is that query's failure; a write error propagates (a full disk is
+    not the editor's fault, and the run must stop)."""
+    t0 = time.perf_counter()
+    try:
+        image = validate_output(u.finish(), u.source_size)
+    except Exception as err:  # noqa: BLE001 - any editor error becomes a recorded failure
+        log.warning("edit failed for %s: %s: %s", u.query.id, type(err).__name__, err)
+        return EditRecord(u.query.id, "failed", u.seed, seconds=u.seconds + time.perf_counter() - t0,
+                          reason=f"{type(err).__name__}: {err}", run_id=u.run_id)
+    seconds = u.seconds + time.perf_counter() - t0
+    save_png(image, edit_path(run_dir, u.query.id), EDIT_PNG_LEVEL)
+    return EditRecord(u.query.id, "ok", u.seed, seconds=seconds, run_id=u.run_id)
+
+
+def _edit_batch(editor: Editor, ready: list[tuple[Query, Image.Image, Any]], *, seed: int,
                 run_id: str) -> tuple[list[EditRecord], list[_Unfinished]]:
     """Run the model on a batch: (failure records, edits left to finish). If the batch call fails, each query is
     retried alone so one bad query cannot sink the others."""
-    queries = [q for q, _ in ready]
+    queries = [q for q, *_ in ready]
     seeds = [query_seed(seed, q.id) for q in queries]
     t0 = time.perf_counter()
     try:
         editor.check_prompts(queries)
-        finishers = editor.edit_deferred(queries, [im for _, im in ready], seeds=seeds)
+        finishers = editor.edit_deferred(queries, [im for _, im, _ in ready], seeds=seeds,
+                                         prepared=[p for *_, p in ready])
         if not isinstance(finishers, list | tuple) or len(finishers) != len(queries):
             n = len(finishers) if isinstance(finishers, list | tuple) else type(finishers).__name__
             raise InvalidOutput(f"editor returned {n} outputs for {len(queries)} queries")
@@ -242,4 +265,4 @@ def _edit_batch(editor: Editor, ready: list[tuple[Query, Image.Image]], *, seed:
         return [EditRecord(q.id, "failed", seeds[0], reason=f"{type(err).__name__}: {err}", run_id=run_id)], []
     per_item = (time.perf_counter() - t0) / len(queries)
     return [], [_Unfinished(q, s, per_item, source.size, finish, run_id)
-                for (q, source), s, finish in zip(ready, seeds, finishers, strict=True)]
+                for (q, source, _), s, finish in zip(ready, seeds, finishers, strict=True)]
