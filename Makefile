@@ -18,7 +18,7 @@ ARGS        ?=
 
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: help install demo demo-hatie demo-diffusion demo-diffusion-run bench score bench-hatie bench-backbones data test test-all lint clean-results
+.PHONY: help install demo demo-hatie demo-diffusion demo-diffusion-run bench score bench-hatie bench-backbones bench-editors data test test-all lint clean-results
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 16
@@ -57,6 +57,9 @@ bench-hatie: ## time the HATIE scoring stage, batched vs batch size 1 (real-size
 
 bench-backbones: ## per-image forward time of each HATIE model by batch size (what batching alone can gain here)
 	$(PY) scripts/bench_backbones.py $(ARGS)
+
+bench-editors: ## edit-stage overhead vs the bare diffusers loop, batch sizes 1/2/4/8 (tiny profile, one CPU thread for the model)
+	OMP_NUM_THREADS=1 $(PY) scripts/bench_editors.py $(ARGS)
 
 data: ## download one query-set source (resumable, verified): make data NAME=gqa_hatie|hatie|editval|magicbrush
 	@test -n "$(NAME)" || { echo "usage: make data NAME=<set>  (sets: $$(ls datasets/manifests | sed 's/\.json//' | tr '\n' ' '))"; exit 2; }

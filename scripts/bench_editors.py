@@ -11,7 +11,7 @@ All four run in one process, interleaved, and the median of `--repeats` runs is 
 to bare. Throughput is given by wall clock and by process CPU time: on a shared machine the wall clock also
 measures the neighbours, CPU time (all threads of this process, incl. the PNG writer thread) measures only our work.
 
-    OMP_NUM_THREADS=1 python scripts/bench_editors.py [--editors ip2p sdedit] [--queries 32] [--batch-sizes 1 2 4 8]
+    OMP_NUM_THREADS=1 python scripts/bench_editors.py [--editors ip2p sdedit] [--queries 112] [--batch-sizes 1 2 4 8]
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ def measure(editor, name: str, qs, sources, images, text, seeds, bs: int, repeat
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--editors", nargs="+", default=["ip2p", "sdedit"])
-    ap.add_argument("--queries", type=int, default=32)
+    ap.add_argument("--queries", type=int, default=112, help="the first N demo queries (112: all)")
     ap.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 2, 4, 8])
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--num-workers", type=int, default=0, help="the stage's DataLoader workers reading sources")
@@ -108,7 +108,8 @@ def main() -> None:
     print(f"torch {torch.__version__}, {torch.get_num_threads()} CPU thread(s), {len(qs)} demo queries, profile=tiny")
     header = (f"{'editor':<10} {'batch':>5} | wall img/s: {'bare':>6} {'editor':>7} {'stage':>6} {'no-png':>6} | "
               f"CPU img/s: {'bare':>6} {'editor':>7} {'stage':>6} {'no-png':>6} | "
-              f"wall overhead: {'stage':>6} | CPU overhead: {'editor':>7} {'stage':>6} {'no-png':>6}")
+              f"wall overhead: {'stage':>6} {'paired (min-max)':>18} | "
+              f"CPU overhead: {'editor':>7} {'stage':>6} {'no-png':>6}")
     rows = []
     for name in args.editors:
         cfg, _ = compose([f"editor={name}", "queryset=demo", "profile=tiny"])
@@ -122,13 +123,17 @@ def main() -> None:
             runs = measure(editor, name, qs, sources, images, text, seeds, bs, args.repeats, args.num_workers)
             wall = {k: statistics.median(r[0] for r in v) for k, v in runs.items()}
             cpu = {k: statistics.median(r[1] for r in v) for k, v in runs.items()}
+            # each repeat's stage against the bare loop run just before it: drift of the machine cancels out
+            paired = sorted(100 * (1 - st[0] / b[0]) for st, b in zip(runs["stage"], runs["bare"], strict=True))
+            spread = f"{statistics.median(paired):.1f}% ({paired[0]:.1f} to {paired[-1]:.1f})"
+
             def over(d: dict[str, float], kind: str) -> str:
                 return f"{100 * (1 - d[kind] / d['bare']):>5.1f}%"
 
             rows.append(f"{name:<10} {bs:>5} | {'':>11} {wall['bare']:>6.1f} {wall['editor']:>7.1f} "
                         f"{wall['stage']:>6.1f} {wall['no-png']:>6.1f} | {'':>10} {cpu['bare']:>6.1f} "
                         f"{cpu['editor']:>7.1f} {cpu['stage']:>6.1f} {cpu['no-png']:>6.1f} | {'':>14} "
-                        f"{over(wall, 'stage')} | {'':>13} {over(cpu, 'editor'):>7} {over(cpu, 'stage'):>6} "
+                        f"{over(wall, 'stage')} {spread:>18} | {'':>13} {over(cpu, 'editor'):>7} {over(cpu, 'stage'):>6} "
                         f"{over(cpu, 'no-png'):>6}")
             print(rows[-1] if len(rows) > 1 else header + "\n" + rows[-1], flush=True)
     print("\n" + header + "\n" + "\n".join(rows))
