@@ -99,7 +99,8 @@ class DiffusionEditor(Editor):
         return lat.to(self.device, self.pipe.unet.dtype)
 
     def _edit_chunk(self, items: Sequence[Item]) -> list[Any]:
-        """Float images in [0, 1], (H, W, 3) numpy arrays or tensors, one per item, at the model resolution."""
+        """Float images in [0, 1] at the model resolution, one per item: (H, W, 3) numpy arrays or CPU tensors (the
+        stage finishes them on its writer thread while the device runs the next batch)."""
         raise NotImplementedError
 
     def hyperparameters(self) -> dict[str, Any]:
