@@ -52,11 +52,11 @@ def measure(editor, name: str, qs, sources, images, text, seeds, bs: int, repeat
 
     n = len(images)
 
-    def bare_loop() -> None:
+    def bare_loop(_out: Path) -> None:
         for i in range(0, n, bs):
             bare_call(editor, name, images[i : i + bs], text[i : i + bs], seeds[i : i + bs])
 
-    def editor_loop() -> None:
+    def editor_loop(_out: Path) -> None:
         for i in range(0, n, bs):
             editor.edit(qs.queries[i : i + bs], sources[i : i + bs], seeds=seeds[i : i + bs])
 
@@ -80,9 +80,8 @@ def measure(editor, name: str, qs, sources, images, text, seeds, bs: int, repeat
             # The run folder is made before and deleted after the clock: deleting 100 fresh PNGs on this ext4
             # (mounted with `discard`) takes ~0.2 s, which is the file system's time, not the harness's.
             with tempfile.TemporaryDirectory() as tmp:
-                args = (Path(tmp),) if fn in (stage, stage_without_png) else ()
                 w0, c0 = time.perf_counter(), time.process_time()
-                fn(*args)
+                fn(Path(tmp))
                 runs[kind].append((n / (time.perf_counter() - w0), n / (time.process_time() - c0)))
     return runs
 

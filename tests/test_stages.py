@@ -124,6 +124,19 @@ def test_deferred_outputs_equal_edit_outputs_through_the_stage(tmp_path):
         assert edit_path(tmp_path / "plain", q.id).read_bytes() == edit_path(tmp_path / "deferred", q.id).read_bytes()
 
 
+def test_a_source_that_cannot_be_prepared_is_a_failure_and_never_edited(tmp_path):
+    class Unpreparable(Deferred):
+        def prepare(self, image):
+            raise ValueError("no model size for this image")
+
+    qs = small_set(tmp_path, 3)
+    editor = Unpreparable()
+    stats = run_edit_stage(qs, editor, tmp_path / "run", seed=0, batch_size=2, progress=False)
+    assert stats.failed == 3 and editor.calls == []
+    recs = latest_records(tmp_path / "run")
+    assert all(r["reason"] == "ValueError in Unpreparable.prepare: no model size for this image" for r in recs.values())
+
+
 def test_rerun_skips_finished_and_failed_work(tmp_path):
     qs = small_set(tmp_path)
     first = Scripted({qs.queries[2].id: "raise"})

@@ -10,6 +10,7 @@ was lost (killed between rename and log append) gets a `recovered` record, never
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -117,16 +118,19 @@ def _read_ahead(iterable: Iterable[T]) -> Iterator[T]:
 
 
 def _with_prepared(editor: Editor, batches: Iterable[list[tuple[int, Image.Image | str]]]):
-    """Add `editor.prepare(image)` to every loaded source: (index, image or error message, prepared or None)."""
+    """Add `editor.prepare(image)` to every loaded source: (index, image or error message, prepared or None). A
+    source that cannot be prepared becomes an error message, like one that cannot be read."""
     for items in batches:
-        yield [(i, image, None if isinstance(image, str) else _prepare(editor, image)) for i, image in items]
-
-
-def _prepare(editor: Editor, image: Image.Image) -> Any:
-    try:
-        return editor.prepare(image)
-    except Exception:  # noqa: BLE001 - left unprepared: edit_deferred prepares it again and its error is recorded
-        return None
+        out = []
+        for i, image in items:
+            prepared = None
+            if not isinstance(image, str):
+                try:
+                    prepared = editor.prepare(image)
+                except Exception as err:  # noqa: BLE001 - any editor error becomes a recorded failure
+                    image = f"{type(err).__name__} in {type(editor).__name__}.prepare: {err}"
+            out.append((i, image, prepared))
+        yield out
 
 
 @dataclass(frozen=True)
@@ -138,7 +142,6 @@ class _Unfinished:
     seconds: float
     source_size: tuple[int, int]
     finish: Callable[[], Image.Image]
-    run_id: str
 
 
 def run_edit_stage(
@@ -199,7 +202,7 @@ def run_edit_stage(
                 logged += in_flight.result()
             # Nothing overlaps the last batch's writes, so they get two threads (PIL's encoder releases the GIL).
             in_flight = writer.submit(_finish_and_write, run_dir, unfinished, failed, [todo[i].id for i, *_ in items],
-                                      threads=2 if k == last else 1)
+                                      run_id=run_id, threads=2 if k == last else 1)
             bar.update(len(items))
         if in_flight is not None:
             logged += in_flight.result()
@@ -209,20 +212,21 @@ def run_edit_stage(
 
 
 def _finish_and_write(run_dir: Path, unfinished: list[_Unfinished], records: list[EditRecord], order: list[str], *,
-                      threads: int = 1) -> list[EditRecord]:
+                      run_id: str, threads: int = 1) -> list[EditRecord]:
     """Finish, check and save each edit, then log the batch's records in query order."""
+    finish = functools.partial(_finish_one, run_dir, run_id=run_id)
     if threads > 1 and len(unfinished) > 1:
         with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="edit-finisher") as pool:
-            done = list(pool.map(_finish_one, [run_dir] * len(unfinished), unfinished))
+            done = list(pool.map(finish, unfinished))
     else:
-        done = [_finish_one(run_dir, u) for u in unfinished]
+        done = [finish(u) for u in unfinished]
     position = {qid: k for k, qid in enumerate(order)}
     records = sorted([*records, *done], key=lambda r: position[r.query_id])
     append_jsonl(run_dir / EDITS_LOG, [asdict(r) for r in records])
     return records
 
 
-def _finish_one(run_dir: Path, u: _Unfinished) -> EditRecord:
+def _finish_one(run_dir: Path, u: _Unfinished, *, run_id: str) -> EditRecord:
     """A finisher error or an unusable output is that query's failure; a write error propagates (a full disk is
     not the editor's fault, and the run must stop)."""
     t0 = time.perf_counter()
@@ -231,10 +235,10 @@ def _finish_one(run_dir: Path, u: _Unfinished) -> EditRecord:
     except Exception as err:  # noqa: BLE001 - any editor error becomes a recorded failure
         log.warning("edit failed for %s: %s: %s", u.query.id, type(err).__name__, err)
         return EditRecord(u.query.id, "failed", u.seed, seconds=u.seconds + time.perf_counter() - t0,
-                          reason=f"{type(err).__name__}: {err}", run_id=u.run_id)
+                          reason=f"{type(err).__name__}: {err}", run_id=run_id)
     seconds = u.seconds + time.perf_counter() - t0
     save_png(image, edit_path(run_dir, u.query.id), EDIT_PNG_LEVEL)
-    return EditRecord(u.query.id, "ok", u.seed, seconds=seconds, run_id=u.run_id)
+    return EditRecord(u.query.id, "ok", u.seed, seconds=seconds, run_id=run_id)
 
 
 def _edit_batch(editor: Editor, ready: list[tuple[Query, Image.Image, Any]], *, seed: int,
@@ -264,5 +268,5 @@ def _edit_batch(editor: Editor, ready: list[tuple[Query, Image.Image, Any]], *, 
         log.warning("edit failed for %s: %s: %s", q.id, type(err).__name__, err)
         return [EditRecord(q.id, "failed", seeds[0], reason=f"{type(err).__name__}: {err}", run_id=run_id)], []
     per_item = (time.perf_counter() - t0) / len(queries)
-    return [], [_Unfinished(q, s, per_item, source.size, finish, run_id)
+    return [], [_Unfinished(q, s, per_item, source.size, finish)
                 for (q, source, _), s, finish in zip(ready, seeds, finishers, strict=True)]
