@@ -340,17 +340,22 @@ def _edit_batch(editor: Editor, ready: list[tuple[Query, Image.Image, Any]], *, 
             n = len(finishers) if isinstance(finishers, list | tuple) else type(finishers).__name__
             raise InvalidOutput(f"editor returned {n} outputs for {len(queries)} queries")
     except Exception as err:  # noqa: BLE001 - any editor error becomes a recorded failure
-        if len(ready) > 1:
-            failed: list[EditRecord] = []
-            unfinished: list[_Unfinished] = []
-            for item in ready:
-                f, u = _edit_batch(editor, [item], seed=seed, run_id=run_id, flog=flog, fail_fast=fail_fast)
-                failed += f
-                unfinished += u
-            return failed, unfinished
-        if fail_fast:
+        if fail_fast and len(ready) == 1:
             raise
-        return [_failure(queries[0].id, seeds[0], err, flog, run_id=run_id)], []
+        batch_error: Exception | None = err
+    else:
+        batch_error = None
+    if batch_error is not None:
+        if len(ready) == 1:
+            return [_failure(queries[0].id, seeds[0], batch_error, flog, run_id=run_id)], []
+        # retried outside the `except` block, so a query's own traceback is not chained to the batch's
+        failed: list[EditRecord] = []
+        unfinished: list[_Unfinished] = []
+        for item in ready:
+            f, u = _edit_batch(editor, [item], seed=seed, run_id=run_id, flog=flog, fail_fast=fail_fast)
+            failed += f
+            unfinished += u
+        return failed, unfinished
     per_item = (time.perf_counter() - t0) / len(queries)
     return [], [_Unfinished(q, s, per_item, source.size, finish)
                 for (q, source, _), s, finish in zip(ready, seeds, finishers, strict=True)]
