@@ -61,9 +61,14 @@ def run_preflight(cfg: Any, qs: Any, *, editor: str, metrics: str) -> str:
             f"checked), results writable, {weights_note}, {disk_note}")
 
 
-def _fix_queryset(cfg: Any) -> str:
-    build = cfg.queryset.get("build") if hasattr(cfg.queryset, "get") else None
-    return build or f"make data NAME={cfg.queryset.get('name', '<set>')}"
+def _fix_queryset(cfg: Any, qs: Any) -> str:
+    """The configured build command; the demo generator for generated sets; else the data target."""
+    build = cfg.queryset.get("build")
+    if build:
+        return str(build)
+    if qs.meta.get("generator"):
+        return "python scripts/make_demo.py (or `git checkout -- datasets/demo`)"
+    return f"make data NAME={qs.name}"
 
 
 def _check_sources(cfg: Any, qs: Any, sample: int) -> tuple[float, int]:
@@ -86,7 +91,7 @@ def _check_sources(cfg: Any, qs: Any, sample: int) -> tuple[float, int]:
     if missing:
         raise PreflightError(
             f"preflight: query set {qs.name}: {len(missing)} file(s) of its first {len(queries)} queries are missing "
-            f"or unreadable, e.g. {missing[0]}. The set is incomplete; rebuild it: {_fix_queryset(cfg)}")
+            f"or unreadable, e.g. {missing[0]}. The set is incomplete; rebuild it: {_fix_queryset(cfg, qs)}")
     return (sum(sizes) / len(sizes) if sizes else 0.0), len(queries)
 
 
