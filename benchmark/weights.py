@@ -277,7 +277,7 @@ def _model_patterns(files: dict[str, int] | None) -> list[str]:
 
 def remote_size(ck: Checkpoint) -> int | None:
     """Bytes the download would take, asked from the hub / server; None when unknown or offline."""
-    if ck.size is not None or hub_offline() and ck.kind in HF_KINDS:
+    if ck.size is not None or hub_offline():
         return ck.size
     from fnmatch import fnmatch
 

@@ -116,3 +116,15 @@ def test_each_failure_path_records_type_reason_and_traceback(tmp_path, demo_qs):
     text = (tmp_path / FAILURES_LOG).read_text()
     assert all(f"query={q}" in text for q in ids[:3]) and text.count("Traceback") == 3
     assert st.failure_summary().startswith("3 of 6 failed: 1 x ")
+
+
+def test_score_edits_exits_1_only_when_no_edit_could_be_scored(tmp_path, capsys):
+    """Scoring a folder made elsewhere: missing files are listed up front and do not fail the exit status (its
+    threshold defaults to 1.0), but a folder where every query is missing does."""
+    from benchmark.score_edits import main
+
+    args = ["queryset=demo", "name=theirs", "profile=tiny", "metrics=basic", "limit=3", "progress=false",
+            f"paths.results={tmp_path / 'results'}", "aggregate.bootstrap_resamples=50"]
+    (tmp_path / "none").mkdir()
+    assert main([f"edits={tmp_path / 'none'}", *args]) == 1
+    assert "3 of 3 failed" in capsys.readouterr().err
