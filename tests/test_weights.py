@@ -141,3 +141,38 @@ def test_pipeline_presence_needs_every_loaded_component(empty_caches):
         weights_file.unlink()
     assert ck.location() is None  # a model folder without weights is not a usable pipeline
     assert W.Checkpoint("editor e", "hf-pipeline", "org/pipe", "1" * 40).location() is None  # other revision
+
+
+@pytest.mark.slow  # a subprocess importing diffusers: about 25 s on the shared 2-core machine
+def test_pipeline_fetch_skips_the_safety_checker_and_loads_offline(tmp_path):
+    """`weights editor=ip2p` downloads the pipeline through diffusers' own download from a local hub, without the
+    safety checker the loader never loads; the loader's from_pretrained call then works offline from that cache."""
+    import json
+
+    import diffusers
+
+    from benchmark.models.diffusion import tiny_pipeline_dir
+
+    src = tiny_pipeline_dir("ip2p")
+    files = {str(p.relative_to(src)): p.read_bytes() for p in src.rglob("*") if p.is_file()}
+    index = json.loads(files["model_index.json"])
+    index["safety_checker"] = ["stable_diffusion", "StableDiffusionSafetyChecker"]  # as in the real repo
+    files["model_index.json"] = json.dumps(index).encode()
+    files["safety_checker/config.json"] = b"{}"
+    files["safety_checker/model.safetensors"] = b"never fetched"
+    cfg, _ = compose(["editor=ip2p", "metrics=basic", "profile=pretrained"])
+    repo, sha = cfg.editor.model_id, cfg.editor.revision
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_CACHE": str(tmp_path), "NO_PROXY": "127.0.0.1,localhost"}
+    with serving(FakeHub({repo: (sha, files)})) as hub:
+        env.update(HF_ENDPOINT=hub.url, HF_HUB_OFFLINE="0")
+        proc = subprocess.run([sys.executable, "-m", "benchmark.weights", "editor=ip2p", "metrics=basic"], cwd=ROOT,
+                              env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        fetched = {p.split(f"/resolve/{sha}/", 1)[1] for p in hub.downloads}
+    assert "unet/diffusion_pytorch_model.safetensors" in fetched
+    assert not any(f.startswith("safety_checker/") for f in fetched)
+    assert W.Checkpoint("editor ip2p", "hf-pipeline", repo, sha).cache_path().name in {p.name for p in
+                                                                                      tmp_path.iterdir()}
+    pipe = diffusers.StableDiffusionInstructPix2PixPipeline.from_pretrained(  # as load_pipeline, offline
+        repo, revision=sha, cache_dir=tmp_path, safety_checker=None, requires_safety_checker=False)
+    assert pipe.unet.config.in_channels == 8
