@@ -112,7 +112,7 @@ def _check_weights(cfg: Any, editor: str, metrics: str, timeout: float) -> tuple
     checkpoints = resolve(cfg, editor)
     if not checkpoints:
         return "no pretrained weights needed", 0
-    unknown = [c for c in checkpoints if c.kind not in ("hf-pipeline", "hf-model", "hf-file", "url")]
+    unknown = [c for c in checkpoints if not c.fetchable]
     missing = [c for c in checkpoints if c not in unknown and c.location() is None]
     fix = fix_command(editor, metrics, cfg.profile.name)
     unknown_note = (f"; {len(unknown)} not checkable ({', '.join(c.component for c in unknown)}: they load on first "

@@ -41,6 +41,10 @@ class Checkpoint:
     note: str = ""
 
     @property
+    def fetchable(self) -> bool:
+        return self.kind in HF_KINDS or self.kind == "url"
+
+    @property
     def key(self) -> tuple[str, str, str | None]:
         return self.kind, self.source, self.revision
 
@@ -386,7 +390,8 @@ def table_rows(checkpoints: list[Checkpoint], *, online_sizes: bool = False) -> 
         have = c.present_size()
         size = have if have is not None else (remote_size(c) if online_sizes else c.size)
         rows.append({"component": c.component, "id": c.source, "revision": revision_label(c),
-                     "size": human(size), "status": "present" if have is not None else "missing",
+                     "size": human(size), "status": ("present" if have is not None else "missing") if c.fetchable
+                     else "unknown",
                      "cache": str(c.cache_path()), "note": c.note})
     return rows
 
@@ -450,7 +455,7 @@ def main(argv: list[str] | None = None) -> int:
         for r in table_rows(checkpoints, online_sizes=not hub_offline()):
             print(f"{r['status']:<8} {r['component']}: {r['id']} @ {r['revision']}  [{r['size']}]\n"
                   f"         -> {r['cache']}" + (f"  ({r['note']})" if r["note"] else ""))
-        n_missing = sum(c.location() is None for c in checkpoints)
+        n_missing = sum(c.fetchable and c.location() is None for c in checkpoints)
         print(f"{len(checkpoints)} checkpoints, {n_missing} missing"
               + (f"; download them with: {fix_command(editor, metrics, profile)}" if n_missing else ""))
         return 0
@@ -458,6 +463,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _fetch_missing(checkpoints: list[Checkpoint], where: str) -> int:
+    for c in checkpoints:
+        if not c.fetchable:
+            print(f"note: {c.component}: {c.source} cannot be checked or fetched here ({c.note})")
+    checkpoints = [c for c in checkpoints if c.fetchable]
     missing = [c for c in checkpoints if c.location() is None]
     if not missing:
         print(f"{where}: all {len(checkpoints)} checkpoints are present; nothing to download.")

@@ -54,8 +54,9 @@ def test_tiny_profile_needs_nothing(editor, capsys):
 def test_unknown_pretrained_component_is_reported_not_dropped():
     cfg = OmegaConf.create({"editor": {"_target_": "x.Editor", "weights": "pretrained"},
                             "metrics": {"m": {"_target_": "some.loader", "weights": "pretrained"}}})
-    kinds = {c.component: c.kind for c in W.resolve(cfg, "x")}
-    assert kinds == {"editor x": "unknown", "metrics m": "unknown"}
+    found = W.resolve(cfg, "x")
+    assert {c.component: c.kind for c in found} == {"editor x": "unknown", "metrics m": "unknown"}
+    assert {r["status"] for r in W.table_rows(found)} == {"unknown"}  # never claimed present, nor missing
 
 
 def test_list_names_missing_checkpoints_and_the_fix(empty_caches, capsys):
