@@ -41,14 +41,20 @@ class StageTimer:
 
 
 def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
-    """Run the configured stages for one editor on one query set; returns a summary dict."""
+    """Run the configured stages for one editor on one query set; returns a summary dict.
+
+    Raises `PreflightError` (benchmark.errors) before any edit when a component is missing, and `TooManyFailures`
+    after the last stage when the share of failed queries exceeds `max_failed_fraction` or all failed; entry points
+    turn both into their message and exit status 1 (`run_and_report`)."""
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
     from benchmark.config import editor_signature, metric_signature, portable
+    from benchmark.errors import TooManyFailures
     from benchmark.fileio import atomic_write_text
     from benchmark.hashing import canonical_json
     from benchmark.leaderboard import RUN_META, write_leaderboards
+    from benchmark.preflight import load_queries, run_preflight
     from benchmark.provenance import provenance
     from benchmark.stages.edit import run_edit_stage
     from benchmark.stages.score import is_suite, run_score_stage, run_suite_stage
@@ -58,8 +64,11 @@ def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
     profile = cfg.profile.name
     print(f"[editmeter] editor={editor_name} profile={profile} (weights: {cfg.profile.weights}) run_id={run_id}")
     with timer("load queries"):
-        full = instantiate(cfg.queryset)
+        full = load_queries(cfg)
         qs = full.shard(cfg.shard.index, cfg.shard.count).subset(cfg.limit)
+    if cfg.get("preflight", True):
+        with timer("preflight"):
+            print(run_preflight(cfg, qs, editor=editor_name, metrics=_choices(cfg).get("metrics", "<metrics>")))
     with timer("load editor"):
         editor = instantiate(cfg.editor)
         metrics = {name: instantiate(node) for name, node in cfg.metrics.items()}
@@ -91,9 +100,12 @@ def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
     if "edit" in cfg.stages:
         with timer("edit"):
             st = run_edit_stage(qs, editor, run_dir, seed=cfg.seed, batch_size=cfg.batch_size, num_workers=cfg.num_workers,
-                                retry_failed=cfg.retry_failed, run_id=run_id, progress=cfg.progress)
+                                retry_failed=cfg.retry_failed, run_id=run_id, progress=cfg.progress,
+                                fail_fast=bool(cfg.get("fail_fast", False)))
         summary["edit"] = st
         print(f"[editmeter] edit: {st.computed} edited ({st.failed} failed), {st.skipped} already done")
+        if st.failed_total:
+            print(f"[editmeter] {st.failure_summary()}")
     if "score" in cfg.stages:
         with timer("score"):
             if suite is not None:
@@ -114,7 +126,48 @@ def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
         print(f"[editmeter] NOTE: profile={profile}: weights are {cfg.profile.weights}; "
               "these numbers test the pipeline, they do not rank real editors.")
     summary["timings"] = dict(timer.seconds)
+    verdict = _failure_verdict(summary.get("edit"), float(cfg.get("max_failed_fraction", 0.1)))
+    if verdict:
+        raise TooManyFailures(verdict)
     return summary
+
+
+def _failure_verdict(st: Any, max_fraction: float) -> str:
+    """Why this run must not exit 0 ('' when it may): more than `max_fraction` of its queries failed, or all."""
+    if st is None or not st.total or not st.failed_total:
+        return ""
+    share = st.failed_total / st.total
+    if st.failed_total < st.total and share <= max_fraction:
+        return ""
+    why = "every query failed" if st.failed_total == st.total else f"{share:.0%} > max_failed_fraction={max_fraction:g}"
+    return (f"{st.failure_summary()}. The run is not trustworthy ({why}); its tables were written but they "
+            "leave the failed queries out. Fix the cause, then rerun with retry_failed=true (fail_fast=true stops at "
+            "the first failure with its traceback; max_failed_fraction=<share> accepts more failures).")
+
+
+def _choices(cfg: Any) -> dict[str, str]:
+    """The config group choices (editor, metrics, ...) of a composed or a Hydra-run config."""
+    if "hydra" in cfg:
+        return dict(cfg.hydra.runtime.choices)
+    from hydra.core.hydra_config import HydraConfig
+
+    try:
+        return dict(HydraConfig.get().runtime.choices)
+    except ValueError:  # not inside a Hydra run
+        return {}
+
+
+def run_and_report(cfg: Any, editor_name: str) -> int:
+    """`run_pipeline` for entry points: a RunError (preflight, too many failures) becomes its message on stderr
+    and exit status 1, without a traceback. In a --multirun sweep the next job still runs."""
+    from benchmark.errors import RunError
+
+    try:
+        run_pipeline(cfg, editor_name)
+    except RunError as err:
+        print(f"[editmeter] error: {err}", file=sys.stderr, flush=True)
+        return err.exit_code
+    return 0
 
 
 def _metric_meta(metrics: dict[str, Any], suite: Any) -> dict[str, Any]:
@@ -141,11 +194,15 @@ def _hydra_entry() -> None:
     import hydra
     from hydra.core.hydra_config import HydraConfig
 
+    statuses: list[int] = []  # one per job; the process exits with the worst after the whole sweep
+
     @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="config")
     def _main(cfg: Any) -> None:
-        run_pipeline(cfg, HydraConfig.get().runtime.choices["editor"])
+        statuses.append(run_and_report(cfg, HydraConfig.get().runtime.choices["editor"]))
 
     _main()
+    if any(statuses):
+        sys.exit(max(statuses))
 
 
 def main() -> None:

@@ -25,10 +25,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from hydra.utils import instantiate
 
-    from benchmark.run import compose, run_pipeline
+    from benchmark.run import compose, run_and_report
 
     overrides = ["editor=external", f"editor.folder={opts['edits']}", f"editor.label={opts['name']}",
                  f"editor.prompt_kind={opts.get('kind', 'instruction')}", "stages=[edit,score,aggregate]", *rest]
+    if not any(a.startswith("max_failed_fraction=") for a in rest):  # missing files are listed above, not a crash:
+        overrides.append("max_failed_fraction=1.0")                     # exit 1 only when none could be scored
     try:
         cfg, _ = compose(overrides)
     except UnknownOptionError as err:
@@ -41,8 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         shown = ", ".join(missing[:MAX_LISTED]) + (f", ... ({len(missing) - MAX_LISTED} more)" if len(missing) > MAX_LISTED else "")
         print(f"[editmeter] MISSING {len(missing)} edits (recorded as failed): {shown}")
-    run_pipeline(cfg, opts["name"])
-    return 0
+    return run_and_report(cfg, opts["name"])
 
 
 if __name__ == "__main__":

@@ -146,9 +146,10 @@ class EditRecord:
     status: Literal["ok", "failed"]
     seed: int
     seconds: float | None = None
-    reason: str = ""
+    reason: str = ""  # failed: "<exception type>: <message>" (the traceback is in the run's failures.log)
     run_id: str = ""
     recovered: bool = False  # the image exists but its record was lost to an interrupted run
+    error_type: str = ""  # failed: the exception's class name, e.g. "RuntimeError"
 
 
 @dataclass(frozen=True)

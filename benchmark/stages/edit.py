@@ -2,7 +2,8 @@
 
 Layout of one run folder (`results/runs/<queryset>-<hash>/<editor>-<signature>/`):
     edits/<query id>.png   one image per successful query, written atomically (the PNG is the commit point)
-    edits.jsonl            one record per attempt: status, seed, seconds, reason, run id
+    edits.jsonl            one record per attempt: status, seed, seconds, reason, error type, run id
+    failures.log           one entry per failed attempt: time, run id, query id, exception and its traceback
 
 A rerun skips queries whose PNG exists and, unless `retry_failed`, queries recorded as failed. A PNG whose record
 was lost (killed between rename and log append) gets a `recovered` record, never a recomputation.
@@ -12,10 +13,14 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 import time
+import traceback
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -33,6 +38,7 @@ T = TypeVar("T")
 
 EDITS_DIR = "edits"
 EDITS_LOG = "edits.jsonl"
+FAILURES_LOG = "failures.log"
 # zlib level for edited images. Measured on tiny-model outputs (256 px): level 6 (PIL's default) 17.6 ms per image,
 # level 1 3.6 ms for 17% larger files. The writer thread overlaps encoding with the next model call, but the last
 # batch's writes are not overlapped and the encoder contends for the GIL. Lossless either way.
@@ -44,8 +50,41 @@ class EditStats:
     total: int
     computed: int
     skipped: int
-    failed: int
+    failed: int  # failed in this call
     seconds: float
+    failed_total: int = 0  # queries of the set whose latest record is a failure (this call's and earlier ones)
+    reasons: tuple[tuple[str, int], ...] = ()  # (reason, count) over those, most common first
+    failures_log: str = ""  # where their tracebacks are
+
+    def failure_summary(self, top: int = 3) -> str:
+        """'16 of 16 failed: 16 x RuntimeError: ...; tracebacks in <log>' (empty when nothing failed)."""
+        if not self.failed_total:
+            return ""
+        shown = "; ".join(f"{n} x {reason}" for reason, n in self.reasons[:top])
+        more = f"; {len(self.reasons) - top} other reason(s)" if len(self.reasons) > top else ""
+        return f"{self.failed_total} of {self.total} failed: {shown}{more}; tracebacks in {self.failures_log}"
+
+
+class FailureLog:
+    """Appends one entry per failed query to `<run dir>/failures.log`: UTC time, run id, query id, the exception and
+    its traceback. Thread-safe: the reader, the main thread and the writer all report failures."""
+
+    def __init__(self, path: Path, run_id: str) -> None:
+        self.path, self.run_id, self._lock = path, run_id, threading.Lock()
+
+    def add(self, query_id: str, err: BaseException | None, reason: str) -> None:
+        stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        tb = "".join(traceback.format_exception(err)).rstrip() if err is not None else "(no traceback) " + reason
+        with self._lock, open(self.path, "a", encoding="utf-8") as fh:
+            fh.write(f"--- {stamp} run_id={self.run_id} query={query_id}\n{tb}\n\n")
+
+
+@dataclass(frozen=True)
+class _Failed:
+    """A source that could not be read or prepared: travels through the reader as data, not as an exception."""
+
+    error_type: str
+    reason: str
 
 
 class InvalidOutput(ValueError):
@@ -117,18 +156,29 @@ def _read_ahead(iterable: Iterable[T]) -> Iterator[T]:
             yield item
 
 
-def _with_prepared(editor: Editor, batches: Iterable[list[tuple[int, Image.Image | str]]]):
-    """Add `editor.prepare(image)` to every loaded source: (index, image or error message, prepared or None). A
-    source that cannot be prepared becomes an error message, like one that cannot be read."""
+def _with_prepared(editor: Editor, batches: Iterable[list[tuple[int, Image.Image | str]]], ids: Sequence[str],
+                   flog: FailureLog, fail_fast: bool = False):
+    """Add `editor.prepare(image)` to every loaded source: (index, image or _Failed, prepared or None). A source that
+    cannot be read or prepared becomes a `_Failed` (logged), or with `fail_fast` raises."""
     for items in batches:
-        out = []
+        out: list[tuple[int, Image.Image | _Failed, Any]] = []
         for i, image in items:
             prepared = None
-            if not isinstance(image, str):
-                try:
-                    prepared = editor.prepare(image)
-                except Exception as err:  # noqa: BLE001 - any editor error becomes a recorded failure
-                    image = f"{type(err).__name__} in {type(editor).__name__}.prepare: {err}"
+            if isinstance(image, str):  # _SourceImages caught an ImageInputError
+                if fail_fast:
+                    raise ImageInputError(f"{ids[i]}: {image}")
+                flog.add(ids[i], None, image)
+                out.append((i, _Failed("ImageInputError", image), None))
+                continue
+            try:
+                prepared = editor.prepare(image)
+            except Exception as err:  # noqa: BLE001 - any editor error becomes a recorded failure
+                if fail_fast:
+                    raise
+                reason = f"{type(err).__name__} in {type(editor).__name__}.prepare: {err}"
+                flog.add(ids[i], err, reason)
+                out.append((i, _Failed(type(err).__name__, reason), None))
+                continue
             out.append((i, image, prepared))
         yield out
 
@@ -155,8 +205,12 @@ def run_edit_stage(
     retry_failed: bool = False,
     run_id: str = "",
     progress: bool = True,
+    fail_fast: bool = False,
 ) -> EditStats:
-    """Edit every query that has no finished output yet; returns counts and wall time."""
+    """Edit every query that has no finished output yet; returns counts, the failures and wall time.
+
+    A failure becomes a `failed` record (with `error_type` and `reason`) and a traceback in `failures.log`; with
+    `fail_fast` the first failure is raised instead, with its traceback, and not recorded."""
     from tqdm import tqdm
 
     start = time.perf_counter()
@@ -183,38 +237,56 @@ def run_edit_stage(
     # the PNG stays the commit point.
     batches = _batches(_SourceImages(queryset, todo), batch_size, num_workers) if todo else []
     last = -(-len(todo) // batch_size) - 1
+    flog = FailureLog(run_dir / FAILURES_LOG, run_id)
+    ids = [q.id for q in todo]
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="edit-writer") as writer:
         in_flight: Future | None = None
-        for k, items in enumerate(_read_ahead(_with_prepared(editor, batches))):
+        for k, items in enumerate(_read_ahead(_with_prepared(editor, batches, ids, flog, fail_fast))):
             failed: list[EditRecord] = []
             ready: list[tuple[Query, Image.Image, Any]] = []
             for i, image, prepared in items:
                 q = todo[i]
-                if isinstance(image, str):
-                    failed.append(EditRecord(q.id, "failed", query_seed(seed, q.id), reason=image, run_id=run_id))
+                if isinstance(image, _Failed):
+                    failed.append(EditRecord(q.id, "failed", query_seed(seed, q.id), reason=image.reason,
+                                             error_type=image.error_type, run_id=run_id))
                 else:
                     ready.append((q, image, prepared))
             unfinished: list[_Unfinished] = []
             if ready:
-                failed_here, unfinished = _edit_batch(editor, ready, seed=seed, run_id=run_id)
+                failed_here, unfinished = _edit_batch(editor, ready, seed=seed, run_id=run_id, flog=flog,
+                                                      fail_fast=fail_fast)
                 failed += failed_here
             if in_flight is not None:
                 logged += in_flight.result()
             # Nothing overlaps the last batch's writes, so they get two threads (PIL's encoder releases the GIL).
             in_flight = writer.submit(_finish_and_write, run_dir, unfinished, failed, [todo[i].id for i, *_ in items],
-                                      run_id=run_id, threads=2 if k == last else 1)
+                                      run_id=run_id, threads=2 if k == last else 1, flog=flog, fail_fast=fail_fast)
             bar.update(len(items))
         if in_flight is not None:
             logged += in_flight.result()
     bar.close()
     n_failed = sum(r.status == "failed" for r in logged)
-    return EditStats(len(queryset), len(logged), skipped, n_failed, time.perf_counter() - start)
+    failed_total, reasons = _failures(queryset, run_dir)
+    return EditStats(len(queryset), len(logged), skipped, n_failed, time.perf_counter() - start,
+                     failed_total=failed_total, reasons=reasons, failures_log=str(run_dir / FAILURES_LOG))
+
+
+def _failures(queryset: QuerySet, run_dir: Path) -> tuple[int, tuple[tuple[str, int], ...]]:
+    """Queries of the set left failed (latest record failed, no image), and their reasons counted."""
+    records = latest_records(run_dir)
+    reasons: Counter[str] = Counter()
+    for q in queryset.queries:
+        rec = records.get(q.id)
+        if rec is not None and rec["status"] == "failed" and not edit_path(run_dir, q.id).is_file():
+            reasons[(rec.get("reason") or rec.get("error_type") or "unknown")[:200]] += 1
+    return sum(reasons.values()), tuple(reasons.most_common())
 
 
 def _finish_and_write(run_dir: Path, unfinished: list[_Unfinished], records: list[EditRecord], order: list[str], *,
-                      run_id: str, threads: int = 1) -> list[EditRecord]:
+                      run_id: str, threads: int = 1, flog: FailureLog | None = None,
+                      fail_fast: bool = False) -> list[EditRecord]:
     """Finish, check and save each edit, then log the batch's records in query order."""
-    finish = functools.partial(_finish_one, run_dir, run_id=run_id)
+    finish = functools.partial(_finish_one, run_dir, run_id=run_id, flog=flog, fail_fast=fail_fast)
     if threads > 1 and len(unfinished) > 1:
         with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="edit-finisher") as pool:
             done = list(pool.map(finish, unfinished))
@@ -226,23 +298,35 @@ def _finish_and_write(run_dir: Path, unfinished: list[_Unfinished], records: lis
     return records
 
 
-def _finish_one(run_dir: Path, u: _Unfinished, *, run_id: str) -> EditRecord:
+def _finish_one(run_dir: Path, u: _Unfinished, *, run_id: str, flog: FailureLog | None = None,
+                fail_fast: bool = False) -> EditRecord:
     """A finisher error or an unusable output is that query's failure; a write error propagates (a full disk is
     not the editor's fault, and the run must stop)."""
     t0 = time.perf_counter()
     try:
         image = validate_output(u.finish(), u.source_size)
     except Exception as err:  # noqa: BLE001 - any editor error becomes a recorded failure
-        log.warning("edit failed for %s: %s: %s", u.query.id, type(err).__name__, err)
-        return EditRecord(u.query.id, "failed", u.seed, seconds=u.seconds + time.perf_counter() - t0,
-                          reason=f"{type(err).__name__}: {err}", run_id=run_id)
+        if fail_fast:
+            raise
+        return _failure(u.query.id, u.seed, err, flog, run_id=run_id, seconds=u.seconds + time.perf_counter() - t0)
     seconds = u.seconds + time.perf_counter() - t0
     save_png(image, edit_path(run_dir, u.query.id), EDIT_PNG_LEVEL)
     return EditRecord(u.query.id, "ok", u.seed, seconds=seconds, run_id=run_id)
 
 
-def _edit_batch(editor: Editor, ready: list[tuple[Query, Image.Image, Any]], *, seed: int,
-                run_id: str) -> tuple[list[EditRecord], list[_Unfinished]]:
+def _failure(query_id: str, seed: int, err: BaseException, flog: FailureLog | None, *, run_id: str,
+             seconds: float | None = None) -> EditRecord:
+    """The failed record of one query; its traceback goes to the failures log."""
+    reason = f"{type(err).__name__}: {err}"
+    log.warning("edit failed for %s: %s", query_id, reason)
+    if flog is not None:
+        flog.add(query_id, err, reason)
+    return EditRecord(query_id, "failed", seed, seconds=seconds, reason=reason, error_type=type(err).__name__,
+                      run_id=run_id)
+
+
+def _edit_batch(editor: Editor, ready: list[tuple[Query, Image.Image, Any]], *, seed: int, run_id: str,
+                flog: FailureLog | None = None, fail_fast: bool = False) -> tuple[list[EditRecord], list[_Unfinished]]:
     """Run the model on a batch: (failure records, edits left to finish). If the batch call fails, each query is
     retried alone so one bad query cannot sink the others."""
     queries = [q for q, *_ in ready]
@@ -256,17 +340,22 @@ def _edit_batch(editor: Editor, ready: list[tuple[Query, Image.Image, Any]], *, 
             n = len(finishers) if isinstance(finishers, list | tuple) else type(finishers).__name__
             raise InvalidOutput(f"editor returned {n} outputs for {len(queries)} queries")
     except Exception as err:  # noqa: BLE001 - any editor error becomes a recorded failure
-        if len(ready) > 1:
-            failed: list[EditRecord] = []
-            unfinished: list[_Unfinished] = []
-            for item in ready:
-                f, u = _edit_batch(editor, [item], seed=seed, run_id=run_id)
-                failed += f
-                unfinished += u
-            return failed, unfinished
-        q = queries[0]
-        log.warning("edit failed for %s: %s: %s", q.id, type(err).__name__, err)
-        return [EditRecord(q.id, "failed", seeds[0], reason=f"{type(err).__name__}: {err}", run_id=run_id)], []
+        if fail_fast and len(ready) == 1:
+            raise
+        batch_error: Exception | None = err
+    else:
+        batch_error = None
+    if batch_error is not None:
+        if len(ready) == 1:
+            return [_failure(queries[0].id, seeds[0], batch_error, flog, run_id=run_id)], []
+        # retried outside the `except` block, so a query's own traceback is not chained to the batch's
+        failed: list[EditRecord] = []
+        unfinished: list[_Unfinished] = []
+        for item in ready:
+            f, u = _edit_batch(editor, [item], seed=seed, run_id=run_id, flog=flog, fail_fast=fail_fast)
+            failed += f
+            unfinished += u
+        return failed, unfinished
     per_item = (time.perf_counter() - t0) / len(queries)
     return [], [_Unfinished(q, s, per_item, source.size, finish)
                 for (q, source, _), s, finish in zip(ready, seeds, finishers, strict=True)]

@@ -1,0 +1,192 @@
+"""Preflight: before the first edit, check every component of a run, so a missing piece fails in seconds with one
+message naming it and the command that fixes it (instead of after hours of edits, with a traceback).
+
+Checked: the query set's first source files exist; the results folder is writable; every checkpoint the editor and
+the metric models will load (`benchmark.weights.resolve`) is cached, or, when online, its host answers; free disk
+space covers an estimate from the set size. Reads files and headers only: no model is loaded, nothing downloaded.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from benchmark.errors import PreflightError
+
+# outputs per query besides the edit PNG (segmentations, score rows): a margin on the PNG estimate
+DEFAULT_DISK_FACTOR = 1.5
+DEFAULT_SAMPLE = 32
+DEFAULT_PROBE_TIMEOUT_S = 5.0
+
+
+def load_queries(cfg: Any) -> Any:
+    """Instantiate the configured query set; a query-set error (not built, bad file) becomes a PreflightError with
+    its own message, which already names the file and the build command."""
+    from hydra.utils import instantiate
+
+    from benchmark.querysets.io import QuerySetError
+
+    try:
+        return instantiate(cfg.queryset)
+    except Exception as err:
+        cause: BaseException | None = err
+        while cause is not None and not isinstance(cause, QuerySetError):
+            cause = cause.__cause__ or cause.__context__
+        if cause is None:
+            raise
+        raise PreflightError(f"preflight: query set: {cause}") from err
+
+
+def run_preflight(cfg: Any, qs: Any, *, editor: str, metrics: str) -> str:
+    """Check the run before its first edit; returns a one-line summary, raises PreflightError naming the first
+    missing piece and its fix."""
+    t0 = time.perf_counter()
+    opts = cfg.get("preflight_opts") or {}
+    sample = int(opts.get("sample", DEFAULT_SAMPLE))
+    mean_bytes, n_sampled = _check_sources(cfg, qs, sample)
+    results = Path(cfg.paths.results)
+    _check_writable(results)
+    weights_note, download_bytes = _check_weights(cfg, editor, metrics, float(opts.get("probe_timeout_s",
+                                                                                        DEFAULT_PROBE_TIMEOUT_S)))
+    disk_note = _check_disk(results, len(qs), mean_bytes, n_sampled, float(opts.get("disk_factor", DEFAULT_DISK_FACTOR)),
+                            download_bytes)
+    return (f"[editmeter] preflight ok in {time.perf_counter() - t0:.1f} s: {len(qs)} queries ({n_sampled} sources "
+            f"checked), results writable, {weights_note}, {disk_note}")
+
+
+def _fix_queryset(cfg: Any, qs: Any) -> str:
+    """The configured build command; the demo generator for generated sets; else the data target."""
+    build = cfg.queryset.get("build")
+    if build:
+        return str(build)
+    if qs.meta.get("generator"):
+        return "python scripts/make_demo.py (or `git checkout -- datasets/demo`)"
+    return f"make data NAME={qs.name}"
+
+
+def _check_sources(cfg: Any, qs: Any, sample: int) -> tuple[float, int]:
+    """The first `sample` queries' files exist; returns the mean raw RGB bytes (w x h x 3) of their sources."""
+    from PIL import Image
+
+    queries = list(qs.queries[:sample])
+    missing, sizes = [], []
+    for q in queries:
+        rels = [q.image, q.edit_mask, q.target_image] + [o.mask for o in (q.target, q.anchor) if o is not None]
+        for rel in filter(None, rels):
+            if not qs.path(rel).is_file():
+                missing.append(str(qs.path(rel)))
+        if qs.path(q.image).is_file():
+            try:
+                with Image.open(qs.path(q.image)) as im:  # header only
+                    sizes.append(im.width * im.height * 3)
+            except OSError:
+                missing.append(f"{qs.path(q.image)} (unreadable)")
+    if missing:
+        raise PreflightError(
+            f"preflight: query set {qs.name}: {len(missing)} file(s) of its first {len(queries)} queries are missing "
+            f"or unreadable, e.g. {missing[0]}. The set is incomplete; rebuild it: {_fix_queryset(cfg, qs)}")
+    return (sum(sizes) / len(sizes) if sizes else 0.0), len(queries)
+
+
+def _check_writable(results: Path) -> None:
+    try:
+        results.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=results, prefix=".preflight-"):
+            pass
+    except OSError as err:
+        raise PreflightError(f"preflight: results folder {results} is not writable ({type(err).__name__}: {err}). "
+                             "Choose another one: paths.results=<writable folder>") from err
+
+
+def _check_weights(cfg: Any, editor: str, metrics: str, timeout: float) -> tuple[str, int]:
+    """Every checkpoint cached, or (online) its host reachable. Returns (note, bytes still to download)."""
+    from benchmark.weights import fix_command, hub_offline, human, resolve
+
+    checkpoints = resolve(cfg, editor)
+    if not checkpoints:
+        return "no pretrained weights needed", 0
+    unknown = [c for c in checkpoints if not c.fetchable]
+    missing = [c for c in checkpoints if c not in unknown and c.location() is None]
+    fix = fix_command(editor, metrics, cfg.profile.name)
+    unknown_note = (f"; {len(unknown)} not checkable ({', '.join(c.component for c in unknown)}: they load on first "
+                    "use)") if unknown else ""
+    if not missing:
+        return f"{len(checkpoints) - len(unknown)} checkpoints cached{unknown_note}", 0
+    listing = "\n".join(f"  - {c.component}: {c.source}" + (f" @ {c.revision}" if c.revision else "")
+                        + f"  (expected in {c.cache_path()})" for c in missing)
+    tail = (f"\nFix: {fix}   (with network access: HF_HUB_OFFLINE=0)\n"
+            "  or: profile=tiny (make ... PROFILE=tiny) for an offline run on random weights of the same architectures"
+            "\n  or: preflight=false to skip these checks")
+    if hub_offline():
+        raise PreflightError(f"preflight: {len(missing)} checkpoint(s) this run needs are not in the local cache, "
+                             f"and HF_HUB_OFFLINE=1 forbids downloading them:\n{listing}{tail}")
+    unreachable = _unreachable_hosts(missing, timeout)
+    if unreachable:
+        hosts = "; ".join(f"{h} ({why})" for h, why in unreachable.items())
+        raise PreflightError(f"preflight: {len(missing)} checkpoint(s) this run needs are not cached and their host "
+                             f"cannot be reached: {hosts}:\n{listing}{tail}")
+    sizes = [c.size for c in missing]
+    total = sum(s for s in sizes if s is not None)
+    size = human(total) + (" + unknown" if None in sizes else "") if total else "size unknown"
+    return (f"{len(checkpoints) - len(unknown) - len(missing)} checkpoints cached, {len(missing)} to download on first "
+            f"use ({size}; prefetch: {fix}){unknown_note}"), total
+
+
+def _hosts(missing: list[Any]) -> dict[str, str]:
+    """host -> a URL to probe."""
+    from huggingface_hub import constants
+
+    out: dict[str, str] = {}
+    for c in missing:
+        url = constants.ENDPOINT if c.kind.startswith("hf-") else c.source
+        parts = urllib.parse.urlsplit(url)
+        out.setdefault(parts.netloc, f"{parts.scheme}://{parts.netloc}/")
+    return out
+
+
+def _unreachable_hosts(missing: list[Any], timeout: float) -> dict[str, str]:
+    """Hosts that do not answer a HEAD request within `timeout` (any HTTP status counts as an answer)."""
+    bad: dict[str, str] = {}
+    for host, url in _hosts(missing).items():
+        try:
+            with urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=timeout):
+                pass
+        except urllib.error.HTTPError:
+            pass
+        except (OSError, ValueError) as err:
+            bad[host] = f"{type(err).__name__}: {getattr(err, 'reason', err)}"
+    return bad
+
+
+def _check_disk(results: Path, n_queries: int, mean_bytes: float, n_sampled: int, factor: float,
+                download_bytes: int) -> str:
+    """Free space at the results folder vs queries x mean raw RGB size of the sampled sources x `factor` (a PNG of
+    a photo at zlib level 1 is close to its raw size), plus the weights still to download when on the same disk."""
+    from benchmark.weights import hf_cache_dir, human
+
+    need = int(n_queries * mean_bytes * factor)
+    free = shutil.disk_usage(results).free
+    same_disk = download_bytes and _same_device(results, hf_cache_dir())
+    total = need + (download_bytes if same_disk else 0)
+    how = (f"{n_queries} queries x {human(int(mean_bytes))} (mean raw RGB size of {n_sampled} sources) x {factor:g}"
+           + (f" + {human(download_bytes)} of weights" if same_disk else ""))
+    if free < total:
+        raise PreflightError(f"preflight: not enough disk space at {results}: need about {human(total)} ({how}), "
+                             f"{human(free)} free. Free some space, or set paths.results=<folder on a larger disk>")
+    return f"disk: need ~{human(total)} ({how}), {human(free)} free"
+
+
+def _same_device(a: Path, b: Path) -> bool:
+    def dev(p: Path) -> int | None:
+        while not p.exists() and p != p.parent:
+            p = p.parent
+        return os.stat(p).st_dev if p.exists() else None
+
+    return dev(a) == dev(b)

@@ -1,0 +1,130 @@
+"""Failures are visible and actionable: error type and reason per record, tracebacks in failures.log, top reasons
+counted, non-zero exit status above max_failed_fraction (always when all failed), fail_fast re-raises."""
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from conftest import HELPERS, ROOT, run_demo
+
+from benchmark.errors import TooManyFailures
+from benchmark.stages.edit import EDITS_LOG, FAILURES_LOG, run_edit_stage
+
+RUN = ("queryset=demo", "profile=tiny", "metrics=basic", "progress=false")
+
+
+def _records(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / EDITS_LOG).read_text().splitlines()]
+
+
+def test_cli_all_failed_exits_1_with_counted_reasons_and_tracebacks_and_the_sweep_goes_on(tmp_path):
+    """A --multirun sweep: the always-failing editor's job reports and the identity job still runs; exit 1."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(HELPERS)]), "HF_HUB_OFFLINE": "1"}
+    cmd = [sys.executable, "-m", "benchmark.run", "--multirun",
+           "editor._target_=failing_editor.AlwaysFails,editors.identity.IdentityEditor", *RUN, "limit=4",
+           "stages=[edit]", f"paths.results={tmp_path}"]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    reason = "RuntimeError: torch.cat(): expected a non-empty list"
+    assert f"4 of 4 failed: 4 x {reason}" in proc.stdout
+    assert "every query failed" in proc.stderr and "Traceback" not in proc.stderr
+    assert "edit: 4 edited (0 failed)" in proc.stdout  # the second job ran after the first one failed
+    logs = list(tmp_path.glob(f"runs/*/*/{FAILURES_LOG}"))
+    assert len(logs) == 1
+    run_dir = logs[0].parent
+    recs = _records(run_dir)
+    assert [r["error_type"] for r in recs] == ["RuntimeError"] * 4 and {r["reason"] for r in recs} == {reason}
+    text = logs[0].read_text()
+    for r in recs:
+        assert f"run_id={r['run_id']} query={r['query_id']}" in text
+    assert text.count("Traceback (most recent call last)") == 4 and "failing_editor.py" in text
+
+
+def test_threshold_on_the_share_of_failed_queries(tmp_path):
+    # 1 of 10 failed: at the 0.1 default the share is not above the threshold; at 0.05 it is
+    cfg = ("editor._target_=failing_editor.FailsEvery", "limit=10", "stages=[edit]")
+    summary = run_demo(tmp_path / "a", "identity", *cfg)
+    st = summary["edit"]
+    assert (st.failed_total, st.total) == (1, 10) and st.reasons[0][1] == 1
+    with pytest.raises(TooManyFailures, match=r"1 of 10 failed: 1 x ValueError: bad query .*10% > max_failed_fraction=0.05"):
+        run_demo(tmp_path / "b", "identity", *cfg, "max_failed_fraction=0.05")
+
+
+def test_rerun_still_counts_earlier_failures(tmp_path):
+    """Failed queries skipped by a rerun (retry_failed=false) still fail the run: its tables still lack them."""
+    cfg = ("editor._target_=failing_editor.AlwaysFails", "limit=3", "stages=[edit]")
+    for _ in range(2):
+        with pytest.raises(TooManyFailures, match="3 of 3 failed"):
+            run_demo(tmp_path, "identity", *cfg)
+
+
+def test_fail_fast_reraises_the_first_failure_with_its_traceback(tmp_path):
+    import traceback
+
+    with pytest.raises(RuntimeError, match=r"torch.cat\(\): expected a non-empty list") as info:
+        run_demo(tmp_path, "identity", "editor._target_=failing_editor.AlwaysFails", "limit=3", "stages=[edit]",
+                 "fail_fast=true", "batch_size=1")
+    assert "failing_editor.py" in "".join(traceback.format_exception(info.value))
+    run_dir = next(tmp_path.glob("runs/*/*"))
+    assert not (run_dir / EDITS_LOG).is_file() or not _records(run_dir)  # nothing recorded: a rerun retries it
+
+
+class _Scripted:
+    """Fails one query in prepare, one in the model call, one in its finisher; edits the rest."""
+
+    prompt_kind = "instruction"
+
+    def __init__(self, ids):
+        self.ids, self.prepared = ids, 0
+
+    def prepare(self, image):
+        self.prepared += 1  # the reader prepares sources in query order: the first call is the first query's
+        if self.prepared == 1:
+            raise KeyError("no prepare for this one")
+        return None
+
+    def check_prompts(self, queries):
+        pass
+
+    def edit_deferred(self, queries, images, *, seeds, prepared=None):
+        if self.ids[1] in [q.id for q in queries]:
+            raise OSError("model exploded")
+
+        def finish(q, im):
+            if q.id == self.ids[2]:
+                raise ZeroDivisionError("finisher")
+            return im.convert("RGB")
+
+        return [lambda q=q, im=im: finish(q, im) for q, im in zip(queries, images, strict=True)]
+
+
+def test_each_failure_path_records_type_reason_and_traceback(tmp_path, demo_qs):
+    qs = demo_qs.subset(6)
+    ids = [q.id for q in qs.queries]
+    ed = _Scripted(ids)
+    st = run_edit_stage(qs, ed, tmp_path, seed=0, batch_size=3, progress=False)
+    recs = {r["query_id"]: r for r in _records(tmp_path)}
+    assert {q: recs[q]["error_type"] for q in ids[:3]} == {ids[0]: "KeyError", ids[1]: "OSError",
+                                                          ids[2]: "ZeroDivisionError"}
+    assert recs[ids[0]]["reason"].startswith("KeyError in _Scripted.prepare:")
+    assert all(recs[q]["status"] == "ok" and recs[q]["error_type"] == "" for q in ids[3:])
+    assert st.failed_total == 3 and Counter(dict(st.reasons)).total() == 3
+    text = (tmp_path / FAILURES_LOG).read_text()
+    assert all(f"query={q}" in text for q in ids[:3]) and text.count("Traceback") == 3
+    assert st.failure_summary().startswith("3 of 6 failed: 1 x ")
+
+
+def test_score_edits_exits_1_only_when_no_edit_could_be_scored(tmp_path, capsys):
+    """Scoring a folder made elsewhere: missing files are listed up front and do not fail the exit status (its
+    threshold defaults to 1.0), but a folder where every query is missing does."""
+    from benchmark.score_edits import main
+
+    args = ["queryset=demo", "name=theirs", "profile=tiny", "metrics=basic", "limit=3", "progress=false",
+            f"paths.results={tmp_path / 'results'}", "aggregate.bootstrap_resamples=50"]
+    (tmp_path / "none").mkdir()
+    assert main([f"edits={tmp_path / 'none'}", *args]) == 1
+    assert "3 of 3 failed" in capsys.readouterr().err
