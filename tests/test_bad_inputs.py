@@ -333,8 +333,8 @@ def test_external_edits_are_keyed_by_content_not_names_and_sizes(tmp_path):
 
 
 def test_external_16bit_edit_is_scaled_not_clipped(tmp_path):
-    from editors.external import ExternalEdits
     from benchmark.querysets.io import query_from_dict
+    from editors.external import ExternalEdits
 
     edits = tmp_path / "edits"
     edits.mkdir()
