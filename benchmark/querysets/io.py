@@ -16,7 +16,7 @@ import re
 import stat
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 from benchmark.types import EDIT_TYPES, REQUIRED_FIELDS, SCHEMA_VERSION, ObjectRef, Query
@@ -38,6 +38,7 @@ _STR_FIELDS = (
 MAX_LINE_BYTES = 1 << 20
 # Shown in a missing / refused files error (the rest are counted).
 MAX_LISTED_FILES = 5
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
 class QuerySetError(ValueError):
@@ -58,8 +59,7 @@ def check_relpath(value: str, what: str) -> str:
     """Return `value` if it is a relative path that stays inside the query set folder."""
     if not isinstance(value, str) or not value:
         raise ValueError(f"{what} must be a non-empty relative path, got {value!r}")
-    p = PurePosixPath(value)
-    if p.is_absolute() or "\\" in value or any(part == ".." for part in p.parts):
+    if value.startswith("/") or "\\" in value or ".." in value.split("/"):
         raise ValueError(f"{what} {value!r} must be relative to the query set folder and must not contain '..'")
     return value
 
@@ -191,7 +191,8 @@ def parse_json_line(raw: bytes, where: str) -> Any:
         raise QuerySetError(f"{where}: not valid JSON ({err.msg} at column {err.colno})") from None
     except RecursionError:
         raise QuerySetError(f"{where}: JSON nested too deeply to be a query") from None
-    bad = _surrogate_in(obj)
+    # A lone surrogate can only come from a `\\ud800`-`\\udfff` escape (strict UTF-8 decoding refuses the raw bytes)
+    bad = _surrogate_in(obj) if _SURROGATE_ESCAPE.search(raw) else None
     if bad is not None:
         raise QuerySetError(f"{where}: string {bad[:40]!r} holds a lone UTF-16 surrogate (an unpaired \\ud800-"
                             "\\udfff escape); it is not text and cannot be written as UTF-8")
@@ -286,19 +287,29 @@ def file_digests(root: Path, queries: Sequence[Query], meta: Mapping[str, Any] |
 
     root = Path(root).resolve()
     allowed = [str(root), *_linked_roots(root, meta or {})]
-    dirs: dict[str, bool] = {}
+    dirs: dict[str, bool] = {str(root): True}
+
+    def dir_inside(d: str) -> bool:
+        """`d` (lexically under root: check_relpath refuses '..') resolves inside an allowed folder: one lstat per
+        folder, a realpath only where a folder is a link."""
+        if d not in dirs:
+            try:
+                link = stat.S_ISLNK(os.lstat(d).st_mode)
+            except OSError:
+                link = False  # a missing folder: its files are reported missing
+            dirs[d] = dir_inside(os.path.dirname(d)) and (not link or _inside(os.path.realpath(d), allowed))
+        return dirs[d]
+
     stats: list[tuple[str, os.stat_result]] = []
     missing: list[str] = []
     refused: list[str] = []
     refs = referenced_files(queries)
     for rel, qid in refs.items():
-        full = os.path.join(root, rel)
+        full = f"{root}/{rel}"
         parent = os.path.dirname(full)
-        if parent not in dirs:
-            dirs[parent] = _inside(os.path.realpath(parent), allowed)
         try:
             st = os.lstat(full)
-            if stat.S_ISLNK(st.st_mode) or not dirs[parent]:
+            if stat.S_ISLNK(st.st_mode) or not dir_inside(parent):
                 real = os.path.realpath(full)
                 if not _inside(real, allowed):
                     refused.append(f"{rel} (query {qid}) -> {real}")
