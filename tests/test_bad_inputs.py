@@ -91,6 +91,25 @@ def test_bad_query_line_is_one_error_with_file_and_line(tmp_path, case):
     assert msg.startswith(f"{path}:3: ") and reason in msg, msg
 
 
+STREAM_CASES = {
+    "scene graphs: invalid UTF-8": (b'{"1": {"name": "\xff"}}', "not valid UTF-8 (byte 0xff)"),
+    "scene graphs: 100k-deep": (b'{"1": ' + b'{"a":' * 100_000 + b"1" + b"}" * 100_001, "nested too deeply at character"),
+    "scene graphs: lone surrogate": (b'{"1": {"name": "\\udfff"}}', "lone UTF-16 surrogate"),
+    "scene graphs: truncated": (b'{"1": {"name": "x"', "invalid JSON"),
+}
+
+
+@pytest.mark.parametrize("case", list(STREAM_CASES))
+def test_bad_scene_graph_file_is_one_error_with_file_and_offset(tmp_path, case):
+    from benchmark.querysets.json_stream import JSONStreamError, iter_object_entries
+
+    data, reason = STREAM_CASES[case]
+    (tmp_path / "sg.json").write_bytes(data)
+    with pytest.raises(JSONStreamError) as err:
+        list(iter_object_entries(tmp_path / "sg.json"))
+    assert str(err.value).startswith(f"{tmp_path / 'sg.json'}: ") and reason in str(err.value), str(err.value)
+
+
 @pytest.mark.parametrize(("meta", "reason"), [(b'{"name": "\xff"}', "not a UTF-8 JSON object"),
                                               (b"[" * 100_000, "not a UTF-8 JSON object"),
                                               (b"[1]", "must hold a JSON object")])

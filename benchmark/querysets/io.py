@@ -158,7 +158,7 @@ def canonical_line(q: Query) -> str:
     return json.dumps(query_to_dict(q), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
 
-def _surrogate_in(obj: Any) -> str | None:
+def lone_surrogate_in(obj: Any) -> str | None:
     """The first string (key or value) holding a lone UTF-16 surrogate (`"\\ud800"` decodes to one), else None."""
     stack = [obj]
     while stack:
@@ -192,7 +192,7 @@ def parse_json_line(raw: bytes, where: str) -> Any:
     except RecursionError:
         raise QuerySetError(f"{where}: JSON nested too deeply to be a query") from None
     # A lone surrogate can only come from a `\\ud800`-`\\udfff` escape (strict UTF-8 decoding refuses the raw bytes)
-    bad = _surrogate_in(obj) if _SURROGATE_ESCAPE.search(raw) else None
+    bad = lone_surrogate_in(obj) if _SURROGATE_ESCAPE.search(raw) else None
     if bad is not None:
         raise QuerySetError(f"{where}: string {bad[:40]!r} holds a lone UTF-16 surrogate (an unpaired \\ud800-"
                             "\\udfff escape); it is not text and cannot be written as UTF-8")
