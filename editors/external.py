@@ -35,11 +35,10 @@ class ExternalEdits(Editor):
         self.folder = Path(folder)
         if not self.folder.is_dir():
             raise FileNotFoundError(f"edits folder {self.folder} does not exist (EDITS=<folder of edited images>)")
-        from benchmark.config import check_label
         from benchmark.filehash import digests
 
         self.prompt_kind = prompt_kind  # type: ignore[misc]  # per instance: the folder's model family
-        self.label = check_label(label)
+        self.label = label  # `make score NAME=` is checked by benchmark.score_edits before this is built
         self._exact: dict[str, Path] = {}
         self._suffix: dict[str, list[Path]] = {}
         files: list[tuple[str, os.stat_result]] = []

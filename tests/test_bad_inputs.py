@@ -291,13 +291,10 @@ def test_bad_score_names_are_refused_before_work(tmp_path, capsys, name):
 
 def test_bad_editor_names_and_labels_are_refused():
     from benchmark.config import LabelError, apply_run_checks, check_label
-    from editors.external import ExternalEdits
 
     with pytest.raises(LabelError, match="labels become folder names"):
         apply_run_checks({}, "org/model")
     assert check_label("my-model_v1.2") == "my-model_v1.2"
-    with pytest.raises(LabelError):
-        ExternalEdits(str(ROOT / "datasets" / "demo" / "images"), label="/root")
 
 
 # --- 4. content addressing ---------------------------------------------------------------------------------------
