@@ -55,17 +55,17 @@ def _load(cache: Path, scope: Path) -> dict[str, list]:
         files = data["files"]
         if not isinstance(files, dict):
             raise ValueError("files is not an object")
-        for rel, entry in files.items():
-            if not (isinstance(rel, str) and isinstance(entry, list) and len(entry) == 6
-                    and all(type(v) is int for v in entry[:5]) and isinstance(entry[5], str)
-                    and _SHA_RE.fullmatch(entry[5])):
-                raise ValueError(f"bad entry for {rel!r}")
-        return files
+        return files  # entries are checked where used (`_valid`): a malformed one is a miss
     except FileNotFoundError:
         return {}
     except (OSError, ValueError, KeyError, RecursionError) as err:  # corrupt: ignore it, it is rebuilt below
         log.warning("ignoring the file-hash cache %s (%s); rebuilding it", cache, err)
         return {}
+
+
+def _valid(entry: object, key: list[int]) -> bool:
+    return (isinstance(entry, list) and len(entry) == 6 and entry[:5] == key and isinstance(entry[5], str)
+            and _SHA_RE.fullmatch(entry[5]) is not None)
 
 
 def digests(scope: Path, files: Iterable[tuple[str, os.stat_result]], cache: Path | None = None) -> dict[str, str]:
@@ -77,8 +77,8 @@ def digests(scope: Path, files: Iterable[tuple[str, os.stat_result]], cache: Pat
     for rel, st in files:
         key = stat_key(st)
         entry = known.get(rel)
-        if entry is not None and entry[:5] == key:
-            out[rel] = entry[5]
+        if _valid(entry, key):
+            out[rel] = entry[5]  # type: ignore[index]
         else:
             todo.append((rel, key))
     if todo:
