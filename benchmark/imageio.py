@@ -37,7 +37,8 @@ DEFAULT_MIN_SOURCE_SIDE = 16
 
 @dataclass
 class ImageLimits:
-    """Process-wide input limits, set once per run from the config (`set_limits`); DataLoader workers inherit them."""
+    """Process-wide input limits, set once per run from the config (`set_limits`). DataLoader workers started by
+    fork inherit them; the edit stage also passes them explicitly, so spawned workers apply them too."""
 
     max_pixels: int = DEFAULT_MAX_PIXELS
     min_source_side: int = DEFAULT_MIN_SOURCE_SIDE
@@ -56,12 +57,13 @@ def set_limits(max_pixels: int | None = None, min_source_side: int | None = None
         setattr(LIMITS, name, value)
 
 
-def _check_header(path: Path, im: Image.Image, what: str, min_side: int = 0) -> None:
+def _check_header(path: Path, im: Image.Image, what: str, min_side: int = 0, max_pixels: int | None = None) -> None:
     """Refuse from the header alone, before any pixel is decoded."""
     w, h = im.size
-    if w * h > LIMITS.max_pixels:
+    limit = LIMITS.max_pixels if max_pixels is None else max_pixels
+    if w * h > limit:
         raise ImageInputError(
-            f"{path}: {what} is {w}x{h} = {w * h:,} pixels, over the limit of {LIMITS.max_pixels:,} "
+            f"{path}: {what} is {w}x{h} = {w * h:,} pixels, over the limit of {limit:,} "
             "(limits.max_source_pixels); downscale it, or raise the limit if you have the memory (scoring needs "
             "about 340 bytes per pixel)"
         )
@@ -82,11 +84,12 @@ def _to_uint8(arr: np.ndarray) -> np.ndarray:
     return np.clip(np.round(arr.astype(np.float64) / 257.0), 0, 255).astype(np.uint8)
 
 
-def load_rgb(path: str | Path, data: bytes | None = None, *, min_side: int = 0) -> Image.Image:
+def load_rgb(path: str | Path, data: bytes | None = None, *, min_side: int = 0,
+             max_pixels: int | None = None) -> Image.Image:
     """Open `path` as an 8-bit RGB image (see module docstring for the conversions). Pass `data` when the file's
     bytes were already read (e.g. to hash them); `path` then only names the file in errors. The pixel limit is
-    checked from the header before decoding; `min_side` (the edit stage passes `LIMITS.min_source_side` for
-    sources) refuses tiny images."""
+    checked from the header before decoding (`max_pixels`, default `LIMITS.max_pixels`); `min_side` (the edit
+    stage passes `LIMITS.min_source_side` for sources) refuses tiny images."""
     import io
 
     path = Path(path)
@@ -94,7 +97,7 @@ def load_rgb(path: str | Path, data: bytes | None = None, *, min_side: int = 0) 
         raise ImageInputError(f"{path}: image file not found (check the query set folder or re-run its download)")
     try:
         with Image.open(io.BytesIO(data) if data is not None else path) as im:
-            _check_header(path, im, "image", min_side)
+            _check_header(path, im, "image", min_side, max_pixels)
             im.load()
             mode = im.mode
             if mode == "RGB":

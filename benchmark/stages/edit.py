@@ -94,13 +94,16 @@ class _SourceImages:
 
     def __init__(self, queryset: QuerySet, queries: Sequence[Query]):
         self.queryset, self.queries = queryset, queries
+        # the run's limits travel with the dataset, so DataLoader workers apply them however they are started
+        self.max_pixels, self.min_side = LIMITS.max_pixels, LIMITS.min_source_side
 
     def __len__(self) -> int:
         return len(self.queries)
 
     def __getitem__(self, i: int) -> tuple[int, Image.Image | str]:
         try:  # the pixel limit is checked from the header before decoding; tiny sources are refused too
-            return i, load_rgb(self.queryset.path(self.queries[i].image), min_side=LIMITS.min_source_side)
+            return i, load_rgb(self.queryset.path(self.queries[i].image), min_side=self.min_side,
+                               max_pixels=self.max_pixels)
         except ImageInputError as err:
             return i, str(err)
 
