@@ -91,9 +91,29 @@ def digests(scope: Path, files: Iterable[tuple[str, os.stat_result]], cache: Pat
     return out
 
 
+_SCOPE_RE = re.compile(r'^\{"version":\d+,"scope":("(?:[^"\\]|\\.)*")')
+
+
+def _prune(folder: Path, keep: Path) -> None:
+    """Delete the caches of folders that no longer exist (test runs and moved sets would otherwise accumulate).
+    Only the head of each file is read: `_save` writes the scope first."""
+    for other in folder.glob("*.json"):
+        if other == keep:
+            continue
+        try:
+            with open(other, encoding="utf-8", errors="replace") as fh:
+                m = _SCOPE_RE.match(fh.read(8192))
+            if m is None or not os.path.isdir(json.loads(m.group(1))):
+                other.unlink(missing_ok=True)
+        except (OSError, ValueError):
+            continue
+
+
 def _save(cache: Path, scope: Path, files: dict[str, list]) -> None:
     from benchmark.fileio import atomic_write_text
 
+    if not cache.exists() and cache.parent.is_dir():  # a new scope: the moment to drop caches of vanished ones
+        _prune(cache.parent, cache)
     try:
         atomic_write_text(cache, json.dumps({"version": CACHE_VERSION, "scope": str(scope), "files": files},
                                             separators=(",", ":")))

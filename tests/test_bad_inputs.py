@@ -422,3 +422,17 @@ def test_editor_outside_the_checkout_hashes_its_module(tmp_path, monkeypatch):
     sig = editor_signature(cfg, {}, 0, "tiny")
     (tmp_path / "my_editor_mod.py").write_text("class E:\n    k = 2\n")
     assert editor_signature(cfg, {}, 0, "tiny") != sig
+
+
+def test_caches_of_vanished_folders_are_pruned(tmp_path):
+    import benchmark.filehash as fh
+
+    gone = make_set(tmp_path / "gone", [GOOD])
+    load_queryset(gone)
+    gone_cache = fh.cache_file_for(gone.resolve())
+    assert gone_cache.is_file()
+    shutil.rmtree(gone)
+    kept = make_set(tmp_path / "kept", [GOOD])
+    load_queryset(kept)
+    load_queryset(make_set(tmp_path / "new", [GOOD]))  # a new scope prunes
+    assert not gone_cache.exists() and fh.cache_file_for(kept.resolve()).is_file()
