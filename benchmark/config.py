@@ -163,7 +163,10 @@ def editor_code(target: str) -> tuple[tuple[str, str], ...]:
     if _module_file(module) is None:  # an editor outside this checkout: hash its file at least
         import importlib.util
 
-        spec = importlib.util.find_spec(module)
+        try:
+            spec = importlib.util.find_spec(module) if module else None
+        except (ImportError, ValueError):  # the editor could not be built either; nothing to hash
+            spec = None
         if spec is not None and spec.origin and spec.origin.endswith(".py"):
             seen[module] = Path(spec.origin)
     out = []
