@@ -179,7 +179,7 @@ def lone_surrogate_in(obj: Any) -> str | None:
 def parse_json_line(raw: bytes, where: str) -> Any:
     """Decode one JSONL line strictly; every defect raises QuerySetError prefixed with `where` (file:line)."""
     if len(raw) > MAX_LINE_BYTES:
-        raise QuerySetError(f"{where}: line is {len(raw):,} bytes, over the limit of {MAX_LINE_BYTES:,} for one record")
+        raise QuerySetError(f"{where}: line is over the limit of {MAX_LINE_BYTES:,} bytes for one record")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as err:
@@ -207,7 +207,11 @@ def read_queries(path: str | os.PathLike[str]) -> list[Query]:
     queries: list[Query] = []
     seen: dict[str, int] = {}
     with path.open("rb") as fh:
-        for lineno, line in enumerate(fh, start=1):
+        # readline with a bound: a multi-gigabyte "line" is refused after reading just over the limit
+        for lineno, line in enumerate(iter(lambda: fh.readline(MAX_LINE_BYTES + 1), b""), start=1):
+            if len(line) > MAX_LINE_BYTES:
+                raise QuerySetError(f"{path}:{lineno}: line is over the limit of {MAX_LINE_BYTES:,} bytes for one "
+                                    "record")
             if not line.strip():
                 continue
             obj = parse_json_line(line, f"{path}:{lineno}")
