@@ -8,7 +8,7 @@ not clipped the way PIL's `convert` does). Anything ambiguous (real transparency
 Limits (docs/inputs.md): an image whose header claims more than `max_pixels` pixels is refused before anything is
 decoded (a 60 KB PNG can claim 60000 x 60000), and a source smaller than `min_source_side` on either side is refused
 by the edit stage. EXIF orientation tags are ignored: pixels are used in stored order, as HATIE's reference code
-(PIL) and the COCO / GQA annotations that masks and boxes come from do.
+(PIL) does and as the builders size masks and boxes; rotating sources alone would misalign their masks.
 """
 
 from __future__ import annotations
