@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import ast
 import difflib
+import hashlib
 import re
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from benchmark.provenance import PROJECT_ROOT
@@ -65,11 +68,123 @@ def portable(obj: Any) -> Any:
     return obj
 
 
+class LabelError(ValueError):
+    """A run label (editor name, `make score NAME=`) cannot be used as a folder name."""
+
+
+def check_label(name: object, what: str = "editor name") -> str:
+    """Return `name` if it is safe as one results folder name (the rule of query ids), else raise LabelError."""
+    from benchmark.querysets.io import check_id
+
+    try:
+        return check_id(name, what)  # type: ignore[arg-type]
+    except ValueError as err:
+        raise LabelError(f"{err.args[0].replace('(ids become file names)', '(labels become folder names)')}") from None
+
+
+def apply_run_checks(cfg: Any, editor_name: str) -> None:
+    """Before any work: refuse an unsafe label, and set the input limits of `cfg.limits` (docs/inputs.md)."""
+    from benchmark.editor import set_max_prompt_chars
+    from benchmark.imageio import set_limits
+
+    check_label(editor_name)
+    limits = cfg.get("limits") or {}
+    set_limits(max_pixels=limits.get("max_source_pixels"), min_source_side=limits.get("min_source_side"))
+    if limits.get("max_prompt_chars") is not None:
+        set_max_prompt_chars(limits.get("max_prompt_chars"))
+
+
+# Benchmark modules every edit depends on besides the editor's own import closure: the source decoder (the editor
+# sees `load_rgb`'s pixels) and the Editor base class.
+EDIT_CODE_ALWAYS = ("benchmark.imageio", "benchmark.editor")
+_CODE_PACKAGES = ("benchmark", "editors")
+
+
+def _module_file(name: str) -> Path | None:
+    """The source file of a project module (`benchmark.*`, `editors.*`), or None when it is not one."""
+    if name.split(".")[0] not in _CODE_PACKAGES:
+        return None
+    base = PROJECT_ROOT.joinpath(*name.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _imports(tree: ast.AST, module: str, is_package: bool) -> set[str]:
+    """Module names imported anywhere in `tree` (function-level imports too: editors import lazily)."""
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = module.split(".")[: len(module.split(".")) - node.level + (1 if is_package else 0)]
+                base = ".".join([*parts, base] if base else parts)
+            found.add(base)
+            found.update(f"{base}.{a.name}" for a in node.names)  # `from pkg import submodule`
+    return found
+
+
+def _normalised_source(path: Path) -> str:
+    """The module's syntax tree without docstrings: comments, docstrings and formatting do not change behaviour,
+    so they do not change the signature."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (isinstance(body, list) and body and isinstance(body[0], ast.Expr)
+                and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str)):
+            body[0] = ast.Pass()
+    return ast.dump(tree)
+
+
+def editor_code(target: str) -> tuple[tuple[str, str], ...]:
+    """(file relative to the checkout, sha256 of its normalised source) for every file of the code that makes an
+    edit: the module of `target` (the editor config's `_target_`), every `benchmark.*` / `editors.*` module it
+    imports, transitively (including imports inside functions), their packages' `__init__.py`, and
+    `EDIT_CODE_ALWAYS`. For a diffusion editor this is e.g. editors/ip2p.py, benchmark/editing/*.py it uses,
+    benchmark/models/diffusion.py, common.py, tokenizer.py."""
+    module = target.rpartition(".")[0]
+    todo = [module, *EDIT_CODE_ALWAYS]
+    seen: dict[str, Path] = {}
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        path = _module_file(name)
+        if path is None:
+            continue
+        seen[name] = path
+        parts = name.split(".")
+        todo.extend(".".join(parts[:k]) for k in range(1, len(parts)))  # packages run their __init__ on import
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        todo.extend(_imports(tree, name, path.name == "__init__.py"))
+    if _module_file(module) is None:  # an editor outside this checkout: hash its file at least
+        import importlib.util
+
+        try:
+            spec = importlib.util.find_spec(module) if module else None
+        except (ImportError, ValueError):  # the editor could not be built either; nothing to hash
+            spec = None
+        if spec is not None and spec.origin and spec.origin.endswith(".py"):
+            seen[module] = Path(spec.origin)
+    out = []
+    for path in seen.values():
+        rel = str(path.relative_to(PROJECT_ROOT)) if path.is_relative_to(PROJECT_ROOT) else str(path)
+        out.append((rel, hashlib.sha256(_normalised_source(path).encode("utf-8")).hexdigest()))
+    return tuple(sorted(set(out)))
+
+
 def editor_signature(editor_cfg: dict[str, Any], info: dict[str, Any], seed: int, profile: str) -> str:
-    """Hash of everything that determines an editor's outputs: full config, provenance info, seed, weight profile."""
+    """Hash of everything that determines an editor's outputs: full config, provenance info, seed, weight profile,
+    and the code that makes the edit (`editor_code` of the config's `_target_`)."""
     from benchmark.hashing import stable_hash
 
-    return stable_hash({"config": portable(editor_cfg), "info": portable(info), "seed": int(seed), "profile": profile})
+    target = editor_cfg.get("_target_")
+    code = [list(item) for item in editor_code(target)] if isinstance(target, str) else []
+    return stable_hash({"config": portable(editor_cfg), "info": portable(info), "seed": int(seed), "profile": profile,
+                        "code": code})
 
 
 # Settings that change speed, not scores: left out of the metric signature so shards run with different batch

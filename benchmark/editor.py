@@ -22,6 +22,23 @@ class PromptKindError(ValueError):
     """A query lacks the prompt text this editor family needs."""
 
 
+class PromptTooLongError(ValueError):
+    """A query's prompt text is over `limits.max_prompt_chars` (a 5 MB instruction cost 40 s and 2.3 GB)."""
+
+
+# Real prompts are short (MagicBrush, HATIE, EditVal: under 300 characters; CLIP reads 77 tokens). The limit keeps
+# one absurd record from costing minutes and gigabytes; `limits.max_prompt_chars` in configs/config.yaml.
+DEFAULT_MAX_PROMPT_CHARS = 1000
+_MAX_PROMPT_CHARS = [DEFAULT_MAX_PROMPT_CHARS]
+
+
+def set_max_prompt_chars(n: int) -> None:
+    """Set the prompt length limit `check_prompts` applies (process-wide, set once per run from the config)."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"limits.max_prompt_chars must be a positive integer, got {n!r}")
+    _MAX_PROMPT_CHARS[0] = n
+
+
 class Editor(abc.ABC):
     """Base class of editors. Subclasses set `prompt_kind` and implement `edit` and `info`."""
 
@@ -56,8 +73,15 @@ class Editor(abc.ABC):
         return [functools.partial(_finished, image) for image in self.edit(queries, images, seeds=seeds)]
 
     def check_prompts(self, queries: Sequence[Query]) -> None:
-        """Refuse queries without the text this editor family reads (instruction or both captions)."""
+        """Refuse queries without the text this editor family reads (instruction or both captions), and queries
+        whose instruction or captions are over the prompt length limit (whatever the family: the query is bad)."""
+        limit = _MAX_PROMPT_CHARS[0]
         for q in queries:
+            for field in ("instruction", "source_caption", "target_caption"):
+                n = len(getattr(q, field) or "")
+                if n > limit:
+                    raise PromptTooLongError(f"query {q.id}: {field} is {n:,} characters, over the limit of "
+                                             f"{limit:,} (limits.max_prompt_chars)")
             if self.prompt_kind == "instruction" and not q.instruction:
                 raise PromptKindError(
                     f"query {q.id}: editor {type(self).__name__} is instruction-based but the query has no instruction"

@@ -15,7 +15,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from benchmark.config import CONFIG_DIR, UnknownOptionError, check_overrides, register_resolvers
+from benchmark.config import (
+    CONFIG_DIR,
+    UnknownOptionError,
+    apply_run_checks,
+    check_overrides,
+    register_resolvers,
+)
 
 register_resolvers()
 
@@ -58,7 +64,7 @@ def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
     from benchmark.provenance import provenance
     from benchmark.stages.edit import run_edit_stage
     from benchmark.stages.score import is_suite, run_score_stage, run_suite_stage
-
+    apply_run_checks(cfg, editor_name)  # inputs: refuse an unsafe label, set the input limits, before any work
     timer = StageTimer()
     run_id = uuid.uuid4().hex[:12]
     profile = cfg.profile.name

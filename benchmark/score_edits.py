@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 
-from benchmark.config import UnknownOptionError
+from benchmark.config import LabelError, UnknownOptionError, check_label
 
 MAX_LISTED = 20
 
@@ -22,6 +22,11 @@ def main(argv: list[str] | None = None) -> int:
     if not opts.get("edits") or not opts.get("name"):
         print("usage: python -m benchmark.score_edits queryset=<set> edits=<folder> name=<label> [kind=instruction|"
               "description] [hydra overrides]", file=sys.stderr)
+        return 2
+    try:  # NAME becomes a folder name and a leaderboard label; checked before Hydra could resolve `${...}` in it
+        check_label(opts["name"], "NAME")
+    except LabelError as err:
+        print(f"error: {err}", file=sys.stderr)
         return 2
     from hydra.utils import instantiate
 

@@ -2,12 +2,15 @@
 
 File names: `<query id>.<ext>`, or HATIE's `<prefix>_<query id>.<ext>` (shared/spec/hatie.md section 8).
 A query without a file fails with a message naming the folder; `python -m benchmark.score_edits` reports every
-missing id before scoring.
+missing id before scoring. Files are read with `benchmark.imageio.load_rgb`, the loader of sources (16-bit scaled,
+transparency refused, pixel limit), and the signature covers the bytes of every image file in the folder, so
+regenerated edits are rescored even when their names and sizes are unchanged (docs/inputs.md).
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -15,6 +18,7 @@ from typing import Any
 from PIL import Image
 
 from benchmark.editor import Editor
+from benchmark.imageio import load_rgb
 from benchmark.types import Query
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".webp", ".bmp")
@@ -31,20 +35,27 @@ class ExternalEdits(Editor):
         self.folder = Path(folder)
         if not self.folder.is_dir():
             raise FileNotFoundError(f"edits folder {self.folder} does not exist (EDITS=<folder of edited images>)")
+        from benchmark.filehash import digests
+
         self.prompt_kind = prompt_kind  # type: ignore[misc]  # per instance: the folder's model family
-        self.label = label
+        self.label = label  # `make score NAME=` is checked by benchmark.score_edits before this is built
         self._exact: dict[str, Path] = {}
         self._suffix: dict[str, list[Path]] = {}
-        listing = []
+        files: list[tuple[str, os.stat_result]] = []
         for p in sorted(self.folder.iterdir()):
             if p.suffix.lower() not in IMAGE_EXTENSIONS or not p.is_file():
                 continue
-            listing.append((p.name, p.stat().st_size))
+            files.append((p.name, p.stat()))
             self._exact.setdefault(p.stem, p)
             parts = p.stem.split("_")
             for k in range(1, len(parts)):  # every `<prefix>_` split: HATIE's naming
                 self._suffix.setdefault("_".join(parts[k:]), []).append(p)
-        self._listing_hash = hashlib.sha256(repr(listing).encode()).hexdigest()[:16]
+        # Content, not names and sizes: every image file's bytes (stat-cached, so a rerun reads only changed files).
+        # The whole folder rather than the files matched to queries, because the editor does not know the query
+        # set: an unrelated extra image also gives a new signature, which costs a rescore, never a stale score.
+        shas = digests(self.folder.resolve(), files)
+        listing = "".join(f"{name}\t{shas[name]}\n" for name, _ in files)
+        self._listing_hash = hashlib.sha256(listing.encode("utf-8", "surrogateescape")).hexdigest()[:16]
 
     def find(self, query_id: str) -> Path | None:
         """The file of one query: an exact stem match wins, else a unique `<prefix>_<id>` match."""
@@ -65,11 +76,10 @@ class ExternalEdits(Editor):
             path = self.find(q.id)
             if path is None:
                 raise FileNotFoundError(f"no edited image for query {q.id} in {self.folder}")
-            with Image.open(path) as im:
-                out.append(im.convert("RGB"))
+            out.append(load_rgb(path))  # ImageInputError: this query's failure, with the reason
         return out
 
     def info(self) -> dict[str, Any]:
-        # the listing (names and sizes) stands for the content: hashing every image would read the whole folder
-        return {"name": "external", "label": self.label, "folder": str(self.folder), "listing": self._listing_hash,
+        # `content`: sha256 over every image file's name and bytes (see __init__)
+        return {"name": "external", "label": self.label, "folder": str(self.folder), "content": self._listing_hash,
                 "prompt_kind": self.prompt_kind}

@@ -11,6 +11,7 @@ from benchmark.querysets.io import (
     QuerySetError,
     canonical_line,
     content_hash,
+    file_digests,
     query_from_dict,
     query_to_dict,
     read_queries,
@@ -36,7 +37,7 @@ def test_round_trip_of_demo_set(demo_qs, tmp_path):
     write_queries(tmp_path / "q.jsonl", demo_qs.queries)
     again = read_queries(tmp_path / "q.jsonl")
     assert tuple(again) == demo_qs.queries
-    assert content_hash(again) == demo_qs.hash
+    assert content_hash(again, file_digests(demo_qs.root, again, demo_qs.meta)) == demo_qs.hash
 
 
 @pytest.mark.parametrize(
@@ -78,9 +79,14 @@ def test_every_type_has_required_fields_declared():
 
 def test_content_hash_is_order_free_and_content_sensitive(demo_qs):
     qs = list(demo_qs.queries)
-    assert content_hash(qs[::-1]) == demo_qs.hash
+    files = file_digests(demo_qs.root, qs, demo_qs.meta)
+    assert len(files) == len({q.image for q in qs} | {q.edit_mask for q in qs} | {q.target_image for q in qs}
+                             | {o.mask for q in qs for o in (q.target, q.anchor, *q.editable_objects) if o})
+    assert content_hash(qs[::-1], dict(reversed(files.items()))) == demo_qs.hash
     changed = [dataclasses.replace(qs[0], instruction=qs[0].instruction + "!")] + qs[1:]
-    assert content_hash(changed) != demo_qs.hash
+    assert content_hash(changed, files) != demo_qs.hash
+    one_file_changed = files | {qs[0].image: "0" * 64}
+    assert content_hash(qs, one_file_changed) != demo_qs.hash
 
 
 def test_object_class_grouping():

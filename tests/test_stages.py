@@ -175,12 +175,12 @@ def test_bad_source_images_become_failures(tmp_path):
         variants[q.id] = name
         shutil.copy(root / q.image, root / name)
     (root / variants[qs.queries[0].id]).write_bytes(b"not an image")
-    (root / variants[qs.queries[1].id]).unlink()
     rgba = np.dstack([np.asarray(Image.open(root / qs.queries[2].image)), np.full((256, 256), 7, np.uint8)])
     Image.fromarray(rgba, mode="RGBA").save(root / variants[qs.queries[2].id])
     Image.open(root / qs.queries[3].image).convert("L").save(root / variants[qs.queries[3].id])
     write_queries(root / "queries.jsonl", [dataclasses.replace(q, image=variants[q.id]) for q in qs.queries])
     qs = load_queryset(root)
+    (root / variants[qs.queries[1].id]).unlink()  # after loading: a set with a missing file does not load
     editor = Scripted()
     stats = run_edit_stage(qs, editor, tmp_path / "run", seed=0, batch_size=4, progress=False)
     recs = latest_records(tmp_path / "run")

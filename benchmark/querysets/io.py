@@ -1,7 +1,8 @@
 """Query set files: JSONL reader/writer with strict validation, and the content hash used in provenance.
 
 On disk a query set is a folder with `queryset.json` (name, schema version, description, license) and
-`queries.jsonl` (one `Query` per line). Paths inside records are relative to that folder.
+`queries.jsonl` (one `Query` per line). Paths inside records are relative to that folder. Every rule and limit is
+listed in docs/inputs.md; the set's hash covers the records and the bytes of every file they name.
 """
 
 from __future__ import annotations
@@ -9,11 +10,13 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import os
 import re
-from collections.abc import Iterable, Iterator, Sequence
+import stat
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 from benchmark.types import EDIT_TYPES, REQUIRED_FIELDS, SCHEMA_VERSION, ObjectRef, Query
@@ -22,7 +25,7 @@ QUERIES_FILE = "queries.jsonl"
 META_FILE = "queryset.json"
 
 # Query ids become file names: keep them to one safe path component.
-_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")  # used with fullmatch: `$` would accept a trailing newline
 _QUERY_FIELDS = {f.name: f for f in dataclasses.fields(Query)}
 _OBJECT_FIELDS = {f.name for f in dataclasses.fields(ObjectRef)}
 _PATH_FIELDS = ("image", "edit_mask", "target_image")
@@ -30,6 +33,12 @@ _STR_FIELDS = (
     "instruction", "source_caption", "target_caption", "image_id", "new_class", "relation",
     "attribute_before", "attribute_after", "background", "style",
 )
+# One record is a few KB even with many editable objects; a line over this is not a query (and would cost memory
+# and time in every later step). Prompt length has its own, per-query limit (`limits.max_prompt_chars`).
+MAX_LINE_BYTES = 1 << 20
+# Shown in a missing / refused files error (the rest are counted).
+MAX_LISTED_FILES = 5
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
 class QuerySetError(ValueError):
@@ -38,7 +47,7 @@ class QuerySetError(ValueError):
 
 def check_id(value: str, what: str = "query id") -> str:
     """Return `value` if it is safe as a single file-name component, else raise ValueError."""
-    if not isinstance(value, str) or not _ID_RE.match(value) or ".." in value:
+    if not isinstance(value, str) or not _ID_RE.fullmatch(value) or ".." in value:
         raise ValueError(
             f"{what} {value!r} is not allowed: use 1-128 characters from [A-Za-z0-9_.-], starting with a letter or "
             "digit, without '..' (ids become file names)"
@@ -50,8 +59,7 @@ def check_relpath(value: str, what: str) -> str:
     """Return `value` if it is a relative path that stays inside the query set folder."""
     if not isinstance(value, str) or not value:
         raise ValueError(f"{what} must be a non-empty relative path, got {value!r}")
-    p = PurePosixPath(value)
-    if p.is_absolute() or "\\" in value or any(part == ".." for part in p.parts):
+    if value.startswith("/") or "\\" in value or ".." in value.split("/"):
         raise ValueError(f"{what} {value!r} must be relative to the query set folder and must not contain '..'")
     return value
 
@@ -70,8 +78,11 @@ def _object_from_dict(d: Any, what: str) -> ObjectRef:
         check_relpath(mask, f"{what}.mask")
     bbox = d.get("bbox")
     if bbox is not None:
-        if not (isinstance(bbox, list | tuple) and len(bbox) == 4 and all(isinstance(v, int | float) for v in bbox)):
-            raise ValueError(f"{what}.bbox must be [x0, y0, x1, y1], got {bbox!r}")
+        if not (isinstance(bbox, list | tuple) and len(bbox) == 4
+                and all(isinstance(v, int | float) and not isinstance(v, bool) for v in bbox)):
+            raise ValueError(f"{what}.bbox must be [x0, y0, x1, y1] of numbers, got {bbox!r}")
+        if not all(math.isfinite(v) for v in bbox):
+            raise ValueError(f"{what}.bbox {bbox!r} must hold finite numbers (no NaN or Infinity)")
         x0, y0, x1, y1 = (float(v) for v in bbox)
         if x1 < x0 or y1 < y0:
             raise ValueError(f"{what}.bbox {bbox!r} must be corners [x0, y0, x1, y1] with x1 >= x0 and y1 >= y0")
@@ -147,6 +158,47 @@ def canonical_line(q: Query) -> str:
     return json.dumps(query_to_dict(q), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
 
+def lone_surrogate_in(obj: Any) -> str | None:
+    """The first string (key or value) holding a lone UTF-16 surrogate (`"\\ud800"` decodes to one), else None."""
+    stack = [obj]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError:
+                return v
+        elif isinstance(v, dict):
+            stack.extend(v.keys())
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+    return None
+
+
+def parse_json_line(raw: bytes, where: str) -> Any:
+    """Decode one JSONL line strictly; every defect raises QuerySetError prefixed with `where` (file:line)."""
+    if len(raw) > MAX_LINE_BYTES:
+        raise QuerySetError(f"{where}: line is over the limit of {MAX_LINE_BYTES:,} bytes for one record")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise QuerySetError(f"{where}: not valid UTF-8 (byte 0x{raw[err.start]:02x} at byte {err.start + 1}); "
+                            "save the file as UTF-8") from None
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise QuerySetError(f"{where}: not valid JSON ({err.msg} at column {err.colno})") from None
+    except RecursionError:
+        raise QuerySetError(f"{where}: JSON nested too deeply to be a query") from None
+    # A lone surrogate can only come from a `\\ud800`-`\\udfff` escape (strict UTF-8 decoding refuses the raw bytes)
+    bad = lone_surrogate_in(obj) if _SURROGATE_ESCAPE.search(raw) else None
+    if bad is not None:
+        raise QuerySetError(f"{where}: string {bad[:40]!r} holds a lone UTF-16 surrogate (an unpaired \\ud800-"
+                            "\\udfff escape); it is not text and cannot be written as UTF-8")
+    return obj
+
+
 def read_queries(path: str | os.PathLike[str]) -> list[Query]:
     """Read and validate a JSONL query file. Any bad line raises QuerySetError naming file, line and reason."""
     path = Path(path)
@@ -154,17 +206,18 @@ def read_queries(path: str | os.PathLike[str]) -> list[Query]:
         raise QuerySetError(f"{path}: query file not found")
     queries: list[Query] = []
     seen: dict[str, int] = {}
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
+    with path.open("rb") as fh:
+        # readline with a bound: a multi-gigabyte "line" is refused after reading just over the limit
+        for lineno, line in enumerate(iter(lambda: fh.readline(MAX_LINE_BYTES + 1), b""), start=1):
+            if len(line) > MAX_LINE_BYTES:
+                raise QuerySetError(f"{path}:{lineno}: line is over the limit of {MAX_LINE_BYTES:,} bytes for one "
+                                    "record")
             if not line.strip():
                 continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise QuerySetError(f"{path}:{lineno}: not valid JSON ({err.msg} at column {err.colno})") from None
+            obj = parse_json_line(line, f"{path}:{lineno}")
             try:
                 q = query_from_dict(obj)
-            except (ValueError, TypeError) as err:
+            except (ValueError, TypeError, RecursionError) as err:
                 raise QuerySetError(f"{path}:{lineno}: {err}") from None
             if q.id in seen:
                 raise QuerySetError(f"{path}:{lineno}: duplicate query id {q.id!r} (first on line {seen[q.id]})")
@@ -182,13 +235,109 @@ def write_queries(path: str | os.PathLike[str], queries: Iterable[Query]) -> Non
     atomic_write_text(Path(path), "".join(canonical_line(q) + "\n" for q in queries))
 
 
-def content_hash(queries: Sequence[Query]) -> str:
-    """sha256 of the canonical records, order-independent. Image bytes are covered by builders' own checks."""
+def records_hash(queries: Sequence[Query]) -> str:
+    """sha256 of the canonical records only, order-independent."""
     h = hashlib.sha256()
     for line in sorted(canonical_line(q) for q in queries):
         h.update(line.encode("utf-8"))
         h.update(b"\n")
     return h.hexdigest()
+
+
+def content_hash(queries: Sequence[Query], files: Mapping[str, str]) -> str:
+    """The query set's hash: sha256 over the canonical records (order-independent) and, for every referenced
+    file, its relative path and the sha256 of its bytes (`files`, from `file_digests`)."""
+    h = hashlib.sha256()
+    h.update(records_hash(queries).encode())
+    h.update(b"\nfiles\n")
+    for rel in sorted(files):
+        h.update(f"{rel}\t{files[rel]}\n".encode("utf-8", "surrogateescape"))
+    return h.hexdigest()
+
+
+def referenced_files(queries: Iterable[Query]) -> dict[str, str]:
+    """Every path the records name (image, edit_mask, target_image, object masks) -> the first query naming it."""
+    out: dict[str, str] = {}
+    for q in queries:
+        objs = [o for o in (q.target, q.anchor, *q.editable_objects) if o is not None]
+        for rel in (q.image, q.edit_mask, q.target_image, *(o.mask for o in objs)):
+            if rel and rel not in out:
+                out[rel] = q.id
+    return out
+
+
+def _inside(path: str, roots: Sequence[str]) -> bool:
+    return any(path == r or path.startswith(r.rstrip(os.sep) + os.sep) for r in roots)
+
+
+def _linked_roots(root: Path, meta: Mapping[str, Any]) -> list[str]:
+    """Resolved targets of the top-level folder links a builder declared in queryset.json (`linked_folders`)."""
+    names = meta.get("linked_folders") or []
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise QuerySetError(f"{root / META_FILE}: linked_folders must be a list of folder names, got {names!r}")
+    out = []
+    for name in names:
+        if "/" in name or name in ("", ".", "..") or not (root / name).is_symlink():
+            raise QuerySetError(f"{root / META_FILE}: linked_folders names {name!r}, which is not a link in {root}")
+        out.append(os.path.realpath(root / name))
+    return out
+
+
+def file_digests(root: Path, queries: Sequence[Query], meta: Mapping[str, Any] | None = None) -> dict[str, str]:
+    """sha256 of every referenced file (stat-cached, `benchmark.filehash`). Raises one QuerySetError listing the
+    first missing files, non-files, or files that resolve outside the set folder through a symlink (only the
+    top-level folder links declared in `linked_folders` may point elsewhere)."""
+    from benchmark.filehash import digests
+
+    root = Path(root).resolve()
+    allowed = [str(root), *_linked_roots(root, meta or {})]
+    dirs: dict[str, bool] = {str(root): True}
+
+    def dir_inside(d: str) -> bool:
+        """`d` (lexically under root: check_relpath refuses '..') resolves inside an allowed folder: one lstat per
+        folder, a realpath only where a folder is a link."""
+        if d not in dirs:
+            try:
+                link = stat.S_ISLNK(os.lstat(d).st_mode)
+            except OSError:
+                link = False  # a missing folder: its files are reported missing
+            dirs[d] = dir_inside(os.path.dirname(d)) and (not link or _inside(os.path.realpath(d), allowed))
+        return dirs[d]
+
+    stats: list[tuple[str, os.stat_result]] = []
+    missing: list[str] = []
+    refused: list[str] = []
+    refs = referenced_files(queries)
+    for rel, qid in refs.items():
+        full = f"{root}/{rel}"
+        parent = os.path.dirname(full)
+        try:
+            st = os.lstat(full)
+            if stat.S_ISLNK(st.st_mode) or not dir_inside(parent):
+                real = os.path.realpath(full)
+                if not _inside(real, allowed):
+                    refused.append(f"{rel} (query {qid}) -> {real}")
+                    continue
+                st = os.stat(real)
+        except FileNotFoundError:
+            missing.append(f"{rel} (query {qid})")
+            continue
+        except OSError as err:
+            refused.append(f"{rel} (query {qid}): {err.strerror}")
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            refused.append(f"{rel} (query {qid}): not a regular file")
+            continue
+        stats.append((rel, st))
+    problems = []
+    for what, items in (("missing", missing), ("refused (symlink out of the set folder, or not a file)", refused)):
+        if items:
+            more = f", and {len(items) - MAX_LISTED_FILES} more" if len(items) > MAX_LISTED_FILES else ""
+            problems.append(f"{len(items)} referenced file(s) {what}: {'; '.join(items[:MAX_LISTED_FILES])}{more}")
+    if problems:
+        raise QuerySetError(f"query set {root}: {'. '.join(problems)}. Every image, mask and target a record "
+                            "names must be a file inside the set folder: rebuild the set or fix queries.jsonl")
+    return digests(root, stats)
 
 
 @dataclass(frozen=True)
@@ -248,7 +397,13 @@ def write_built_queryset(out: Path, queries: Sequence[Query], *, name: str, coun
 
     write_queries(out / QUERIES_FILE, queries)
     atomic_write_text(out / "summary.md", summary_table(queries))
-    meta = {"name": name, "schema_version": SCHEMA_VERSION, "content_hash": content_hash(queries), **fields,
+    # A builder may link a top-level folder to data kept elsewhere (the HATIE importer's images/): declare it, so
+    # loading accepts files behind that link and nothing else that leaves the folder.
+    linked = sorted(p.name for p in out.iterdir() if p.is_symlink() and p.is_dir())
+    if linked:
+        fields = {"linked_folders": linked, **fields}
+    files = file_digests(out, queries, {"linked_folders": linked})
+    meta = {"name": name, "schema_version": SCHEMA_VERSION, "content_hash": content_hash(queries, files), **fields,
             "counts": {"images": len({q.image_id for q in queries}), "queries": len(queries),
                        "by_type": dict(Counter(q.edit_type for q in queries)), **(counts or {})}}
     atomic_write_text(out / META_FILE, json.dumps(meta, indent=2, sort_keys=True) + "\n")
@@ -276,6 +431,10 @@ def load_queryset(root: str | os.PathLike[str], name: str | None = None, build: 
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
         raise QuerySetError(f"{meta_path}:{err.lineno}: not valid JSON ({err.msg})") from None
+    except (UnicodeDecodeError, RecursionError) as err:
+        raise QuerySetError(f"{meta_path}: not a UTF-8 JSON object ({type(err).__name__})") from None
+    if not isinstance(meta, dict):
+        raise QuerySetError(f"{meta_path}: must hold a JSON object, got {type(meta).__name__}")
     version = meta.get("schema_version")
     if version != SCHEMA_VERSION:
         raise QuerySetError(f"{meta_path}: schema_version {version!r} is not supported (this editmeter reads {SCHEMA_VERSION})")
@@ -284,6 +443,6 @@ def load_queryset(root: str | os.PathLike[str], name: str | None = None, build: 
         name=name or meta.get("name", root.name),
         root=root,
         queries=tuple(queries),
-        hash=content_hash(queries),
+        hash=content_hash(queries, file_digests(root, queries, meta)),
         meta=meta,
     )

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
 CHUNK_CHARS = 1 << 22
 MAX_ENTRY_CHARS = 1 << 26  # one scene graph is ~10 KB; a 64 M-character entry means a syntax error upstream
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 class JSONStreamError(ValueError):
@@ -32,7 +34,11 @@ class _Buffer:
     def refill(self) -> bool:
         if self.eof:
             return False
-        more = self.fh.read(self.chunk)
+        try:
+            more = self.fh.read(self.chunk)
+        except UnicodeDecodeError as err:
+            raise JSONStreamError(f"{self.path}: not valid UTF-8 (byte 0x{err.object[err.start]:02x}) within the "
+                                  f"{self.chunk:,} characters after character {self.offset + len(self.buf)}") from None
         if not more:
             self.eof = True
             return False
@@ -55,6 +61,8 @@ class _Buffer:
 
     def decode(self, decoder: json.JSONDecoder) -> Any:
         """Decode one JSON value at the cursor, reading more text while the value runs past the buffer."""
+        from benchmark.querysets.io import lone_surrogate_in
+
         while True:
             try:
                 value, end = decoder.raw_decode(self.buf, self.pos)
@@ -62,6 +70,11 @@ class _Buffer:
                 if len(self.buf) - self.pos < MAX_ENTRY_CHARS and self.refill():  # most likely the value is cut by the buffer end; a real error recurs at EOF
                     continue
                 raise self.error(f"invalid JSON ({err.msg})", at=err.pos) from None
+            except RecursionError:
+                raise self.error("JSON nested too deeply") from None
+            # only text with a `\\ud800`-`\\udfff` escape can hold a lone surrogate: walk the value just then
+            if _SURROGATE_ESCAPE.search(self.buf, self.pos, end) and (bad := lone_surrogate_in(value)) is not None:
+                raise self.error(f"string {bad[:40]!r} holds a lone UTF-16 surrogate (not text)")
             self.pos = end
             return value
 

@@ -29,7 +29,7 @@ from PIL import Image
 
 from benchmark.editor import Editor, query_seed
 from benchmark.fileio import append_jsonl, read_jsonl_tolerant
-from benchmark.imageio import ImageInputError, load_rgb, save_png
+from benchmark.imageio import LIMITS, ImageInputError, load_rgb, save_png
 from benchmark.querysets.io import QuerySet
 from benchmark.types import EditRecord, Query
 
@@ -103,8 +103,15 @@ def latest_records(run_dir: Path) -> dict[str, dict]:
     return out
 
 
-def validate_output(image: object, expected_size: tuple[int, int]) -> Image.Image:
-    """Return a usable RGB image or raise InvalidOutput naming the defect."""
+def is_all_black(image: Image.Image) -> bool:
+    """Every channel of every pixel is 0 (`getextrema` scans in C, no array copy)."""
+    extrema = image.getextrema()
+    return all(hi == 0 for _, hi in (extrema if isinstance(extrema[0], tuple) else [extrema]))
+
+
+def validate_output(image: object, expected_size: tuple[int, int], source_all_black: bool = False) -> Image.Image:
+    """Return a usable RGB image or raise InvalidOutput naming the defect. An all-black output is a defect only
+    when the source is not all black (identity on a black source is a correct edit)."""
     if isinstance(image, np.ndarray):
         if np.issubdtype(image.dtype, np.floating) and not np.isfinite(image).all():
             raise InvalidOutput("output contains NaN or infinite values")
@@ -115,8 +122,9 @@ def validate_output(image: object, expected_size: tuple[int, int]) -> Image.Imag
         raise InvalidOutput(f"editor returned mode {image.mode}, expected RGB")
     if image.size != expected_size:
         raise InvalidOutput(f"output is {image.size[0]}x{image.size[1]}, source is {expected_size[0]}x{expected_size[1]}")
-    if np.asarray(image).max() == 0:
-        raise InvalidOutput("all-black output (a NaN in the model, or a safety checker blanking it)")
+    if not source_all_black and is_all_black(image):
+        raise InvalidOutput("all-black output from a source that is not all black (a NaN in the model, or a safety "
+                            "checker blanking it)")
     return image
 
 
@@ -125,13 +133,16 @@ class _SourceImages:
 
     def __init__(self, queryset: QuerySet, queries: Sequence[Query]):
         self.queryset, self.queries = queryset, queries
+        # the run's limits travel with the dataset, so DataLoader workers apply them however they are started
+        self.max_pixels, self.min_side = LIMITS.max_pixels, LIMITS.min_source_side
 
     def __len__(self) -> int:
         return len(self.queries)
 
     def __getitem__(self, i: int) -> tuple[int, Image.Image | str]:
-        try:
-            return i, load_rgb(self.queryset.path(self.queries[i].image))
+        try:  # the pixel limit is checked from the header before decoding; tiny sources are refused too
+            return i, load_rgb(self.queryset.path(self.queries[i].image), min_side=self.min_side,
+                               max_pixels=self.max_pixels)
         except ImageInputError as err:
             return i, str(err)
 
@@ -192,6 +203,7 @@ class _Unfinished:
     seconds: float
     source_size: tuple[int, int]
     finish: Callable[[], Image.Image]
+    source_all_black: bool = False  # inputs helper: an all-black edit of an all-black source is not a failure
 
 
 def run_edit_stage(
@@ -304,7 +316,7 @@ def _finish_one(run_dir: Path, u: _Unfinished, *, run_id: str, flog: FailureLog 
     not the editor's fault, and the run must stop)."""
     t0 = time.perf_counter()
     try:
-        image = validate_output(u.finish(), u.source_size)
+        image = validate_output(u.finish(), u.source_size, u.source_all_black)
     except Exception as err:  # noqa: BLE001 - any editor error becomes a recorded failure
         if fail_fast:
             raise
@@ -357,5 +369,5 @@ def _edit_batch(editor: Editor, ready: list[tuple[Query, Image.Image, Any]], *, 
             unfinished += u
         return failed, unfinished
     per_item = (time.perf_counter() - t0) / len(queries)
-    return [], [_Unfinished(q, s, per_item, source.size, finish)
+    return [], [_Unfinished(q, s, per_item, source.size, finish, is_all_black(source))
                 for (q, source, _), s, finish in zip(ready, seeds, finishers, strict=True)]
