@@ -44,26 +44,47 @@ def to_pil(image: Any, size: tuple[int, int]) -> Image.Image:
     return Image.fromarray(arr, mode="RGB")
 
 
-class DiffusionEditor(Editor):
-    """Base of the diffusers editors. Args common to all:
+def merge_tiny_overrides(*layers: Any) -> dict[str, dict[str, Any]]:
+    """Per component, later layers' settings over earlier ones (the class attribute, then the YAML kwarg)."""
+    out: dict[str, dict[str, Any]] = {}
+    for layer in layers:
+        for component, settings in dict(layer or {}).items():
+            out[str(component)] = {**out.get(str(component), {}), **dict(settings or {})}
+    return out
 
+
+class DiffusionEditor(Editor):
+    """Base of the diffusers editors: loads `self.pipe`, resizes in and out, batches, and seeds each query.
+
+    Subclasses set `prompt_kind`, `family` (which base pipeline to load: a key of
+    `benchmark.models.diffusion.FAMILIES`), `name`, and implement `_edit_chunk` and `hyperparameters`.
+
+    Args common to all:
     weights: 'pretrained' (hub id at a pinned revision) or 'tiny' (random weights, same classes).
     model_id, revision: the checkpoint on the Hugging Face hub.
     resolution: model input size in pixels (square).
     device, dtype: 'auto' = CUDA + fp16 when available, else CPU + fp32.
     max_batch: largest batch sent to the model at once (None: the harness's batch); halves on CUDA OOM.
+    tiny_overrides: changes to the tiny components for this editor (tiny profile only), merged over the class
+        attribute of the same name, e.g. `{"unet": {"block_out_channels": [32, 32, 64]}}`.
     """
 
     family: ClassVar[str] = "sd"
     name: ClassVar[str] = "diffusion"
+    # What this editor's pipeline needs beyond the shared tiny components (benchmark.models.diffusion.tiny_configs):
+    # {component: {setting: value}}, component one of unet, vae, text, scheduler. Empty: the shared tiny pipeline.
+    tiny_overrides: ClassVar[dict[str, dict[str, Any]]] = {}
 
     def __init__(self, *, weights: str, model_id: str, revision: str, resolution: int, device: str = "auto",
-                 dtype: str = "auto", max_batch: int | None = None) -> None:
+                 dtype: str = "auto", max_batch: int | None = None,
+                 tiny_overrides: dict[str, dict[str, Any]] | None = None) -> None:
         from benchmark.models.diffusion import load_pipeline
 
         self.resolution = int(resolution)
+        overrides = merge_tiny_overrides(type(self).tiny_overrides, tiny_overrides)
         self.pipe, self.provenance = load_pipeline(self.family, weights=weights, model_id=model_id, revision=revision,
-                                                   device=device, dtype=dtype, what=f"editor {self.name!r}")
+                                                   device=device, dtype=dtype, what=f"editor {self.name!r}",
+                                                   tiny_overrides=overrides)
         self.device = self.provenance["device"]
         self.runner = HalvingRunner(max_batch)
 
