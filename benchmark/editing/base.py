@@ -44,15 +44,6 @@ def to_pil(image: Any, size: tuple[int, int]) -> Image.Image:
     return Image.fromarray(arr, mode="RGB")
 
 
-def merge_tiny_overrides(*layers: Any) -> dict[str, dict[str, Any]]:
-    """Per component, later layers' settings over earlier ones (the class attribute, then the YAML kwarg)."""
-    out: dict[str, dict[str, Any]] = {}
-    for layer in layers:
-        for component, settings in dict(layer or {}).items():
-            out[str(component)] = {**out.get(str(component), {}), **dict(settings or {})}
-    return out
-
-
 class DiffusionEditor(Editor):
     """Base of the diffusers editors: loads `self.pipe`, resizes in and out, batches, and seeds each query.
 
@@ -78,13 +69,13 @@ class DiffusionEditor(Editor):
     def __init__(self, *, weights: str, model_id: str, revision: str, resolution: int, device: str = "auto",
                  dtype: str = "auto", max_batch: int | None = None,
                  tiny_overrides: dict[str, dict[str, Any]] | None = None) -> None:
-        from benchmark.models.diffusion import load_pipeline
+        from benchmark.models.diffusion import load_pipeline, merge_tiny_overrides
 
         self.resolution = int(resolution)
-        overrides = merge_tiny_overrides(type(self).tiny_overrides, tiny_overrides)
+        what = f"editor {self.name!r}"
+        overrides = merge_tiny_overrides(type(self).tiny_overrides, tiny_overrides, what=what)
         self.pipe, self.provenance = load_pipeline(self.family, weights=weights, model_id=model_id, revision=revision,
-                                                   device=device, dtype=dtype, what=f"editor {self.name!r}",
-                                                   tiny_overrides=overrides)
+                                                   device=device, dtype=dtype, what=what, tiny_overrides=overrides)
         self.device = self.provenance["device"]
         self.runner = HalvingRunner(max_batch)
 

@@ -87,6 +87,25 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def merge_tiny_overrides(*layers: Any, what: str = "an editor") -> dict[str, dict[str, Any]]:
+    """Overrides of several layers as one (`{component: {setting: value}}`): per component, a later layer's
+    settings replace an earlier one's (the editor class attribute first, then its YAML `tiny_overrides`)."""
+    from collections.abc import Mapping
+
+    out: dict[str, dict[str, Any]] = {}
+    for layer in layers:
+        layer = _plain(layer or {})
+        if not isinstance(layer, Mapping):
+            raise TinyOverrideError(f"tiny_overrides of {what} must map components to settings, not "
+                                    f"{type(layer).__name__}")
+        for component, settings in layer.items():
+            if not isinstance(settings or {}, Mapping):
+                raise TinyOverrideError(f"tiny_overrides of {what}: {component} must be a mapping of settings, "
+                                        f"not {type(settings).__name__}")
+            out[component] = {**out.get(component, {}), **(settings or {})}
+    return out
+
+
 def tiny_configs(overrides: dict[str, dict[str, Any]] | None = None, *, what: str = "an editor") -> dict[str, dict]:
     """The tiny component configs (keys of `TINY_COMPONENTS`) with `overrides` merged in, setting by setting.
 
