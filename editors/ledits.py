@@ -32,6 +32,7 @@ class LeditsPPEditor(DiffusionEditor):
     def __init__(self, *, steps: int, skip: float, source_guidance_scale: float, edit_guidance_scale: float,
                  edit_threshold: float, edit_warmup_steps: int, use_cross_attn_mask: bool, use_intersect_mask: bool,
                  **common: Any) -> None:
+        """Loads the SD pipeline (DiffusionEditor) and builds LEDITS++'s pipeline on its components."""
         from diffusers import DPMSolverMultistepScheduler, LEditsPPPipelineStableDiffusion
 
         super().__init__(**common)
@@ -47,11 +48,13 @@ class LeditsPPEditor(DiffusionEditor):
         self.ledits.set_progress_bar_config(disable=True)
 
     def _edit_chunk(self, items: Sequence[Item]) -> list[Any]:
+        """One (H, W, 3) float image in [0, 1] per item."""
         # One query at a time: the pipeline keeps the last inversion on itself and applies its editing prompts to
         # every image of that inversion, and the inversion draws its noise from one generator.
         return [self._edit_one(it, gen) for it, gen in zip(items, self.generators(items), strict=True)]
 
     def _edit_one(self, item: Item, gen: Any) -> Any:
+        """Invert the source under its caption, then edit toward the target caption; both draw from `gen`."""
         import torch
 
         p, q = self.ledits, item.query
@@ -65,6 +68,7 @@ class LeditsPPEditor(DiffusionEditor):
                      use_intersect_mask=self.use_intersect_mask, generator=gen, output_type="np").images[0]
 
     def hyperparameters(self) -> dict[str, Any]:
+        """Every setting that shapes the output, with how the query's captions are used."""
         return {"pipeline": "LEditsPPPipelineStableDiffusion", "scheduler": "DPMSolverMultistepScheduler (sde-dpmsolver++, 2)",
                 "inversion_prompt": "source_caption", "editing_prompt": "target_caption", "steps": self.steps,
                 "skip": self.skip, "source_guidance_scale": self.source_guidance_scale,

@@ -401,3 +401,23 @@ def test_ledits_target_caption_acts_only_through_edit_guidance(ledits, demo_qs):
     finally:
         ledits.edit_guidance_scale = scale
     assert np.array_equal(a0, b0)  # without edit guidance the target caption cannot matter
+
+
+def test_editor_interface_is_documented():
+    """Every public class, function and method of the editor interface says what it is and returns."""
+    documented_dunders = {"__init__", "__call__", "__enter__", "__exit__", "_edit_chunk"}
+    missing = []
+    for path in [ROOT / "benchmark" / "editor.py", *sorted((ROOT / "benchmark" / "editing").glob("*.py"))]:
+        def walk(node, prefix, path=path):
+            for child in node.body:
+                if isinstance(child, ast.FunctionDef | ast.ClassDef):
+                    public = not child.name.startswith("_") or child.name in documented_dunders
+                    if public and not ast.get_docstring(child):
+                        missing.append(f"{path.relative_to(ROOT)}:{child.lineno} {prefix}{child.name}")
+                    if isinstance(child, ast.ClassDef):
+                        walk(child, f"{prefix}{child.name}.")
+
+        tree = ast.parse(path.read_text())
+        assert ast.get_docstring(tree), path
+        walk(tree, "")
+    assert not missing

@@ -69,6 +69,7 @@ class DiffusionEditor(Editor):
     def __init__(self, *, weights: str, model_id: str, revision: str, resolution: int, device: str = "auto",
                  dtype: str = "auto", max_batch: int | None = None,
                  tiny_overrides: dict[str, dict[str, Any]] | None = None) -> None:
+        """Loads `self.pipe` for `family` from `weights` and records its provenance; see the class docstring."""
         from benchmark.models.diffusion import load_pipeline, merge_tiny_overrides
 
         self.resolution = int(resolution)
@@ -80,6 +81,7 @@ class DiffusionEditor(Editor):
         self.runner = HalvingRunner(max_batch)
 
     def edit(self, queries: Sequence[Query], images: Sequence[Image.Image], *, seeds: Sequence[int]) -> list[Image.Image]:
+        """One PIL RGB image per query at its source's size: `edit_deferred` with every output finished at once."""
         return [finish() for finish in self.edit_deferred(queries, images, seeds=seeds)]
 
     def edit_deferred(self, queries: Sequence[Query], images: Sequence[Image.Image], *, seeds: Sequence[int],
@@ -94,7 +96,7 @@ class DiffusionEditor(Editor):
         return [functools.partial(to_pil, o, im.size) for o, im in zip(outs, images, strict=True)]
 
     def prepare(self, image: Image.Image) -> Image.Image:
-        """The source at the model resolution."""
+        """The source as PIL RGB at the model resolution (square `resolution`, bicubic): what `Item.image` holds."""
         return image.convert("RGB").resize((self.resolution, self.resolution), Image.Resampling.BICUBIC)
 
     def generators(self, items: Sequence[Item]) -> list[Any]:
@@ -111,13 +113,20 @@ class DiffusionEditor(Editor):
         return lat.to(self.device, self.pipe.unet.dtype)
 
     def _edit_chunk(self, items: Sequence[Item]) -> list[Any]:
-        """Float images in [0, 1] at the model resolution, one per item: (H, W, 3) numpy arrays or CPU tensors (the
-        stage finishes them on its writer thread while the device runs the next batch)."""
+        """What subclasses implement: run the model on `items` (at most `max_batch` of them).
+
+        Must return float images in [0, 1] at the model resolution, one per item, in order: (H, W, 3) numpy arrays
+        or CPU tensors (the stage finishes them on its writer thread while the device runs the next batch). Item
+        i's output must not depend on the other items: draw noise from `self.generators(items)`."""
         raise NotImplementedError
 
     def hyperparameters(self) -> dict[str, Any]:
+        """Every setting of the subclass that shapes the output (pipeline, scheduler, steps, guidance ...), as a
+        JSON-serialisable dict; `info()` merges it with the weights' provenance."""
         raise NotImplementedError
 
     def info(self) -> dict[str, Any]:
+        """name, prompt_kind, weights provenance (weights, model_id, revision, device, dtype, pipeline; tiny
+        overrides when any), resolution and `hyperparameters()`: a JSON-serialisable dict."""
         return {"name": self.name, "prompt_kind": self.prompt_kind, **self.provenance, "resolution": self.resolution,
                 **self.hyperparameters()}
