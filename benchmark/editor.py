@@ -40,13 +40,16 @@ def set_max_prompt_chars(n: int) -> None:
 
 
 class Editor(abc.ABC):
-    """Base class of editors. Subclasses set `prompt_kind` and implement `edit` and `info`."""
+    """Base class of editors. Subclasses set `prompt_kind` and implement `edit` and `info`; `prepare` and
+    `edit_deferred` are optional (the guide: docs/editors.md)."""
 
     prompt_kind: ClassVar[Literal["instruction", "description"]]
 
     @abc.abstractmethod
     def edit(self, queries: Sequence[Query], images: Sequence[Image.Image], *, seeds: Sequence[int]) -> list[Image.Image]:
-        """Exactly one RGB image per query, same order; output must not depend on batch composition."""
+        """Exactly one PIL RGB image per query, same order, each the size of its source image; randomness only from
+        `seeds` (one per query); query i's output must not depend on the rest of the batch. Raising fails the batch
+        (each query is then retried alone)."""
 
     @abc.abstractmethod
     def info(self) -> dict[str, Any]:

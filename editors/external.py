@@ -29,6 +29,14 @@ class AmbiguousEditError(ValueError):
 
 
 class ExternalEdits(Editor):
+    """Returns the image of each query from `folder` instead of generating one.
+
+    Args:
+        folder: the edited images, named by query id (see the module docstring).
+        prompt_kind: the family of the model that made them (instruction or description).
+        label: a name for the leaderboard.
+    """
+
     def __init__(self, folder: str, prompt_kind: str = "instruction", label: str = "external") -> None:
         if prompt_kind not in ("instruction", "description"):
             raise ValueError(f"prompt_kind must be instruction or description, not {prompt_kind!r}")
@@ -68,6 +76,7 @@ class ExternalEdits(Editor):
         return hits[0] if hits else None
 
     def missing(self, query_ids: Sequence[str]) -> list[str]:
+        """The ids among `query_ids` that have no file in the folder."""
         return [q for q in query_ids if self.find(q) is None]
 
     def edit(self, queries: Sequence[Query], images: Sequence[Image.Image], *, seeds: Sequence[int]) -> list[Image.Image]:

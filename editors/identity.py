@@ -12,6 +12,8 @@ from benchmark.types import Query
 
 
 class IdentityEditor(Editor):
+    """Returns a copy of each source image. No arguments, no weights, no randomness."""
+
     prompt_kind: ClassVar[Literal["instruction", "description"]] = "instruction"
 
     def edit(self, queries: Sequence[Query], images: Sequence[Image.Image], *, seeds: Sequence[int]) -> list[Image.Image]:

@@ -8,4 +8,6 @@ from benchmark.editing.ip2p import Pix2PixEditor
 
 
 class InstructPix2PixEditor(Pix2PixEditor):
+    """InstructPix2Pix weights (configs/editor/ip2p.yaml) on the shared `Pix2PixEditor`; args are Pix2PixEditor's."""
+
     name: ClassVar[str] = "ip2p"

@@ -8,4 +8,6 @@ from benchmark.editing.ip2p import Pix2PixEditor
 
 
 class MagicBrushEditor(Pix2PixEditor):
+    """MagicBrush weights (configs/editor/magicbrush.yaml) on the shared `Pix2PixEditor`; args are Pix2PixEditor's."""
+
     name: ClassVar[str] = "magicbrush"

@@ -262,7 +262,7 @@ def test_cuda_defaults_to_fp16_and_sdpa():
     assert all(isinstance(p, AttnProcessor2_0) for p in pipe.unet.attn_processors.values())
 
 
-DIFFUSION_EDITORS = ["ip2p", "magicbrush", "sdedit", "diffedit", "p2p", "imagic"]
+DIFFUSION_EDITORS = ["ip2p", "magicbrush", "sdedit", "diffedit", "p2p", "imagic", "ledits"]
 
 
 @pytest.mark.weights

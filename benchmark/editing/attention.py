@@ -133,6 +133,7 @@ class AttentionController:
     def __init__(self, edits: Sequence[TokenEdit], *, num_steps: int, cross_replace_steps: float,
                  self_replace_steps: float, self_replace_max_tokens: int,
                  recorder: Callable[[int, bool, Any, Any], None] | None = None) -> None:
+        """Builds the controller for one batch; the sampling loop then sets `step` before each UNet call."""
         self.edits = list(edits)
         self.cross_until = int(cross_replace_steps * num_steps)
         self.self_until = int(self_replace_steps * num_steps)
@@ -182,10 +183,13 @@ class ControlledAttnProcessor:
     """A diffusers attention processor that materialises the probabilities and passes them through a controller."""
 
     def __init__(self, controller: AttentionController) -> None:
+        """Wraps `controller`; one processor instance is shared by every attention layer."""
         self.controller = controller
 
     def __call__(self, attn: Any, hidden_states: Any, encoder_hidden_states: Any = None, attention_mask: Any = None,
                  temb: Any = None, *args: Any, **kwargs: Any) -> Any:
+        """Attention of one layer with the probabilities passed through the controller; returns the layer's output
+        (hidden states of the input's shape), as diffusers' own processors do."""
         import torch
 
         is_cross = encoder_hidden_states is not None
@@ -206,12 +210,15 @@ class controlled_attention:  # noqa: N801 - used as a context manager, reads lik
     """Install `ControlledAttnProcessor(controller)` on every attention layer of `unet`; restore on exit."""
 
     def __init__(self, unet: Any, controller: AttentionController) -> None:
+        """Nothing is installed until the `with` block is entered."""
         self.unet, self.controller = unet, controller
 
     def __enter__(self) -> AttentionController:
+        """Save the UNet's processors, install the controlled one; returns the controller."""
         self.saved = dict(self.unet.attn_processors)
         self.unet.set_attn_processor(ControlledAttnProcessor(self.controller))
         return self.controller
 
     def __exit__(self, *exc: object) -> None:
+        """Put the saved processors back, also when the block raised."""
         self.unet.set_attn_processor(self.saved)

@@ -45,29 +45,43 @@ def to_pil(image: Any, size: tuple[int, int]) -> Image.Image:
 
 
 class DiffusionEditor(Editor):
-    """Base of the diffusers editors. Args common to all:
+    """Base of the diffusers editors: loads `self.pipe`, resizes in and out, batches, and seeds each query.
 
+    Subclasses set `prompt_kind`, `family` (which base pipeline to load: a key of
+    `benchmark.models.diffusion.FAMILIES`), `name`, and implement `_edit_chunk` and `hyperparameters`.
+
+    Args common to all:
     weights: 'pretrained' (hub id at a pinned revision) or 'tiny' (random weights, same classes).
     model_id, revision: the checkpoint on the Hugging Face hub.
     resolution: model input size in pixels (square).
     device, dtype: 'auto' = CUDA + fp16 when available, else CPU + fp32.
     max_batch: largest batch sent to the model at once (None: the harness's batch); halves on CUDA OOM.
+    tiny_overrides: changes to the tiny components for this editor (tiny profile only), merged over the class
+        attribute of the same name, e.g. `{"unet": {"block_out_channels": [32, 32, 64]}}`.
     """
 
     family: ClassVar[str] = "sd"
     name: ClassVar[str] = "diffusion"
+    # What this editor's pipeline needs beyond the shared tiny components (benchmark.models.diffusion.tiny_configs):
+    # {component: {setting: value}}, component one of unet, vae, text, scheduler. Empty: the shared tiny pipeline.
+    tiny_overrides: ClassVar[dict[str, dict[str, Any]]] = {}
 
     def __init__(self, *, weights: str, model_id: str, revision: str, resolution: int, device: str = "auto",
-                 dtype: str = "auto", max_batch: int | None = None) -> None:
-        from benchmark.models.diffusion import load_pipeline
+                 dtype: str = "auto", max_batch: int | None = None,
+                 tiny_overrides: dict[str, dict[str, Any]] | None = None) -> None:
+        """Loads `self.pipe` for `family` from `weights` and records its provenance; see the class docstring."""
+        from benchmark.models.diffusion import load_pipeline, merge_tiny_overrides
 
         self.resolution = int(resolution)
+        what = f"editor {self.name!r}"
+        overrides = merge_tiny_overrides(type(self).tiny_overrides, tiny_overrides, what=what)
         self.pipe, self.provenance = load_pipeline(self.family, weights=weights, model_id=model_id, revision=revision,
-                                                   device=device, dtype=dtype, what=f"editor {self.name!r}")
+                                                   device=device, dtype=dtype, what=what, tiny_overrides=overrides)
         self.device = self.provenance["device"]
         self.runner = HalvingRunner(max_batch)
 
     def edit(self, queries: Sequence[Query], images: Sequence[Image.Image], *, seeds: Sequence[int]) -> list[Image.Image]:
+        """One PIL RGB image per query at its source's size: `edit_deferred` with every output finished at once."""
         return [finish() for finish in self.edit_deferred(queries, images, seeds=seeds)]
 
     def edit_deferred(self, queries: Sequence[Query], images: Sequence[Image.Image], *, seeds: Sequence[int],
@@ -82,7 +96,7 @@ class DiffusionEditor(Editor):
         return [functools.partial(to_pil, o, im.size) for o, im in zip(outs, images, strict=True)]
 
     def prepare(self, image: Image.Image) -> Image.Image:
-        """The source at the model resolution."""
+        """The source as PIL RGB at the model resolution (square `resolution`, bicubic): what `Item.image` holds."""
         return image.convert("RGB").resize((self.resolution, self.resolution), Image.Resampling.BICUBIC)
 
     def generators(self, items: Sequence[Item]) -> list[Any]:
@@ -99,13 +113,20 @@ class DiffusionEditor(Editor):
         return lat.to(self.device, self.pipe.unet.dtype)
 
     def _edit_chunk(self, items: Sequence[Item]) -> list[Any]:
-        """Float images in [0, 1] at the model resolution, one per item: (H, W, 3) numpy arrays or CPU tensors (the
-        stage finishes them on its writer thread while the device runs the next batch)."""
+        """What subclasses implement: run the model on `items` (at most `max_batch` of them).
+
+        Must return float images in [0, 1] at the model resolution, one per item, in order: (H, W, 3) numpy arrays
+        or CPU tensors (the stage finishes them on its writer thread while the device runs the next batch). Item
+        i's output must not depend on the other items: draw noise from `self.generators(items)`."""
         raise NotImplementedError
 
     def hyperparameters(self) -> dict[str, Any]:
+        """Every setting of the subclass that shapes the output (pipeline, scheduler, steps, guidance ...), as a
+        JSON-serialisable dict; `info()` merges it with the weights' provenance."""
         raise NotImplementedError
 
     def info(self) -> dict[str, Any]:
+        """name, prompt_kind, weights provenance (weights, model_id, revision, device, dtype, pipeline; tiny
+        overrides when any), resolution and `hyperparameters()`: a JSON-serialisable dict."""
         return {"name": self.name, "prompt_kind": self.prompt_kind, **self.provenance, "resolution": self.resolution,
                 **self.hyperparameters()}

@@ -25,9 +25,11 @@ class HalvingRunner:
     """
 
     def __init__(self, max_batch: int | None = None) -> None:
+        """`max_batch`: largest chunk tried first (None: the whole call's items)."""
         self.max_batch = max_batch
 
     def __call__(self, fn: Callable[[Sequence[T]], list[R]], items: Sequence[T]) -> list[R]:
+        """`fn`'s results for all `items`, in order (`fn` must return one result per item of its chunk)."""
         out: list[R] = []
         i = 0
         while i < len(items):

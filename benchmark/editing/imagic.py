@@ -86,10 +86,12 @@ class FinetuneCache:
     multirun sweep over eta (one editor instance per job) reuses the fine-tune."""
 
     def __init__(self) -> None:
+        """An empty cache; capacity is given per `put` (the editor's `cache_size`)."""
         self.entries: OrderedDict[str, tuple[Any, dict[str, Any]]] = OrderedDict()
         self.hits = self.misses = 0
 
     def get(self, key: str) -> tuple[Any, dict[str, Any]] | None:
+        """The cached (embedding, UNet state) of `key`, marked most recently used; None on a miss."""
         if key in self.entries:
             self.entries.move_to_end(key)
             self.hits += 1
@@ -98,6 +100,7 @@ class FinetuneCache:
         return None
 
     def put(self, key: str, value: tuple[Any, dict[str, Any]], capacity: int) -> None:
+        """Store `value`, evicting the least recently used entries beyond `capacity` (0: store nothing)."""
         if capacity <= 0:
             return
         self.entries[key] = value

@@ -23,6 +23,7 @@ class DDIMGrid:
     stride: int             # T // n
 
     def alpha(self, t: int) -> Any:
+        """alpha_cumprod at timestep `t` (a 0-d tensor); t < 0 means the final alpha."""
         return self.alphas_cumprod[t] if t >= 0 else self.alphas_cumprod.new_tensor(self.final_alpha)
 
 
@@ -94,6 +95,7 @@ def guided_eps(unet: Any, x: Any, t: Any, uncond: Any, cond: Any, guidance: floa
 
 
 def torch_cat(xs: Sequence[Any]) -> Any:
+    """`torch.cat` of a sequence of tensors along the batch axis."""
     import torch
 
     return torch.cat(list(xs))

@@ -20,6 +20,7 @@ class Pix2PixEditor(DiffusionEditor):
 
     def __init__(self, *, scheduler: str, steps: int, guidance_scale: float, image_guidance_scale: float,
                  **common: Any) -> None:
+        """Loads the `ip2p` pipeline (DiffusionEditor) and sets its scheduler."""
         from benchmark.models.diffusion import set_scheduler
 
         super().__init__(**common)
@@ -28,6 +29,7 @@ class Pix2PixEditor(DiffusionEditor):
         set_scheduler(self.pipe, scheduler)
 
     def _edit_chunk(self, items: Sequence[Item]) -> list[Any]:
+        """One (H, W, 3) float image in [0, 1] per item: the instruction-guided edit, start noise drawn per query."""
         import torch
 
         gens = self.generators(items)
@@ -40,5 +42,6 @@ class Pix2PixEditor(DiffusionEditor):
             ).images)
 
     def hyperparameters(self) -> dict[str, Any]:
+        """Sampler settings that shape the output (merged into `info()`)."""
         return {"scheduler": self.scheduler, "steps": self.steps, "guidance_scale": self.guidance_scale,
                 "image_guidance_scale": self.image_guidance_scale}

@@ -4,6 +4,11 @@
 - `tiny`: random-weight components of the same classes (UNet2DConditionModel, AutoencoderKL, CLIPTextModel, a real
   CLIP tokenizer, the SD scheduler), saved once with `save_pretrained` into a content-keyed cache folder, then loaded
   with the very same `from_pretrained` call. Sizes follow diffusers' own fast-test components.
+
+The shared tiny components are "the real architecture, smaller". An editor whose pipeline needs something they
+lack (LEDITS++ reads cross-attention maps at 1/4 of the latent size, which the two-level tiny UNet does not have)
+declares `tiny_overrides` in its own class or YAML; `tiny_configs` merges them into a pipeline cached apart, so no
+other editor's tiny weights change.
 """
 
 from __future__ import annotations
@@ -45,7 +50,89 @@ FAMILIES = {
 TINY_SEED = 0  # random weights are seeded so the tiny cache folder's content is a function of its key
 
 
-def _build_tiny(family: str, scheduler: str, path: Path) -> None:
+# The component configs an editor may override for its tiny pipeline (`DiffusionEditor.tiny_overrides`), and the
+# shared value each starts from. "scheduler" is the noise schedule every scheduler class reads from its config.
+TINY_COMPONENTS: dict[str, dict[str, Any]] = {"unet": TINY_UNET, "vae": TINY_VAE, "text": TINY_TEXT,
+                                              "scheduler": SD_SCHEDULER}
+
+
+class TinyOverrideError(ValueError):
+    """An editor's `tiny_overrides` names a component or a setting the tiny pipeline does not have."""
+
+
+def _accepted_keys(component: str) -> set[str] | None:
+    """Settings a component's class takes (None: any; scheduler classes each read their own subset)."""
+    import inspect
+
+    import diffusers
+    from transformers import CLIPTextConfig
+
+    if component == "unet":
+        return set(inspect.signature(diffusers.UNet2DConditionModel.__init__).parameters) - {"self"}
+    if component == "vae":
+        return set(inspect.signature(diffusers.AutoencoderKL.__init__).parameters) - {"self"}
+    if component == "text":
+        return set(CLIPTextConfig().to_dict())
+    return None
+
+
+def _plain(value: Any) -> Any:
+    """OmegaConf containers (from a YAML `tiny_overrides`) as plain dicts and lists, so they hash and serialise."""
+    from collections.abc import Mapping
+
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple) or type(value).__name__ == "ListConfig":
+        return [_plain(v) for v in value]
+    return value
+
+
+def merge_tiny_overrides(*layers: Any, what: str = "an editor") -> dict[str, dict[str, Any]]:
+    """Overrides of several layers as one (`{component: {setting: value}}`): per component, a later layer's
+    settings replace an earlier one's (the editor class attribute first, then its YAML `tiny_overrides`)."""
+    from collections.abc import Mapping
+
+    out: dict[str, dict[str, Any]] = {}
+    for layer in layers:
+        layer = _plain(layer or {})
+        if not isinstance(layer, Mapping):
+            raise TinyOverrideError(f"tiny_overrides of {what} must map components to settings, not "
+                                    f"{type(layer).__name__}")
+        for component, settings in layer.items():
+            if not isinstance(settings or {}, Mapping):
+                raise TinyOverrideError(f"tiny_overrides of {what}: {component} must be a mapping of settings, "
+                                        f"not {type(settings).__name__}")
+            out[component] = {**out.get(component, {}), **(settings or {})}
+    return out
+
+
+def tiny_configs(overrides: dict[str, dict[str, Any]] | None = None, *, what: str = "an editor") -> dict[str, dict]:
+    """The tiny component configs (keys of `TINY_COMPONENTS`) with `overrides` merged in, setting by setting.
+
+    `overrides` maps a component to the settings that replace the shared ones (a list replaces the whole list):
+    `{"unet": {"block_out_channels": [32, 32, 64], ...}}`. An unknown component or setting raises
+    `TinyOverrideError` naming `what` and the valid names, before anything is built.
+    """
+    overrides = _plain(overrides or {})
+    unknown = sorted(set(overrides) - set(TINY_COMPONENTS))
+    if unknown:
+        raise TinyOverrideError(f"tiny_overrides of {what}: unknown component(s) {', '.join(unknown)}; "
+                                f"valid: {', '.join(TINY_COMPONENTS)}")
+    out = {}
+    for name, base in TINY_COMPONENTS.items():
+        extra = overrides.get(name) or {}
+        if not isinstance(extra, dict):
+            raise TinyOverrideError(f"tiny_overrides of {what}: {name} must be a mapping of settings, not "
+                                    f"{type(extra).__name__}")
+        accepted = _accepted_keys(name) if extra else None
+        bad = sorted(set(extra) - accepted) if accepted is not None else []
+        if bad:
+            raise TinyOverrideError(f"tiny_overrides of {what}: {name} has no setting(s) {', '.join(bad)}")
+        out[name] = {**base, **extra}
+    return out
+
+
+def _build_tiny(family: str, scheduler: str, configs: dict[str, dict], path: Path) -> None:
     import diffusers
     import torch
     from transformers import CLIPTextConfig, CLIPTextModel
@@ -54,22 +141,28 @@ def _build_tiny(family: str, scheduler: str, path: Path) -> None:
 
     torch.manual_seed(TINY_SEED)
     spec = FAMILIES[family]
-    unet = diffusers.UNet2DConditionModel(in_channels=spec["unet_in_channels"], **TINY_UNET)
-    vae = diffusers.AutoencoderKL(**TINY_VAE)
-    text_encoder = CLIPTextModel(CLIPTextConfig(**TINY_TEXT))
+    unet = diffusers.UNet2DConditionModel(**{"in_channels": spec["unet_in_channels"], **configs["unet"]})
+    vae = diffusers.AutoencoderKL(**configs["vae"])
+    text_encoder = CLIPTextModel(CLIPTextConfig(**configs["text"]))
     sched_cls = getattr(diffusers, scheduler)
-    sched = sched_cls.from_config({k: v for k, v in SD_SCHEDULER.items()})
+    sched = sched_cls.from_config(dict(configs["scheduler"]))
     pipe_cls = getattr(diffusers, spec["pipeline"])
     pipe = pipe_cls(vae=vae, text_encoder=text_encoder, tokenizer=build_clip_tokenizer(), unet=unet, scheduler=sched,
                     safety_checker=None, feature_extractor=None, requires_safety_checker=False)
     pipe.save_pretrained(str(path))
 
 
-def tiny_pipeline_dir(family: str, scheduler: str = "PNDMScheduler") -> Path:
-    """Cache folder of a tiny random-weight pipeline of `family` ('sd' or 'ip2p'), built on first use."""
-    config = {"family": family, "scheduler": scheduler, "unet": TINY_UNET, "vae": TINY_VAE, "text": TINY_TEXT,
-              "sched": SD_SCHEDULER, "seed": TINY_SEED, "pipeline": FAMILIES[family]}
-    return tiny_model_dir(f"diffusion-{family}", config, lambda p: _build_tiny(family, scheduler, p))
+def tiny_pipeline_dir(family: str, scheduler: str = "PNDMScheduler",
+                      overrides: dict[str, dict[str, Any]] | None = None, *, what: str = "an editor") -> Path:
+    """Cache folder of a tiny random-weight pipeline of `family` ('sd' or 'ip2p'), built on first use.
+
+    `overrides`: an editor's changes to the shared tiny components (see `tiny_configs`). Without any, the folder
+    (and so every existing editor's tiny weights) is exactly the shared one; with some, it is a folder of its own.
+    """
+    configs = tiny_configs(overrides, what=what)
+    config = {"family": family, "scheduler": scheduler, "unet": configs["unet"], "vae": configs["vae"],
+              "text": configs["text"], "sched": configs["scheduler"], "seed": TINY_SEED, "pipeline": FAMILIES[family]}
+    return tiny_model_dir(f"diffusion-{family}", config, lambda p: _build_tiny(family, scheduler, configs, p))
 
 
 def resolve_device(device: str) -> str:
@@ -99,11 +192,13 @@ def load_pipeline(
     device: str = "auto",
     dtype: str = "auto",
     what: str = "a diffusion editor",
+    tiny_overrides: dict[str, dict[str, Any]] | None = None,
 ) -> tuple[Any, dict[str, Any]]:
     """Load the base pipeline of `family` from `weights` ('pretrained' | 'tiny'); returns (pipeline, provenance).
 
     Both sources go through `PipelineClass.from_pretrained(source)`. A missing pretrained checkpoint raises
-    `WeightsUnavailableError` naming it and the `PROFILE=tiny` fallback. The safety checker is not loaded: a
+    `WeightsUnavailableError` naming it and the `PROFILE=tiny` fallback. `tiny_overrides` (see `tiny_configs`)
+    change the tiny components only; the pretrained checkpoint is what it is. The safety checker is not loaded: a
     benchmark must score what the model made, and a blanked image would be recorded as a failure anyway.
     """
     import diffusers
@@ -113,8 +208,11 @@ def load_pipeline(
     torch_dtype = resolve_dtype(dtype, dev)
     cls = getattr(diffusers, FAMILIES[family]["pipeline"])
     if weights == "tiny":
-        source, kwargs = str(tiny_pipeline_dir(family)), {}
+        overrides = {k: v for k, v in _plain(tiny_overrides or {}).items() if v}
+        source, kwargs = str(tiny_pipeline_dir(family, overrides=overrides, what=what)), {}
         prov = {"weights": "tiny", "model_id": f"tiny-{family}", "revision": Path(source).name}
+        if overrides:  # only then: the provenance (and run folder) of editors without overrides is unchanged
+            prov["tiny_overrides"] = overrides
     else:
         source, kwargs = model_id, {"revision": revision}
         prov = {"weights": "pretrained", "model_id": model_id, "revision": revision}
