@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -81,3 +82,26 @@ def read_jsonl_tolerant(path: Path) -> list[dict[str, Any]]:
                 break
             raise ValueError(f"{path}:{i + 1}: corrupt log line (not the last one, so not an interrupted write)") from None
     return out
+
+
+# `atomic_path`'s temporary names: "." + final name + "." + mkstemp's 8 random characters + ".tmp"
+TMP_NAME = re.compile(r"\..+\.[a-z0-9_]{8}\.tmp")
+TMP_GRACE_S = 60.0  # a temp file this much older than the run start is certainly not a concurrent shard's
+
+
+def remove_stale_tmp(folder: Path, started: float, grace_s: float = TMP_GRACE_S) -> list[Path]:
+    """Delete `atomic_path` leftovers (a writer killed before its rename) under `folder`: only names matching
+    `TMP_NAME` last modified before `started - grace_s` (so a shard writing concurrently keeps its own)."""
+    removed = []
+    for root, _dirs, files in os.walk(folder):
+        for name in files:
+            if not TMP_NAME.fullmatch(name):
+                continue
+            p = Path(root) / name
+            try:
+                if p.is_file() and not p.is_symlink() and p.stat().st_mtime < started - grace_s:
+                    p.unlink()
+                    removed.append(p)
+            except FileNotFoundError:
+                continue
+    return removed
