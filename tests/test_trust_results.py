@@ -258,15 +258,34 @@ def test_a_garbage_part_is_moved_aside_and_its_rows_recomputed(tmp_path):
 
 
 def test_stale_tmp_files_are_removed_and_nothing_else(tmp_path):
-    old, fresh = tmp_path / "edits" / ".q1.png.ab12cd_3.tmp", tmp_path / ".run.json.zzzzzzzz.tmp"
-    other = tmp_path / "edits" / "notes.tmp"
-    for p in (old, fresh, other):
+    import subprocess
+
+    from benchmark.fileio import _TMP_OWNER, TMP_NAME, _host, atomic_path
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    host, now = _host(), time.time()
+    with atomic_path(tmp_path / "real.txt") as real_tmp:  # the pattern remove_stale_tmp matches is atomic_path's own
+        pass
+    files = {  # name -> (age in s, expected to be removed)
+        "edits/.q1.png.ab12cd_3.tmp": (3600, True),  # old, from before the owner was recorded
+        f"edits/.q2.png.{host}-{dead.pid}.abcdefgh.tmp": (1, True),  # its writer on this host is gone
+        f".run.json.{host}-{os.getppid()}.zzzzzzzz.tmp": (1, False),  # a live writer (a concurrent shard)
+        ".run.json.otherhost-1.zzzzzzzz.tmp": (1, False),  # another machine's writer, still fresh
+        f".x.{host}-{dead.pid}.abcdefgh.tmp": (-5, False),  # newer than the run start
+        "edits/notes.tmp": (3600, False),  # not atomic_path's pattern
+        f"edits/.q3.png.{host}-{os.getpid()}.abcdefgh.tmp": (1, True),  # this process, from before this run
+    }
+    for name, (age, _) in files.items():
+        p = tmp_path / name
         p.parent.mkdir(exist_ok=True)
         p.write_text("x")
-    os.utime(old, (time.time() - 3600, time.time() - 3600))
-    os.utime(other, (time.time() - 3600, time.time() - 3600))
-    assert remove_stale_tmp(tmp_path, time.time()) == [old]
-    assert fresh.exists() and other.exists()
+        os.utime(p, (now - age, now - age))
+    assert not real_tmp.exists() and (tmp_path / "real.txt").exists()
+    owner = _TMP_OWNER.fullmatch(real_tmp.name)
+    assert TMP_NAME.fullmatch(real_tmp.name) and owner and owner["pid"] == str(os.getpid())
+    assert remove_stale_tmp(tmp_path, now) == sorted(tmp_path / n for n, (_, gone) in files.items() if gone)
+    assert all((tmp_path / n).exists() for n, (_, gone) in files.items() if not gone)
 
 
 # -- end to end: selections, shards, resumption ------------------------------------------------------------------
