@@ -39,8 +39,12 @@ def _cmd(results: Path, qs_root: Path) -> tuple[list[str], dict[str, str]]:
 
 
 def _snapshot(results: Path) -> dict[str, bytes]:
-    """Everything a user reads: the leaderboards and every edit PNG."""
-    out = {n: (results / n).read_bytes() for n in TABLES}
+    """Everything a user reads: the leaderboards and every edit PNG. `git_sha` is left out of the comparison only
+    because a commit made while the test runs would change it between the runs; every other value must match."""
+    import pandas as pd
+
+    out = {n: pd.read_csv(results / n, dtype=str, keep_default_na=False).drop(columns="git_sha").to_csv().encode()
+           for n in TABLES}
     out |= {f"edits/{p.name}": p.read_bytes() for p in results.glob("runs/*/*/edits/*.png")}
     return out
 
