@@ -123,12 +123,14 @@ def _is_stale(name: str, mtime: float, started: float, grace_s: float) -> bool:
     return pid == os.getpid() or not _pid_alive(pid)  # ours from before this run, or its writer is gone
 
 
-def remove_stale_tmp(folder: Path, started: float, grace_s: float = TMP_GRACE_S) -> list[Path]:
+def remove_stale_tmp(folder: Path, started: float, grace_s: float = TMP_GRACE_S, recursive: bool = True) -> list[Path]:
     """Delete `atomic_path` leftovers (a writer killed before its rename) under `folder`: only names matching
     `TMP_NAME`, modified before `started`, and either written by a process of this host that no longer runs or
     older than `started - grace_s` (so a shard writing concurrently, here or on another host, keeps its own)."""
     removed = []
-    for root, _dirs, files in os.walk(folder):
+    for root, dirs, files in os.walk(folder):
+        if not recursive:
+            dirs.clear()
         for name in files:
             if not TMP_NAME.fullmatch(name):
                 continue

@@ -74,8 +74,9 @@ def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
     results = Path(cfg.paths.results)
     run_dir = results / "runs" / f"{full.name}-{full.short_hash}" / f"{editor_name}-{sig}"
     run_dir.mkdir(parents=True, exist_ok=True)
-    # leftovers of writers killed before their rename (issue 11); only files older than this run
+    # leftovers of writers killed before their rename (issue 11): in the run folder, and the leaderboards' own
     remove_stale_tmp(run_dir, started)
+    remove_stale_tmp(results, started, recursive=False)
     meta = {
         "queryset": full.name, "queryset_hash": full.hash, "queryset_size": len(full),
         "selection": {"shard": [int(cfg.shard.index), int(cfg.shard.count)], "limit": cfg.limit, "n_selected": len(qs)},

@@ -276,6 +276,7 @@ def test_stale_tmp_files_are_removed_and_nothing_else(tmp_path):
         "edits/notes.tmp": (3600, False),  # not atomic_path's pattern
         f"edits/.q3.png.{host}-{os.getpid()}.abcdefgh.tmp": (1, True),  # this process, from before this run
     }
+    files_list = list(files)
     for name, (age, _) in files.items():
         p = tmp_path / name
         p.parent.mkdir(exist_ok=True)
@@ -284,6 +285,8 @@ def test_stale_tmp_files_are_removed_and_nothing_else(tmp_path):
     assert not real_tmp.exists() and (tmp_path / "real.txt").exists()
     owner = _TMP_OWNER.fullmatch(real_tmp.name)
     assert TMP_NAME.fullmatch(real_tmp.name) and owner and owner["pid"] == str(os.getpid())
+    top = remove_stale_tmp(tmp_path, now, recursive=False)
+    assert top == [] and (tmp_path / files_list[0]).exists()  # the old one is in edits/: not at the top level
     assert remove_stale_tmp(tmp_path, now) == sorted(tmp_path / n for n, (_, gone) in files.items() if gone)
     assert all((tmp_path / n).exists() for n, (_, gone) in files.items() if not gone)
 
