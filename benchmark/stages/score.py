@@ -198,10 +198,11 @@ def _index_for(queryset: QuerySet, full_set: QuerySet | None, out_dir: Path,
                excluded: Callable[[Query], str] | None = None) -> QueryIndex:
     """Write (if changed) and return the index of the full query set this selection belongs to."""
     full = full_set if full_set is not None else queryset
-    if full.hash != queryset.hash:
-        raise ValueError(f"selection of {queryset.name} ({queryset.short_hash}) scored against another set "
-                         f"{full.name} ({full.short_hash})")
-    return write_query_index(out_dir, full, excluded)
+    index = write_query_index(out_dir, full, excluded)
+    stray = [q.id for q in queryset.queries if q.id not in index.ids]
+    if stray:  # a programming error, not bad input: the selection must come from the set it is counted against
+        raise ValueError(f"{len(stray)} selected queries (e.g. {stray[:3]}) are not in the full set {full.name}")
+    return index
 
 
 class _PartWriter:
