@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import socket
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -15,7 +17,8 @@ from typing import IO, Any
 def atomic_path(path: Path) -> Iterator[Path]:
     """Yield a temporary path in the same folder; rename it over `path` only if the block succeeds."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    # the owner (host, pid) in the name lets a later run tell a killed writer's leftover from a live one's
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{_owner()}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
         yield Path(tmp)
@@ -81,3 +84,61 @@ def read_jsonl_tolerant(path: Path) -> list[dict[str, Any]]:
                 break
             raise ValueError(f"{path}:{i + 1}: corrupt log line (not the last one, so not an interrupted write)") from None
     return out
+
+
+# `atomic_path`'s temporary names: "." + final name + "." + host-pid + "." + mkstemp's 8 random characters + ".tmp"
+# (files from before the owner was recorded have no host-pid part)
+TMP_NAME = re.compile(r"\..+\.[a-z0-9_]{8}\.tmp")
+_TMP_OWNER = re.compile(r"\..+\.(?P<host>[A-Za-z0-9-]+)-(?P<pid>[0-9]+)\.[a-z0-9_]{8}\.tmp")
+TMP_GRACE_S = 60.0  # a temp file this much older than the run start is certainly not a concurrent writer's
+
+
+def _host() -> str:
+    return re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname()) or "host"
+
+
+def _owner() -> str:
+    return f"{_host()}-{os.getpid()}"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def _is_stale(name: str, mtime: float, started: float, grace_s: float) -> bool:
+    if mtime >= started:  # written since this run began: possibly its own
+        return False
+    if mtime < started - grace_s:
+        return True
+    m = _TMP_OWNER.fullmatch(name)
+    if m is None or m["host"] != _host():  # another machine's writer (shared folder): only the grace rule applies
+        return False
+    pid = int(m["pid"])
+    return pid == os.getpid() or not _pid_alive(pid)  # ours from before this run, or its writer is gone
+
+
+def remove_stale_tmp(folder: Path, started: float, grace_s: float = TMP_GRACE_S, recursive: bool = True) -> list[Path]:
+    """Delete `atomic_path` leftovers (a writer killed before its rename) under `folder`: only names matching
+    `TMP_NAME`, modified before `started`, and either written by a process of this host that no longer runs or
+    older than `started - grace_s` (so a shard writing concurrently, here or on another host, keeps its own)."""
+    removed = []
+    for root, dirs, files in os.walk(folder):
+        if not recursive:
+            dirs.clear()
+        for name in files:
+            if not TMP_NAME.fullmatch(name):
+                continue
+            p = Path(root) / name
+            try:
+                if p.is_file() and not p.is_symlink() and _is_stale(name, p.stat().st_mtime, started, grace_s):
+                    p.unlink()
+                    removed.append(p)
+            except FileNotFoundError:
+                continue
+    return sorted(removed)

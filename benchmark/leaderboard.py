@@ -1,10 +1,19 @@
-"""Aggregation: per-sample score rows -> leaderboard tables with n, failures, bootstrap SE and provenance.
+"""Aggregation: per-sample score rows -> leaderboard tables with completeness, failures, bootstrap SE, provenance.
 
     python -m benchmark.leaderboard show [--results results] [--queryset demo]
 
+Every row says what it covers: `n_total` queries of the full set (those its metrics score), `n_selected` of them
+ever selected into the run (shards, limit), `n_ok`, `n_failed` (edit failed or unscorable), `n_missing` (not edited
+or not scored yet, selected or not) and `complete` (nothing missing). A partial row carries `mark` =
+`PARTIAL <ok+failed>/<total>` and sorts after the complete rows of its section.
+
 Failed edits are excluded from every mean and counted in `n_failed`; a metric that is undefined for a sample (NaN,
 e.g. the outside-mask PSNR of a full-image style edit) is excluded from that metric's mean and `<metric>_n` says how
-many samples it covers.
+many samples it covers. Rows are sorted by query id before any resampling, so no value depends on the order or the
+split of the Parquet parts (shards, interruptions).
+
+Nothing under results/ is executed: suite summaries come from `benchmark.summaries`; run.json, the query index
+and every score part are validated, and a bad file is skipped or quarantined with a warning naming it.
 """
 
 from __future__ import annotations
@@ -12,22 +21,32 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from benchmark.hashing import stable_hash
+from benchmark.stages.score_cache import BadCacheFile, QueryIndex, warn
 
 BOOTSTRAP_CHUNK = 500  # resamples drawn at once (bounds memory at chunk * n indices)
 RUN_META = "run.json"
 TABLES = {"leaderboard.csv": (), "leaderboard_by_type.csv": ("edit_type",), "leaderboard_by_class.csv": ("object_class",)}
 ID_COLUMNS = ("queryset", "queryset_hash", "editor", "editor_sig", "prompt_kind", "profile", "seed")
+COUNT_COLUMNS = ("n_selected", "n_total", "n_ok", "n_failed", "n_missing", "complete", "mark")
 PROVENANCE_COLUMNS = ("metric_sig", "git_sha", "versions", "device")
+# run.json fields aggregation uses, with their types (anything else in run.json is informational)
+RUN_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "queryset": str, "queryset_hash": str, "queryset_size": int, "editor": str, "editor_sig": str,
+    "prompt_kind": str, "profile": str, "seed": int, "metric_sig": str, "metrics": dict, "git_sha": str,
+    "versions": dict, "device": str,
+}
 
 
 def bootstrap_se(values: np.ndarray, n_resamples: int, seed: int) -> float:
-    """Bootstrap standard error of the mean of the finite `values` (NaN when fewer than 2)."""
+    """Bootstrap standard error of the mean of the finite `values` (NaN when fewer than 2).
+    The result depends on the order of `values`: callers pass them in query-id order."""
     x = np.asarray(values, dtype=np.float64)
     x = x[np.isfinite(x)]
     n = len(x)
@@ -42,10 +61,23 @@ def bootstrap_se(values: np.ndarray, n_resamples: int, seed: int) -> float:
     return float(means.std(ddof=1))
 
 
-def summarize(df, metric_names: Sequence[str], n_resamples: int, seed: int, key: Any) -> dict[str, Any]:
-    """One table row for the score rows `df` of one group."""
+def completeness(df, n_total: int | None = None) -> dict[str, Any]:
+    """Counts of one group: its score rows `df` (any status) against the `n_total` queries it should cover."""
+    status = df["status"]
+    n_ok, n_failed = int((status == "ok").sum()), int((status == "failed").sum())
+    n_selected = int(status.isin(("ok", "failed", "missing")).sum())
+    n_total = n_selected if n_total is None else n_total
+    n_missing = n_total - n_ok - n_failed
+    complete = n_missing == 0
+    return {"n_selected": n_selected, "n_total": n_total, "n_ok": n_ok, "n_failed": n_failed, "n_missing": n_missing,
+            "complete": complete, "mark": "" if complete else f"PARTIAL {n_ok + n_failed}/{n_total}"}
+
+
+def summarize(df, metric_names: Sequence[str], n_resamples: int, seed: int, key: Any,
+              n_total: int | None = None) -> dict[str, Any]:
+    """One table row for the score rows `df` of one group (in query-id order), out of `n_total` queries."""
     ok = df[df["status"] == "ok"]
-    row: dict[str, Any] = {"n_queries": len(df), "n_ok": len(ok), "n_failed": int((df["status"] != "ok").sum())}
+    row = completeness(df, n_total)
     for m in metric_names:
         vals = ok[m].to_numpy(dtype=np.float64) if m in ok else np.array([])
         finite = vals[np.isfinite(vals)]
@@ -56,71 +88,161 @@ def summarize(df, metric_names: Sequence[str], n_resamples: int, seed: int, key:
     return row
 
 
-def collect_runs(results: Path, metric_sig: str | None = None, queryset: str | None = None) -> list[tuple[dict, Any]]:
-    """(run metadata, score rows) of every run folder under `results/runs` with scores for `metric_sig`."""
-    from benchmark.stages.score import read_scores
+@dataclass
+class Run:
+    """One run folder's validated metadata, query index and score rows (sorted by query id)."""
+
+    meta: dict[str, Any]
+    index: QueryIndex
+    scores: Any
+    path: Path
+
+
+def check_run_meta(meta: Any) -> dict[str, Any]:
+    """`meta` if it has every field aggregation uses, with the right types; else BadCacheFile naming them."""
+    if not isinstance(meta, dict):
+        raise BadCacheFile("not a JSON object")
+    problems = [f"{k} (want {t.__name__})" for k, t in RUN_FIELDS.items()
+                if not isinstance(meta.get(k), t) or (t is int and isinstance(meta.get(k), bool))]
+    for k in ("metric_order", "column_order"):
+        v = meta.get(k)
+        if v is not None and not (isinstance(v, list) and all(isinstance(x, str) for x in v)):
+            problems.append(f"{k} (want a list of names)")
+    metrics = meta.get("metrics")
+    if isinstance(metrics, dict):
+        if not all(isinstance(v, dict) and isinstance(v.get("higher_is_better"), bool) for v in metrics.values()):
+            problems.append("metrics (want name -> {higher_is_better, version, description})")
+        else:
+            unknown = [n for n in (meta.get("column_order") or []) if n not in metrics]
+            if unknown:
+                problems.append(f"column_order names {unknown[:3]} missing from metrics")
+    suite = meta.get("suite")
+    if suite is not None and not (isinstance(suite, dict) and isinstance(suite.get("name"), str)
+                                  and isinstance(suite.get("components"), dict)):
+        problems.append("suite (want null or {name, components})")
+    if problems:
+        raise BadCacheFile("missing or malformed fields: " + ", ".join(problems))
+    return meta
+
+
+def load_run_meta(path: Path) -> dict[str, Any]:
+    """Read and validate a run.json; BadCacheFile says why it cannot be used."""
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as err:
+        raise BadCacheFile(f"not readable JSON ({type(err).__name__}: {err})") from None
+    return check_run_meta(meta)
+
+
+def collect_runs(results: Path, metric_sig: str | None = None, queryset: str | None = None) -> list[Run]:
+    """Every run folder under `results/runs` with valid scores for `metric_sig` (default: each run's own).
+
+    A run whose run.json or query index is bad is skipped with a warning naming the file; bad score parts are
+    quarantined (their rows then count as missing)."""
+    from benchmark.stages.score import read_scores, scores_dir
+    from benchmark.stages.score_cache import INDEX_FILE, read_query_index
 
     out = []
     for meta_path in sorted((results / "runs").glob(f"{queryset + '-' if queryset else ''}*/*/{RUN_META}")):
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
-        sig = metric_sig or meta.get("metric_sig")
-        if sig is None or meta.get("metric_sig") != sig:
+        try:
+            meta = load_run_meta(meta_path)
+        except BadCacheFile as err:
+            warn(f"{meta_path}: {err}; this run is skipped (rerun its configuration to rewrite it)")
             continue
-        scores = read_scores(meta_path.parent, sig)
+        sig = metric_sig or meta["metric_sig"]
+        if meta["metric_sig"] != sig:
+            continue
+        folder = scores_dir(meta_path.parent, sig)
+        if not folder.is_dir():
+            continue
+        index = read_query_index(folder)
+        why = ("no valid " + INDEX_FILE if index is None else
+               f"{INDEX_FILE} is for query set {index.queryset_hash[:10]}, run.json for {meta['queryset_hash'][:10]}"
+               if index.queryset_hash != meta["queryset_hash"] else
+               f"{INDEX_FILE} lists {len(index.rows)} queries, run.json's queryset_size is {meta['queryset_size']}"
+               if len(index.rows) != meta["queryset_size"] else "")
+        if why:
+            warn(f"{folder}: {why}; this run is skipped (rerun its score stage)")
+            continue
+        scores = read_scores(meta_path.parent, sig, valid_ids=index.ids)
         if len(scores):
-            out.append((meta, scores))
+            scores = scores.sort_values("query_id", kind="stable").reset_index(drop=True)
+            out.append(Run(meta, index, scores, meta_path.parent))
     return out
 
 
-def build_tables(runs: list[tuple[dict, Any]], n_resamples: int, seed: int) -> dict[str, Any]:
-    """The three leaderboard DataFrames (overall, per edit type, per object class)."""
+def _run_rows(run: Run, group_cols: tuple[str, ...], fname: str, n_resamples: int, seed: int) -> list[dict]:
+    from benchmark.summaries import suite_summary
+
+    meta = run.meta
+    idx = run.index.frame()
+    idx = idx[idx["excluded"] == ""]  # queries the metrics do not score for this editor family are not owed
+    in_scope = set(idx["query_id"])
+    # group membership from the index (the query set), so groups nobody selected yet still show up as missing
+    scores = run.scores[run.scores["query_id"].isin(in_scope) & (run.scores["status"] != "excluded")]
+    scores = scores.drop(columns=[c for c in group_cols if c in scores]).merge(
+        idx[["query_id", *group_cols]], on="query_id", how="left", sort=False) if group_cols else scores
+    metric_names = meta.get("metric_order") or list(meta["metrics"])
+    suite = meta.get("suite")
+    summary_fn = suite_summary(suite["name"]) if suite else None
+    ident = {c: meta[c] for c in ID_COLUMNS}
+    prov = {"metric_sig": meta["metric_sig"], "git_sha": meta["git_sha"],
+            "versions": json.dumps(meta["versions"], sort_keys=True), "device": meta["device"]}
+    if group_cols:
+        totals = idx.groupby(list(group_cols), sort=True).size()
+        groups = [(k if isinstance(k, tuple) else (k,), int(n)) for k, n in totals.items()]
+    else:
+        groups = [((), len(idx))]
+    rows = []
+    for key, n_total in groups:
+        part = scores
+        for col, v in zip(group_cols, key, strict=True):
+            part = part[part[col] == v]
+        gkey = [meta["editor_sig"], meta["queryset_hash"], fname, *key]
+        stats = summarize(part, metric_names, n_resamples, seed, gkey, n_total)
+        if suite is not None:
+            if summary_fn is not None:
+                ok = part[part["status"] == "ok"]
+                stats |= summary_fn(ok, {m: stats[m] for m in metric_names},
+                                    {m: stats[f"{m}_se"] for m in metric_names}, overall=not group_cols,
+                                    seed=int(stable_hash([seed, gkey, "suite"], 8), 16))
+            else:
+                stats["mark"] = "; ".join(filter(None, [stats["mark"], f"UNKNOWN SUITE {suite['name']!r}: no summary"]))
+            stats["components"] = json.dumps(suite["components"], sort_keys=True)
+        rows.append(ident | dict(zip(group_cols, key, strict=True)) | stats | prov)
+    return rows
+
+
+def build_tables(runs: list[Run], n_resamples: int, seed: int) -> dict[str, Any]:
+    """The three leaderboard DataFrames (overall, per edit type, per object class); complete rows first."""
     import pandas as pd
 
+    from benchmark.summaries import known_suites
+
+    for run in runs:
+        suite = run.meta.get("suite")
+        if suite and suite["name"] not in known_suites():
+            warn(f"{run.path / RUN_META}: unknown suite {suite['name']!r} (known: {known_suites()}); its rows get no "
+                 "model-level summary and are marked")
     tables: dict[str, Any] = {}
     for fname, group_cols in TABLES.items():
-        rows = []
-        for meta, scores in runs:
-            scores = scores[scores["status"] != "excluded"]  # not part of this editor family's benchmark
-            metric_names = meta.get("metric_order") or list(meta["metrics"])
-            suite = meta.get("suite")
-            suite_summary = _load_callable(suite["summary"]) if suite else None
-            ident = {c: meta[c] for c in ID_COLUMNS}
-            prov = {"metric_sig": meta["metric_sig"], "git_sha": meta["git_sha"],
-                    "versions": json.dumps(meta["versions"], sort_keys=True), "device": meta["device"]}
-            groups = [((), scores)] if not group_cols else list(scores.groupby(list(group_cols), sort=True))
-            for key, part in groups:
-                key = key if isinstance(key, tuple) else (key,)
-                gkey = [meta["editor_sig"], meta["queryset_hash"], fname, *key]
-                stats = summarize(part, metric_names, n_resamples, seed, gkey)
-                if suite_summary is not None:
-                    ok = part[part["status"] == "ok"]
-                    stats |= suite_summary(ok, {m: stats[m] for m in metric_names},
-                                           {m: stats[f"{m}_se"] for m in metric_names}, overall=not group_cols,
-                                           seed=int(stable_hash([seed, gkey, "suite"], 8), 16))
-                    stats["components"] = json.dumps(suite["components"], sort_keys=True)
-                row = ident | dict(zip(group_cols, key, strict=True)) | stats | prov
-                rows.append(row)
+        rows = [r for run in runs for r in _run_rows(run, group_cols, fname, n_resamples, seed)]
         df = pd.DataFrame(rows)
         if len(df):
-            df = df.sort_values(["queryset", "prompt_kind", "editor", "editor_sig", *group_cols], kind="stable").reset_index(drop=True)
+            df["_partial"] = ~df["complete"].astype(bool)
+            df = df.sort_values(["queryset", "prompt_kind", "_partial", "editor", "editor_sig", *group_cols],
+                                kind="stable").drop(columns="_partial").reset_index(drop=True)
         tables[fname] = df
     return tables
 
 
-def _load_callable(path: str) -> Any:
-    """`module:function` -> the function (suites name their model-level summary this way in run.json)."""
-    import importlib
-
-    module, _, name = path.partition(":")
-    return getattr(importlib.import_module(module), name)
-
-
-def metric_table(runs: list[tuple[dict, Any]]):
+def metric_table(runs: list[Run]):
     """Metric metadata (higher_is_better, version, description) of every metric in the tables."""
     import pandas as pd
 
     seen: dict[str, dict] = {}
-    for meta, _ in runs:
+    for run in runs:
+        meta = run.meta
         for name in meta.get("column_order") or meta["metrics"]:
             seen.setdefault(name, {"metric": name} | meta["metrics"][name])
     return pd.DataFrame(list(seen.values()))
@@ -143,32 +265,46 @@ def write_leaderboards(results: Path, metric_sig: str, n_resamples: int, seed: i
 
 
 def format_table(results: Path, queryset: str | None = None) -> str:
-    """A readable view of `leaderboard.csv`: means with SE, arrows for the better direction."""
+    """A readable view of `leaderboard.csv`: means with SE, arrows for the better direction; partial rows in their
+    own block after the complete ones, each with its `PARTIAL done/total` mark."""
     import pandas as pd
 
     path = results / "leaderboard.csv"
     if not path.is_file():
         return f"no leaderboard yet at {path}; run `make demo` or `make bench`"
-    df = pd.read_csv(path)
+    df = pd.read_csv(path, keep_default_na=False, na_values=["", "nan", "NaN"])
     meta = pd.read_csv(results / "leaderboard_metrics.csv") if (results / "leaderboard_metrics.csv").is_file() else None
     if queryset:
         df = df[df["queryset"] == queryset]
     better = dict(zip(meta["metric"], meta["higher_is_better"], strict=True)) if meta is not None else {}
     metrics = [m for m in better if m in df]
+    if "complete" not in df:  # a leaderboard written before completeness was recorded: nothing is known complete
+        df = df.assign(complete=False, mark="completeness unknown")
     lines = []
     for (qs, kind, profile), part in df.groupby(["queryset", "prompt_kind", "profile"], sort=True):
         lines.append(f"\nqueryset={qs}  {kind}-based editors  profile={profile}")
-        header = ["editor", "sig", "n_ok", "fail"] + [f"{m}{'↑' if better[m] else '↓'}" for m in metrics]
-        body = []
-        for _, r in part.iterrows():
-            cells = [str(r["editor"]), str(r["editor_sig"])[:8], str(r["n_ok"]), str(r["n_failed"])]
-            for m in metrics:
-                v, se = r[m], r.get(f"{m}_se", float("nan"))
-                cells.append("nan" if pd.isna(v) else f"{v:.4g}±{se:.2g}" if pd.notna(se) else f"{v:.4g}")
-            body.append(cells)
-        widths = [max(len(c[i]) for c in [header, *body]) for i in range(len(header))]
+        header = ["editor", "sig", "n_ok", "fail", "miss", "coverage"] + [f"{m}{'↑' if better[m] else '↓'}" for m in metrics]
+        done = part["complete"].astype(str).str.lower() == "true"
+        blocks = [(part[done], None), (part[~done], "partial runs (not comparable with the rows above):")]
+        body: list[list[str] | str] = []
+        for rows, title in blocks:
+            if not len(rows):
+                continue
+            if title:
+                body.append(title)
+            for _, r in rows.iterrows():
+                mark = r.get("mark")
+                cells = [str(r["editor"]), str(r["editor_sig"])[:8], str(r["n_ok"]), str(r["n_failed"]),
+                         str(r.get("n_missing", "?")), str(mark) if isinstance(mark, str) and mark else "complete"]
+                for m in metrics:
+                    v, se = r[m], r.get(f"{m}_se", float("nan"))
+                    cells.append("nan" if pd.isna(v) else f"{v:.4g}±{se:.2g}" if pd.notna(se) else f"{v:.4g}")
+                body.append(cells)
+        table = [header, *[c for c in body if isinstance(c, list)]]
+        widths = [max(len(c[i]) for c in table) for i in range(len(header))]
         for cells in [header, *body]:
-            lines.append("  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)))
+            lines.append(cells if isinstance(cells, str) else
+                         "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip())
     return "\n".join(lines)
 
 

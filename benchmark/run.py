@@ -57,15 +57,17 @@ def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
 
     from benchmark.config import editor_signature, metric_signature, portable
     from benchmark.errors import TooManyFailures
-    from benchmark.fileio import atomic_write_text
+    from benchmark.fileio import atomic_write_text, remove_stale_tmp
     from benchmark.hashing import canonical_json
     from benchmark.leaderboard import RUN_META, write_leaderboards
     from benchmark.preflight import load_queries, run_preflight
     from benchmark.provenance import provenance
     from benchmark.stages.edit import run_edit_stage
     from benchmark.stages.score import is_suite, run_score_stage, run_suite_stage
+
     apply_run_checks(cfg, editor_name)  # inputs: refuse an unsafe label, set the input limits, before any work
     timer = StageTimer()
+    started = time.time()
     run_id = uuid.uuid4().hex[:12]
     profile = cfg.profile.name
     print(f"[editmeter] editor={editor_name} profile={profile} (weights: {cfg.profile.weights}) run_id={run_id}")
@@ -88,14 +90,19 @@ def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
     results = Path(cfg.paths.results)
     run_dir = results / "runs" / f"{full.name}-{full.short_hash}" / f"{editor_name}-{sig}"
     run_dir.mkdir(parents=True, exist_ok=True)
+    # leftovers of writers killed before their rename (issue 11): in the run folder, and the leaderboards' own
+    remove_stale_tmp(run_dir, started)
+    remove_stale_tmp(results, started, recursive=False)
     meta = {
-        "queryset": full.name, "queryset_hash": full.hash, "editor": editor_name, "editor_sig": sig,
+        "queryset": full.name, "queryset_hash": full.hash, "queryset_size": len(full),
+        "selection": {"shard": [int(cfg.shard.index), int(cfg.shard.count)], "limit": cfg.limit, "n_selected": len(qs)},
+        "editor": editor_name, "editor_sig": sig,
         "prompt_kind": editor.prompt_kind, "profile": profile, "seed": int(cfg.seed),
         "editor_config": portable(editor_cfg), "editor_info": portable(editor.info()), "metric_sig": msig,
         "metric_order": list(suite.columns) if suite else list(metrics),
         "column_order": list(suite.column_info) if suite else list(metrics),  # run.json's dicts are key-sorted
         "metrics": _metric_meta(metrics, suite),
-        "suite": {"name": suite.info.name, "summary": suite.summary, "components": suite.components()} if suite else None,
+        "suite": {"name": suite.info.name, "components": suite.components()} if suite else None,  # summary: benchmark.summaries
         **provenance("cpu"),
         "updated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
@@ -116,10 +123,10 @@ def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
         with timer("score"):
             if suite is not None:
                 sc = run_suite_stage(qs, run_dir, suite, msig, prompt_kind=editor.prompt_kind,
-                                     num_workers=cfg.num_workers, progress=cfg.progress)
+                                     num_workers=cfg.num_workers, progress=cfg.progress, full_set=full)
             else:
                 sc = run_score_stage(qs, run_dir, metrics, msig, batch_size=cfg.batch_size,
-                                     num_workers=cfg.num_workers, progress=cfg.progress)
+                                     num_workers=cfg.num_workers, progress=cfg.progress, full_set=full)
         summary["score"] = sc
         print(f"[editmeter] score: {sc.computed} scored, {sc.reused} reused ({sc.model_seconds:.2f} s in metrics)")
     if "aggregate" in cfg.stages:

@@ -29,5 +29,18 @@ def test_summarize_excludes_failures_and_counts_missing_values():
         "m": [1.0, 3.0, np.nan, np.nan],
     })
     row = summarize(df, ["m"], 200, 0, "k")
-    assert (row["n_queries"], row["n_ok"], row["n_failed"], row["m_n"]) == (4, 3, 1, 2)
-    assert row["m"] == 2.0
+    assert (row["n_selected"], row["n_ok"], row["n_failed"], row["m_n"]) == (4, 3, 1, 2)
+    assert row["m"] == 2.0 and row["complete"]
+
+
+def test_summarize_counts_what_is_missing_against_the_full_set():
+    df = pd.DataFrame({"status": ["ok", "failed", "missing", "excluded"], "m": [1.0, np.nan, np.nan, np.nan]})
+    row = summarize(df, ["m"], 200, 0, "k", n_total=10)
+    assert (row["n_selected"], row["n_total"], row["n_ok"], row["n_failed"], row["n_missing"]) == (3, 10, 1, 1, 8)
+    assert not row["complete"] and row["mark"] == "PARTIAL 2/10"
+
+
+def test_bootstrap_se_depends_on_order_so_callers_sort():
+    # why the leaderboard sorts rows by query id: the same values in another order resample differently
+    x = np.random.default_rng(2).normal(size=50)
+    assert bootstrap_se(x, 300, 0) != bootstrap_se(x[::-1], 300, 0)

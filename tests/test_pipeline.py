@@ -40,7 +40,7 @@ def test_leaderboards_written_with_provenance(demo_results):
     assert set(by_type["edit_type"]) == {"obj_add", "obj_remove", "obj_rep", "attr_chg", "obj_resize", "bg_chg", "style_chg"}
     by_class = pd.read_csv(demo_results / "leaderboard_by_class.csv")
     assert "whole image" in set(by_class["object_class"])
-    assert by_class.groupby("editor")["n_queries"].sum().eq(112).all()
+    assert by_class.groupby("editor")["n_selected"].sum().eq(112).all() and by_class["complete"].all()
     meta = pd.read_csv(demo_results / "leaderboard_metrics.csv").set_index("metric")
     assert not meta.loc["l1_out", "higher_is_better"] and meta.loc["psnr_out", "higher_is_better"]
 

@@ -1,12 +1,18 @@
 """Score stage: one row per query with every metric's raw value, written as Parquet parts (resumable).
 
 Rows live in `<run dir>/scores/<metric signature>/part-<time ns>-<pid>-<n>.parquet` (names sort in write order and
-never collide between shards running at once). A rerun reuses rows whose edit status is
-unchanged and scores only the rest, so killing the stage loses at most one part.
+never collide between shards running at once). Beside them, `queries.json` lists the *full* query set (ids, edit
+types, classes, whether the metrics score each query) so aggregation can say how complete a run is.
+
+A rerun reuses a row only when its status is unchanged and, for an ok row, when the sha256 of the edit PNG it
+scored (`edit_sha256`) equals that of the PNG there now; it scores only the rest, so killing the stage loses at
+most one part. Every part is validated when read (`benchmark.stages.score_cache`); a bad one is moved into
+`quarantine/` with a warning, and its rows are recomputed.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -22,11 +28,19 @@ from benchmark.imageio import ImageInputError, load_mask, load_rgb, to_float_ten
 from benchmark.metrics.base import NEED_EDIT_MASK, NEED_TARGET_IMAGE, PairwiseMetric, ScoreBatch
 from benchmark.querysets.io import QuerySet
 from benchmark.stages.edit import edit_path, latest_records
+from benchmark.stages.score_cache import (
+    ROW_KEYS,
+    QueryIndex,
+    read_query_index,
+    read_valid_parts,
+    write_query_index,
+)
 from benchmark.types import Query
 
 SCORES_DIR = "scores"
 PART_ROWS = 512  # rows per Parquet part: the most a kill can cost
-ROW_KEYS = ("query_id", "image_id", "edit_type", "object_class", "status", "reason")
+
+__all__ = ["ROW_KEYS", "SCORES_DIR", "ScoreStats", "read_scores", "run_score_stage", "run_suite_stage", "scores_dir"]
 
 
 @dataclass(frozen=True)
@@ -47,16 +61,30 @@ def scores_dir(run_dir: Path, metric_sig: str) -> Path:
     return run_dir / SCORES_DIR / metric_sig
 
 
-def read_scores(run_dir: Path, metric_sig: str, columns: Sequence[str] | None = None):
+def read_scores(run_dir: Path, metric_sig: str, columns: Sequence[str] | None = None,
+                valid_ids: frozenset[str] | None = None):
     """All score rows of a run for one metric signature (last part wins per query), as a DataFrame.
-    `columns` limits what is read (e.g. skip the per-row FID features when only statuses are needed)."""
+
+    Every part is validated first (see `score_cache.check_part`); a bad one is quarantined with a warning and its
+    rows are absent here. `valid_ids` are the ids of the run's query set (default: those of `queries.json`, when
+    there is one). `columns` limits what is read (e.g. skip the
+    per-row FID features when only statuses are needed).
+    """
     import pandas as pd
 
-    parts = sorted(scores_dir(run_dir, metric_sig).glob("part-*.parquet"))
-    if not parts:
+    folder = scores_dir(run_dir, metric_sig)
+    if valid_ids is None:
+        index = read_query_index(folder)
+        valid_ids = index.ids if index is not None else None
+    frames = read_valid_parts(folder, valid_ids, columns)
+    if not frames:
         return pd.DataFrame(columns=list(columns or ROW_KEYS))
-    df = pd.concat([pd.read_parquet(p, columns=list(columns) if columns else None) for p in parts], ignore_index=True)
+    df = pd.concat(frames, ignore_index=True)
     return df.drop_duplicates("query_id", keep="last").reset_index(drop=True)
+
+
+def file_sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 @dataclass
@@ -119,40 +147,62 @@ def _collate(samples: list[_Sample]) -> ScoreBatch:
     )
 
 
-def _base_row(q: Query, status: str, reason: str = "") -> dict[str, Any]:
+def _base_row(q: Query, status: str, reason: str = "", edit_sha256: str = "") -> dict[str, Any]:
     return {"query_id": q.id, "image_id": q.image_id, "edit_type": q.edit_type, "object_class": q.object_class,
-            "status": status, "reason": reason}
+            "status": status, "reason": reason, "edit_sha256": edit_sha256}
 
 
-def _pending(queryset: QuerySet, run_dir: Path, metric_sig: str,
-             excluded: Callable[[Query], str] | None = None) -> tuple[list[Query], list[dict[str, Any]]]:
-    """(queries to score now, rows for queries that cannot be scored) given the edits and the existing rows.
+def _pending(queryset: QuerySet, run_dir: Path, metric_sig: str, index: QueryIndex,
+             excluded: Callable[[Query], str] | None = None
+             ) -> tuple[list[Query], list[dict[str, Any]], dict[str, str]]:
+    """(queries to score now, rows for queries that cannot be scored, sha256 of every edit PNG of the selection).
 
-    A query is skipped when its stored row already has the status it would get now; `excluded(q)` returns a
-    reason when a suite does not score `q` at all (status `excluded`).
+    A query is skipped when its stored row already has the status it would get now and, for an ok row, was
+    computed from an edit file with the same sha256 (each PNG is hashed once here; they are small).
+    `excluded(q)` returns a reason when a suite does not score `q` at all (status `excluded`).
     """
     edits = latest_records(run_dir)
-    existing = read_scores(run_dir, metric_sig, columns=("query_id", "status"))
-    have = dict(zip(existing["query_id"], existing["status"], strict=True)) if len(existing) else {}
+    existing = read_scores(run_dir, metric_sig, columns=("query_id", "status", "edit_sha256"), valid_ids=index.ids)
+    have = ({qid: (st, sha) for qid, st, sha in zip(existing["query_id"], existing["status"], existing["edit_sha256"],
+                                                     strict=True)} if len(existing) else {})
     todo: list[Query] = []
     rows: list[dict[str, Any]] = []
+    hashes: dict[str, str] = {}
     for q in queryset.queries:
         rec = edits.get(q.id)
         why_excluded = excluded(q) if excluded else ""
+        path = edit_path(run_dir, q.id)
+        sha = ""
         if why_excluded:
             status, reason = "excluded", why_excluded
-        elif edit_path(run_dir, q.id).is_file():
+        elif path.is_file():
             status, reason = "ok", ""
+            try:
+                sha = hashes[q.id] = file_sha256(path)
+            except OSError as err:  # vanished or unreadable: the loader will record the failure with its reason
+                sha = hashes[q.id] = f"unreadable: {err.strerror}"
         else:
             status = "failed" if rec else "missing"
             reason = rec.get("reason", "") if rec else "no edit (edit stage not run for this query)"
-        if have.get(q.id) == status:
+        old = have.get(q.id)
+        if old is not None and old[0] == status and (status != "ok" or old[1] == sha):
             continue
         if status == "ok":
             todo.append(q)
         else:
             rows.append(_base_row(q, status, reason))
-    return todo, rows
+    return todo, rows, hashes
+
+
+def _index_for(queryset: QuerySet, full_set: QuerySet | None, out_dir: Path,
+               excluded: Callable[[Query], str] | None = None) -> QueryIndex:
+    """Write (if changed) and return the index of the full query set this selection belongs to."""
+    full = full_set if full_set is not None else queryset
+    index = write_query_index(out_dir, full, excluded)
+    stray = [q.id for q in queryset.queries if q.id not in index.ids]
+    if stray:  # a programming error, not bad input: the selection must come from the set it is counted against
+        raise ValueError(f"{len(stray)} selected queries (e.g. {stray[:3]}) are not in the full set {full.name}")
+    return index
 
 
 class _PartWriter:
@@ -184,8 +234,12 @@ def run_score_stage(
     batch_size: int = 8,
     num_workers: int = 0,
     progress: bool = True,
+    full_set: QuerySet | None = None,
 ) -> ScoreStats:
-    """Score every query of `queryset` for which no up-to-date row exists."""
+    """Score every query of `queryset` for which no up-to-date row exists.
+
+    `full_set` is the whole query set `queryset` was selected from (shard / limit); default `queryset` itself.
+    """
     import torch
     from torch.utils.data import DataLoader
     from tqdm import tqdm
@@ -197,7 +251,8 @@ def run_score_stage(
         name: {"version": m.info.version, "higher_is_better": m.info.higher_is_better, "description": m.info.description}
         for name, m in metrics.items()
     }))
-    todo, skipped = _pending(queryset, run_dir, metric_sig)
+    index = _index_for(queryset, full_set, out_dir)
+    todo, skipped, hashes = _pending(queryset, run_dir, metric_sig, index)
     reused = len(queryset) - len(todo) - len(skipped)
     names = list(metrics)
     writer = _PartWriter(out_dir, skipped, list(ROW_KEYS) + names)
@@ -219,13 +274,14 @@ def run_score_stage(
                 values[name] = v.double().numpy()
         model_seconds += time.perf_counter() - t0
         for i, s in enumerate(samples):
-            writer.rows.append(_base_row(s.query, "ok") | {n: float(values[n][i]) for n in names})
+            writer.rows.append(_base_row(s.query, "ok", "", hashes[s.query.id]) | {n: float(values[n][i]) for n in names})
 
     loader = DataLoader(_Samples(queryset, todo, run_dir, needs), batch_size=None, shuffle=False, num_workers=num_workers)
     bar = tqdm(total=len(todo), desc="score", unit="img", disable=not progress, leave=False)
     for sample in loader if todo else []:
         if sample.error:
-            writer.rows.append(_base_row(sample.query, "failed", sample.error) | {n: np.nan for n in names})
+            writer.rows.append(_base_row(sample.query, "failed", sample.error, hashes[sample.query.id])
+                               | {n: np.nan for n in names})
         else:
             key = tuple(sample.source.shape)
             buckets.setdefault(key, []).append(sample)
@@ -249,6 +305,7 @@ def run_suite_stage(
     prompt_kind: str,
     num_workers: int = 0,
     progress: bool = True,
+    full_set: QuerySet | None = None,
 ) -> ScoreStats:
     """Like `run_score_stage`, for a query-level suite (HATIE) that needs the whole query, not an image pair.
 
@@ -268,13 +325,15 @@ def run_suite_stage(
             return ""
         return f"{suite.info.name} does not score {q.edit_type} for {prompt_kind}-based editors"
 
-    todo, skipped = _pending(queryset, run_dir, metric_sig, excluded)
+    index = _index_for(queryset, full_set, out_dir, excluded)
+    todo, skipped, hashes = _pending(queryset, run_dir, metric_sig, index, excluded)
     reused = len(queryset) - len(todo) - len(skipped)
     writer = _PartWriter(out_dir, skipped)  # columns vary by task: parts keep whatever the rows carry
     if todo:
         for batch in suite.score_queries(queryset, todo, [edit_path(run_dir, q.id) for q in todo], work_dir=run_dir,
                                          num_workers=num_workers, progress=progress):
-            writer.add([_base_row(by_id[r.pop("query_id")], r.pop("status"), r.pop("reason")) | r for r in batch])
+            writer.add([_base_row(by_id[qid := r.pop("query_id")], r.pop("status"), r.pop("reason"), hashes[qid]) | r
+                        for r in batch])
     writer.flush(final=True)
     model_seconds = sum(suite.model_seconds().values()) if hasattr(suite, "model_seconds") else 0.0
     return ScoreStats(len(queryset), len(todo), reused, time.perf_counter() - start, model_seconds)

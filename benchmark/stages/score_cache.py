@@ -1,0 +1,206 @@
+"""Validation of the score cache: Parquet parts and the query index are data from disk, checked before use.
+
+A part is used only when it is a readable Parquet file whose schema has the required columns with the right
+types (ids, statuses and reasons are strings; metric and raw columns numeric; `_`-prefixed feature columns lists
+of numbers), whose query ids are unique and belong to the run's query set, and whose statuses are known. A part
+that fails is moved into `quarantine/` beside it with a `.reason.txt`, a warning names it, and its rows are
+absent (so the next score run recomputes them and the leaderboard counts them as missing meanwhile).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from benchmark.fileio import atomic_write_text
+
+ROW_KEYS = ("query_id", "image_id", "edit_type", "object_class", "status", "reason", "edit_sha256")
+STRING_COLUMNS = frozenset(ROW_KEYS) | {"branch"}  # `branch`: HATIE's detection branch
+NOT_NULL = ("query_id", "status")
+STATUSES = frozenset({"ok", "failed", "missing", "excluded"})
+INDEX_FILE = "queries.json"
+INDEX_FORMAT = 1
+INDEX_COLUMNS = ["query_id", "image_id", "edit_type", "object_class", "excluded"]
+QUARANTINE_DIR = "quarantine"
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+class ResultsWarning(UserWarning):
+    """A file under results/ was not trusted (moved aside or skipped); the message names it."""
+
+
+class BadCacheFile(ValueError):
+    """A cache file failed validation; the message says why."""
+
+
+def warn(message: str) -> None:
+    warnings.warn(message, ResultsWarning, stacklevel=3)
+
+
+# -- the full query set of a run ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class QueryIndex:
+    """The full query set a run's selections are drawn from: id, image, type, class and, per query, the reason
+    the metrics do not score it ('' = scored). Completeness is counted against it."""
+
+    queryset: str
+    queryset_hash: str
+    rows: tuple[tuple[str, str | None, str | None, str | None, str], ...]
+
+    @property
+    def ids(self) -> frozenset[str]:
+        return frozenset(r[0] for r in self.rows)
+
+    def frame(self):
+        import pandas as pd
+
+        return pd.DataFrame(list(self.rows), columns=INDEX_COLUMNS)
+
+
+def write_query_index(out_dir: Path, full: Any, excluded: Callable[[Any], str] | None = None) -> QueryIndex:
+    """Write `out_dir/queries.json` for the full query set `full` (skipped when the bytes would not change)."""
+    rows = tuple((q.id, q.image_id, q.edit_type, q.object_class, (excluded(q) if excluded else "") or "")
+                 for q in full.queries)
+    index = QueryIndex(full.name, full.hash, rows)
+    text = json.dumps({"format": INDEX_FORMAT, "queryset": full.name, "queryset_hash": full.hash,
+                       "n_total": len(rows), "columns": INDEX_COLUMNS, "rows": [list(r) for r in rows]},
+                      separators=(",", ":")) + "\n"
+    path = out_dir / INDEX_FILE
+    try:
+        same = path.read_text(encoding="utf-8") == text
+    except (OSError, UnicodeDecodeError):
+        same = False
+    if not same:
+        atomic_write_text(path, text)
+    return index
+
+
+def load_query_index(path: Path) -> QueryIndex:
+    """Parse and validate a `queries.json`; raises BadCacheFile naming the defect."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as err:
+        raise BadCacheFile(f"not readable JSON ({type(err).__name__}: {err})") from None
+    if not isinstance(data, dict) or data.get("format") != INDEX_FORMAT or data.get("columns") != INDEX_COLUMNS:
+        raise BadCacheFile(f"not a query index of format {INDEX_FORMAT} with columns {INDEX_COLUMNS}")
+    name, qhash, n, rows = data.get("queryset"), data.get("queryset_hash"), data.get("n_total"), data.get("rows")
+    if not (isinstance(name, str) and isinstance(qhash, str) and type(n) is int and isinstance(rows, list)):
+        raise BadCacheFile("queryset / queryset_hash / n_total / rows missing or of the wrong type")
+    if len(rows) != n:
+        raise BadCacheFile(f"n_total is {n} but {len(rows)} rows are listed")
+    out = []
+    for i, r in enumerate(rows):
+        if (not isinstance(r, list) or len(r) != len(INDEX_COLUMNS) or not isinstance(r[0], str) or not r[0]
+                or not all(v is None or isinstance(v, str) for v in r[1:4]) or not isinstance(r[4], str)):
+            raise BadCacheFile(f"row {i} is not [id, image_id, edit_type, object_class, excluded] of strings")
+        out.append(tuple(r))
+    if len({r[0] for r in out}) != len(out):
+        raise BadCacheFile("duplicate query ids")
+    return QueryIndex(name, qhash, tuple(out))
+
+
+def read_query_index(out_dir: Path) -> QueryIndex | None:
+    """The validated index in `out_dir`, or None (with a warning when the file exists but is bad)."""
+    path = out_dir / INDEX_FILE
+    if not path.is_file():
+        return None
+    try:
+        return load_query_index(path)
+    except BadCacheFile as err:
+        warn(f"{path}: {err}; ignored (the next score run of this run folder rewrites it)")
+        return None
+
+
+# -- Parquet parts ------------------------------------------------------------------------------------------------
+
+def _type_ok(name: str, t: Any) -> bool:
+    import pyarrow as pa
+
+    if pa.types.is_null(t):
+        return name not in NOT_NULL
+    if name in STRING_COLUMNS:
+        return pa.types.is_string(t) or pa.types.is_large_string(t)
+    if name.startswith("_"):  # per-row feature vectors (HATIE's FID features)
+        is_list = pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)
+        return is_list and (pa.types.is_floating(t.value_type) or pa.types.is_integer(t.value_type))
+    return pa.types.is_floating(t) or pa.types.is_integer(t) or pa.types.is_boolean(t)
+
+
+def check_part(path: Path, valid_ids: frozenset[str] | None, columns: Sequence[str] | None = None):
+    """The rows of one part as a DataFrame (only `columns` when given), or BadCacheFile naming the defect."""
+    import pyarrow.parquet as pq
+
+    try:
+        pf = pq.ParquetFile(path)
+        schema = pf.schema_arrow
+    except Exception as err:  # pyarrow raises several types for garbage / truncated files
+        raise BadCacheFile(f"not a readable Parquet file ({type(err).__name__}: {err})") from None
+    names = list(schema.names)
+    if len(set(names)) != len(names):
+        raise BadCacheFile("duplicate column names")
+    missing = [c for c in ROW_KEYS if c not in names]
+    if missing:
+        raise BadCacheFile(f"missing required columns {missing}")
+    wrong = [f"{n}: {schema.field(n).type}" for n in names if not _type_ok(n, schema.field(n).type)]
+    if wrong:
+        raise BadCacheFile(f"columns of the wrong type ({', '.join(wrong[:5])}); expected strings for "
+                           f"{sorted(STRING_COLUMNS)}, lists of numbers for _-prefixed features, numbers otherwise")
+    want = None if columns is None else list(dict.fromkeys([*NOT_NULL, "edit_sha256", *[c for c in columns if c in names]]))
+    try:
+        df = pf.read(columns=want).to_pandas(ignore_metadata=True)  # no pandas metadata: plain columns only
+    except Exception as err:
+        raise BadCacheFile(f"unreadable data ({type(err).__name__}: {err})") from None
+    if df["query_id"].isna().any() or df["status"].isna().any():
+        raise BadCacheFile("null query_id or status")
+    if df["query_id"].duplicated().any():
+        raise BadCacheFile(f"duplicate query ids, e.g. {df.loc[df['query_id'].duplicated(), 'query_id'].iloc[0]!r}")
+    bad_status = sorted(set(df["status"]) - STATUSES)
+    if bad_status:
+        raise BadCacheFile(f"unknown status values {bad_status[:5]} (valid: {sorted(STATUSES)})")
+    if valid_ids is not None:
+        foreign = sorted(set(df["query_id"]) - valid_ids)
+        if foreign:
+            raise BadCacheFile(f"{len(foreign)} query ids not in this run's query set, e.g. {foreign[:3]}")
+    ok_sha = df.loc[df["status"] == "ok", "edit_sha256"]
+    if not ok_sha.map(lambda v: isinstance(v, str) and _SHA256.fullmatch(v) is not None).all():
+        raise BadCacheFile("an ok row without the sha256 of the edit it scored (edit_sha256)")
+    return df if columns is None else df[[c for c in columns if c in df.columns]]
+
+
+def quarantine(path: Path, reason: str) -> Path | None:
+    """Move a bad cache file into `quarantine/` beside it with a reason file; warn naming both."""
+    qdir = path.parent / QUARANTINE_DIR
+    dest = qdir / path.name
+    try:
+        qdir.mkdir(exist_ok=True)
+        n = 1
+        while dest.exists():
+            dest, n = qdir / f"{path.name}.{n}", n + 1
+        os.replace(path, dest)
+        (qdir / f"{dest.name}.reason.txt").write_text(reason + "\n", encoding="utf-8")
+    except FileNotFoundError:  # a concurrent shard moved it first
+        return None
+    except OSError as err:
+        warn(f"{path}: {reason}; NOT used (could not move it aside: {err})")
+        return None
+    warn(f"{path}: {reason}; moved to {dest}, its rows will be recomputed by the next score run")
+    return dest
+
+
+def read_valid_parts(folder: Path, valid_ids: frozenset[str] | None, columns: Sequence[str] | None = None
+                     ) -> list[Any]:
+    """DataFrames of every valid part in `folder`, in write order; bad parts are quarantined."""
+    frames = []
+    for p in sorted(folder.glob("part-*.parquet")):
+        try:
+            frames.append(check_part(p, valid_ids, columns))
+        except BadCacheFile as err:
+            quarantine(p, str(err))
+    return frames
