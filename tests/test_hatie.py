@@ -163,15 +163,71 @@ def test_masks_only_for_candidates_select_what_the_full_model_selects(single_thr
     assert len(calls) == 4 and any(second_round_hits)  # two rounds per batch; the fallback found a mask
 
 
+SIG = "torchvision/test/t0.1|input:x"
+SHA = "ab" * 32
+
+
 def test_segmentation_cache_round_trip(tmp_path):
     _, m = scene()
     seg = {"cup": det("cup", m, 0.75)}
-    save_segmentation(seg, tmp_path / "s.npz")
-    back = load_segmentation(tmp_path / "s.npz")
+    save_segmentation(seg, tmp_path / "s.npz", edit_sha256=SHA, segmenter=SIG, shape=(S, S))
+    back = load_segmentation(tmp_path / "s.npz", edit_sha256=SHA, segmenter=SIG, shape=(S, S))
     assert back["cup"].score == 0.75 and back["cup"].bbox == seg["cup"].bbox
     assert np.array_equal(back["cup"].mask, seg["cup"].mask)
-    save_segmentation({}, tmp_path / "e.npz")
-    assert load_segmentation(tmp_path / "e.npz") == {}
+    save_segmentation({}, tmp_path / "e.npz", edit_sha256=SHA, segmenter=SIG, shape=(S, S))
+    assert load_segmentation(tmp_path / "e.npz", edit_sha256=SHA, segmenter=SIG, shape=(S, S)) == {}
+
+
+def _npz(path, **arrays):
+    with open(path, "wb") as fh:
+        np.savez(fh, **arrays)
+
+
+def _good_arrays(m):
+    return dict(format=np.array(2), names=np.array(["cup"]), scores=np.array([0.75]),
+                boxes=np.array([bbox_from_mask(m)], dtype=np.int64), masks=np.packbits(m[None], axis=-1),
+                height=np.array(S), width=np.array(S), edit_sha256=np.array(SHA), segmenter=np.array(SIG))
+
+
+def _bad_cache_files(tmp_path):
+    """(name, writer) of every kind of untrustworthy segmentation cache file."""
+    _, mt = scene()
+    m = mt.bool().numpy()
+    good = _good_arrays(m)
+    save_segmentation({"cup": det("cup", mt)}, tmp_path / "valid.npz", edit_sha256=SHA, segmenter=SIG, shape=(S, S))
+    valid = (tmp_path / "valid.npz").read_bytes()
+    cases = {
+        "garbage": lambda p: p.write_bytes(b"this is not an npz at all" * 10),
+        "empty": lambda p: p.write_bytes(b""),
+        "truncated": lambda p: p.write_bytes(valid[: len(valid) // 2]),
+        "object array": lambda p: _npz(p, **{**good, "names": np.array(["cup"], dtype=object)}),
+        "pickle": lambda p: p.write_bytes(__import__("pickle").dumps({"cup": 1})),
+        "npy not npz": lambda p: np.save(p.open("wb"), np.zeros(3)),
+        "missing key": lambda p: _npz(p, **{k: v for k, v in good.items() if k != "edit_sha256"}),
+        "other edit": lambda p: _npz(p, **{**good, "edit_sha256": np.array("cd" * 32)}),
+        "other segmenter": lambda p: _npz(p, **{**good, "segmenter": np.array("detectron2/x/t0.1|input:x")}),
+        "wrong shape": lambda p: _npz(p, **{**good, "height": np.array(256)}),
+        "float masks": lambda p: _npz(p, **{**good, "masks": good["masks"].astype(np.float32)}),
+        "int scores": lambda p: _npz(p, **{**good, "scores": np.array([1])}),
+        "unknown class": lambda p: _npz(p, **{**good, "names": np.array(["unicorn"])}),
+        "score out of range": lambda p: _npz(p, **{**good, "scores": np.array([7.0])}),
+        "box not mask's": lambda p: _npz(p, **{**good, "boxes": np.array([[0, 0, 511, 511]])}),
+        "huge header": lambda p: _npz(p, **{**good, "masks": np.zeros((200, S, 64), np.uint8)}),
+    }
+    return cases
+
+
+def test_untrustworthy_segmentation_cache_files_are_refused(tmp_path):
+    from benchmark.models.segmenter import SegmentationCacheError
+
+    for name, write in _bad_cache_files(tmp_path).items():
+        p = tmp_path / "bad.npz"
+        p.unlink(missing_ok=True)
+        write(p)
+        assert p.is_file(), name
+        with pytest.raises(SegmentationCacheError):
+            load_segmentation(p, edit_sha256=SHA, segmenter=SIG, shape=(S, S))
+            pytest.fail(f"accepted: {name}")
 
 
 # -- workflows with an oracle segmentation -------------------------------------------------------------------
