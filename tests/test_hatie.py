@@ -564,3 +564,123 @@ def test_detection_branches_of_every_object_task(engine, edit_type, case):
         assert crit["OF"] < 1.0  # the object is still there
     elif edit_type in ("obj_add", "obj_rep", "attr_chg"):
         assert raw["of_det"] == 0.9
+
+
+# -- fidelity to the release: blank crops, resizing, the segmentation cache, the segmenter's identity ----------
+
+def test_bg_chg_object_painted_black_counts_as_missing_appearance(engine, monkeypatch):
+    """The release scores an object crop whose pixels sum to zero as 0 on the four appearance similarities, while
+    its position and size still count (its mask is there): `eval_bgChg`."""
+    from benchmark.metrics.hatie import workflows
+
+    img, m = scene()
+    _, mb = scene((40, 40, 90, 90))
+    other = ObjectRef(id="9", name="bowl", mask="unused.png")
+    q = query("bg_chg", background="beach", editable_objects=(OBJ, other))
+    black = img * (1 - m)  # the cup painted black, nothing else changed
+    seg = {"cup": det("cup", m), "bowl": det("bowl", mb)}
+    raw, crit = run_one(engine, q, img, black, {"7": m, "9": mb}, seg)
+    ident, _ = run_one(engine, q, img, img.clone(), {"7": m, "9": mb}, seg)
+    assert raw["oc_n_blank"] == 1 and ident["oc_n_blank"] == 0
+    assert raw["oc_pos"] == 1.0 and raw["oc_size"] == 1.0  # both objects still in place
+    for s in ("clip", "lpips", "dino", "l2"):  # the bowl alone contributes: (its similarity + 0) / 2
+        assert raw[f"oc_{s}"] == pytest.approx(ident[f"oc_{s}"] / 2, abs=1e-5)
+    monkeypatch.setattr(workflows, "BLANK_CROP_IS_MISSING", False)
+    scored, crit_scored = run_one(engine, q, img, black, {"7": m, "9": mb}, seg)
+    assert scored["oc_n_blank"] == 0 and crit_scored["OC"] > crit["OC"]
+
+
+def test_edits_and_originals_are_resized_as_the_release_does(tmp_path, demo_qs):
+    """Scoring: PIL bicubic to 512 for any image that is not 512 px, none for one that is; the segmenter's input:
+    OpenCV bilinear (release: evaluation/score.py and evaluation/segment_targets.py)."""
+    import cv2
+    from PIL import Image
+
+    from benchmark.imageio import to_float_tensor
+    from benchmark.metrics.hatie.suite import _HatieSamples
+
+    q = next(x for x in demo_qs.queries if x.edit_type == "style_chg")
+    rng = np.random.default_rng(0)
+    for size in (384, 512):
+        arr = rng.integers(0, 256, (size, size, 3), dtype=np.uint8)
+        Image.fromarray(arr).save(tmp_path / f"{size}.png")
+        item = _HatieSamples(demo_qs, [q], [tmp_path / f"{size}.png"])[0]
+        assert not item.error
+        want = arr if size == 512 else np.asarray(Image.fromarray(arr).resize((512, 512), Image.Resampling.BICUBIC))
+        assert torch.equal(item.edit, to_float_tensor(Image.fromarray(want)))
+        seg_in = arr if size == 512 else cv2.resize(arr, (512, 512), interpolation=cv2.INTER_LINEAR)
+        assert np.array_equal(item.edit_u8, seg_in)
+    src = Image.open(demo_qs.path(q.image)).convert("RGB")  # a 256 px original: the same filter as edits
+    assert torch.equal(item.original, to_float_tensor(src.resize((512, 512), Image.Resampling.BICUBIC)))
+
+
+def test_planted_segmentation_cache_files_are_quarantined_and_recomputed(tmp_path):
+    import shutil
+    import warnings
+
+    from benchmark.metrics.hatie.suite import QUARANTINE_DIR, SEGMENTATIONS_DIR, CacheQuarantineWarning
+
+    first = run_demo(tmp_path, "identity", "metrics=hatie", "limit=8")
+    run = Path(first["run_dir"])
+    seg_dir = run / SEGMENTATIONS_DIR
+    files = sorted(seg_dir.glob("*/*.npz"))
+    assert len(files) == 8
+    files[0].write_bytes(b"garbage")  # garbage
+    files[1].write_bytes(files[1].read_bytes()[:100])  # truncated
+    donor = next(f for f in files if f.stem[-16:] != files[2].stem[-16:])  # identity edits of one source share a sha
+    shutil.copy(donor, files[2])  # well-formed, but made for another edit
+    shutil.rmtree(run / "scores")  # score again from the cache
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        again = run_demo(tmp_path, "identity", "metrics=hatie", "limit=8")
+    quarantined = [w for w in caught if issubclass(w.category, CacheQuarantineWarning)]
+    assert len(quarantined) == 3, [str(w.message) for w in caught]
+    reasons = sorted((seg_dir / QUARANTINE_DIR).glob("*.reason.txt"))
+    assert len(reasons) == 3 and any("another edit" in r.read_text() for r in reasons)
+    assert _scores(first).drop(columns=["_fid_edit", "_fid_src"]).equals(
+        _scores(again).drop(columns=["_fid_edit", "_fid_src"]))
+    assert len(sorted(seg_dir.glob("*/*.npz"))) == 8  # recomputed in place
+
+
+@pytest.mark.parametrize("d2_installed", [False, True])
+def test_resolved_segmenter_is_in_the_metric_signature_and_components(monkeypatch, d2_installed):
+    """`backend: auto` resolves by what is installed; two machines that resolve differently must never share a
+    metric signature (their shards would merge into one number)."""
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
+
+    from benchmark.config import metric_signature
+    from benchmark.models import segmenter
+    from benchmark.run import compose
+
+    def signature_and_components(installed):
+        monkeypatch.setattr(segmenter, "detectron2_available", lambda: installed)
+        cfg, _ = compose(["metrics=hatie", "profile=pretrained"])
+        suite = instantiate(cfg.metrics.hatie)  # builds nothing: backbones load lazily
+        return metric_signature(OmegaConf.to_container(cfg.metrics, resolve=True), {"hatie": suite.info}), \
+            suite.components()["segmenter"]
+
+    sig, comp = signature_and_components(d2_installed)
+    other_sig, other_comp = signature_and_components(not d2_installed)
+    assert sig != other_sig and comp != other_comp
+    if d2_installed:
+        assert comp.startswith("detectron2/COCO-InstanceSegmentation/mask_rcnn_R_101_FPN_3x.yaml")
+    else:
+        assert comp.startswith("torchvision/maskrcnn_resnet50_fpn_v2/maskrcnn_resnet50_fpn_v2_coco-73cbd019.pth")
+    # tiny weights never resolve to detectron2, whatever is installed
+    monkeypatch.setattr(segmenter, "detectron2_available", lambda: True)
+    assert segmenter.resolve_segmenter("auto", "tiny").backend == "torchvision"
+
+
+def test_a_segmenter_that_loads_as_something_else_than_resolved_is_an_error(monkeypatch):
+    from functools import partial
+
+    from benchmark.metrics.hatie.suite import HatieSuite
+    from benchmark.models import segmenter
+
+    suite = HatieSuite(segmenter=partial(segmenter.build_segmenter, weights="tiny"), clip=None, dino=None, lpips=None,
+                       device="cpu")
+    monkeypatch.setattr(segmenter, "load_torchvision_segmenter",
+                        lambda *a, **k: SimpleNamespace(signature="torchvision/other/t0.1"))
+    with pytest.raises(RuntimeError, match="keyed as"):
+        suite._get("segmenter")
