@@ -28,9 +28,11 @@ MASK_THRESHOLD = 0.5  # torchvision's soft masks -> binary
 MAX_DETECTIONS = 100  # torchvision's and detectron2's detections per image
 # COCO category ids skipped by the 80-class list (torchvision's 91-way heads label these "N/A").
 _COCO_UNUSED_IDS = (12, 26, 29, 30, 45, 66, 68, 69, 71, 83)
-# Small input and few proposals keep the random-weight stand-in fast on CPU (the class and heads are the real ones).
-TINY_MASKRCNN = {"backbone": "resnet18", "min_size": 128, "max_size": 128, "num_classes": 91,
-                 "rpn_pre_nms_top_n_test": 100, "rpn_post_nms_top_n_test": 20}
+# The tiny stand-in is `maskrcnn_resnet50_fpn_v2`'s own layout (BatchNorm in the FPN and heads, 2-conv RPN head,
+# 4-conv + FC box head, 4-conv mask head) on a shallower ResNet of the same Bottleneck blocks (one per stage instead
+# of 3-4-6-3), with narrower heads, a 128 px input and fewer proposals: sizes only, so it stays fast on CPU.
+TINY_MASKRCNN = {"layout": "maskrcnn_resnet50_fpn_v2", "body": "bottleneck", "blocks": [1, 1, 1, 1], "head_width": 32, "head_fc": 64, "min_size": 128,
+                 "max_size": 128, "num_classes": 91, "rpn_pre_nms_top_n_test": 100, "rpn_post_nms_top_n_test": 20}
 TINY_SEED = 0
 # torchvision's MaskRCNN_ResNet50_FPN_V2_Weights.COCO_V1 checkpoint (file name carries its hash); checked on load.
 TV_WEIGHTS_FILE = "maskrcnn_resnet50_fpn_v2_coco-73cbd019.pth"
@@ -231,13 +233,35 @@ class Detectron2Segmenter:
 
 
 def _tiny_maskrcnn(cfg: dict[str, Any], threshold: float) -> Any:
+    """`maskrcnn_resnet50_fpn_v2`'s construction (torchvision's builder, step by step) with `cfg`'s sizes."""
+    from torch import nn
     from torchvision.models.detection import MaskRCNN
-    from torchvision.models.detection.backbone_utils import resnet_fpn_backbone
+    from torchvision.models.detection.backbone_utils import _resnet_fpn_extractor
+    from torchvision.models.detection.faster_rcnn import (
+        FastRCNNConvFCHead,
+        FastRCNNPredictor,
+        RPNHead,
+        _default_anchorgen,
+    )
+    from torchvision.models.detection.mask_rcnn import MaskRCNNHeads, MaskRCNNPredictor
+    from torchvision.models.resnet import Bottleneck, ResNet
 
-    backbone = resnet_fpn_backbone(backbone_name=cfg["backbone"], weights=None, trainable_layers=5)
-    return MaskRCNN(backbone, num_classes=cfg["num_classes"], min_size=cfg["min_size"], max_size=cfg["max_size"],
-                    rpn_pre_nms_top_n_test=cfg["rpn_pre_nms_top_n_test"],
-                    rpn_post_nms_top_n_test=cfg["rpn_post_nms_top_n_test"], box_score_thresh=threshold)
+    if cfg["body"] != "bottleneck":
+        raise ValueError(f"unknown tiny Mask R-CNN body {cfg['body']!r}")
+    body = ResNet(Bottleneck, list(cfg["blocks"]))  # resnet50 = ResNet(Bottleneck, [3, 4, 6, 3])
+    backbone = _resnet_fpn_extractor(body, 5, norm_layer=nn.BatchNorm2d)
+    anchors = _default_anchorgen()
+    width = cfg["head_width"]
+    return MaskRCNN(
+        backbone, rpn_anchor_generator=anchors,  # the predictors are MaskRCNN's defaults at the heads' widths
+        box_predictor=FastRCNNPredictor(cfg["head_fc"], cfg["num_classes"]),
+        mask_predictor=MaskRCNNPredictor(width, width, cfg["num_classes"]),
+        rpn_head=RPNHead(backbone.out_channels, anchors.num_anchors_per_location()[0], conv_depth=2),
+        box_head=FastRCNNConvFCHead((backbone.out_channels, 7, 7), [width] * 4, [cfg["head_fc"]],
+                                    norm_layer=nn.BatchNorm2d),
+        mask_head=MaskRCNNHeads(backbone.out_channels, [width] * 4, 1, norm_layer=nn.BatchNorm2d),
+        min_size=cfg["min_size"], max_size=cfg["max_size"], rpn_pre_nms_top_n_test=cfg["rpn_pre_nms_top_n_test"],
+        rpn_post_nms_top_n_test=cfg["rpn_post_nms_top_n_test"], box_score_thresh=threshold)
 
 
 def _save_tiny(path: Path) -> None:
