@@ -21,7 +21,7 @@ def box_mask(x0, y0, x1, y1):
 
 
 def release(tmp_path, queries=None, masks=None):
-    """Write query / mask pickles and images shaped like the release (spec/hatie.md section 8)."""
+    """Write query / mask pickles and images shaped like the release (its README and score.py)."""
     queries = queries if queries is not None else {
         "2370421": [
             {"type": "obj_rep", "original": ["3143517", "person"], "target": "cup", "id": 23847,

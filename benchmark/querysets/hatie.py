@@ -1,6 +1,6 @@
 """Import the released HATIE benchmark set (query pickles + editable-object mask pickle) as an editmeter query set.
 
-The release ships pickles (`spec/hatie.md` section 8). They are read once, only through the restricted unpickler
+The release ships pickles (a dict of query lists and a list of mask records). They are read once, only through the restricted unpickler
 (`benchmark.safe_pickle`), and converted to `queries.jsonl` plus one PNG mask per editable object
 (`masks/<image_id>/<object_id>.png`, {0,255} grayscale, a few hundred bytes each), so nothing downstream ever loads a
 pickle or holds all masks in memory.
@@ -78,7 +78,7 @@ def _pair(value: Any, where: str) -> tuple[str, str]:
 
 
 def _bbox(mask: np.ndarray) -> tuple[float, float, float, float] | None:
-    """Inclusive min/max of the nonzero rows / columns (spec/hatie.md section 0)."""
+    """Inclusive min/max of the nonzero rows / columns (docs/hatie.md section 1)."""
     ys, xs = np.nonzero(mask)
     if len(xs) == 0:
         return None

@@ -146,7 +146,7 @@ def segmenter_input(img: Any) -> Any:
 
 
 class HatieSuite:
-    """HATIE's evaluation (spec: shared/spec/hatie.md). Learned components are factories (called once, lazily):
+    """HATIE's evaluation (specification: docs/hatie.md). Learned components are factories (called once, lazily):
 
     segmenter(device=) -> Segmenter; clip(device=) -> ClipEncoder; dino(device=) -> DinoEncoder; lpips(device=) ->
     LpipsDistance; fid(device=) -> FeatureExtractor or None to skip IQ; vqa(device=) -> VQA scorer or None (off).

@@ -1,4 +1,4 @@
-"""HATIE's seven per-task workflows (spec section 3): from a query, its 512 px images, the original's ground-truth
+"""HATIE's seven per-task workflows (docs/hatie.md section 4): from a query, its 512 px images, the original's ground-truth
 masks and the edit's segmentation to a Plan of similarity requests whose results become raw sub-scores.
 
 Convention for every pair: (edit side, original side), the release's argument order (l2_s resizes the second to
@@ -40,7 +40,7 @@ class QueryInput:
 
 
 def relevant_classes(q: Query) -> list[str]:
-    """Classes the segmentation keeps for this query (spec section 1)."""
+    """Classes the segmentation keeps for this query (docs/hatie.md section 2)."""
     t = q.edit_type
     if t in ("attr_chg", "obj_resize", "obj_remove"):
         return [q.target.name]  # type: ignore[union-attr]
