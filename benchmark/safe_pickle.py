@@ -70,10 +70,11 @@ class _CheckedArray(np.ndarray):
     """What `numpy._reconstruct` yields here: an empty array whose `__setstate__` (the pickle's BUILD) checks the
     dtype and that the data's length equals the declared shape before numpy fills it."""
 
-    _source = "<stream>"
+    def __reduce__(self) -> Any:  # re-pickles as a plain ndarray
+        return np.asarray(self).__reduce__()
 
     def __setstate__(self, state: Any) -> None:
-        where = f"{self._source}: numpy array"
+        where = f"{getattr(self, '_source', '<stream>')}: numpy array"
         if not isinstance(state, tuple) or len(state) not in (4, 5):
             raise UnsafePickleError(f"{where}: unexpected state")
         shape, dt, _fortran, raw = state[-4:]
@@ -87,16 +88,15 @@ def _wrappers(source: str) -> dict[tuple[str, str], Any]:
     """(module, name) -> the checking stand-in the unpickler hands out for that global."""
     where = source
 
-    class _Array(_CheckedArray):
-        _source = source
-
     def ndarray_token(*args: Any, **kwargs: Any) -> Any:  # `numpy.ndarray` may only be _reconstruct's argument
         raise UnsafePickleError(f"{where}: refused a call of numpy.ndarray{args!r} (allocates without data)")
 
     def reconstruct(subtype: Any, shape: Any, typecode: Any) -> Any:
         if subtype is not ndarray_token or shape != (0,) or typecode not in (b"b", "b"):
             raise UnsafePickleError(f"{where}: refused numpy._reconstruct{(subtype, shape, typecode)!r}")
-        return np.ndarray.__new__(_Array, (0,), "b")
+        arr = np.ndarray.__new__(_CheckedArray, (0,), "b")
+        arr._source = source  # named in errors
+        return arr
 
     def dtype(spec: Any, align: Any = False, copy: Any = True) -> np.dtype:
         if not isinstance(spec, str) or len(spec) > 4 or not isinstance(align, bool) or not isinstance(copy, bool):
