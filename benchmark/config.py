@@ -203,4 +203,11 @@ def _semantic(obj: Any) -> Any:
 def metric_signature(metrics_cfg: dict[str, Any], infos: dict[str, Any]) -> str:
     from benchmark.hashing import stable_hash
 
-    return stable_hash({"config": portable(_semantic(metrics_cfg)), "versions": {k: i.version for k, i in infos.items()}})
+    payload: dict[str, Any] = {"config": portable(_semantic(metrics_cfg)),
+                               "versions": {k: i.version for k, i in infos.items()}}
+    # What the config leaves to run time (HATIE's `segmenter.backend: auto` -> detectron2 or torchvision, and its
+    # weights): shards resolved differently must never share a signature. Absent for metrics that resolve nothing.
+    identity = {k: i.identity for k, i in infos.items() if getattr(i, "identity", None)}
+    if identity:
+        payload["identity"] = identity
+    return stable_hash(payload)

@@ -145,33 +145,108 @@ def test_masks_only_for_candidates_select_what_the_full_model_selects(single_thr
     model = _tiny_maskrcnn(TINY_MASKRCNN, 0.0).eval()
     model.roi_heads.detections_per_img = 30  # the reference path's mask head on 100 boxes per image is slow on CPU
     with torch.no_grad():
-        bias = model.roi_heads.mask_predictor.mask_fcn_logits.bias
-        bias[:30], bias[30:60], bias[60:] = -10.0, 10.0, 0.2 * torch.randn(31)
-    seg = TorchvisionSegmenter(model, threshold=0.005, batch_size=2)  # random weights score ~1/91 per class
-    calls = []
-    masks = seg._masks
-    seg._masks = lambda *a: calls.append(masks(*a)) or calls[-1]
+        cls = model.roi_heads.box_predictor.cls_score  # per-box class scores that vary: many classes per image
+        cls.weight.copy_(torch.randn_like(cls.weight))
+        cls.weight.sub_(cls.weight.mean(dim=1, keepdim=True))  # no class favoured by the features' common offset
+        cls.bias.zero_()
     rng = np.random.default_rng(0)
     images = [rng.integers(0, 255, (96 + 8 * i, 128, 3), dtype=np.uint8) for i in range(4)]
+    # probe each detection's largest mask logit (mask weights scaled up so it varies a lot from box to box), then
+    # rig the mask biases per detected class, most frequent first: mixed (shifted by the class's median peak: about
+    # half of its masks come out empty), always full, always empty
+    probe = []
+    with torch.no_grad():
+        model.roi_heads.mask_predictor.mask_fcn_logits.weight.mul_(20.0)
+        hook = model.roi_heads.mask_predictor.register_forward_hook(lambda m, i, o: probe.append(o))
+        tensors = [torch.from_numpy(im).permute(2, 0, 1).float().div(255) for im in images]
+        preds = model(tensors[:2]) + model(tensors[2:])  # batched as the segmenter will (padding moves boxes)
+        hook.remove()
+        labels = torch.cat([p["labels"] for p in preds])
+        peak = torch.cat(probe)[torch.arange(len(labels)), labels].amax(dim=(1, 2))
+        bias = model.roi_heads.mask_predictor.mask_fcn_logits.bias
+        real = [c for c in set(labels.tolist()) if coco91_names()[c] != "N/A"]
+        for k, c in enumerate(sorted(real, key=lambda c: (-int((labels == c).sum()), c))):
+            bias[c] += (-float(peak[labels == c].median()), 1e4, -1e4)[k % 3]
+    seg = TorchvisionSegmenter(model, threshold=0.002, batch_size=2)  # random weights score ~1/91 per class
+    calls: list[list] = []  # per batch, the masks of each round
+    masks, chunk = seg._masks, seg._segment_chunk
+    seg._segment_chunk = lambda c: calls.append([]) or chunk(c)
+    seg._masks = lambda *a: calls[-1].append(masks(*a)) or calls[-1][-1]
     fast, full = seg.segment(images), seg.segment_full(images)
-    assert sum(map(len, full)) >= 16  # several classes per image
+    assert sum(map(len, full)) >= 4  # something selected in every image on average
     for a, b in zip(fast, full, strict=True):
         assert sorted(a) == sorted(b)
         for k in a:
             assert a[k].score == b[k].score and np.array_equal(a[k].mask, b[k].mask)
-    second_round_hits = [m.any() for c in calls[1::2] for image in c for m in image]
-    assert len(calls) == 4 and any(second_round_hits)  # two rounds per batch; the fallback found a mask
+    second_round_hits = [m.any() for rounds in calls for c in rounds[1:] for image in c for m in image]
+    assert len(calls) == 2 and any(second_round_hits)  # two batches; some fallback round found a mask
+
+
+SIG = "torchvision/test/t0.1|input:x"
+SHA = "ab" * 32
 
 
 def test_segmentation_cache_round_trip(tmp_path):
     _, m = scene()
     seg = {"cup": det("cup", m, 0.75)}
-    save_segmentation(seg, tmp_path / "s.npz")
-    back = load_segmentation(tmp_path / "s.npz")
+    save_segmentation(seg, tmp_path / "s.npz", edit_sha256=SHA, segmenter=SIG, shape=(S, S))
+    back = load_segmentation(tmp_path / "s.npz", edit_sha256=SHA, segmenter=SIG, shape=(S, S))
     assert back["cup"].score == 0.75 and back["cup"].bbox == seg["cup"].bbox
     assert np.array_equal(back["cup"].mask, seg["cup"].mask)
-    save_segmentation({}, tmp_path / "e.npz")
-    assert load_segmentation(tmp_path / "e.npz") == {}
+    save_segmentation({}, tmp_path / "e.npz", edit_sha256=SHA, segmenter=SIG, shape=(S, S))
+    assert load_segmentation(tmp_path / "e.npz", edit_sha256=SHA, segmenter=SIG, shape=(S, S)) == {}
+
+
+def _npz(path, **arrays):
+    with open(path, "wb") as fh:
+        np.savez(fh, **arrays)
+
+
+def _good_arrays(m):
+    return dict(format=np.array(2), names=np.array(["cup"]), scores=np.array([0.75]),
+                boxes=np.array([bbox_from_mask(m)], dtype=np.int64), masks=np.packbits(m[None], axis=-1),
+                height=np.array(S), width=np.array(S), edit_sha256=np.array(SHA), segmenter=np.array(SIG))
+
+
+def _bad_cache_files(tmp_path):
+    """(name, writer) of every kind of untrustworthy segmentation cache file."""
+    _, mt = scene()
+    m = mt.bool().numpy()
+    good = _good_arrays(m)
+    save_segmentation({"cup": det("cup", mt)}, tmp_path / "valid.npz", edit_sha256=SHA, segmenter=SIG, shape=(S, S))
+    valid = (tmp_path / "valid.npz").read_bytes()
+    cases = {
+        "garbage": lambda p: p.write_bytes(b"this is not an npz at all" * 10),
+        "empty": lambda p: p.write_bytes(b""),
+        "truncated": lambda p: p.write_bytes(valid[: len(valid) // 2]),
+        "object array": lambda p: _npz(p, **{**good, "names": np.array(["cup"], dtype=object)}),
+        "pickle": lambda p: p.write_bytes(__import__("pickle").dumps({"cup": 1})),
+        "npy not npz": lambda p: np.save(p.open("wb"), np.zeros(3)),
+        "missing key": lambda p: _npz(p, **{k: v for k, v in good.items() if k != "edit_sha256"}),
+        "other edit": lambda p: _npz(p, **{**good, "edit_sha256": np.array("cd" * 32)}),
+        "other segmenter": lambda p: _npz(p, **{**good, "segmenter": np.array("detectron2/x/t0.1|input:x")}),
+        "wrong shape": lambda p: _npz(p, **{**good, "height": np.array(256)}),
+        "float masks": lambda p: _npz(p, **{**good, "masks": good["masks"].astype(np.float32)}),
+        "int scores": lambda p: _npz(p, **{**good, "scores": np.array([1])}),
+        "unknown class": lambda p: _npz(p, **{**good, "names": np.array(["unicorn"])}),
+        "score out of range": lambda p: _npz(p, **{**good, "scores": np.array([7.0])}),
+        "box not mask's": lambda p: _npz(p, **{**good, "boxes": np.array([[0, 0, 511, 511]])}),
+        "huge header": lambda p: _npz(p, **{**good, "masks": np.zeros((200, S, 64), np.uint8)}),
+    }
+    return cases
+
+
+def test_untrustworthy_segmentation_cache_files_are_refused(tmp_path):
+    from benchmark.models.segmenter import SegmentationCacheError
+
+    for name, write in _bad_cache_files(tmp_path).items():
+        p = tmp_path / "bad.npz"
+        p.unlink(missing_ok=True)
+        write(p)
+        assert p.is_file(), name
+        with pytest.raises(SegmentationCacheError):
+            load_segmentation(p, edit_sha256=SHA, segmenter=SIG, shape=(S, S))
+            pytest.fail(f"accepted: {name}")
 
 
 # -- workflows with an oracle segmentation -------------------------------------------------------------------
@@ -508,3 +583,123 @@ def test_detection_branches_of_every_object_task(engine, edit_type, case):
         assert crit["OF"] < 1.0  # the object is still there
     elif edit_type in ("obj_add", "obj_rep", "attr_chg"):
         assert raw["of_det"] == 0.9
+
+
+# -- fidelity to the release: blank crops, resizing, the segmentation cache, the segmenter's identity ----------
+
+def test_bg_chg_object_painted_black_counts_as_missing_appearance(engine, monkeypatch):
+    """The release scores an object crop whose pixels sum to zero as 0 on the four appearance similarities, while
+    its position and size still count (its mask is there): `eval_bgChg`."""
+    from benchmark.metrics.hatie import workflows
+
+    img, m = scene()
+    _, mb = scene((40, 40, 90, 90))
+    other = ObjectRef(id="9", name="bowl", mask="unused.png")
+    q = query("bg_chg", background="beach", editable_objects=(OBJ, other))
+    black = img * (1 - m)  # the cup painted black, nothing else changed
+    seg = {"cup": det("cup", m), "bowl": det("bowl", mb)}
+    raw, crit = run_one(engine, q, img, black, {"7": m, "9": mb}, seg)
+    ident, _ = run_one(engine, q, img, img.clone(), {"7": m, "9": mb}, seg)
+    assert raw["oc_n_blank"] == 1 and ident["oc_n_blank"] == 0
+    assert raw["oc_pos"] == 1.0 and raw["oc_size"] == 1.0  # both objects still in place
+    for s in ("clip", "lpips", "dino", "l2"):  # the bowl alone contributes: (its similarity + 0) / 2
+        assert raw[f"oc_{s}"] == pytest.approx(ident[f"oc_{s}"] / 2, abs=1e-5)
+    monkeypatch.setattr(workflows, "BLANK_CROP_IS_MISSING", False)
+    scored, crit_scored = run_one(engine, q, img, black, {"7": m, "9": mb}, seg)
+    assert scored["oc_n_blank"] == 0 and crit_scored["OC"] > crit["OC"]
+
+
+def test_edits_and_originals_are_resized_as_the_release_does(tmp_path, demo_qs):
+    """Scoring: PIL bicubic to 512 for any image that is not 512 px, none for one that is; the segmenter's input:
+    OpenCV bilinear (release: evaluation/score.py and evaluation/segment_targets.py)."""
+    import cv2
+    from PIL import Image
+
+    from benchmark.imageio import to_float_tensor
+    from benchmark.metrics.hatie.suite import _HatieSamples
+
+    q = next(x for x in demo_qs.queries if x.edit_type == "style_chg")
+    rng = np.random.default_rng(0)
+    for size in (384, 512):
+        arr = rng.integers(0, 256, (size, size, 3), dtype=np.uint8)
+        Image.fromarray(arr).save(tmp_path / f"{size}.png")
+        item = _HatieSamples(demo_qs, [q], [tmp_path / f"{size}.png"])[0]
+        assert not item.error
+        want = arr if size == 512 else np.asarray(Image.fromarray(arr).resize((512, 512), Image.Resampling.BICUBIC))
+        assert torch.equal(item.edit, to_float_tensor(Image.fromarray(want)))
+        seg_in = arr if size == 512 else cv2.resize(arr, (512, 512), interpolation=cv2.INTER_LINEAR)
+        assert np.array_equal(item.edit_u8, seg_in)
+    src = Image.open(demo_qs.path(q.image)).convert("RGB")  # a 256 px original: the same filter as edits
+    assert torch.equal(item.original, to_float_tensor(src.resize((512, 512), Image.Resampling.BICUBIC)))
+
+
+def test_planted_segmentation_cache_files_are_quarantined_and_recomputed(tmp_path):
+    import shutil
+    import warnings
+
+    from benchmark.metrics.hatie.suite import QUARANTINE_DIR, SEGMENTATIONS_DIR, CacheQuarantineWarning
+
+    first = run_demo(tmp_path, "identity", "metrics=hatie", "limit=8")
+    run = Path(first["run_dir"])
+    seg_dir = run / SEGMENTATIONS_DIR
+    files = sorted(seg_dir.glob("*/*.npz"))
+    assert len(files) == 8
+    files[0].write_bytes(b"garbage")  # garbage
+    files[1].write_bytes(files[1].read_bytes()[:100])  # truncated
+    donor = next(f for f in files if f.stem[-16:] != files[2].stem[-16:])  # identity edits of one source share a sha
+    shutil.copy(donor, files[2])  # well-formed, but made for another edit
+    shutil.rmtree(run / "scores")  # score again from the cache
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        again = run_demo(tmp_path, "identity", "metrics=hatie", "limit=8")
+    quarantined = [w for w in caught if issubclass(w.category, CacheQuarantineWarning)]
+    assert len(quarantined) == 3, [str(w.message) for w in caught]
+    reasons = sorted((seg_dir / QUARANTINE_DIR).glob("*.reason.txt"))
+    assert len(reasons) == 3 and any("another edit" in r.read_text() for r in reasons)
+    assert _scores(first).drop(columns=["_fid_edit", "_fid_src"]).equals(
+        _scores(again).drop(columns=["_fid_edit", "_fid_src"]))
+    assert len(sorted(seg_dir.glob("*/*.npz"))) == 8  # recomputed in place
+
+
+@pytest.mark.parametrize("d2_installed", [False, True])
+def test_resolved_segmenter_is_in_the_metric_signature_and_components(monkeypatch, d2_installed):
+    """`backend: auto` resolves by what is installed; two machines that resolve differently must never share a
+    metric signature (their shards would merge into one number)."""
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
+
+    from benchmark.config import metric_signature
+    from benchmark.models import segmenter
+    from benchmark.run import compose
+
+    def signature_and_components(installed):
+        monkeypatch.setattr(segmenter, "detectron2_available", lambda: installed)
+        cfg, _ = compose(["metrics=hatie", "profile=pretrained"])
+        suite = instantiate(cfg.metrics.hatie)  # builds nothing: backbones load lazily
+        return metric_signature(OmegaConf.to_container(cfg.metrics, resolve=True), {"hatie": suite.info}), \
+            suite.components()["segmenter"]
+
+    sig, comp = signature_and_components(d2_installed)
+    other_sig, other_comp = signature_and_components(not d2_installed)
+    assert sig != other_sig and comp != other_comp
+    if d2_installed:
+        assert comp.startswith("detectron2/COCO-InstanceSegmentation/mask_rcnn_R_101_FPN_3x.yaml")
+    else:
+        assert comp.startswith("torchvision/maskrcnn_resnet50_fpn_v2/maskrcnn_resnet50_fpn_v2_coco-73cbd019.pth")
+    # tiny weights never resolve to detectron2, whatever is installed
+    monkeypatch.setattr(segmenter, "detectron2_available", lambda: True)
+    assert segmenter.resolve_segmenter("auto", "tiny").backend == "torchvision"
+
+
+def test_a_segmenter_that_loads_as_something_else_than_resolved_is_an_error(monkeypatch):
+    from functools import partial
+
+    from benchmark.metrics.hatie.suite import HatieSuite
+    from benchmark.models import segmenter
+
+    suite = HatieSuite(segmenter=partial(segmenter.build_segmenter, weights="tiny"), clip=None, dino=None, lpips=None,
+                       device="cpu")
+    monkeypatch.setattr(segmenter, "load_torchvision_segmenter",
+                        lambda *a, **k: SimpleNamespace(signature="torchvision/other/t0.1"))
+    with pytest.raises(RuntimeError, match="keyed as"):
+        suite._get("segmenter")

@@ -21,7 +21,7 @@ def box_mask(x0, y0, x1, y1):
 
 
 def release(tmp_path, queries=None, masks=None):
-    """Write query / mask pickles and images shaped like the release (spec/hatie.md section 8)."""
+    """Write query / mask pickles and images shaped like the release (its README and score.py)."""
     queries = queries if queries is not None else {
         "2370421": [
             {"type": "obj_rep", "original": ["3143517", "person"], "target": "cup", "id": 23847,
@@ -124,3 +124,60 @@ def test_object_named_only_by_bg_chg_is_matched_when_unambiguous(tmp_path):
     import_release(q, m, images, tmp_path / "out")
     bg = {x.id: x for x in load_queryset(tmp_path / "out")}["2"]
     assert {(o.id, o.name) for o in bg.editable_objects} == {("10", "cat"), ("11", "dog")}
+
+
+BAD_IDS = ["../../escaped", "/tmp/abs", "a/b", "..", ".hidden", "x\x00y", "12\n", "a\\b", "-rf", "x" * 200]
+
+
+@pytest.mark.parametrize("bad", BAD_IDS)
+@pytest.mark.parametrize("where", ["mask object id", "mask image id", "query image id", "query object id",
+                                   "query id"])
+def test_ids_that_are_not_one_safe_path_component_are_refused(tmp_path, where, bad):
+    queries = {"1": [{"type": "obj_remove", "target": ["10", "cat"], "id": 5, "instruction": "Remove the cat."}]}
+    masks = [{"image": "1", "editable_objs": {"10": {"mask": box_mask(5, 5, 50, 50)}}}]
+    if where == "mask object id":
+        masks[0]["editable_objs"] = {bad: {"mask": box_mask(5, 5, 50, 50)}}
+    elif where == "mask image id":
+        masks[0]["image"] = bad
+    elif where == "query image id":
+        queries = {bad: queries["1"]}
+    elif where == "query object id":
+        queries["1"][0]["target"] = [bad, "cat"]
+    else:
+        queries["1"][0]["id"] = bad
+    q, m, images = release(tmp_path, queries={"1": []}, masks=masks)  # images for "1" only
+    q.write_bytes(pickle.dumps(queries))
+    before = {p for p in tmp_path.parent.rglob("*")}
+    with pytest.raises(HatieFormatError, match="is not a safe id|must be a string"):
+        import_release(q, m, images, tmp_path / "out")
+    written = {p for p in tmp_path.parent.rglob("*")} - before
+    assert all(p.is_relative_to(tmp_path / "out") for p in written), written  # nothing outside --out
+
+
+def test_writes_through_a_symlinked_folder_out_of_the_output_are_refused(tmp_path):
+    q, m, images = release(tmp_path)
+    out, elsewhere = tmp_path / "out", tmp_path / "elsewhere"
+    out.mkdir()
+    elsewhere.mkdir()
+    (out / "masks").symlink_to(elsewhere, target_is_directory=True)
+    with pytest.raises(HatieFormatError, match="outside the output folder"):
+        import_release(q, m, images, out)
+    assert not any(elsewhere.iterdir())
+
+
+def test_bytearray_bomb_in_the_query_file_is_refused_without_allocating(tmp_path):
+    class Bomb:
+        def __reduce__(self):
+            return (bytearray, (3_000_000_000,))
+
+    q, m, images = release(tmp_path)
+    q.write_bytes(pickle.dumps({"2370421": [Bomb()]}))
+    assert q.stat().st_size < 100
+    with pytest.raises(UnsafePickleError, match="bytearray"):
+        import_release(q, m, images, tmp_path / "out")
+
+
+def test_unsafe_image_extension_is_refused(tmp_path):
+    q, m, images = release(tmp_path)
+    with pytest.raises(HatieFormatError, match="image_ext"):
+        import_release(q, m, images, tmp_path / "out", image_ext="/../../x")

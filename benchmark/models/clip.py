@@ -1,5 +1,12 @@
 """CLIP image/text encoder (open_clip), with HATIE's preprocessing: resize the short side to 224 (bicubic) and
-normalise; no centre crop (HATIE's inputs are square)."""
+normalise; no centre crop (HATIE's inputs are square).
+
+OpenAI's CLIP weights (what HATIE used, through OpenAI's `clip` package) were trained with QuickGELU. open_clip 3.x
+builds plain `ViT-B-32` with GELU and only logs a warning when the OpenAI weights are loaded into it, so the config
+names `ViT-B-32-quickgelu`, and `load_clip` forces QuickGELU whenever the `openai` weights are asked for. The tiny
+model is derived from the pretrained architecture's own open_clip config with only the sizes replaced, so the two
+cannot drift apart in activation, normalisation or patch size.
+"""
 
 from __future__ import annotations
 
@@ -12,13 +19,34 @@ from benchmark.models.common import WeightsUnavailableError, check_source, tiny_
 
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
-# Same class (open_clip CLIP), small widths: a random-weight stand-in for tests (tokeniser and vocab are real).
-TINY_CLIP_CONFIG = {
-    "embed_dim": 32,
-    "vision_cfg": {"image_size": 224, "layers": 2, "width": 64, "patch_size": 32},
-    "text_cfg": {"context_length": 77, "vocab_size": 49408, "width": 32, "heads": 2, "layers": 2},
-}
+CLIP_ARCH = "ViT-B-32-quickgelu"  # HATIE's CLIP: ViT-B/32 with OpenAI's weights, which need QuickGELU
+CLIP_TAG = "openai"
+# Only sizes differ between the tiny stand-in and the pretrained architecture (tokeniser and vocab are real too).
+TINY_CLIP_SIZES = {"embed_dim": 32, "vision_cfg": {"layers": 2, "width": 64},
+                   "text_cfg": {"width": 32, "heads": 2, "layers": 2}}
 TINY_SEED = 0
+
+
+def tiny_clip_config(arch: str = CLIP_ARCH, tag: str = CLIP_TAG) -> dict[str, Any]:
+    """open_clip's config of `arch` with `TINY_CLIP_SIZES` substituted: every other switch (activation, norms,
+    patch size, pooling, image size, context length) is the pretrained model's own. OpenAI weights force QuickGELU,
+    exactly as `load_clip` does for the pretrained model."""
+    import copy
+
+    import open_clip
+
+    base = open_clip.get_model_config(arch)
+    if base is None:
+        raise ValueError(f"open_clip has no model config {arch!r}")
+    cfg = copy.deepcopy(base)
+    for key, value in TINY_CLIP_SIZES.items():
+        if isinstance(value, dict):
+            cfg[key] = {**cfg[key], **value}
+        else:
+            cfg[key] = value
+    if tag == "openai":
+        cfg["quick_gelu"] = True
+    return cfg
 
 
 class ClipEncoder:
@@ -55,29 +83,35 @@ class ClipEncoder:
         return torch.nn.functional.normalize(feats.float(), dim=-1)
 
 
-def _build_tiny(path: Path) -> None:
-    import open_clip
-    import torch
+def _builder(config: dict[str, Any]):
+    def build(path: Path) -> None:
+        import open_clip
+        import torch
 
-    cfg_file = path / "editmeter-tiny-clip.json"
-    cfg_file.write_text(json.dumps(TINY_CLIP_CONFIG))
-    open_clip.add_model_config(cfg_file)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(TINY_SEED)
-        model = open_clip.create_model("editmeter-tiny-clip", pretrained=None)
-    torch.save(model.state_dict(), path / "open_clip_model.pt")
+        cfg_file = path / "editmeter-tiny-clip.json"
+        cfg_file.write_text(json.dumps(config))
+        open_clip.add_model_config(cfg_file)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(TINY_SEED)
+            model = open_clip.create_model("editmeter-tiny-clip", pretrained=None)
+        torch.save(model.state_dict(), path / "open_clip_model.pt")
+
+    return build
 
 
 @functools.lru_cache(maxsize=4)
-def load_clip(weights: str = "pretrained", arch: str = "ViT-B-32", tag: str = "openai", device: str = "cpu") -> ClipEncoder:
-    """CLIP once per process. pretrained: `arch` with the `tag` weights; tiny: a small random CLIP (same class);
-    random: `arch` with random weights (speed benchmarks). All load through `open_clip.create_model`."""
+def load_clip(weights: str = "pretrained", arch: str = CLIP_ARCH, tag: str = CLIP_TAG, device: str = "cpu") -> ClipEncoder:
+    """CLIP once per process. pretrained: `arch` with the `tag` weights; tiny: a small random CLIP derived from
+    `arch`'s config (`tiny_clip_config`); random: `arch` with random weights (speed benchmarks). All load through
+    `open_clip.create_model`; the `openai` weights always get QuickGELU (see the module docstring)."""
     import open_clip
     import torch
 
     source = check_source(weights)
+    quick_gelu = tag == "openai"
     if source == "tiny":
-        folder = tiny_model_dir("clip", TINY_CLIP_CONFIG, _build_tiny)
+        config = tiny_clip_config(arch, tag)
+        folder = tiny_model_dir("clip", config, _builder(config))
         open_clip.add_model_config(folder / "editmeter-tiny-clip.json")
         arch, pretrained = "editmeter-tiny-clip", str(folder / "open_clip_model.pt")
     else:
@@ -85,7 +119,7 @@ def load_clip(weights: str = "pretrained", arch: str = "ViT-B-32", tag: str = "o
     try:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(TINY_SEED)  # `random` weights are reproducible too
-            model = open_clip.create_model(arch, pretrained=pretrained, device=device)
+            model = open_clip.create_model(arch, pretrained=pretrained, device=device, force_quick_gelu=quick_gelu)
     except Exception as err:  # hub/network errors have many types; all mean the same to the user
         if source != "pretrained":
             raise

@@ -13,10 +13,16 @@ DINO_REVISION = "f9e44c814b77203eaa57a6bdbbd535f21ede1415"
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 DINO_INPUT = 224  # the processor's crop size; HATIE resizes straight to 224 x 224
-TINY_DINO_CONFIG = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64,
-                    "patch_size": 14, "image_size": 224}
-BASE_DINO_CONFIG = {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
-                    "intermediate_size": 3072, "patch_size": 14, "image_size": 518}
+# Sizes only differ from DINOv2-base (`image_size` 518 too: the real model interpolates its 37 x 37 position
+# embeddings to the 16 x 16 grid of a 224 px input, and so must the stand-in).
+TINY_DINO_CONFIG = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "patch_size": 14,
+                    "image_size": 518}
+# facebook/dinov2-base's config.json at DINO_REVISION (what `random` builds; the model-pair test compares against it)
+BASE_DINO_CONFIG = {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12, "mlp_ratio": 4,
+                    "patch_size": 14, "image_size": 518, "num_channels": 3, "hidden_act": "gelu",
+                    "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0, "drop_path_rate": 0.0,
+                    "initializer_range": 0.02, "layer_norm_eps": 1e-06, "layerscale_value": 1.0, "qkv_bias": True,
+                    "use_swiglu_ffn": False}
 TINY_SEED = 0
 
 

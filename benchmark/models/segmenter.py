@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from benchmark.hashing import stable_hash
 from benchmark.models.common import WeightsUnavailableError, check_source, tiny_model_dir
 
 # detectron2's `pred_classes` index this list (COCO's 80 classes in category-id order)
@@ -27,10 +28,14 @@ MASK_THRESHOLD = 0.5  # torchvision's soft masks -> binary
 MAX_DETECTIONS = 100  # torchvision's and detectron2's detections per image
 # COCO category ids skipped by the 80-class list (torchvision's 91-way heads label these "N/A").
 _COCO_UNUSED_IDS = (12, 26, 29, 30, 45, 66, 68, 69, 71, 83)
-# Small input and few proposals keep the random-weight stand-in fast on CPU (the class and heads are the real ones).
-TINY_MASKRCNN = {"backbone": "resnet18", "min_size": 128, "max_size": 128, "num_classes": 91,
-                 "rpn_pre_nms_top_n_test": 100, "rpn_post_nms_top_n_test": 20}
+# The tiny stand-in is `maskrcnn_resnet50_fpn_v2`'s own layout (BatchNorm in the FPN and heads, 2-conv RPN head,
+# 4-conv + FC box head, 4-conv mask head) on a shallower ResNet of the same Bottleneck blocks (one per stage instead
+# of 3-4-6-3), with narrower heads, a 128 px input and fewer proposals: sizes only, so it stays fast on CPU.
+TINY_MASKRCNN = {"layout": "maskrcnn_resnet50_fpn_v2", "body": "bottleneck", "blocks": [1, 1, 1, 1], "head_width": 32, "head_fc": 64, "min_size": 128,
+                 "max_size": 128, "num_classes": 91, "rpn_pre_nms_top_n_test": 100, "rpn_post_nms_top_n_test": 20}
 TINY_SEED = 0
+# torchvision's MaskRCNN_ResNet50_FPN_V2_Weights.COCO_V1 checkpoint (file name carries its hash); checked on load.
+TV_WEIGHTS_FILE = "maskrcnn_resnet50_fpn_v2_coco-73cbd019.pth"
 
 
 def coco91_names() -> list[str]:
@@ -102,10 +107,10 @@ class TorchvisionSegmenter:
     """
 
     def __init__(self, model: Any, *, threshold: float = SCORE_THRESHOLD, batch_size: int = 4, device: str = "cpu",
-                 name: str = "") -> None:
+                 signature: str = "") -> None:
         self.model, self.threshold, self.batch_size, self.device = model, threshold, batch_size, device
         self.names = coco91_names()
-        self.signature = f"torchvision-maskrcnn/{name}/t{threshold}"
+        self.signature = signature or f"torchvision/custom/t{threshold}"
 
     def segment(self, images: Sequence[np.ndarray]) -> list[Segmentation]:
         import torch
@@ -215,9 +220,9 @@ def convert_detectron2(instances: Any, class_names: Sequence[str] = COCO_CLASSES
 class Detectron2Segmenter:
     """detectron2's DefaultPredictor (expects BGR uint8); same selection rules as every backend."""
 
-    def __init__(self, predictor: Any, *, threshold: float = SCORE_THRESHOLD, name: str = "") -> None:
+    def __init__(self, predictor: Any, *, threshold: float = SCORE_THRESHOLD, signature: str = "") -> None:
         self.predictor, self.threshold = predictor, threshold
-        self.signature = f"detectron2/{name}/t{threshold}"
+        self.signature = signature or f"detectron2/custom/t{threshold}"
 
     def segment(self, images: Sequence[np.ndarray]) -> list[Segmentation]:
         out = []
@@ -228,13 +233,35 @@ class Detectron2Segmenter:
 
 
 def _tiny_maskrcnn(cfg: dict[str, Any], threshold: float) -> Any:
+    """`maskrcnn_resnet50_fpn_v2`'s construction (torchvision's builder, step by step) with `cfg`'s sizes."""
+    from torch import nn
     from torchvision.models.detection import MaskRCNN
-    from torchvision.models.detection.backbone_utils import resnet_fpn_backbone
+    from torchvision.models.detection.backbone_utils import _resnet_fpn_extractor
+    from torchvision.models.detection.faster_rcnn import (
+        FastRCNNConvFCHead,
+        FastRCNNPredictor,
+        RPNHead,
+        _default_anchorgen,
+    )
+    from torchvision.models.detection.mask_rcnn import MaskRCNNHeads, MaskRCNNPredictor
+    from torchvision.models.resnet import Bottleneck, ResNet
 
-    backbone = resnet_fpn_backbone(backbone_name=cfg["backbone"], weights=None, trainable_layers=5)
-    return MaskRCNN(backbone, num_classes=cfg["num_classes"], min_size=cfg["min_size"], max_size=cfg["max_size"],
-                    rpn_pre_nms_top_n_test=cfg["rpn_pre_nms_top_n_test"],
-                    rpn_post_nms_top_n_test=cfg["rpn_post_nms_top_n_test"], box_score_thresh=threshold)
+    if cfg["body"] != "bottleneck":
+        raise ValueError(f"unknown tiny Mask R-CNN body {cfg['body']!r}")
+    body = ResNet(Bottleneck, list(cfg["blocks"]))  # resnet50 = ResNet(Bottleneck, [3, 4, 6, 3])
+    backbone = _resnet_fpn_extractor(body, 5, norm_layer=nn.BatchNorm2d)
+    anchors = _default_anchorgen()
+    width = cfg["head_width"]
+    return MaskRCNN(
+        backbone, rpn_anchor_generator=anchors,  # the predictors are MaskRCNN's defaults at the heads' widths
+        box_predictor=FastRCNNPredictor(cfg["head_fc"], cfg["num_classes"]),
+        mask_predictor=MaskRCNNPredictor(width, width, cfg["num_classes"]),
+        rpn_head=RPNHead(backbone.out_channels, anchors.num_anchors_per_location()[0], conv_depth=2),
+        box_head=FastRCNNConvFCHead((backbone.out_channels, 7, 7), [width] * 4, [cfg["head_fc"]],
+                                    norm_layer=nn.BatchNorm2d),
+        mask_head=MaskRCNNHeads(backbone.out_channels, [width] * 4, 1, norm_layer=nn.BatchNorm2d),
+        min_size=cfg["min_size"], max_size=cfg["max_size"], rpn_pre_nms_top_n_test=cfg["rpn_pre_nms_top_n_test"],
+        rpn_post_nms_top_n_test=cfg["rpn_post_nms_top_n_test"], box_score_thresh=threshold)
 
 
 def _save_tiny(path: Path) -> None:
@@ -262,19 +289,19 @@ def load_torchvision_segmenter(weights: str = "pretrained", threshold: float = S
         else:
             model = maskrcnn_resnet50_fpn_v2(weights=None, weights_backbone=None, box_score_thresh=threshold)
             state = model.state_dict()
-    name = source
     if source == "pretrained":
         w = MaskRCNN_ResNet50_FPN_V2_Weights.COCO_V1
+        if Path(w.url).name != TV_WEIGHTS_FILE:  # the identity recorded in signatures must be what loads
+            raise RuntimeError(f"torchvision's COCO_V1 weights are {Path(w.url).name}, expected {TV_WEIGHTS_FILE}")
         try:
             state = w.get_state_dict(progress=False, check_hash=True)
         except Exception as err:  # urllib / hash errors
             raise WeightsUnavailableError("the Mask R-CNN segmenter", w.url, err) from err
-        name = Path(w.url).name
     model.load_state_dict(state)
     if device == "cpu":  # oneDNN's convolutions are faster in NHWC (2.79 -> 2.40 s per 512 px image, 2 threads)
         model = model.to(memory_format=torch.channels_last)
     return TorchvisionSegmenter(model.to(device).eval(), threshold=threshold, batch_size=batch_size, device=device,
-                                name=f"maskrcnn_resnet50_fpn_v2/{name}" if source != "tiny" else "maskrcnn-tiny")
+                                signature=resolve_segmenter("torchvision", source, threshold).signature)
 
 
 D2_CONFIG = "COCO-InstanceSegmentation/mask_rcnn_R_101_FPN_3x.yaml"
@@ -282,7 +309,7 @@ D2_CONFIG = "COCO-InstanceSegmentation/mask_rcnn_R_101_FPN_3x.yaml"
 
 @functools.lru_cache(maxsize=2)
 def load_detectron2_segmenter(config: str = D2_CONFIG, threshold: float = SCORE_THRESHOLD,
-                              device: str = "cpu") -> Detectron2Segmenter:  # pragma: no cover - needs detectron2
+                              device: str = "cpu", signature: str = "") -> Detectron2Segmenter:  # pragma: no cover - needs detectron2
     from detectron2 import model_zoo
     from detectron2.config import get_cfg
     from detectron2.engine import DefaultPredictor
@@ -292,47 +319,177 @@ def load_detectron2_segmenter(config: str = D2_CONFIG, threshold: float = SCORE_
     cfg.MODEL.ROI_HEADS.SCORE_THRESH_TEST = threshold
     cfg.MODEL.WEIGHTS = model_zoo.get_checkpoint_url(config)
     cfg.MODEL.DEVICE = device
-    return Detectron2Segmenter(DefaultPredictor(cfg), threshold=threshold, name=config)
+    return Detectron2Segmenter(DefaultPredictor(cfg), threshold=threshold, signature=signature)
 
 
 def detectron2_available() -> bool:
     return importlib.util.find_spec("detectron2") is not None
 
 
-def build_segmenter(backend: str = "auto", weights: str = "pretrained", threshold: float = SCORE_THRESHOLD,
-                    batch_size: int = 4, device: str = "cpu") -> Segmenter:
-    """`auto`: detectron2 (HATIE's exact segmenter) when installed and real weights are wanted, else torchvision."""
+@dataclass(frozen=True)
+class SegmenterIdentity:
+    """The segmenter a configuration resolves to, known before any weights load: `backend: auto` picks detectron2
+    or torchvision by what is installed, so two machines can resolve one config differently. `signature` goes into
+    the metric signature, the `components` column and the segmentation cache folder's name."""
+
+    backend: str  # "torchvision" or "detectron2"
+    weights: str  # identity of the weights: checkpoint file name (with its hash), or the tiny config's hash
+    threshold: float
+
+    @property
+    def signature(self) -> str:
+        return f"{self.backend}/{self.weights}/t{self.threshold}"
+
+
+def _d2_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("detectron2")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def resolve_segmenter(backend: str = "auto", weights: str = "pretrained",
+                      threshold: float = SCORE_THRESHOLD) -> SegmenterIdentity:
+    """Which segmenter `build_segmenter(backend, weights, threshold)` builds, without building it.
+
+    `auto`: detectron2 (HATIE's exact segmenter) when it is installed and real weights are wanted, else torchvision.
+    """
     if backend not in ("auto", "torchvision", "detectron2"):
         raise ValueError(f"unknown segmenter backend {backend!r}; expected auto, torchvision or detectron2")
-    use_d2 = backend == "detectron2" or (backend == "auto" and weights == "pretrained" and detectron2_available())
+    source = check_source(weights)
+    use_d2 = backend == "detectron2" or (backend == "auto" and source == "pretrained" and detectron2_available())
     if use_d2:
-        if weights != "pretrained":
+        if source != "pretrained":
             raise ValueError("the detectron2 backend has no tiny/random weights; use backend=torchvision")
+        # detectron2's model zoo maps a config name to one fixed checkpoint URL
+        return SegmenterIdentity("detectron2", f"{D2_CONFIG}@model_zoo/detectron2-{_d2_version()}", float(threshold))
+    if source == "pretrained":
+        ident = f"maskrcnn_resnet50_fpn_v2/{TV_WEIGHTS_FILE}"
+    elif source == "tiny":
+        ident = f"maskrcnn-tiny-{stable_hash({'config': TINY_MASKRCNN, 'seed': TINY_SEED})[:12]}"
+    else:
+        ident = f"maskrcnn_resnet50_fpn_v2/random-seed{TINY_SEED}"
+    return SegmenterIdentity("torchvision", ident, float(threshold))
+
+
+def build_segmenter(backend: str = "auto", weights: str = "pretrained", threshold: float = SCORE_THRESHOLD,
+                    batch_size: int = 4, device: str = "cpu") -> Segmenter:
+    """The segmenter `resolve_segmenter` names (its `signature` equals the identity's)."""
+    ident = resolve_segmenter(backend, weights, threshold)
+    if ident.backend == "detectron2":
         if not detectron2_available():
             raise ImportError("segmenter backend 'detectron2' needs detectron2 (install it from source: "
                               "https://github.com/facebookresearch/detectron2); or use backend=torchvision")
-        return load_detectron2_segmenter(threshold=threshold, device=device)
+        return load_detectron2_segmenter(threshold=threshold, device=device, signature=ident.signature)
     return load_torchvision_segmenter(weights, threshold, batch_size, device)
 
 
-def save_segmentation(seg: Segmentation, path: Path) -> None:
-    """Cache one image's selection as a compressed npz (no pickles: plain arrays only)."""
+SEG_CACHE_FORMAT = 2  # bump when the npz layout changes: older files are then quarantined and recomputed
+_SEG_KEYS = frozenset({"format", "names", "scores", "boxes", "masks", "height", "width", "edit_sha256", "segmenter"})
+
+
+class SegmentationCacheError(ValueError):
+    """A cached segmentation cannot be trusted; the message says why (the caller moves the file aside)."""
+
+
+def save_segmentation(seg: Segmentation, path: Path, *, edit_sha256: str, segmenter: str,
+                      shape: tuple[int, int]) -> None:
+    """Cache one image's selection as a compressed npz of plain arrays (no pickles), keyed inside the file by the
+    edit's sha256 and the segmenter signature so a file made for another edit or segmenter is never trusted."""
     from benchmark.fileio import atomic_path
 
     names = sorted(seg)
-    masks = np.stack([seg[n].mask for n in names]) if names else np.zeros((0, 1, 1), bool)
+    h, w = shape
+    masks = np.stack([seg[n].mask for n in names]) if names else np.zeros((0, h, w), bool)
+    if masks.shape[1:] != (h, w):
+        raise ValueError(f"segmentation masks are {masks.shape[1:]}, expected {(h, w)}")
     with atomic_path(path) as tmp, open(tmp, "wb") as fh:
-        np.savez_compressed(fh, names=np.array(names, dtype=str), scores=np.array([seg[n].score for n in names]),
+        np.savez_compressed(fh, format=np.array(SEG_CACHE_FORMAT, dtype=np.int64),
+                            names=np.array(names, dtype="<U32"),
+                            scores=np.array([seg[n].score for n in names], dtype=np.float64),
                             boxes=np.array([seg[n].bbox for n in names], dtype=np.int64).reshape(-1, 4),
-                            masks=np.packbits(masks, axis=-1), width=np.array(masks.shape[-1]))
+                            masks=np.packbits(masks, axis=-1), height=np.array(h, dtype=np.int64),
+                            width=np.array(w, dtype=np.int64), edit_sha256=np.array(edit_sha256),
+                            segmenter=np.array(segmenter))
 
 
-def load_segmentation(path: Path) -> Segmentation:
-    with np.load(path, allow_pickle=False) as z:
-        w = int(z["width"])
-        masks = np.unpackbits(z["masks"], axis=-1, count=w).astype(bool)
-        return {str(n): Detection(str(n), float(s), tuple(int(v) for v in b), m)  # type: ignore[arg-type]
-                for n, s, b, m in zip(z["names"], z["scores"], z["boxes"], masks, strict=True)}
+def _check_headers(z: Any, shape: tuple[int, int]) -> None:
+    """Read every member's .npy header (not its data) and refuse sizes no real segmentation has, so a planted
+    archive cannot make the reader decompress gigabytes."""
+    fmt = np.lib.format
+    h, w = shape
+    limit = {"masks": len(COCO_CLASSES) * h * ((w + 7) // 8), "names": len(COCO_CLASSES), "scores": len(COCO_CLASSES),
+             "boxes": 4 * len(COCO_CLASSES)}
+    for key in z.files:
+        with z.zip.open(f"{key}.npy") as fh:
+            version = fmt.read_magic(fh)
+            dims, _, dtype = (fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0)(fh)
+        count = int(np.prod(dims, dtype=np.int64)) if dims else 1
+        if dtype.hasobject or count > limit.get(key, 1) or dtype.itemsize > 512:
+            raise SegmentationCacheError(f"member {key!r} is {dtype} {dims}: too large or not plain data")
+
+
+def _scalar(z: Any, key: str, kind: str) -> Any:
+    a = z[key]
+    if a.shape != () or a.dtype.kind not in kind:
+        raise SegmentationCacheError(f"{key!r} must be a scalar of kind {kind!r}, got {a.dtype} {a.shape}")
+    return a.item()
+
+
+def load_segmentation(path: Path, *, edit_sha256: str, segmenter: str, shape: tuple[int, int]) -> Segmentation:
+    """Read a cached segmentation, checking everything before trusting it: plain arrays only (no pickles), the
+    expected keys, dtypes and shapes (masks of the image's `shape`), known class names, scores in [0, 1], boxes
+    equal to their masks' boxes, and the edit sha256 and segmenter signature it was made for. Anything else raises
+    `SegmentationCacheError` with the reason."""
+    import zipfile
+
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            if not isinstance(z, np.lib.npyio.NpzFile):
+                raise SegmentationCacheError("not an npz archive")
+            keys = set(z.files)
+            if keys != _SEG_KEYS:
+                raise SegmentationCacheError(f"keys {sorted(keys)} != expected {sorted(_SEG_KEYS)}")
+            _check_headers(z, shape)
+            if _scalar(z, "format", "i") != SEG_CACHE_FORMAT:
+                raise SegmentationCacheError(f"format {z['format']} != {SEG_CACHE_FORMAT}")
+            if _scalar(z, "edit_sha256", "U") != edit_sha256:
+                raise SegmentationCacheError("made for another edit (edit sha256 differs)")
+            if _scalar(z, "segmenter", "U") != segmenter:
+                raise SegmentationCacheError(f"made by another segmenter ({_scalar(z, 'segmenter', 'U')!r})")
+            h, w = _scalar(z, "height", "i"), _scalar(z, "width", "i")
+            if (h, w) != tuple(shape):
+                raise SegmentationCacheError(f"masks are {h}x{w}, the image is {shape[0]}x{shape[1]}")
+            names, scores, boxes, packed = z["names"], z["scores"], z["boxes"], z["masks"]
+            n = len(names) if names.ndim == 1 else -1
+            if names.dtype.kind != "U" or n < 0:
+                raise SegmentationCacheError(f"names must be a 1-d string array, got {names.dtype} {names.shape}")
+            if scores.dtype.kind != "f" or scores.shape != (n,):
+                raise SegmentationCacheError(f"scores must be float ({n},), got {scores.dtype} {scores.shape}")
+            if boxes.dtype.kind not in "iu" or boxes.shape != (n, 4):
+                raise SegmentationCacheError(f"boxes must be int ({n}, 4), got {boxes.dtype} {boxes.shape}")
+            if packed.dtype != np.uint8 or packed.shape != (n, h, (w + 7) // 8):
+                raise SegmentationCacheError(f"masks must be packed uint8 ({n}, {h}, {(w + 7) // 8}), got "
+                                             f"{packed.dtype} {packed.shape}")
+            masks = np.unpackbits(packed, axis=-1, count=w).astype(bool)
+    except SegmentationCacheError:
+        raise
+    except (OSError, ValueError, EOFError, KeyError, TypeError, AttributeError, zipfile.BadZipFile,
+            RuntimeError) as err:
+        raise SegmentationCacheError(f"unreadable ({type(err).__name__}: {err})") from None
+    out: Segmentation = {}
+    known = set(COCO_CLASSES)
+    for name, score, box, mask in zip(names.tolist(), scores.tolist(), boxes.tolist(), masks, strict=True):
+        if name not in known or name in out:
+            raise SegmentationCacheError(f"class {name!r} is unknown or repeated")
+        if not (0.0 <= score <= 1.0):
+            raise SegmentationCacheError(f"score {score!r} of {name!r} is outside [0, 1]")
+        if not mask.any() or tuple(box) != bbox_from_mask(mask):
+            raise SegmentationCacheError(f"box {box} of {name!r} does not match its mask")
+        out[name] = Detection(name, float(score), bbox_from_mask(mask), mask)
+    return out
 
 
 def detector_masks(image: Any, boxes: Sequence[tuple[float, float, float, float]],

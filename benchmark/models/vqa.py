@@ -1,7 +1,7 @@
 """VQAScore on a transformers-native VQA model: P(answer token | image, question) from the first generated token.
 
 HATIE's release used CLIP-FlanT5-XXL through `t2v-metrics`, whose pins (torch 2.5.1, transformers 4.49,
-numpy 1.26) cannot live in this environment (spec section 6). editmeter's default is BLIP VQA (model id and
+numpy 1.26) cannot live in this environment (docs/hatie.md, deviations). editmeter's default is BLIP VQA (model id and
 revision are configuration); the question template is VQAScore's.
 """
 

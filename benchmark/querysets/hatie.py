@@ -1,6 +1,6 @@
 """Import the released HATIE benchmark set (query pickles + editable-object mask pickle) as an editmeter query set.
 
-The release ships pickles (`spec/hatie.md` section 8). They are read once, only through the restricted unpickler
+The release ships pickles (a dict of query lists and a list of mask records). They are read once, only through the restricted unpickler
 (`benchmark.safe_pickle`), and converted to `queries.jsonl` plus one PNG mask per editable object
 (`masks/<image_id>/<object_id>.png`, {0,255} grayscale, a few hundred bytes each), so nothing downstream ever loads a
 pickle or holds all masks in memory.
@@ -24,6 +24,7 @@ for bg_chg and style_chg.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -34,6 +35,7 @@ import numpy as np
 
 from benchmark.types import HATIE_TYPES, ObjectRef, Query
 
+QUERIES_MAX_BYTES = 2**30  # the released query pickles are tens of MB; the mask pickle gets safe_pickle's default
 KNOWN_KEYS = {"type", "id", "original_caption", "target_caption", "instruction", "original", "target", "anchor",
               "location", "after", "before", "subtype", "editable_objs"}
 
@@ -42,14 +44,41 @@ class HatieFormatError(ValueError):
     """The released files do not have the expected shape; the message names the file, the record and the field."""
 
 
+# Image, object and query ids become file names (masks/<image>/<object>.png, edits/<query>.png): one plain path
+# component each. The release's ids are decimal digits; letters, `_`, `-` and inner dots are accepted too.
+SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+SAFE_EXT = re.compile(r"\.[A-Za-z0-9]{1,8}")
+
+
+def safe_id(value: Any, what: str, where: str) -> str:
+    """`value` as an id usable as one path component, or HatieFormatError (no `/`, `\\`, `..`, NUL, newline,
+    leading dot or dash, absolute path, over 128 characters)."""
+    if isinstance(value, bool) or not isinstance(value, str | int | np.integer):
+        raise HatieFormatError(f"{where}: {what} must be a string or an integer, got {type(value).__name__}")
+    text = str(value)
+    if not SAFE_ID.fullmatch(text) or ".." in text:
+        raise HatieFormatError(f"{where}: {what} {text[:80]!r} is not a safe id (letters, digits, '_', '-', '.'; "
+                               "no path separators, '..', or control characters)")
+    return text
+
+
+def confined(root: Path, rel: str) -> Path:
+    """`root / rel`, refused unless it resolves inside `root` (symlinked folders included)."""
+    base = root.resolve()
+    path = (base / rel).resolve()
+    if not path.is_relative_to(base):
+        raise HatieFormatError(f"refusing to write {rel!r}: it resolves to {path}, outside the output folder {base}")
+    return path
+
+
 def _pair(value: Any, where: str) -> tuple[str, str]:
     if not (isinstance(value, list | tuple) and len(value) == 2):
         raise HatieFormatError(f"{where}: expected [object_id, class name], got {value!r}")
-    return str(value[0]), str(value[1])
+    return safe_id(value[0], "object id", where), str(value[1])
 
 
 def _bbox(mask: np.ndarray) -> tuple[float, float, float, float] | None:
-    """Inclusive min/max of the nonzero rows / columns (spec/hatie.md section 0)."""
+    """Inclusive min/max of the nonzero rows / columns (docs/hatie.md section 1)."""
     ys, xs = np.nonzero(mask)
     if len(xs) == 0:
         return None
@@ -67,9 +96,10 @@ def write_masks(mask_records: Sequence[Any], out_dir: Path, source: str) -> dict
         where = f"{source}: record {i}"
         if not isinstance(rec, Mapping) or "image" not in rec or not isinstance(rec.get("editable_objs"), Mapping):
             raise HatieFormatError(f"{where}: needs 'image' and an 'editable_objs' mapping")
-        image_id = str(rec["image"])
+        image_id = safe_id(rec["image"], "image id", where)
         objs = out.setdefault(image_id, {})
         for oid, info in rec["editable_objs"].items():
+            oid = safe_id(oid, "object id", where)
             if not isinstance(info, Mapping) or "mask" not in info:
                 raise HatieFormatError(f"{where}, object {oid!r}: needs a 'mask' array")
             mask = np.asarray(info["mask"])
@@ -80,7 +110,7 @@ def write_masks(mask_records: Sequence[Any], out_dir: Path, source: str) -> dict
             if bbox is None:
                 raise HatieFormatError(f"{where}, object {oid!r}: mask is empty")
             rel = f"masks/{image_id}/{oid}.png"
-            save_mask(mask, out_dir / rel)
+            save_mask(mask, confined(out_dir, rel))
             name = next((str(info[k]) for k in ("name", "class", "category") if k in info), None)
             objs[str(oid)] = {"mask": rel, "bbox": bbox, "name": name}
     return out
@@ -97,6 +127,7 @@ def convert_query(raw: Any, image_id: str, objects: dict[str, dict[str, Any]], s
         raise HatieFormatError(f"{where}: type {edit_type!r} is not one of {list(HATIE_TYPES)}")
     if not isinstance(raw.get("id"), int | np.integer | str):
         raise HatieFormatError(f"{where}: needs an integer 'id'")
+    qid = safe_id(raw["id"], "query id", where)
 
     def ref(pair_value: Any, field: str) -> ObjectRef:
         oid, name = _pair(pair_value, f"{where}, {field}")
@@ -135,7 +166,7 @@ def convert_query(raw: Any, image_id: str, objects: dict[str, dict[str, Any]], s
             raise HatieFormatError(f"{where}: editable_objs {missing} have no named mask for this image")
     from benchmark.querysets.io import query_from_dict, query_to_dict
 
-    q = Query(id=str(raw["id"]), image=f"images/{image_id}{image_ext}", image_id=image_id, edit_type=edit_type,
+    q = Query(id=qid, image=f"images/{image_id}{image_ext}", image_id=image_id, edit_type=edit_type,
               instruction=str(raw.get("instruction") or ""), source_caption=str(raw.get("original_caption") or ""),
               target_caption=str(raw.get("target_caption") or ""), editable_objects=editable, **kw)
     try:
@@ -176,9 +207,13 @@ def import_release(queries_pkl: str | os.PathLike[str], masks_pkl: str | os.Path
     from benchmark.querysets.io import write_built_queryset
     from benchmark.safe_pickle import restricted_load
 
+    if not SAFE_EXT.fullmatch(image_ext):
+        raise HatieFormatError(f"image_ext {image_ext!r} must look like '.jpg'")
     out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    out = out.resolve()  # every write below is checked to resolve inside this folder
     images_dir = Path(images_dir).resolve()
-    raw_queries = restricted_load(queries_pkl)  # restricted: plain containers and numpy arrays only
+    raw_queries = restricted_load(queries_pkl, max_bytes=QUERIES_MAX_BYTES)  # restricted: plain data only
     if not isinstance(raw_queries, Mapping):
         raise HatieFormatError(f"{queries_pkl}: expected {{image_id: [query, ...]}}, got {type(raw_queries).__name__}")
     objects = write_masks(restricted_load(masks_pkl), out, str(masks_pkl))  # restricted loader, see above
@@ -188,7 +223,7 @@ def import_release(queries_pkl: str | os.PathLike[str], masks_pkl: str | os.Path
     seen: dict[str, str] = {}
     missing_images = []
     for image_id, qs in raw_queries.items():
-        image_id = str(image_id)
+        image_id = safe_id(image_id, "image id", str(queries_pkl))
         if not isinstance(qs, list | tuple):
             raise HatieFormatError(f"{queries_pkl}: image {image_id!r}: expected a list of queries")
         if not (images_dir / f"{image_id}{image_ext}").is_file():
@@ -203,7 +238,7 @@ def import_release(queries_pkl: str | os.PathLike[str], masks_pkl: str | os.Path
     if missing_images:
         raise HatieFormatError(f"{images_dir}: {len(missing_images)} image(s) of the query file are missing, e.g. "
                                f"{missing_images[:3]}; extract the release's image archive there")
-    link = out / "images"
+    link = out / "images"  # a link named inside `out`; where it points is the user's --images folder
     if link.resolve() != images_dir:
         if link.is_symlink() or link.exists():
             if not link.is_symlink():

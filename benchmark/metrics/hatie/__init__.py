@@ -1,2 +1,2 @@
-"""HATIE's evaluation suite (spec: shared/spec/hatie.md): per-task workflows over segmentations and four
+"""HATIE's evaluation suite (specification: docs/hatie.md): per-task workflows over segmentations and four
 similarities, per-query weighted aggregation, model-level scores. `HatieSuite` is the entry point."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,9 @@ from benchmark.types import HATIE_TYPES, MetricInfo, Query
 
 VERSION = "1.0"
 SEGMENTATIONS_DIR = "segmentations"
+QUARANTINE_DIR = "_quarantine"  # under segmentations/: cache files that failed validation, with the reason
+# How the segmenter's input is made (release: cv2 bilinear to 512 px); part of the segmentation cache key.
+SEG_INPUT = "cv2-linear-512"
 SOURCE_FEATURE_CACHE = 1024  # originals' FID features kept in memory (bounded: memory must not grow with the set)
 FID_EDIT, FID_SOURCE = "_fid_edit", "_fid_src"  # per-row feature columns (underscore: never aggregated as metrics)
 # (higher_is_better, description) of every leaderboard column the suite produces; the first four are per query,
@@ -45,6 +48,25 @@ COLUMN_INFO = {
     "FID": (False, "Frechet Inception distance between the originals and the edits"),
     "score": (True, "per type / class: the weighted mean of the criteria the group defines"),
 }
+
+
+@dataclass(frozen=True)
+class SuiteInfo(MetricInfo):
+    """MetricInfo plus what the config alone does not pin down (resolved at run time), for the metric signature."""
+
+    identity: dict[str, str] = field(default_factory=dict)
+
+
+def _segmenter_identity(factory: Callable[..., Any]) -> str:
+    """The signature `factory` will build, resolved without loading weights when it is `build_segmenter` (so
+    `backend: auto` is pinned before the run is keyed); "" for other factories (their model's own signature is
+    then used once loaded)."""
+    from benchmark.models.segmenter import build_segmenter, resolve_segmenter
+
+    if getattr(factory, "func", None) is build_segmenter:
+        kw = {k: v for k, v in factory.keywords.items() if k in ("backend", "weights", "threshold")}  # type: ignore[attr-defined]
+        return resolve_segmenter(*factory.args, **kw).signature  # type: ignore[attr-defined]
+    return ""
 
 
 @dataclass
@@ -80,18 +102,10 @@ class _HatieSamples:
         try:
             src = load_rgb(self.queryset.path(q.image))
             edit_bytes = Path(self.edit_paths[i]).read_bytes()
-            out.edit_sha = hashlib.sha256(edit_bytes).hexdigest()[:16]
+            out.edit_sha = hashlib.sha256(edit_bytes).hexdigest()
             edit = load_rgb(self.edit_paths[i], edit_bytes)  # one read: hashed and decoded
-
-            def at512(img: Any) -> Any:
-                t = to_float_tensor(img)
-                if t.shape[-2:] == (IMAGE_SIZE, IMAGE_SIZE):
-                    return t
-                return F.interpolate(t.unsqueeze(0), size=(IMAGE_SIZE, IMAGE_SIZE), mode="bilinear",
-                                     antialias=True, align_corners=False).squeeze(0).clamp(0, 1)
-
-            out.original, out.edit = at512(src), at512(edit)
-            out.edit_u8 = (out.edit * 255).round().to(torch.uint8).permute(1, 2, 0).numpy()
+            out.original, out.edit = to_float_tensor(at512(src)), to_float_tensor(at512(edit))
+            out.edit_u8 = segmenter_input(edit)
             objs = {o.id: o for o in (q.target, q.anchor, *q.editable_objects) if o is not None}
             out.gt_masks = {}
             for oid in needed_masks(q):
@@ -108,8 +122,31 @@ class _HatieSamples:
         return out
 
 
+def at512(img: Any) -> Any:
+    """The image the workflows score, as the release makes it (`evaluation/score.py`): an image that is not
+    512 x 512 is resized with PIL's bicubic filter (`Image.resize`'s default), one that is stays untouched. The
+    release never resizes originals (its set is 512 px); editmeter resizes any other set's originals the same way
+    as edits, so an identity edit of a 256 px source still scores as identical."""
+    from PIL import Image
+
+    if img.size == (IMAGE_SIZE, IMAGE_SIZE):
+        return img
+    return img.resize((IMAGE_SIZE, IMAGE_SIZE), Image.Resampling.BICUBIC)
+
+
+def segmenter_input(img: Any) -> Any:
+    """uint8 (512, 512, 3) array the segmenter sees, as the release makes it (`evaluation/segment_targets.py`): an
+    edit that is not 512 x 512 is resized with OpenCV's bilinear `cv2.resize` (a different filter from scoring's)."""
+    import cv2
+
+    arr = np.asarray(img, dtype=np.uint8)
+    if arr.shape[:2] == (IMAGE_SIZE, IMAGE_SIZE):
+        return arr
+    return cv2.resize(arr, (IMAGE_SIZE, IMAGE_SIZE), interpolation=cv2.INTER_LINEAR)
+
+
 class HatieSuite:
-    """HATIE's evaluation (spec: shared/spec/hatie.md). Learned components are factories (called once, lazily):
+    """HATIE's evaluation (specification: docs/hatie.md). Learned components are factories (called once, lazily):
 
     segmenter(device=) -> Segmenter; clip(device=) -> ClipEncoder; dino(device=) -> DinoEncoder; lpips(device=) ->
     LpipsDistance; fid(device=) -> FeatureExtractor or None to skip IQ; vqa(device=) -> VQA scorer or None (off).
@@ -132,6 +169,10 @@ class HatieSuite:
         self.add_relation_text = add_relation_text
         self._models: dict[str, Any] = {}
         self.timings: dict[str, float] = {}
+        self._seg_identity = _segmenter_identity(segmenter)
+        # the resolved segmenter (auto -> detectron2 or torchvision, and its weights) keys the metric signature
+        self.info = SuiteInfo(HatieSuite.info.name, HatieSuite.info.version, True,
+                              description=HatieSuite.info.description, identity={"segmenter": self.segmenter_signature})
 
     # -- components -------------------------------------------------------------------------------------------
     def _get(self, name: str) -> Any:
@@ -141,9 +182,19 @@ class HatieSuite:
                 self._models[name] = None
             else:
                 t0 = time.perf_counter()
-                self._models[name] = f(device=self.device)
+                model = f(device=self.device)
                 self.timings[f"load {name}"] = time.perf_counter() - t0
+                if name == "segmenter" and self._seg_identity and model.signature != self._seg_identity:
+                    raise RuntimeError(f"the segmenter loaded as {model.signature!r}, but the run was keyed as "
+                                       f"{self._seg_identity!r}; scores would be filed under the wrong signature")
+                self._models[name] = model
         return self._models[name]
+
+    @property
+    def segmenter_signature(self) -> str:
+        """The segmenter's identity plus how its input is made (keys the cache, the signature and `components`)."""
+        ident = self._seg_identity or self._get("segmenter").signature
+        return f"{ident}|input:{SEG_INPUT}"
 
     @property
     def vqa_on(self) -> bool:
@@ -154,7 +205,7 @@ class HatieSuite:
         vqa = self._factories["vqa"]
         vqa_id = getattr(vqa, "keywords", {}).get("model_id", "custom") if vqa is not None else None
         return {"vqa": f"on ({vqa_id})" if vqa is not None else "off", "iq": "on" if self._factories["fid"] is not None else "off",
-                "add_relation_text": self.add_relation_text}
+                "add_relation_text": self.add_relation_text, "segmenter": self.segmenter_signature}
 
     def applies_to(self, query: Query, prompt_kind: str) -> bool:
         """HATIE scores obj_remove only for instruction-based editors."""
@@ -162,25 +213,31 @@ class HatieSuite:
 
     # -- scoring ----------------------------------------------------------------------------------------------
     def _segment(self, items: list[_Loaded], cache_dir: Path) -> list[Any]:
-        from benchmark.models.segmenter import load_segmentation, save_segmentation
+        from benchmark.models.segmenter import SegmentationCacheError, load_segmentation, save_segmentation
 
         seg_model = self._get("segmenter")
-        folder = cache_dir / _safe(seg_model.signature)
+        sig = self.segmenter_signature
+        folder = cache_dir / _safe(sig)
         folder.mkdir(parents=True, exist_ok=True)
+        shape = (IMAGE_SIZE, IMAGE_SIZE)
         out: list[Any] = [None] * len(items)
         todo = []
         for i, it in enumerate(items):
-            p = folder / f"{it.query.id}-{it.edit_sha}.npz"
+            p = folder / _cache_name(it)
             if p.is_file():
-                out[i] = load_segmentation(p)
-            else:
-                todo.append(i)
+                try:
+                    out[i] = load_segmentation(p, edit_sha256=it.edit_sha, segmenter=sig, shape=shape)
+                    continue
+                except SegmentationCacheError as err:
+                    _quarantine(p, cache_dir, str(err))
+            todo.append(i)
         if todo:
             t0 = time.perf_counter()
             segs = seg_model.segment([items[i].edit_u8 for i in todo])
             self.timings["segmenter forward"] = self.timings.get("segmenter forward", 0.0) + time.perf_counter() - t0
             for i, s in zip(todo, segs, strict=True):
-                save_segmentation(s, folder / f"{items[i].query.id}-{items[i].edit_sha}.npz")
+                save_segmentation(s, folder / _cache_name(items[i]), edit_sha256=items[i].edit_sha, segmenter=sig,
+                                  shape=shape)
                 out[i] = s
         return out
 
@@ -264,3 +321,26 @@ class HatieSuite:
 
 def _safe(sig: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in sig)
+
+
+def _cache_name(it: _Loaded) -> str:
+    return f"{it.query.id}-{it.edit_sha[:16]}.npz"
+
+
+def _quarantine(path: Path, cache_dir: Path, reason: str) -> None:
+    """Move an untrustworthy cache file aside (never delete evidence) with a note saying why, and warn."""
+    import warnings
+
+    from benchmark.fileio import atomic_write_text
+
+    dest_dir = cache_dir / QUARANTINE_DIR
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    dest = dest_dir / f"{path.parent.name}--{path.name}.{time.time_ns()}"
+    path.replace(dest)
+    atomic_write_text(dest.with_name(dest.name + ".reason.txt"), f"{path}\n{reason}\n")
+    warnings.warn(f"segmentation cache {path} is not trusted ({reason}); moved to {dest} and recomputed",
+                  CacheQuarantineWarning, stacklevel=3)
+
+
+class CacheQuarantineWarning(UserWarning):
+    """A cache file failed validation and was moved aside; its result is recomputed."""

@@ -1,4 +1,4 @@
-"""Model-level HATIE scores for one leaderboard group: IQ from FID (overall only) and Total (spec section 5).
+"""Model-level HATIE scores for one leaderboard group: IQ from FID (overall only) and Total (docs/hatie.md section 5).
 
 Called by `benchmark.leaderboard` with the group's ok rows and the criteria means / bootstrap SEs it computed.
 """

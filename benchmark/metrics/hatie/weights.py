@@ -2,7 +2,7 @@
 
 Raw sub-score names: `bc_*` background consistency, `oc_*` object consistency, `of_*` object fidelity,
 `bf_*` background fidelity. A value of None means the component is off (VQA disabled): every weighted sum is then
-renormalised over the components present (spec section 6), and the leaderboard row says `vqa: off`.
+renormalised over the components present (docs/hatie.md section 5), and the leaderboard row says `vqa: off`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""HATIE's seven per-task workflows (spec section 3): from a query, its 512 px images, the original's ground-truth
+"""HATIE's seven per-task workflows (docs/hatie.md section 4): from a query, its 512 px images, the original's ground-truth
 masks and the edit's segmentation to a Plan of similarity requests whose results become raw sub-scores.
 
 Convention for every pair: (edit side, original side), the release's argument order (l2_s resizes the second to
@@ -20,6 +20,9 @@ from benchmark.types import Query
 # The release writes the added object's name twice in the position text ("c <rel> c"); the paper's example
 # ("pizza under microwave") names the anchor. editmeter follows the paper.
 ADD_RELATION_TEXT = "anchor"  # or "target" to reproduce the release
+# bg_chg: an object crop whose pixels sum to zero scores 0 on clip/lpips/dino/l2, as in the release
+# (`eval_bgChg`: `... if torch.sum(edit_img) > 0 else 0`); position and size are still scored.
+BLANK_CROP_IS_MISSING = True
 
 
 @dataclass
@@ -37,7 +40,7 @@ class QueryInput:
 
 
 def relevant_classes(q: Query) -> list[str]:
-    """Classes the segmentation keeps for this query (spec section 1)."""
+    """Classes the segmentation keeps for this query (docs/hatie.md section 2)."""
     t = q.edit_type
     if t in ("attr_chg", "obj_resize", "obj_remove"):
         return [q.target.name]  # type: ignore[union-attr]
@@ -249,7 +252,8 @@ def plan_attr_chg(x: QueryInput) -> Plan:
 
 def plan_bg_chg(x: QueryInput) -> Plan:
     c, q = _Ctx(x), x.query
-    per_obj: list[tuple[tuple[str, str], float, float] | None] = []  # (pair, pos, size) or None, by object id
+    # per object, by id: None if missing, else (appearance pair or None for a blank crop, pos, size)
+    per_obj: list[tuple[tuple[str, str] | None, float, float] | None] = []
     detected = []
     for o in q.editable_objects:  # paired by id (the release pairs two lists by position)
         det = x.seg.get(o.name)
@@ -259,7 +263,12 @@ def plan_bg_chg(x: QueryInput) -> Plan:
         o_key, gt = c.gt_crop(o.id)
         m = _mask(det)
         detected.append(m)
-        per_obj.append((c.plan.pair(c.edit_crop(det, f"T{o.id}"), o_key), P.pos(m, gt), P.size(gt, m, "keep")))
+        crop = P.crop(x.edit, m, det.bbox)
+        # BLANK_CROP_IS_MISSING: the release scores an object crop whose pixels sum to zero (e.g. the object painted
+        # black) as 0 on the four appearance similarities; its position and size still count (the mask is there)
+        pair = None if BLANK_CROP_IS_MISSING and float(crop.sum()) == 0.0 else \
+            c.plan.pair(c.plan.image(f"{c.qk}:T{o.id}", crop), o_key)
+        per_obj.append((pair, P.pos(m, gt), P.size(gt, m, "keep")))
     bg_key = c.plan.image(f"{c.qk}:bgonly", P.background(x.edit, *detected))
     t = c.plan.text(bg_key, q.background or "", with_vqa=x.vqa)
     n = len(per_obj)
@@ -270,12 +279,14 @@ def plan_bg_chg(x: QueryInput) -> Plan:
             if item is None:
                 continue  # a missing object contributes zeros
             pk, pos, sz = item
-            for s in SIMS:
-                sums[s] += r.pair[pk][s]
+            if pk is not None:
+                for s in SIMS:
+                    sums[s] += r.pair[pk][s]
             sums["pos"] += pos
             sums["size"] += sz
         oc = {f"oc_{k}": (v / n if n else float("nan")) for k, v in sums.items()}
         return {"branch": f"{sum(i is not None for i in per_obj)}/{n} detected", **oc, "oc_n_objects": n,
+                "oc_n_blank": sum(i is not None and i[0] is None for i in per_obj),
                 "bf_clip": r.clip_it[t], "bf_vqa": r.vqa[t] if x.vqa else None}
 
     c.plan.finish = finish
