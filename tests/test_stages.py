@@ -228,3 +228,39 @@ def test_batch_size_does_not_change_outputs(tmp_path):
         b = np.asarray(Image.open(edit_path(tmp_path / "bs4", q.id)))
         assert np.array_equal(a, b)
 
+
+
+class BatchStamp(Editor):
+    """Stamps each output with the size of the batch it ran in: the extreme of a batch-dependent editor."""
+
+    prompt_kind = "instruction"
+
+    def __init__(self):
+        self.batches: list[list[str]] = []
+
+    def edit(self, queries, images, *, seeds):
+        self.batches.append([q.id for q in queries])
+        return [Image.new("RGB", im.size, (20 * len(queries), 7, 7)) for im in images]
+
+    def info(self):
+        return {"name": "batch-stamp"}
+
+
+def test_a_resumed_run_edits_the_batches_an_uninterrupted_run_edits(tmp_path):
+    qs = small_set(tmp_path, n=10)
+    whole, resumed = tmp_path / "whole", tmp_path / "resumed"
+    run_edit_stage(qs, BatchStamp(), whole, seed=0, batch_size=4, progress=False)
+    # a kill in the middle of batch 2 (queries 4-7): batch 1 and half of batch 2 were written
+    shutil.copytree(whole, resumed)
+    for q in qs.queries[6:]:
+        edit_path(resumed, q.id).unlink()
+    (resumed / EDITS_LOG).write_text("".join(line + "\n" for line in (resumed / EDITS_LOG).read_text().splitlines()[:6]))
+    editor = BatchStamp()
+    stats = run_edit_stage(qs, editor, resumed, seed=0, batch_size=4, progress=False)
+    ids = [q.id for q in qs.queries]
+    assert editor.batches == [ids[4:8], ids[8:10]]  # batch 2 whole again (4 and 5 ride along), then batch 3
+    assert stats.computed == 4 and stats.skipped == 6
+    for q in qs.queries:
+        assert edit_path(resumed, q.id).read_bytes() == edit_path(whole, q.id).read_bytes(), q.id
+    recs = [json.loads(line) for line in (resumed / EDITS_LOG).read_text().splitlines()]
+    assert [r["query_id"] for r in recs[6:]] == ids[6:]  # passengers are neither rewritten nor logged again

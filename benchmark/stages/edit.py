@@ -147,10 +147,10 @@ class _SourceImages:
             return i, str(err)
 
 
-def _batches(dataset: _SourceImages, batch_size: int, num_workers: int):
+def _batches(dataset: _SourceImages, slots: list[list[int]], num_workers: int):
     from torch.utils.data import DataLoader
 
-    return DataLoader(dataset, batch_size=batch_size, shuffle=False, num_workers=num_workers, collate_fn=list)
+    return DataLoader(dataset, batch_sampler=slots, num_workers=num_workers, collate_fn=list)
 
 
 _END = object()
@@ -240,6 +240,9 @@ def run_edit_stage(
         todo.append(q)
     append_jsonl(run_dir / EDITS_LOG, [asdict(r) for r in recovered])
     skipped = len(queryset) - len(todo)
+    retried = frozenset(q.id for q in todo if q.id in records and records[q.id]["status"] == "failed")
+    work, slots, passenger = fixed_batches(queryset.queries, {q.id for q in todo}, batch_size,
+                                           lambda q: edit_path(run_dir, q.id).is_file(), retried)
     logged: list[EditRecord] = []
     bar = tqdm(total=len(todo), desc=f"edit {type(editor).__name__}", unit="img", disable=not progress, leave=False)
     (run_dir / EDITS_DIR).mkdir(parents=True, exist_ok=True)
@@ -247,17 +250,17 @@ def run_edit_stage(
     # writing PNGs, then logging the batch's records happen on a writer thread while the next batch is edited; the
     # writer is at most one batch behind, so memory stays bounded. A record is logged only after its PNG exists:
     # the PNG stays the commit point.
-    batches = _batches(_SourceImages(queryset, todo), batch_size, num_workers) if todo else []
-    last = -(-len(todo) // batch_size) - 1
+    batches = _batches(_SourceImages(queryset, work), slots, num_workers) if todo else []
+    last = len(slots) - 1
     flog = FailureLog(run_dir / FAILURES_LOG, run_id)
-    ids = [q.id for q in todo]
+    ids = [q.id for q in work]
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="edit-writer") as writer:
         in_flight: Future | None = None
         for k, items in enumerate(_read_ahead(_with_prepared(editor, batches, ids, flog, fail_fast))):
             failed: list[EditRecord] = []
             ready: list[tuple[Query, Image.Image, Any]] = []
             for i, image, prepared in items:
-                q = todo[i]
+                q = work[i]
                 if isinstance(image, _Failed):
                     failed.append(EditRecord(q.id, "failed", query_seed(seed, q.id), reason=image.reason,
                                              error_type=image.error_type, run_id=run_id))
@@ -268,12 +271,16 @@ def run_edit_stage(
                 failed_here, unfinished = _edit_batch(editor, ready, seed=seed, run_id=run_id, flog=flog,
                                                       fail_fast=fail_fast)
                 failed += failed_here
+            # passengers only keep the batch as the uninterrupted run had it: their outputs exist already
+            failed = [r for r in failed if r.query_id not in passenger]
+            unfinished = [u for u in unfinished if u.query.id not in passenger]
+            order = [work[i].id for i, *_ in items if work[i].id not in passenger]
             if in_flight is not None:
                 logged += in_flight.result()
             # Nothing overlaps the last batch's writes, so they get two threads (PIL's encoder releases the GIL).
-            in_flight = writer.submit(_finish_and_write, run_dir, unfinished, failed, [todo[i].id for i, *_ in items],
+            in_flight = writer.submit(_finish_and_write, run_dir, unfinished, failed, order,
                                       run_id=run_id, threads=2 if k == last else 1, flog=flog, fail_fast=fail_fast)
-            bar.update(len(items))
+            bar.update(len(order))
         if in_flight is not None:
             logged += in_flight.result()
     bar.close()
@@ -281,6 +288,38 @@ def run_edit_stage(
     failed_total, reasons = _failures(queryset, run_dir)
     return EditStats(len(queryset), len(logged), skipped, n_failed, time.perf_counter() - start,
                      failed_total=failed_total, reasons=reasons, failures_log=str(run_dir / FAILURES_LOG))
+
+
+def fixed_batches(queries: Sequence[Query], todo: set[str], batch_size: int, done: Callable[[Query], bool],
+                  retried: frozenset[str] = frozenset()) -> tuple[list[Query], list[list[int]], set[str]]:
+    """The queries to load, their batches (index lists into them) fixed by position in the selection, and the
+    passengers.
+
+    A batch-dependent editor (batched CPU/GPU kernels sum in another order) can change a pixel by one level with the
+    batch a query runs in. So a resumed run edits the same batches an uninterrupted run would: every batch slot
+    `[k * batch_size, (k + 1) * batch_size)` of the selection that still holds a query to edit is run whole. Its
+    members whose PNG already exists ride along as passengers: edited again (deterministically, the same pixels),
+    never written or logged. Members recorded as failed and not retried stay out, as a failed source does. A slot
+    whose only work is `retried` failures (retry_failed=true) takes no passengers: that batch failed before, so there
+    is no uninterrupted composition to reproduce, and passengers would multiply the cost of scattered retries.
+    """
+    work: list[Query] = []
+    batches: list[list[int]] = []
+    passenger: set[str] = set()
+    for start in range(0, len(queries), batch_size):
+        slot = queries[start:start + batch_size]
+        if not any(q.id in todo for q in slot):
+            continue
+        fresh = any(q.id in todo and q.id not in retried for q in slot)
+        batch = []
+        for q in slot:
+            if q.id in todo or (fresh and done(q)):
+                batch.append(len(work))
+                work.append(q)
+                if q.id not in todo:
+                    passenger.add(q.id)
+        batches.append(batch)
+    return work, batches, passenger
 
 
 def _failures(queryset: QuerySet, run_dir: Path) -> tuple[int, tuple[tuple[str, int], ...]]:
