@@ -17,9 +17,10 @@ NAME        ?=
 KIND        ?= instruction
 RESULTS     ?= results
 DEMO_EDITORS ?= identity,oracle,overedit
-DEMO_LIMIT  ?= 28
+# 14 = the first two demo scenes, all 7 edit types (FID, hence IQ and Total, needs two source images)
+DEMO_LIMIT  ?= 14
 DIFFUSION_EDITORS ?= ip2p,magicbrush,sdedit,diffedit,p2p,imagic
-DIFFUSION_LIMIT ?= 7
+DIFFUSION_LIMIT ?= 14
 ARGS        ?=
 
 # Every run of a target writes under $(RESULTS); `show` reads the same folder.
@@ -46,15 +47,13 @@ install: ## create .venv and install editmeter with test tools
 	$(PY) -m pip install --quiet -e ".[test,lint]"
 	@$(PY) -c "import benchmark, torch; print('editmeter', benchmark.__version__, '| torch', torch.__version__)"
 
-demo: ## offline: HATIE + pixel leaderboards of identity/oracle/overedit (DEMO_LIMIT queries) and the tiny diffusion editors (DIFFUSION_LIMIT)
-	$(RUN) --multirun editor=$(DEMO_EDITORS) $(TINY) metrics=basic limit=$(DEMO_LIMIT) $(ARGS)
-	$(ONE_THREAD) $(RUN) --multirun editor=$(DIFFUSION_EDITORS) $(TINY) metrics=basic limit=$(DIFFUSION_LIMIT) $(ARGS)
+demo: ## offline, ~3 min: HATIE and pixel leaderboards of the weight-free and the tiny diffusion editors, DEMO_LIMIT queries
+	$(ONE_THREAD) $(RUN) --multirun editor=$(DEMO_EDITORS),$(DIFFUSION_EDITORS) $(TINY) metrics=basic limit=$(DEMO_LIMIT) $(ARGS)
 	@$(SHOW) --queryset demo > $(RESULTS)/demo-pixel.txt
-	$(RUN) --multirun editor=$(DEMO_EDITORS) $(TINY) metrics=hatie limit=$(DEMO_LIMIT) $(ARGS)
-	$(ONE_THREAD) $(RUN) --multirun editor=$(DIFFUSION_EDITORS) $(TINY) metrics=hatie limit=$(DIFFUSION_LIMIT) $(ARGS)
+	$(ONE_THREAD) $(RUN) --multirun editor=$(DEMO_EDITORS),$(DIFFUSION_EDITORS) $(TINY) metrics=hatie limit=$(DEMO_LIMIT) $(ARGS)
 	@echo; echo "== HATIE (tiny random backbones: tests the pipeline, does not rank editors) =="
 	@$(SHOW) --queryset demo
-	@echo; echo "== pixel metrics (basic; $(RESULTS)/demo-pixel.txt) =="
+	@echo; echo "== pixel metrics (basic; also in $(RESULTS)/demo-pixel.txt) =="
 	@cat $(RESULTS)/demo-pixel.txt
 
 demo-diffusion: demo-diffusion-run ## only the tiny diffusion editors, first DIFFUSION_LIMIT demo queries, pixel metrics
@@ -64,7 +63,7 @@ demo-diffusion-run:
 	$(ONE_THREAD) $(RUN) --multirun editor=$(DIFFUSION_EDITORS) $(TINY) limit=$(DIFFUSION_LIMIT) $(ARGS)
 
 demo-hatie: ## HATIE suite, tiny random backbones, on the whole demo set (identity and overedit)
-	$(RUN) --multirun editor=identity,overedit $(TINY) metrics=hatie $(ARGS)
+	$(ONE_THREAD) $(RUN) --multirun editor=identity,overedit $(TINY) metrics=hatie $(ARGS)
 	$(SHOW) --queryset demo
 
 bench: ## run one editor on one query set (online: fetches weights): make bench MODEL=ip2p QUERYSET=hatie [PROFILE=tiny] [METRICS=hatie] [ARGS="seed=1"]

@@ -20,6 +20,7 @@ from typing import Any
 from benchmark.config import CONFIG_DIR, UnknownOptionError, check_keys, check_overrides, register_resolvers
 
 register_resolvers()
+_NOTED: set[str] = set()  # profiles whose "these numbers do not rank editors" note was printed
 
 
 class StageTimer:
@@ -112,9 +113,10 @@ def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
         with timer("aggregate"):
             written = write_leaderboards(results, msig, cfg.aggregate.bootstrap_resamples, cfg.aggregate.bootstrap_seed)
         summary["tables"] = {k: str(v) for k, v in written.items()}
-        print(f"[editmeter] wrote {', '.join(str(p) for p in written.values())}")
+        print(f"[editmeter] aggregate: wrote {', '.join(p.name for p in written.values())} in {results}")
     print(f"[editmeter] timings ({editor_name}): {timer.table()}")
-    if profile != "pretrained":
+    if profile != "pretrained" and profile not in _NOTED:  # once per process, not once per sweep job
+        _NOTED.add(profile)
         print(f"[editmeter] NOTE: profile={profile}: weights are {cfg.profile.weights}; "
               "these numbers test the pipeline, they do not rank real editors.")
     summary["timings"] = dict(timer.seconds)
@@ -177,6 +179,8 @@ def main(argv: list[str] | None = None) -> int:
         except UnknownOptionError as err:
             print(f"error: {err}", file=sys.stderr)
             return 2
+    # Hydra's parser takes overrides only after its flags; --multirun may stand anywhere here.
+    args = [a for a in args if a in ("-m", "--multirun")] + [a for a in args if a not in ("-m", "--multirun")]
     saved = sys.argv
     sys.argv = ["editmeter run", *args]  # Hydra parses sys.argv
     try:

@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     quiet_third_party(progress_enabled(cfg.progress))
-    qs = instantiate(cfg.queryset)
+    qs = instantiate(cfg.queryset).shard(cfg.shard.index, cfg.shard.count).subset(cfg.limit)  # what the run scores
     editor = instantiate(cfg.editor)
     missing = editor.missing([q.id for q in qs.queries])
     print(f"[editmeter] {len(qs) - len(missing)} of {len(qs)} queries of {qs.name} have an edit in {args.edits}")
