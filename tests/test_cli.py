@@ -92,15 +92,15 @@ def test_unknown_group_option_gets_a_suggestion(capsys):
 
 def test_run_then_show_in_process(tmp_path, capsys, restore_logging):
     results = tmp_path / "results"
-    assert cli.main(["run", "editor=identity", "limit=7", f"paths.results={results}", *FAST]) == 0
+    assert cli.main(["run", "editor=identity", "limit=3", f"paths.results={results}", *FAST]) == 0
     captured = capsys.readouterr()
     assert "\r" not in captured.err and "\r" not in captured.out  # progress=auto: stderr is not a terminal here
     assert re.search(r"^\[editmeter\] timings \(identity\): .*total [\d.]+ s$", captured.out, re.M)
     lb = pd.read_csv(results / "leaderboard.csv")
-    assert lb[lb["editor"] == "identity"].iloc[0]["n_ok"] == 7
+    assert lb[lb["editor"] == "identity"].iloc[0]["n_ok"] == 3
     assert cli.main(["show", "--results", str(results), "--queryset", "demo"]) == 0
     shown = capsys.readouterr().out
-    assert re.search(r"^identity\s+\w{8}\s+7\s+0\s", shown, re.M)
+    assert re.search(r"^identity\s+\w{8}\s+3\s+0\s", shown, re.M)
 
 
 def test_score_a_folder_of_edits(tmp_path, capsys, restore_logging):
@@ -163,7 +163,7 @@ def _makefile_rules() -> list[str]:
 
 
 def test_makefile_is_online_by_default():
-    lines = _makefile_rules()
+    lines = [line.split("##")[0] for line in _makefile_rules()]  # `## ...` is a target's help text
     for line in lines:
         if "HF_HUB_OFFLINE" in line and not line.lstrip().startswith("#"):
             # only as a target-specific variable (`targets: export HF_HUB_OFFLINE = 1`) or inside a recipe
