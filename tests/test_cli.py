@@ -202,3 +202,38 @@ def test_weights_is_imported_lazily_and_gets_the_arguments(monkeypatch):
     monkeypatch.setitem(sys.modules, "benchmark.weights", fake)
     assert cli.main(["weights", "editor=ip2p", "metrics=hatie"]) == 0
     assert seen == [["editor=ip2p", "metrics=hatie"]]
+
+
+def test_run_logging_keeps_root_info_out_and_ours_in(tmp_path, restore_logging):
+    """open_clip logs "Loaded ... model config." at INFO through the root logger: a run's logging drops that and
+    keeps editmeter's INFO and every WARNING."""
+    import logging.config
+
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.load(ROOT / "configs" / "hydra" / "job_logging" / "editmeter.yaml")
+    cfg.handlers.file.filename = str(tmp_path / "run.log")
+    stream = io.StringIO()
+    logging.config.dictConfig(OmegaConf.to_container(cfg))
+    logging.getLogger().handlers[0].setStream(stream)  # the console handler
+    logging.info("Loaded ViT-B-32 model config.")
+    logging.getLogger("benchmark.stages.edit").info("ours")
+    logging.getLogger("open_clip.factory").warning("third-party warning")
+    logging.shutdown()
+    for text in (stream.getvalue(), (tmp_path / "run.log").read_text()):
+        assert "Loaded ViT" not in text and "ours" in text and "third-party warning" in text
+    for name in ("benchmark", "editors"):
+        logging.getLogger(name).setLevel(logging.NOTSET)
+
+
+def test_docs_name_every_command_group_option_and_key():
+    from omegaconf import OmegaConf
+
+    doc = (ROOT / "docs" / "cli.md").read_text()
+    assert all(f"## `editmeter {name}`" in doc for name in cli.COMMANDS)
+    assert all(f"`{opt}`" in doc for group in config_groups() for opt in options(group))
+    root = OmegaConf.load(ROOT / "configs" / "config.yaml")
+    for key in (k for k in root if k not in ("defaults", "hydra")):
+        node = root[key]
+        names = [f"{key}.{k}" for k in node] if OmegaConf.is_dict(node) else [key]
+        assert all(f"`{n}`" in doc for n in names), names
