@@ -237,3 +237,14 @@ def test_docs_name_every_command_group_option_and_key():
         node = root[key]
         names = [f"{key}.{k}" for k in node] if OmegaConf.is_dict(node) else [key]
         assert all(f"`{n}`" in doc for n in names), names
+
+
+def test_console_script_and_accelerate_are_declared():
+    import importlib
+
+    import tomllib
+
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    module, _, func = meta["scripts"]["editmeter"].partition(":")
+    assert callable(getattr(importlib.import_module(module), func))
+    assert any(re.match(r"accelerate\b", d) for d in meta["dependencies"])
