@@ -39,7 +39,7 @@ class StageTimer:
 
     def table(self) -> str:
         """One line: each stage's seconds in order, then the total."""
-        parts = [f"{name} {sec:.2f}" for name, sec in self.seconds.items()]
+        parts = [f"{name} {sec:.2f} s" for name, sec in self.seconds.items()]
         return f"{', '.join(parts)}; total {sum(self.seconds.values()):.2f} s"
 
 
