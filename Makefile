@@ -1,7 +1,10 @@
-# editmeter: `make help` lists the targets.
+# editmeter: `make help` lists the targets. Every target calls the `editmeter` command (benchmark/cli.py).
+# Online by default: `make bench` downloads the weights it needs when the network is there. The test suite, the
+# demos and the bench-* scripts are offline by design (HF_HUB_OFFLINE=1 set for those targets only).
 PYTHON      ?= python3
 VENV        ?= .venv
 PY          := $(VENV)/bin/python
+EDITMETER   ?= $(VENV)/bin/editmeter
 # Exact torch build for this project's machines; override elsewhere, e.g.
 #   make install TORCH_SPEC="torch torchvision --index-url https://download.pytorch.org/whl/cu124"
 TORCH_SPEC  ?= torch==2.14.1 torchvision==0.29.1
@@ -11,14 +14,28 @@ PROFILE     ?= pretrained
 METRICS     ?= hatie
 EDITS       ?=
 NAME        ?=
+KIND        ?= instruction
+RESULTS     ?= results
 DEMO_EDITORS ?= identity,oracle,overedit
+# 14 = the first two demo scenes, all 7 edit types (FID, hence IQ and Total, needs two source images)
+DEMO_LIMIT  ?= 14
 DIFFUSION_EDITORS ?= ip2p,magicbrush,sdedit,diffedit,p2p,imagic
-DIFFUSION_LIMIT ?= 16
+DIFFUSION_LIMIT ?= 14
 ARGS        ?=
 
-export HF_HUB_OFFLINE ?= 1
+# Every run of a target writes under $(RESULTS); `show` reads the same folder.
+RUN         := $(EDITMETER) run paths.results=$(abspath $(RESULTS))
+SHOW        := $(EDITMETER) show --results $(RESULTS)
+TINY        := queryset=demo profile=tiny
+# One torch thread for the tiny models: they gain nothing from more, and on shared cores OpenMP spinning makes
+# them erratic.
+ONE_THREAD  := OMP_NUM_THREADS=1
 
-.PHONY: help install demo demo-hatie demo-diffusion demo-diffusion-run bench score bench-hatie bench-backbones bench-editors data test test-all lint clean-results
+.PHONY: help install demo demo-hatie demo-diffusion demo-diffusion-run bench score weights bench-hatie bench-backbones bench-editors data test test-all lint clean-results
+
+# Offline by design: the demos and benchmarks use tiny random-weight models and bundled data; tests never touch
+# the network. (Target-specific: `make bench`, `make weights` and `make data` stay online.)
+demo demo-hatie demo-diffusion demo-diffusion-run test bench-hatie bench-backbones bench-editors: export HF_HUB_OFFLINE = 1
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 16
@@ -30,27 +47,33 @@ install: ## create .venv and install editmeter with test tools
 	$(PY) -m pip install --quiet -e ".[test,lint]"
 	@$(PY) -c "import benchmark, torch; print('editmeter', benchmark.__version__, '| torch', torch.__version__)"
 
-demo: ## whole pipeline offline on the demo set: weight-free editors + tiny diffusion editors (DIFFUSION_LIMIT queries)
-	$(PY) -m benchmark.run --multirun editor=$(DEMO_EDITORS) queryset=demo profile=tiny $(ARGS)
-	$(MAKE) --no-print-directory demo-diffusion-run
-	$(PY) -m benchmark.leaderboard show --queryset demo
+demo: ## offline, ~3 min: HATIE and pixel leaderboards of the weight-free and the tiny diffusion editors, DEMO_LIMIT queries
+	$(ONE_THREAD) $(RUN) --multirun editor=$(DEMO_EDITORS),$(DIFFUSION_EDITORS) $(TINY) metrics=basic limit=$(DEMO_LIMIT) $(ARGS)
+	@$(SHOW) --queryset demo > $(RESULTS)/demo-pixel.txt
+	$(ONE_THREAD) $(RUN) --multirun editor=$(DEMO_EDITORS),$(DIFFUSION_EDITORS) $(TINY) metrics=hatie limit=$(DEMO_LIMIT) $(ARGS)
+	@echo; echo "== HATIE (tiny random backbones: tests the pipeline, does not rank editors) =="
+	@$(SHOW) --queryset demo
+	@echo; echo "== pixel metrics (basic; also in $(RESULTS)/demo-pixel.txt) =="
+	@cat $(RESULTS)/demo-pixel.txt
 
-demo-diffusion: demo-diffusion-run ## only the tiny diffusion editors, first DIFFUSION_LIMIT demo queries
-	$(PY) -m benchmark.leaderboard show --queryset demo
+demo-diffusion: demo-diffusion-run ## only the tiny diffusion editors, first DIFFUSION_LIMIT demo queries, pixel metrics
+	$(SHOW) --queryset demo
 
-# One torch thread: tiny models gain nothing from more, and on shared cores OpenMP spinning makes them erratic.
 demo-diffusion-run:
-	OMP_NUM_THREADS=1 $(PY) -m benchmark.run --multirun editor=$(DIFFUSION_EDITORS) queryset=demo profile=tiny limit=$(DIFFUSION_LIMIT) $(ARGS)
+	$(ONE_THREAD) $(RUN) --multirun editor=$(DIFFUSION_EDITORS) $(TINY) limit=$(DIFFUSION_LIMIT) $(ARGS)
 
-demo-hatie: ## HATIE suite, tiny random backbones, on the demo set (identity and overedit)
-	$(PY) -m benchmark.run --multirun editor=identity,overedit queryset=demo profile=tiny metrics=hatie $(ARGS)
-	$(PY) -m benchmark.leaderboard show --queryset demo
+demo-hatie: ## HATIE suite, tiny random backbones, on the whole demo set (identity and overedit)
+	$(ONE_THREAD) $(RUN) --multirun editor=identity,overedit $(TINY) metrics=hatie $(ARGS)
+	$(SHOW) --queryset demo
 
-bench: ## run one editor on one query set: make bench MODEL=ip2p QUERYSET=hatie [PROFILE=tiny] [METRICS=hatie] [ARGS="seed=1"]
-	$(PY) -m benchmark.run editor=$(MODEL) queryset=$(QUERYSET) profile=$(PROFILE) metrics=$(METRICS) $(ARGS)
+bench: ## run one editor on one query set (online: fetches weights): make bench MODEL=ip2p QUERYSET=hatie [PROFILE=tiny] [METRICS=hatie] [ARGS="seed=1"]
+	$(RUN) editor=$(MODEL) queryset=$(QUERYSET) profile=$(PROFILE) metrics=$(METRICS) $(ARGS)
 
-score: ## score edits made elsewhere: make score QUERYSET=hatie EDITS=<folder> NAME=<label> [ARGS="kind=description"]
-	$(PY) -m benchmark.score_edits queryset=$(QUERYSET) edits=$(EDITS) name=$(NAME) profile=$(PROFILE) metrics=$(METRICS) $(ARGS)
+score: ## score edits made elsewhere: make score QUERYSET=hatie EDITS=<folder> NAME=<label> [KIND=description] [ARGS=...]
+	$(EDITMETER) score --edits $(EDITS) --name $(NAME) --kind $(KIND) queryset=$(QUERYSET) profile=$(PROFILE) metrics=$(METRICS) paths.results=$(abspath $(RESULTS)) $(ARGS)
+
+weights: ## prefetch every checkpoint a run needs: make weights MODEL=ip2p METRICS=hatie [PROFILE=pretrained]
+	$(EDITMETER) weights editor=$(MODEL) metrics=$(METRICS) profile=$(PROFILE) $(ARGS)
 
 bench-hatie: ## time the HATIE scoring stage, batched vs batch size 1 (real-size random-weight backbones, CPU)
 	$(PY) scripts/bench_hatie.py $(ARGS)
@@ -59,11 +82,11 @@ bench-backbones: ## per-image forward time of each HATIE model by batch size (wh
 	$(PY) scripts/bench_backbones.py $(ARGS)
 
 bench-editors: ## edit-stage overhead vs the bare diffusers loop, batch sizes 1/2/4/8 (tiny profile, one CPU thread for the model)
-	OMP_NUM_THREADS=1 $(PY) scripts/bench_editors.py $(ARGS)
+	$(ONE_THREAD) $(PY) scripts/bench_editors.py $(ARGS)
 
 data: ## download one query-set source (resumable, verified): make data NAME=gqa_hatie|hatie|editval|magicbrush
 	@test -n "$(NAME)" || { echo "usage: make data NAME=<set>  (sets: $$(ls datasets/manifests | sed 's/\.json//' | tr '\n' ' '))"; exit 2; }
-	HF_HUB_OFFLINE=0 $(PY) scripts/download.py $(NAME) $(ARGS)
+	$(EDITMETER) data $(NAME) $(ARGS)
 
 test: ## offline test suite (HF_HUB_OFFLINE=1)
 	$(PY) -m pytest -q $(ARGS)

@@ -6,7 +6,7 @@ import ast
 import difflib
 import hashlib
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,10 @@ _ROOT_TOKEN = "<root>"
 
 class UnknownOptionError(ValueError):
     """A config group option does not exist; the message lists the valid names."""
+
+
+class UnknownKeyError(UnknownOptionError):
+    """A `key=value` override names a key the composed config does not have; the message suggests close keys."""
 
 
 def register_resolvers() -> None:
@@ -55,6 +59,80 @@ def check_overrides(overrides: Sequence[str]) -> None:
         for name in m["value"].split(","):
             if name:
                 check_option(m["group"], name.strip())
+
+
+def config_groups() -> list[str]:
+    """Top-level config groups (folders of `configs/` holding YAML), Hydra's own `hydra/` excluded."""
+    return sorted(d.name for d in CONFIG_DIR.iterdir() if d.is_dir() and d.name != "hydra" and any(d.glob("*.yaml")))
+
+
+def _is_group(key: str) -> bool:
+    return "/" in key or (CONFIG_DIR / key).is_dir()
+
+
+def _key_paths(node: Any, prefix: str = "") -> Iterator[str]:
+    """Every dotted key path of a plain container, intermediate nodes included (list items by index)."""
+    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+    for k, v in items:
+        path = f"{prefix}{k}"
+        yield path
+        yield from _key_paths(v, path + ".")
+
+
+def check_keys(overrides: Sequence[str]) -> None:
+    """Reject `key=value` (and `~key`) overrides whose key the composed config lacks, naming close keys.
+
+    Runs before Hydra, whose own message is a bare "not in struct". `+key=`/`++key=` add keys and pass, `hydra.*`
+    is Hydra's business, and group selections are checked by `check_overrides`. The config is composed with the
+    overrides' group selections; a swept group (`editor=a,b`) is composed once per choice, since a key such as
+    `editor.noise_std` must exist for every job of the sweep.
+    """
+    from hydra import compose, initialize_config_dir
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+    from omegaconf import OmegaConf
+
+    try:
+        parsed = OverridesParser.create().parse_overrides([o for o in overrides if "=" in o or o.startswith("~")])
+    except HydraException:
+        return  # a syntax error: Hydra's own message names it
+    groups = {o.key_or_group: (list(o.sweep_string_iterator()) if o.is_sweep_override()
+                               else [o.get_value_element_as_str()])
+              for o in parsed if _is_group(o.key_or_group) and not o.key_or_group.startswith("hydra")
+              and not o.is_delete()}
+    keys = [o for o in parsed if not _is_group(o.key_or_group) and not o.key_or_group.startswith("hydra")
+            and not (o.is_add() or o.is_force_add())]
+    if not keys:
+        return
+    base = {g: f"{g}={choices[0]}" for g, choices in groups.items()}
+    swept = [g for g, choices in groups.items() if len(choices) > 1]
+    first = f" (with {', '.join(base[g] for g in swept)})" if swept else ""
+    variants: list[tuple[str, list[str]]] = [(first, list(base.values()))]
+    for g in swept:
+        variants += [(f" (with {g}={c})", list((base | {g: f"{g}={c}"}).values())) for c in groups[g][1:]]
+    register_resolvers()
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        for label, sel in variants:
+            paths = list(_key_paths(OmegaConf.to_container(compose("config", overrides=sel), resolve=False)))
+            known = set(paths)
+            for o in keys:
+                if o.key_or_group not in known:
+                    raise UnknownKeyError(_unknown_key_message(o.key_or_group, label, paths))
+
+
+def _unknown_key_message(key: str, label: str, paths: list[str]) -> str:
+    """Suggest siblings when the parent exists (`editor.noise_st`), else any close key path (`limt`)."""
+    parent, _, leaf = key.rpartition(".")
+    if parent in paths:
+        siblings = [p[len(parent) + 1:] for p in paths if p.startswith(parent + ".") and "." not in p[len(parent) + 1:]]
+        close = [f"{parent}.{c}" for c in difflib.get_close_matches(leaf, siblings, n=3, cutoff=0.6)]
+        valid = f"Keys of {parent!r}: {', '.join(siblings) or '(none)'}."
+    else:
+        close = difflib.get_close_matches(key, paths, n=3, cutoff=0.6)
+        valid = f"Top-level keys: {', '.join(p for p in paths if '.' not in p)}."
+    if close:
+        return f"unknown key {key!r}{label}. Did you mean {' or '.join(repr(c) for c in close)}?"
+    return f"unknown key {key!r}{label}. {valid} To add a new key, write '+{key}=...'."
 
 
 def portable(obj: Any) -> Any:

@@ -308,15 +308,17 @@ def format_table(results: Path, queryset: str | None = None) -> str:
     return "\n".join(lines)
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m benchmark.leaderboard", description="Show leaderboard tables.")
+def main(argv: Sequence[str] | None = None) -> int:
+    """`editmeter show` (also `python -m benchmark.leaderboard show`): print the leaderboard."""
+    ap = argparse.ArgumentParser(prog="editmeter show", description="Print the leaderboard: means ± bootstrap SE, "
+                                 "arrows for the better direction, one section per editor family.")
     sub = ap.add_subparsers(dest="cmd", required=True)
     show = sub.add_parser("show", help="print results/leaderboard.csv readably")
-    show.add_argument("--results", type=Path, default=Path("results"))
-    show.add_argument("--queryset", default=None)
+    show.add_argument("--results", type=Path, default=Path("results"), help="results folder (default: results)")
+    show.add_argument("--queryset", default=None, help="only this query set")
     args = ap.parse_args(argv)
-    if args.cmd == "show":
-        print(format_table(args.results, args.queryset))
+    print(format_table(args.results, args.queryset))
+    return 0
 
 
 if __name__ == "__main__":

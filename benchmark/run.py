@@ -1,7 +1,9 @@
-"""Pipeline entry point: queries -> edit -> score -> aggregate.
+"""Pipeline: queries -> edit -> score -> aggregate. Command line: `editmeter run` (benchmark.cli).
 
-    python -m benchmark.run editor=identity queryset=demo profile=tiny [any Hydra override]
-    python -m benchmark.run --multirun editor=identity,oracle,overedit queryset=demo profile=tiny
+    editmeter run editor=identity queryset=demo profile=tiny [any Hydra override]
+    editmeter run --multirun editor=identity,oracle,overedit queryset=demo profile=tiny
+
+`python -m benchmark.run ...` is an alias of `editmeter run ...`.
 """
 
 from __future__ import annotations
@@ -19,11 +21,13 @@ from benchmark.config import (
     CONFIG_DIR,
     UnknownOptionError,
     apply_run_checks,
+    check_keys,
     check_overrides,
     register_resolvers,
 )
 
 register_resolvers()
+_NOTED: set[str] = set()  # profiles whose "these numbers do not rank editors" note was printed
 
 
 class StageTimer:
@@ -41,9 +45,9 @@ class StageTimer:
             self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - t0
 
     def table(self) -> str:
-        total = sum(self.seconds.values()) or 1.0
-        lines = [f"  {name:<16} {sec:8.2f} s  {100 * sec / total:5.1f}%" for name, sec in self.seconds.items()]
-        return "\n".join(lines + [f"  {'total':<16} {sum(self.seconds.values()):8.2f} s"])
+        """One line: each stage's seconds in order, then the total."""
+        parts = [f"{name} {sec:.2f} s" for name, sec in self.seconds.items()]
+        return f"{', '.join(parts)}; total {sum(self.seconds.values()):.2f} s"
 
 
 def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
@@ -56,6 +60,7 @@ def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
     from omegaconf import OmegaConf
 
     from benchmark.config import editor_signature, metric_signature, portable
+    from benchmark.console import progress_enabled
     from benchmark.errors import TooManyFailures
     from benchmark.fileio import atomic_write_text, remove_stale_tmp
     from benchmark.hashing import canonical_json
@@ -68,6 +73,7 @@ def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
     apply_run_checks(cfg, editor_name)  # inputs: refuse an unsafe label, set the input limits, before any work
     timer = StageTimer()
     started = time.time()
+    progress = progress_enabled(cfg.progress)
     run_id = uuid.uuid4().hex[:12]
     profile = cfg.profile.name
     print(f"[editmeter] editor={editor_name} profile={profile} (weights: {cfg.profile.weights}) run_id={run_id}")
@@ -113,7 +119,7 @@ def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
     if "edit" in cfg.stages:
         with timer("edit"):
             st = run_edit_stage(qs, editor, run_dir, seed=cfg.seed, batch_size=cfg.batch_size, num_workers=cfg.num_workers,
-                                retry_failed=cfg.retry_failed, run_id=run_id, progress=cfg.progress,
+                                retry_failed=cfg.retry_failed, run_id=run_id, progress=progress,
                                 fail_fast=bool(cfg.get("fail_fast", False)))
         summary["edit"] = st
         print(f"[editmeter] edit: {st.computed} edited ({st.failed} failed), {st.skipped} already done")
@@ -123,19 +129,20 @@ def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
         with timer("score"):
             if suite is not None:
                 sc = run_suite_stage(qs, run_dir, suite, msig, prompt_kind=editor.prompt_kind,
-                                     num_workers=cfg.num_workers, progress=cfg.progress, full_set=full)
+                                     num_workers=cfg.num_workers, progress=progress, full_set=full)
             else:
                 sc = run_score_stage(qs, run_dir, metrics, msig, batch_size=cfg.batch_size,
-                                     num_workers=cfg.num_workers, progress=cfg.progress, full_set=full)
+                                     num_workers=cfg.num_workers, progress=progress, full_set=full)
         summary["score"] = sc
         print(f"[editmeter] score: {sc.computed} scored, {sc.reused} reused ({sc.model_seconds:.2f} s in metrics)")
     if "aggregate" in cfg.stages:
         with timer("aggregate"):
             written = write_leaderboards(results, msig, cfg.aggregate.bootstrap_resamples, cfg.aggregate.bootstrap_seed)
         summary["tables"] = {k: str(v) for k, v in written.items()}
-        print(f"[editmeter] wrote {', '.join(str(p) for p in written.values())}")
-    print(f"[editmeter] stage timings ({editor_name}):\n{timer.table()}")
-    if profile != "pretrained":
+        print(f"[editmeter] aggregate: wrote {', '.join(p.name for p in written.values())} in {results}")
+    print(f"[editmeter] timings ({editor_name}): {timer.table()}")
+    if profile != "pretrained" and profile not in _NOTED:  # once per process, not once per sweep job
+        _NOTED.add(profile)
         print(f"[editmeter] NOTE: profile={profile}: weights are {cfg.profile.weights}; "
               "these numbers test the pipeline, they do not rank real editors.")
     summary["timings"] = dict(timer.seconds)
@@ -193,13 +200,21 @@ def _metric_meta(metrics: dict[str, Any], suite: Any) -> dict[str, Any]:
 
 
 def compose(overrides: list[str]) -> tuple[Any, dict[str, str]]:
-    """Compose the config as the command line would (for tests and notebooks); returns (cfg, group choices)."""
+    """Compose the config as the command line would (for tests and notebooks); returns (cfg, group choices).
+
+    Unknown group options raise `UnknownOptionError`, unknown keys `UnknownKeyError` (with suggestions).
+    """
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
+    from hydra.errors import ConfigCompositionException
 
     check_overrides(overrides)
-    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-        cfg = hydra_compose("config", overrides=overrides, return_hydra_config=True)
+    try:
+        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+            cfg = hydra_compose("config", overrides=overrides, return_hydra_config=True)
+    except ConfigCompositionException:
+        check_keys(overrides)  # a mistyped key: say which and suggest; anything else: Hydra's own error
+        raise
     return cfg, dict(cfg.hydra.runtime.choices)
 
 
@@ -207,10 +222,13 @@ def _hydra_entry() -> None:
     import hydra
     from hydra.core.hydra_config import HydraConfig
 
+    from benchmark.console import progress_enabled, quiet_third_party
+
     statuses: list[int] = []  # one per job; the process exits with the worst after the whole sweep
 
     @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="config")
     def _main(cfg: Any) -> None:
+        quiet_third_party(progress_enabled(cfg.progress))
         statuses.append(run_and_report(cfg, HydraConfig.get().runtime.choices["editor"]))
 
     _main()
@@ -218,14 +236,30 @@ def _hydra_entry() -> None:
         sys.exit(max(statuses))
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
+    """`editmeter run [--multirun] [overrides]`: check the overrides (group options, key names), then run Hydra.
+
+    Returns the exit status (Hydra's own errors and `--help` exit through SystemExit, as Hydra does).
+    """
+    args = list(sys.argv[1:] if argv is None else argv)
+    overrides = [a for a in args if not a.startswith("-")]
+    if not any(a in ("-h", "--help", "--hydra-help") for a in args):
+        try:
+            check_overrides(overrides)
+            check_keys(overrides)
+        except UnknownOptionError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+    # Hydra's parser takes overrides only after its flags; --multirun may stand anywhere here.
+    args = [a for a in args if a in ("-m", "--multirun")] + [a for a in args if a not in ("-m", "--multirun")]
+    saved = sys.argv
+    sys.argv = ["editmeter run", *args]  # Hydra parses sys.argv
     try:
-        check_overrides([a for a in sys.argv[1:] if not a.startswith("-")])
-    except UnknownOptionError as err:
-        print(f"error: {err}", file=sys.stderr)
-        sys.exit(2)
-    _hydra_entry()
+        _hydra_entry()
+    finally:
+        sys.argv = saved
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

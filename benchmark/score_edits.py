@@ -1,39 +1,56 @@
-"""Score a folder of edits made elsewhere:
+"""Score a folder of edits made elsewhere (`editmeter score`, `make score`):
 
-    python -m benchmark.score_edits queryset=hatie edits=/path/to/edits name=my-model [kind=description] [overrides]
+    editmeter score --edits /path/to/edits --name my-model [--kind description] queryset=hatie [overrides]
 
 Files are matched to queries by id (`<query id>.png` or HATIE's `<prefix>_<query id>.jpg`). Missing files are
 reported by count and id, recorded as failed, and the rest is scored and added to the leaderboard as `name`.
+Everything after the options is a Hydra override of the run config (queryset=, profile=, metrics=, limit=, ...).
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 from benchmark.config import LabelError, UnknownOptionError, check_label
 
 MAX_LISTED = 20
+# The older spelling `edits=DIR name=LABEL kind=K` (scripts, tests, notebooks) is read as the options.
+LEGACY_KEYS = ("edits", "name", "kind")
+
+
+def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    """(options, Hydra overrides): `--edits`, `--name`, `--kind`; every `key=value` is an override."""
+    ap = argparse.ArgumentParser(
+        prog="editmeter score", description="Score a folder of edits made elsewhere and add them to the leaderboard.",
+        epilog="overrides: any `editmeter run` key or group, e.g. queryset=hatie profile=tiny metrics=basic limit=20")
+    ap.add_argument("--edits", required=True, help="folder of <query id>.<ext> or <prefix>_<query id>.<ext> images")
+    ap.add_argument("--name", required=True, help="the label these edits get on the leaderboard")
+    ap.add_argument("--kind", default="instruction", choices=("instruction", "description"),
+                    help="the model family: HATIE scores obj_remove only for instruction-based editors")
+    ap.add_argument("overrides", nargs="*", metavar="key=value", help="Hydra overrides of the run config")
+    argv = [f"--{a}" if a.partition("=")[0] in LEGACY_KEYS else a for a in argv]
+    args = ap.parse_intermixed_args(argv)
+    bad = [o for o in args.overrides if "=" not in o]
+    if bad:
+        ap.error(f"not a key=value override: {' '.join(bad)}")
+    return args, list(args.overrides)
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    opts = {k: v for k, _, v in (a.partition("=") for a in args if a.split("=")[0] in ("edits", "name", "kind"))}
-    rest = [a for a in args if a.split("=")[0] not in ("edits", "name", "kind")]
-    if not opts.get("edits") or not opts.get("name"):
-        print("usage: python -m benchmark.score_edits queryset=<set> edits=<folder> name=<label> [kind=instruction|"
-              "description] [hydra overrides]", file=sys.stderr)
-        return 2
+    args, rest = parse_args(list(sys.argv[1:] if argv is None else argv))
     try:  # NAME becomes a folder name and a leaderboard label; checked before Hydra could resolve `${...}` in it
-        check_label(opts["name"], "NAME")
+        check_label(args.name, "NAME")
     except LabelError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     from hydra.utils import instantiate
 
+    from benchmark.console import progress_enabled, quiet_third_party
     from benchmark.run import compose, run_and_report
 
-    overrides = ["editor=external", f"editor.folder={opts['edits']}", f"editor.label={opts['name']}",
-                 f"editor.prompt_kind={opts.get('kind', 'instruction')}", "stages=[edit,score,aggregate]", *rest]
+    overrides = ["editor=external", f"editor.folder={args.edits}", f"editor.label={args.name}",
+                 f"editor.prompt_kind={args.kind}", "stages=[edit,score,aggregate]", *rest]
     if not any(a.startswith("max_failed_fraction=") for a in rest):  # missing files are listed above, not a crash:
         overrides.append("max_failed_fraction=1.0")                     # exit 1 only when none could be scored
     try:
@@ -41,14 +58,15 @@ def main(argv: list[str] | None = None) -> int:
     except UnknownOptionError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    qs = instantiate(cfg.queryset)
+    quiet_third_party(progress_enabled(cfg.progress))
+    qs = instantiate(cfg.queryset).shard(cfg.shard.index, cfg.shard.count).subset(cfg.limit)  # what the run scores
     editor = instantiate(cfg.editor)
     missing = editor.missing([q.id for q in qs.queries])
-    print(f"[editmeter] {len(qs) - len(missing)} of {len(qs)} queries of {qs.name} have an edit in {opts['edits']}")
+    print(f"[editmeter] {len(qs) - len(missing)} of {len(qs)} queries of {qs.name} have an edit in {args.edits}")
     if missing:
         shown = ", ".join(missing[:MAX_LISTED]) + (f", ... ({len(missing) - MAX_LISTED} more)" if len(missing) > MAX_LISTED else "")
         print(f"[editmeter] MISSING {len(missing)} edits (recorded as failed): {shown}")
-    return run_and_report(cfg, opts["name"])
+    return run_and_report(cfg, args.name)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,134 @@
+"""The `editmeter` command: one entry point, one subcommand per job. Each subcommand is a thin parser that calls
+the library; heavy modules are imported only by the subcommand that needs them.
+
+    editmeter run editor=ip2p queryset=demo profile=tiny      # the Hydra pipeline (also --multirun)
+    editmeter score --edits DIR --name LABEL queryset=hatie    # score edits made elsewhere
+    editmeter show [--queryset demo]                           # print the leaderboard
+    editmeter data NAME                                        # download a query-set source
+    editmeter weights ...                                      # prefetch the checkpoints a run needs
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+PROG = "editmeter"
+PLANNED = {"report": "an HTML report with image grids and plots", "compare": "two runs side by side"}
+
+
+def _run(argv: list[str]) -> int:
+    from benchmark.run import main
+
+    return main(argv)
+
+
+def _score(argv: list[str]) -> int:
+    from benchmark.score_edits import main
+
+    return main(argv)
+
+
+def _show(argv: list[str]) -> int:
+    from benchmark.leaderboard import main
+
+    return main(["show", *argv]) or 0
+
+
+def _data(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog=f"{PROG} data", description="Download the raw files of one query-set source "
+                                 "(resumable, size- and sha256-verified), then print the command that builds it.")
+    ap.add_argument("name", help="manifest name: datasets/manifests/<name>.json (gqa_hatie, hatie, editval, magicbrush)")
+    ap.add_argument("--only", nargs="*", default=(), help="fetch only these file names from the manifest")
+    ap.add_argument("--dest", type=Path, help="download folder (default datasets/<name>/downloads)")
+    ap.add_argument("--no-progress", action="store_true", help="no progress bar (default: only on a terminal)")
+    args = ap.parse_args(argv)
+    from benchmark.console import progress_enabled
+    from benchmark.download import DownloadError, fetch_manifest, load_manifest
+    from benchmark.provenance import PROJECT_ROOT
+
+    try:
+        manifest = load_manifest(args.name)
+        dest = args.dest or PROJECT_ROOT / "datasets" / manifest.name / "downloads"
+        print(f"[download] {manifest.name}: {manifest.description}\n[download] license: {manifest.license}")
+        paths = fetch_manifest(manifest, dest, only=args.only, progress=not args.no_progress and progress_enabled())
+    except DownloadError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    for p in paths:
+        print(f"[download] ok {p}")
+    print(f"[download] next, build the query set:\n  {manifest.build}")
+    return 0
+
+
+def _weights(argv: list[str]) -> int:
+    try:
+        from benchmark.weights import main
+    except ImportError as err:
+        print(f"error: `{PROG} weights` is not available in this checkout ({err})", file=sys.stderr)
+        return 2
+    return main(argv) or 0
+
+
+COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
+    "run": (_run, "edit a query set, score the edits, rebuild the leaderboards (Hydra; --multirun sweeps)"),
+    "score": (_score, "score a folder of edits made elsewhere and add them to the leaderboard"),
+    "show": (_show, "print the leaderboard (means ± bootstrap SE, arrows for the better direction)"),
+    "data": (_data, "download one query-set source (resumable, verified)"),
+    "weights": (_weights, "prefetch every checkpoint a run will touch (editor and metric models)"),
+}
+
+
+def usage() -> str:
+    """The top-level help: subcommands, config groups with their options, examples."""
+    from benchmark.config import config_groups, options
+
+    width = max(map(len, COMMANDS)) + 2
+    lines = [f"usage: {PROG} <command> [options] [group=option ...] [key=value ...]", "", "commands:"]
+    lines += [f"  {name:<{width}}{text}" for name, (_, text) in COMMANDS.items()]
+    lines += [f"  {name:<{width}}(planned) {text}" for name, text in PLANNED.items()]
+    lines += ["", "config groups (group=option), for run and score:"]
+    lines += [f"  {g}: {', '.join(options(g))}" for g in config_groups()]
+    lines += ["", "examples:",
+              f"  {PROG} run editor=ip2p queryset=demo profile=tiny",
+              f"  {PROG} run --multirun editor=identity,oracle,overedit queryset=demo profile=tiny metrics=hatie",
+              f"  {PROG} score --edits path/to/edits --name their-model queryset=demo profile=tiny",
+              f"  {PROG} show --queryset demo",
+              f"  {PROG} data magicbrush",
+              "", f"`{PROG} <command> --help` for a command's options and keys; docs/cli.md for everything."]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Dispatch `editmeter <command> ...`; returns the exit status."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help", "help"):
+        print(usage())
+        return 0 if args else 2
+    name, rest = args[0], args[1:]
+    if name in PLANNED:
+        print(f"error: `{PROG} {name}` ({PLANNED[name]}) is planned, not yet available", file=sys.stderr)
+        return 2
+    if name not in COMMANDS:
+        close = difflib.get_close_matches(name, [*COMMANDS, *PLANNED], n=1, cutoff=0.5)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        print(f"error: unknown command {name!r}.{hint} Commands: {', '.join(COMMANDS)}", file=sys.stderr)
+        return 2
+    try:
+        return int(COMMANDS[name][0](rest) or 0)
+    except SystemExit as exc:  # argparse and Hydra exit this way (--help, usage errors)
+        if isinstance(exc.code, str):
+            print(exc.code, file=sys.stderr)
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+
+
+def entry() -> None:
+    """Console-script entry point (`[project.scripts] editmeter`)."""
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    entry()

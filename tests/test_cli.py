@@ -1,0 +1,250 @@
+"""The `editmeter` command: subcommands dispatch, help lists the config, typos get suggestions, the Makefile stays
+online by default, progress bars stay out of non-terminal output."""
+
+import io
+import logging
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from benchmark import cli
+from benchmark.config import UnknownKeyError, check_keys, config_groups, options
+
+ROOT = Path(__file__).resolve().parents[1]
+FAST = ["queryset=demo", "profile=tiny", "metrics=basic", "aggregate.bootstrap_resamples=50"]
+
+
+@pytest.fixture
+def restore_logging():
+    """An in-process Hydra run configures logging (handlers on the captured stderr); put it back afterwards."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
+def test_top_level_help_lists_commands_and_groups(capsys):
+    assert cli.main(["--help"]) == 0
+    out = capsys.readouterr().out
+    for name in [*cli.COMMANDS, *cli.PLANNED]:
+        assert re.search(rf"^  {name}\s", out, re.M), name
+    for group in config_groups():
+        assert f"{group}: {', '.join(options(group))}" in out
+
+
+def test_unknown_and_planned_commands(capsys):
+    assert cli.main(["shw"]) == 2
+    assert "unknown command 'shw'. Did you mean 'show'?" in capsys.readouterr().err
+    assert cli.main(["report"]) == 2
+    assert "planned" in capsys.readouterr().err
+    assert cli.main([]) == 2 and "usage: editmeter" in capsys.readouterr().out
+
+
+def test_run_help_lists_groups_options_and_every_key(capsys):
+    from omegaconf import OmegaConf
+
+    assert cli.main(["run", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "Powered by Hydra" not in out and "_target_" not in out  # not the stock text with the composed YAML
+    for group in config_groups():
+        assert f"{group}: {', '.join(options(group))}" in out
+    root = OmegaConf.load(ROOT / "configs" / "config.yaml")
+    keys = [k for k in root if k not in ("defaults", "hydra")]
+    assert keys and all(re.search(rf"^{k}[.=]", out, re.M) for k in keys), [k for k in keys if f"{k}" not in out]
+    assert "editmeter run --multirun" in out
+
+
+def test_unknown_key_gets_a_suggestion(capsys):
+    assert cli.main(["run", "limt=3"]) == 2
+    assert "error: unknown key 'limt'. Did you mean 'limit'?" in capsys.readouterr().err
+    with pytest.raises(UnknownKeyError, match=r"Did you mean 'editor\.noise_std'\?"):
+        check_keys(["editor=overedit", "editor.noise_st=4"])
+    with pytest.raises(UnknownKeyError, match=r"'editor\.noise_std' \(with editor=identity\)"):
+        check_keys(["editor=overedit,identity", "editor.noise_std=4"])  # every job of a sweep needs the key
+    with pytest.raises(UnknownKeyError, match=r"Did you mean 'metrics\.hatie\.clip\.arch'\?"):
+        check_keys(["metrics=hatie", "metrics.hatie.clip.arc=x"])
+    check_keys(["+limt=3", "++other.key=1", "limit=3", "shard.index=1", "editor=overedit", "editor.noise_std=4",
+                "stages=[edit]", "hydra.run.dir=/tmp/x", "~seed"])  # adding keys and real keys pass
+
+
+def test_compose_reports_unknown_keys_the_same_way():
+    from benchmark.run import compose
+
+    with pytest.raises(UnknownKeyError, match="Did you mean 'batch_size'"):
+        compose(["bach_size=3"])
+
+
+def test_unknown_group_option_gets_a_suggestion(capsys):
+    from benchmark.run import main as run_main
+
+    assert run_main(["editor=overedt"]) == 2  # `python -m benchmark.run` is the same command
+    assert "unknown editor 'overedt'. Did you mean 'overedit'?" in capsys.readouterr().err
+    assert cli.main(["score", "--edits", "x", "--name", "y", "queryset=dmo"]) == 2
+    assert "Did you mean 'demo'?" in capsys.readouterr().err
+
+
+def test_run_then_show_in_process(tmp_path, capsys, restore_logging):
+    results = tmp_path / "results"
+    assert cli.main(["run", "editor=identity", "limit=3", f"paths.results={results}", *FAST]) == 0
+    captured = capsys.readouterr()
+    assert "\r" not in captured.err and "\r" not in captured.out  # progress=auto: stderr is not a terminal here
+    assert re.search(r"^\[editmeter\] timings \(identity\): .*total [\d.]+ s$", captured.out, re.M)
+    lb = pd.read_csv(results / "leaderboard.csv")
+    assert lb[lb["editor"] == "identity"].iloc[0]["n_ok"] == 3
+    assert cli.main(["show", "--results", str(results), "--queryset", "demo"]) == 0
+    shown = capsys.readouterr().out
+    assert re.search(r"^identity\s+\w{8}\s+3\s+0\s", shown, re.M)
+
+
+def test_score_a_folder_of_edits(tmp_path, capsys, restore_logging):
+    from benchmark.querysets.io import load_queryset
+
+    qs = load_queryset(ROOT / "datasets" / "demo")
+    edits = tmp_path / "edits"
+    edits.mkdir()
+    for q in qs.subset(4).queries[:3]:
+        shutil.copy(qs.path(q.image), edits / f"{q.id}.png")  # the source itself: a perfect no-op "edit"
+    rc = cli.main(["score", "--edits", str(edits), "--name", "theirs", "limit=4", f"paths.results={tmp_path / 'r'}",
+                   *FAST])
+    assert rc == 0
+    assert "MISSING 1 edits" in capsys.readouterr().out
+    row = pd.read_csv(tmp_path / "r" / "leaderboard.csv").set_index("editor").loc["theirs"]
+    assert row["n_ok"] == 3 and row["n_failed"] == 1 and row["l1_out"] == 0
+
+
+def test_score_needs_its_options(capsys):
+    assert cli.main(["score", "queryset=demo"]) == 2
+    assert "--edits" in capsys.readouterr().err
+
+
+def test_progress_only_on_a_terminal():
+    from benchmark.console import progress_enabled
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    assert progress_enabled("auto", io.StringIO()) is False
+    assert progress_enabled("auto", Tty()) is True
+    assert progress_enabled(True, io.StringIO()) is True and progress_enabled("false", Tty()) is False
+    with pytest.raises(ValueError, match="progress"):
+        progress_enabled("sometimes")
+
+
+def test_quiet_third_party_respects_the_users_settings(monkeypatch):
+    import warnings
+
+    from benchmark.console import quiet_third_party
+
+    for key in ("DIFFUSERS_VERBOSITY", "TQDM_DISABLE", "HF_HUB_DISABLE_PROGRESS_BARS"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("TRANSFORMERS_VERBOSITY", "info")
+    with warnings.catch_warnings():
+        quiet_third_party(progress=False)
+        assert os.environ["DIFFUSERS_VERBOSITY"] == "error" and os.environ["TRANSFORMERS_VERBOSITY"] == "info"
+        assert os.environ["TQDM_DISABLE"] == "1"
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("default")
+            quiet_third_party(progress=False)
+            warnings.warn_explicit("old", FutureWarning, "x.py", 1, module="diffusers.pipelines.x")
+            warnings.warn_explicit("ours", FutureWarning, "x.py", 1, module="benchmark.stages.edit")
+        assert [str(w.message) for w in seen] == ["ours"]  # third-party deprecations go, ours stay
+
+
+def _makefile_rules() -> list[str]:
+    return (ROOT / "Makefile").read_text().splitlines()
+
+
+def test_makefile_is_online_by_default():
+    lines = [line.split("##")[0] for line in _makefile_rules()]  # `## ...` is a target's help text
+    for line in lines:
+        if "HF_HUB_OFFLINE" in line and not line.lstrip().startswith("#"):
+            # only as a target-specific variable (`targets: export HF_HUB_OFFLINE = 1`) or inside a recipe
+            assert re.match(r"^[a-z][a-z -]*:\s*export HF_HUB_OFFLINE", line) or line.startswith("\t"), line
+    offline = next(line for line in lines if re.match(r"^[a-z][a-z -]*:\s*export HF_HUB_OFFLINE", line))
+    targets = set(offline.split(":")[0].split())
+    assert {"test", "demo"} <= targets and not {"bench", "weights", "data", "score"} & targets
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs GNU make")
+@pytest.mark.parametrize(("target", "expected"), [("bench", "unset"), ("weights", "unset"), ("demo-hatie", "1")])
+def test_makefile_targets_call_editmeter_with_the_right_network_mode(target, expected):
+    probe = f"{sys.executable} -c 'import os, sys; print(sys.argv[1], os.environ.get(\"HF_HUB_OFFLINE\", \"unset\"))'"
+    env = {k: v for k, v in os.environ.items() if k != "HF_HUB_OFFLINE" and not k.startswith("MAKE")}
+    out = subprocess.run(["make", "-s", target, f"EDITMETER={probe}", "SHOW=true"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    calls = [line.split() for line in out.stdout.splitlines() if line.strip()]
+    assert calls and all(c == [c[0], expected] for c in calls), out.stdout
+    assert {c[0] for c in calls} <= {"run", "weights", "show"}
+
+
+def test_data_dispatches_to_the_downloader(capsys):
+    assert cli.main(["data", "no_such_set"]) == 1
+    err = capsys.readouterr().err
+    assert "error: no manifest" in err and "magicbrush" in err  # names the sets there are
+    assert cli.main(["data", "--help"]) == 0 and "--only" in capsys.readouterr().out
+
+
+def test_weights_is_imported_lazily_and_gets_the_arguments(monkeypatch):
+    import types
+
+    seen = []
+    fake = types.ModuleType("benchmark.weights")
+    fake.main = lambda argv: seen.append(argv) or 0
+    monkeypatch.setitem(sys.modules, "benchmark.weights", fake)
+    assert cli.main(["weights", "editor=ip2p", "metrics=hatie"]) == 0
+    assert seen == [["editor=ip2p", "metrics=hatie"]]
+
+
+def test_run_logging_keeps_root_info_out_and_ours_in(tmp_path, restore_logging):
+    """open_clip logs "Loaded ... model config." at INFO through the root logger: a run's logging drops that and
+    keeps editmeter's INFO and every WARNING."""
+    import logging.config
+
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.load(ROOT / "configs" / "hydra" / "job_logging" / "editmeter.yaml")
+    cfg.handlers.file.filename = str(tmp_path / "run.log")
+    stream = io.StringIO()
+    logging.config.dictConfig(OmegaConf.to_container(cfg))
+    logging.getLogger().handlers[0].setStream(stream)  # the console handler
+    logging.info("Loaded ViT-B-32 model config.")
+    logging.getLogger("benchmark.stages.edit").info("ours")
+    logging.getLogger("open_clip.factory").warning("third-party warning")
+    logging.shutdown()
+    for text in (stream.getvalue(), (tmp_path / "run.log").read_text()):
+        assert "Loaded ViT" not in text and "ours" in text and "third-party warning" in text
+    for name in ("benchmark", "editors"):
+        logging.getLogger(name).setLevel(logging.NOTSET)
+
+
+def test_docs_name_every_command_group_option_and_key():
+    from omegaconf import OmegaConf
+
+    doc = (ROOT / "docs" / "cli.md").read_text()
+    assert all(f"## `editmeter {name}`" in doc for name in cli.COMMANDS)
+    assert all(f"`{opt}`" in doc for group in config_groups() for opt in options(group))
+    root = OmegaConf.load(ROOT / "configs" / "config.yaml")
+    for key in (k for k in root if k not in ("defaults", "hydra")):
+        node = root[key]
+        names = [f"{key}.{k}" for k in node] if OmegaConf.is_dict(node) else [key]
+        assert all(f"`{n}`" in doc for n in names), names
+
+
+def test_console_script_and_accelerate_are_declared():
+    import importlib
+
+    import tomllib
+
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    module, _, func = meta["scripts"]["editmeter"].partition(":")
+    assert callable(getattr(importlib.import_module(module), func))
+    assert any(re.match(r"accelerate\b", d) for d in meta["dependencies"])
