@@ -17,8 +17,9 @@ NAME        ?=
 KIND        ?= instruction
 RESULTS     ?= results
 DEMO_EDITORS ?= identity,oracle,overedit
-# 14 = the first two demo scenes, all 7 edit types (FID, hence IQ and Total, needs two source images)
-DEMO_LIMIT  ?= 14
+# demo_mini = the first two demo scenes, 14 queries, all 7 edit types (FID, hence IQ and Total, needs two source
+# images); a set of its own, so its rows are complete. DEMO_SET=demo runs all 112 queries.
+DEMO_SET    ?= demo_mini
 DIFFUSION_EDITORS ?= ip2p,magicbrush,sdedit,diffedit,p2p,imagic
 DIFFUSION_LIMIT ?= 14
 ARGS        ?=
@@ -47,12 +48,12 @@ install: ## create .venv and install editmeter with test tools
 	$(PY) -m pip install --quiet -e ".[test,lint]"
 	@$(PY) -c "import benchmark, torch; print('editmeter', benchmark.__version__, '| torch', torch.__version__)"
 
-demo: ## offline, ~3 min: HATIE and pixel leaderboards of the weight-free and the tiny diffusion editors, DEMO_LIMIT queries
-	$(ONE_THREAD) $(RUN) --multirun editor=$(DEMO_EDITORS),$(DIFFUSION_EDITORS) $(TINY) metrics=basic limit=$(DEMO_LIMIT) $(ARGS)
-	@$(SHOW) --queryset demo > $(RESULTS)/demo-pixel.txt
-	$(ONE_THREAD) $(RUN) --multirun editor=$(DEMO_EDITORS),$(DIFFUSION_EDITORS) $(TINY) metrics=hatie limit=$(DEMO_LIMIT) $(ARGS)
+demo: ## offline, ~2-3 min: HATIE and pixel leaderboards of the weight-free and the tiny diffusion editors on DEMO_SET
+	$(ONE_THREAD) $(RUN) --multirun editor=$(DEMO_EDITORS),$(DIFFUSION_EDITORS) queryset=$(DEMO_SET) profile=tiny metrics=basic $(ARGS)
+	@$(SHOW) --queryset $(DEMO_SET) > $(RESULTS)/demo-pixel.txt
+	$(ONE_THREAD) $(RUN) --multirun editor=$(DEMO_EDITORS),$(DIFFUSION_EDITORS) queryset=$(DEMO_SET) profile=tiny metrics=hatie $(ARGS)
 	@echo; echo "== HATIE (tiny random backbones: tests the pipeline, does not rank editors) =="
-	@$(SHOW) --queryset demo
+	@$(SHOW) --queryset $(DEMO_SET)
 	@echo; echo "== pixel metrics (basic; also in $(RESULTS)/demo-pixel.txt) =="
 	@cat $(RESULTS)/demo-pixel.txt
 

@@ -108,3 +108,21 @@ def test_round_trip_property(instruction, caption, x0, w, name):
     line = canonical_line(q)
     assert query_from_dict(json.loads(line)) == q
     assert query_to_dict(q)["target"]["bbox"] == [x0, 0.0, x0 + w, 3.0]
+
+
+def test_a_named_first_n_subset_is_a_set_of_its_own(tmp_path):
+    import pytest
+    from conftest import ROOT
+
+    from benchmark.querysets.io import QuerySetError, load_queryset
+
+    full = load_queryset(ROOT / "datasets" / "demo")
+    mini = load_queryset(ROOT / "datasets" / "demo", name="demo_mini", first=14)
+    assert mini.queries == full.queries[:14] and mini.name == "demo_mini"
+    assert mini.hash != full.hash
+    assert full.subset(14).hash == full.hash  # a limit is a partial run of the whole set, same hash
+    for bad in (0, -1, True, len(full) + 1):
+        with pytest.raises(QuerySetError, match="first="):
+            load_queryset(ROOT / "datasets" / "demo", name="x", first=bad)
+    with pytest.raises(QuerySetError, match="give it a name"):
+        load_queryset(ROOT / "datasets" / "demo", first=3)

@@ -410,11 +410,14 @@ def write_built_queryset(out: Path, queries: Sequence[Query], *, name: str, coun
     return meta
 
 
-def load_queryset(root: str | os.PathLike[str], name: str | None = None, build: str | None = None) -> QuerySet:
+def load_queryset(root: str | os.PathLike[str], name: str | None = None, build: str | None = None,
+                  first: int | None = None) -> QuerySet:
     """Load a query set folder (queryset.json + queries.jsonl).
 
     `build` is the command that creates the folder (configs of downloaded sets give it); when the folder is not
-    built, the error names the set and that command.
+    built, the error names the set and that command. `first` makes a named set of the file's first N queries (e.g.
+    `demo_mini`): a set of its own, with its own name and hash, so its runs are complete at N queries, unlike a
+    `limit`, which is a partial run of the whole set.
     """
     root = Path(root).resolve()
     meta_path = root / META_FILE
@@ -439,6 +442,14 @@ def load_queryset(root: str | os.PathLike[str], name: str | None = None, build: 
     if version != SCHEMA_VERSION:
         raise QuerySetError(f"{meta_path}: schema_version {version!r} is not supported (this editmeter reads {SCHEMA_VERSION})")
     queries = read_queries(root / QUERIES_FILE)
+    if first is not None:
+        if isinstance(first, bool) or not isinstance(first, int) or first < 1:
+            raise QuerySetError(f"first={first!r}: must be a positive number of queries")
+        if first > len(queries):
+            raise QuerySetError(f"first={first}: {root / QUERIES_FILE} has only {len(queries)} queries")
+        if not name:
+            raise QuerySetError("first= defines a set of its own: give it a name (e.g. name: demo_mini)")
+        queries = queries[:first]
     return QuerySet(
         name=name or meta.get("name", root.name),
         root=root,
