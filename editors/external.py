@@ -1,6 +1,6 @@
 """`external`: edits made elsewhere, read from a folder by query id, so any model can be benchmarked.
 
-File names: `<query id>.<ext>`, or HATIE's `<prefix>_<query id>.<ext>` (shared/spec/hatie.md section 8).
+File names: `<query id>.<ext>`, or HATIE's `<prefix>_<query id>.<ext>` (docs/hatie.md).
 A query without a file fails with a message naming the folder; `python -m benchmark.score_edits` reports every
 missing id before scoring. Files are read with `benchmark.imageio.load_rgb`, the loader of sources (16-bit scaled,
 transparency refused, pixel limit), and the signature covers the bytes of every image file in the folder, so

@@ -1,4 +1,4 @@
-"""Guards for the repository layout (DESIGN.md sections 2 and 6)."""
+"""Guards for the repository layout: datasets/ holds data only, packages are listed, docs stay inside the repo."""
 
 import subprocess
 import sys
@@ -29,3 +29,35 @@ def test_import_benchmark_is_light():
     code = "import sys, benchmark, benchmark.run, benchmark.types; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False", "heavy libraries must be imported lazily"
+
+
+def _repo_text_files():
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    return [ROOT / p for p in tracked if p.endswith((".py", ".md", ".yaml", ".toml", ".json", ".txt")) or p == "Makefile"]
+
+
+def test_nothing_points_outside_the_repository():
+    """Users never see the developers' shared folder: docs and code name only files in the repo."""
+    import re
+
+    outside = re.compile(r"(\.\./shared|\bshared/(spec|seeds|DESIGN)|\bDESIGN\.md\b)")
+    hits = [f"{p.relative_to(ROOT)}:{i}" for p in _repo_text_files() if p.is_file()
+            for i, line in enumerate(p.read_text(encoding="utf-8", errors="replace").splitlines(), 1)
+            if outside.search(line) and p.name != "test_layout.py"]
+    assert not hits, hits
+
+
+def test_links_in_readme_and_docs_resolve():
+    import re
+
+    docs = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    assert len(docs) > 5
+    broken = []
+    for doc in docs:
+        for target in re.findall(r"\]\(([^)\s]+)\)", doc.read_text(encoding="utf-8")):
+            if target.startswith(("http://", "https://", "mailto:")):
+                continue
+            path = target.split("#", 1)[0]
+            if path and not (doc.parent / path).exists():
+                broken.append(f"{doc.relative_to(ROOT)} -> {target}")
+    assert not broken, broken

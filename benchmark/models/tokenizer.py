@@ -2,7 +2,7 @@
 
 Stable Diffusion's tokenizer is OpenAI's CLIP BPE (49,408 tokens, 77 positions). open_clip bundles the same merges
 file, so writing `vocab.json` + `merges.txt` from it gives a `transformers.CLIPTokenizer` with the real ids, and tiny
-pipelines need no download (DESIGN.md section 5).
+pipelines need no download (docs/diffusion.md, "Weight sources").
 """
 
 from __future__ import annotations
