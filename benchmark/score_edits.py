@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from benchmark.config import LabelError, UnknownOptionError, check_label
 
@@ -43,6 +44,10 @@ def main(argv: list[str] | None = None) -> int:
         check_label(args.name, "NAME")
     except LabelError as err:
         print(f"error: {err}", file=sys.stderr)
+        return 2
+    if not Path(args.edits).is_dir():
+        print(f"error: --edits {args.edits}: no such folder (give the folder of edited images, EDITS=<folder> for "
+              "make score)", file=sys.stderr)
         return 2
     from hydra.utils import instantiate
 

@@ -122,6 +122,9 @@ def test_score_a_folder_of_edits(tmp_path, capsys, restore_logging):
 def test_score_needs_its_options(capsys):
     assert cli.main(["score", "queryset=demo"]) == 2
     assert "--edits" in capsys.readouterr().err
+    assert cli.main(["score", "--edits", "/nonexistent/edits", "--name", "x", "queryset=demo"]) == 2
+    err = capsys.readouterr().err
+    assert "/nonexistent/edits: no such folder" in err and "Traceback" not in err
 
 
 def test_progress_only_on_a_terminal():
