@@ -18,7 +18,6 @@ import json
 from collections import defaultdict
 from typing import Any
 
-import pytest
 import torch
 from torch import nn
 
@@ -323,9 +322,6 @@ UNET_SIZES = {"block_out_channels", "cross_attention_dim", "sample_size", "layer
               "up_block_types"}
 
 
-@pytest.mark.xfail(strict=True, reason="benchmark/models/diffusion.py's TINY_UNET (diffusers' fast-test layout) puts "
-                   "cross-attention at the lowest resolution only, SD v1 at every level but the lowest: fix there "
-                   "(down [CrossAttnDownBlock2D, DownBlock2D], up [UpBlock2D, CrossAttnUpBlock2D]), then drop this mark")
 def test_diffusion_unet_pair():
     from diffusers import UNet2DConditionModel
 
@@ -350,9 +346,6 @@ def test_diffusion_vae_pair():
     assert set(real["up_block_types"]) == set(tiny["up_block_types"])
 
 
-@pytest.mark.xfail(strict=True, reason="benchmark/models/diffusion.py's TINY_TEXT sets bos/eos/pad ids 49406/49407/"
-                   "49407; SD v1's text_encoder config has 0/2/1, and eos_token_id == 2 selects transformers' legacy "
-                   "pooling path in CLIPTextTransformer: fix there (use SD's ids), then drop this mark")
 def test_diffusion_text_encoder_pair():
     from transformers import CLIPTextConfig
 
