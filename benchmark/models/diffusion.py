@@ -3,8 +3,9 @@
 - `pretrained`: a Hugging Face id at a pinned revision (users; needs the hub or a local cache).
 - `tiny`: random-weight components of the same classes (UNet2DConditionModel, AutoencoderKL, CLIPTextModel, a real
   CLIP tokenizer, the SD scheduler), saved once with `save_pretrained` into a content-keyed cache folder, then loaded
-  with the very same `from_pretrained` call. Sizes follow diffusers' own fast-test components; every switch that
-  is not a size (block layout, activations, norms, special-token ids) is SD v1's (tests/test_model_pairs.py).
+  with the very same `from_pretrained` call. Sizes follow diffusers' own fast-test components (the UNet with one
+  layer per block); every switch that is not a size (block layout, activations, norms, special-token ids) is SD
+  v1's (tests/test_model_pairs.py).
 
 The shared tiny components are "the real architecture, smaller". An editor whose pipeline needs something they
 lack (LEDITS++ reads cross-attention maps at 1/4 of the latent size, which the two-level tiny UNet does not have)
@@ -24,9 +25,10 @@ from benchmark.models.tokenizer import CLIP_MAX_LENGTH, CLIP_VOCAB_SIZE
 # vocabulary so the real tokenizer fits. The VAE downsamples by 2, so a 32 px image gives 16x16 latents.
 # The UNet's layout is SD v1's at two levels: cross-attention at every resolution but the lowest (diffusers'
 # fast-test UNet has the mirror image, attention at the lowest only), so attention control and attention maps see
-# the full latent resolution as they do on the real model.
+# the full latent resolution as they do on the real model. One layer per block (SD: 2; a depth, i.e. a size) keeps
+# the CPU cost near the fast-test layout's: attention at 16x16 costs ~2x per UNet call with two.
 TINY_UNET = {
-    "block_out_channels": [32, 64], "layers_per_block": 2, "sample_size": 16, "out_channels": 4,
+    "block_out_channels": [32, 64], "layers_per_block": 1, "sample_size": 16, "out_channels": 4,
     "down_block_types": ["CrossAttnDownBlock2D", "DownBlock2D"], "up_block_types": ["UpBlock2D", "CrossAttnUpBlock2D"],
     "cross_attention_dim": 32, "attention_head_dim": 8, "norm_num_groups": 32,
 }
