@@ -310,6 +310,12 @@ def _layout_equivalent(real: list[str], tiny: list[str]) -> bool:
     return set(t) == set(r)
 
 
+def _tiny_component_dir(component: str):
+    from benchmark.models.diffusion import tiny_pipeline_dir
+
+    return tiny_pipeline_dir("sd") / component
+
+
 def _tiny_component_config(component: str) -> dict[str, Any]:
     from benchmark.models.diffusion import tiny_pipeline_dir
 
@@ -332,6 +338,19 @@ def test_diffusion_unet_pair():
     assert config_diff(dict(real), tiny, UNET_SIZES) == []
     assert _layout_equivalent(SD_UNET["down_block_types"], tiny["down_block_types"])
     assert _layout_equivalent(SD_UNET["up_block_types"], tiny["up_block_types"])
+    # the built modules too (norms, activations, convolutions, attention), as the loaders load them
+    built = UNet2DConditionModel.from_pretrained(_tiny_component_dir("unet"))
+    assert switch_diff(meta(lambda: UNet2DConditionModel(**SD_UNET)), built) == []
+
+
+def test_editor_tiny_overrides_keep_the_unet_layout():
+    """An editor's tiny UNet (LEDITS++ needs more levels) may change sizes, not SD v1's cross-attention pattern."""
+    from benchmark.models.diffusion import tiny_configs
+    from editors.ledits import LeditsPPEditor
+
+    unet = tiny_configs(LeditsPPEditor.tiny_overrides)["unet"]
+    assert _layout_equivalent(SD_UNET["down_block_types"], unet["down_block_types"])
+    assert _layout_equivalent(SD_UNET["up_block_types"], unet["up_block_types"])
 
 
 def test_diffusion_vae_pair():
@@ -344,16 +363,19 @@ def test_diffusion_vae_pair():
     assert config_diff(real, tiny, sizes) == []
     assert set(real["down_block_types"]) == set(tiny["down_block_types"])  # the same block at another depth
     assert set(real["up_block_types"]) == set(tiny["up_block_types"])
+    assert switch_diff(meta(lambda: AutoencoderKL(**SD_VAE)), AutoencoderKL.from_pretrained(_tiny_component_dir("vae"))) == []
 
 
 def test_diffusion_text_encoder_pair():
-    from transformers import CLIPTextConfig
+    from transformers import CLIPTextConfig, CLIPTextModel
 
     sizes = {"hidden_size", "intermediate_size", "num_attention_heads", "num_hidden_layers", "projection_dim"}
     known = set(CLIPTextConfig().to_dict())  # `dropout` in SD's file is not a CLIPTextConfig field any more
     real = {k: v for k, v in CLIPTextConfig(**SD_TEXT).to_dict().items() if k in known}
     tiny = {k: v for k, v in CLIPTextConfig(**_tiny_component_config("text_encoder")).to_dict().items() if k in known}
     assert config_diff(real, tiny, sizes) == []
+    built = CLIPTextModel.from_pretrained(_tiny_component_dir("text_encoder"))
+    assert switch_diff(meta(lambda: CLIPTextModel(CLIPTextConfig(**SD_TEXT))), built) == []
 
 
 def test_diffusion_scheduler_pair():
