@@ -25,8 +25,8 @@ from benchmark.models.tokenizer import CLIP_MAX_LENGTH, CLIP_VOCAB_SIZE
 # vocabulary so the real tokenizer fits. The VAE downsamples by 2, so a 32 px image gives 16x16 latents.
 # The UNet's layout is SD v1's at two levels: cross-attention at every resolution but the lowest (diffusers'
 # fast-test UNet has the mirror image, attention at the lowest only), so attention control and attention maps see
-# the full latent resolution as they do on the real model. One layer per block (SD: 2; a depth, i.e. a size) keeps
-# the CPU cost near the fast-test layout's: attention at 16x16 costs ~2x per UNet call with two.
+# the full latent resolution as they do on the real model. One layer per block (SD: 2; a depth, i.e. a size): with
+# two, attention at 16x16 makes a CPU UNet call ~2x the fast-test layout's; with one, ~1.3x.
 TINY_UNET = {
     "block_out_channels": [32, 64], "layers_per_block": 1, "sample_size": 16, "out_channels": 4,
     "down_block_types": ["CrossAttnDownBlock2D", "DownBlock2D"], "up_block_types": ["UpBlock2D", "CrossAttnUpBlock2D"],
