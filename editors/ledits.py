@@ -21,12 +21,13 @@ class LeditsPPEditor(DiffusionEditor):
     prompt_kind: ClassVar[Literal["instruction", "description"]] = "description"
     family: ClassVar[str] = "sd"
     name: ClassVar[str] = "ledits"
-    # The tiny profile only: the shared tiny UNet has cross-attention at 1/2 of the latent size; LEDITS++'s
-    # attention mask needs it at 1/4, so this editor's tiny UNet has a third level (the real SD UNet has both).
+    # The tiny profile only: the shared two-level tiny UNet has cross-attention at the full latent size only;
+    # LEDITS++'s attention mask needs it at 1/4, so this editor's tiny UNet has SD v1's four levels (attention at
+    # 1, 1/2 and 1/4 of the latent size, none at the lowest, 1/8).
     tiny_overrides: ClassVar[dict[str, dict[str, Any]]] = {"unet": {
-        "block_out_channels": [32, 32, 64],
-        "down_block_types": ["DownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D"],
-        "up_block_types": ["CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "UpBlock2D"],
+        "block_out_channels": [32, 32, 64, 64],
+        "down_block_types": ["CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "DownBlock2D"],
+        "up_block_types": ["UpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D"],
     }}
 
     def __init__(self, *, steps: int, skip: float, source_guidance_scale: float, edit_guidance_scale: float,

@@ -325,7 +325,7 @@ def test_shared_tiny_pipelines_are_untouched_by_overrides():
     assert tiny_configs({}) == shared and shared["unet"] == TINY_UNET
     assert tiny_pipeline_dir("sd", overrides={}) == tiny_pipeline_dir("sd")
     merged = tiny_configs(LeditsPPEditor.tiny_overrides)
-    assert merged["unet"]["block_out_channels"] == [32, 32, 64]
+    assert merged["unet"]["block_out_channels"] == [32, 32, 64, 64]
     # settings not overridden keep the shared value; other components are the shared ones
     assert {k: v for k, v in merged["unet"].items() if k not in LeditsPPEditor.tiny_overrides["unet"]} == {
         k: v for k, v in TINY_UNET.items() if k not in LeditsPPEditor.tiny_overrides["unet"]}
@@ -376,6 +376,10 @@ def test_ledits_tiny_unet_has_the_attention_level_it_needs(ledits):
             sizes.append(side)
         side //= 2 if block.downsamplers else 1
     assert latent // 4 in sizes
+    # ... and keeps SD v1's pattern at another depth: cross-attention at every level but the lowest, mirrored up
+    down = [getattr(b, "has_cross_attention", False) for b in unet.down_blocks]
+    up = [getattr(b, "has_cross_attention", False) for b in unet.up_blocks]
+    assert down == [True] * (len(down) - 1) + [False] and up == down[::-1]
     info = ledits.info()
     assert info["tiny_overrides"] == {"unet": LeditsPPEditorOverrides()} and info["revision"].startswith("diffusion-sd-")
 

@@ -18,7 +18,6 @@ import json
 from collections import defaultdict
 from typing import Any
 
-import pytest
 import torch
 from torch import nn
 
@@ -311,6 +310,12 @@ def _layout_equivalent(real: list[str], tiny: list[str]) -> bool:
     return set(t) == set(r)
 
 
+def _tiny_component_dir(component: str):
+    from benchmark.models.diffusion import tiny_pipeline_dir
+
+    return tiny_pipeline_dir("sd") / component
+
+
 def _tiny_component_config(component: str) -> dict[str, Any]:
     from benchmark.models.diffusion import tiny_pipeline_dir
 
@@ -323,9 +328,6 @@ UNET_SIZES = {"block_out_channels", "cross_attention_dim", "sample_size", "layer
               "up_block_types"}
 
 
-@pytest.mark.xfail(strict=True, reason="benchmark/models/diffusion.py's TINY_UNET (diffusers' fast-test layout) puts "
-                   "cross-attention at the lowest resolution only, SD v1 at every level but the lowest: fix there "
-                   "(down [CrossAttnDownBlock2D, DownBlock2D], up [UpBlock2D, CrossAttnUpBlock2D]), then drop this mark")
 def test_diffusion_unet_pair():
     from diffusers import UNet2DConditionModel
 
@@ -336,6 +338,19 @@ def test_diffusion_unet_pair():
     assert config_diff(dict(real), tiny, UNET_SIZES) == []
     assert _layout_equivalent(SD_UNET["down_block_types"], tiny["down_block_types"])
     assert _layout_equivalent(SD_UNET["up_block_types"], tiny["up_block_types"])
+    # the built modules too (norms, activations, convolutions, attention), as the loaders load them
+    built = UNet2DConditionModel.from_pretrained(_tiny_component_dir("unet"))
+    assert switch_diff(meta(lambda: UNet2DConditionModel(**SD_UNET)), built) == []
+
+
+def test_editor_tiny_overrides_keep_the_unet_layout():
+    """An editor's tiny UNet (LEDITS++ needs more levels) may change sizes, not SD v1's cross-attention pattern."""
+    from benchmark.models.diffusion import tiny_configs
+    from editors.ledits import LeditsPPEditor
+
+    unet = tiny_configs(LeditsPPEditor.tiny_overrides)["unet"]
+    assert _layout_equivalent(SD_UNET["down_block_types"], unet["down_block_types"])
+    assert _layout_equivalent(SD_UNET["up_block_types"], unet["up_block_types"])
 
 
 def test_diffusion_vae_pair():
@@ -348,19 +363,19 @@ def test_diffusion_vae_pair():
     assert config_diff(real, tiny, sizes) == []
     assert set(real["down_block_types"]) == set(tiny["down_block_types"])  # the same block at another depth
     assert set(real["up_block_types"]) == set(tiny["up_block_types"])
+    assert switch_diff(meta(lambda: AutoencoderKL(**SD_VAE)), AutoencoderKL.from_pretrained(_tiny_component_dir("vae"))) == []
 
 
-@pytest.mark.xfail(strict=True, reason="benchmark/models/diffusion.py's TINY_TEXT sets bos/eos/pad ids 49406/49407/"
-                   "49407; SD v1's text_encoder config has 0/2/1, and eos_token_id == 2 selects transformers' legacy "
-                   "pooling path in CLIPTextTransformer: fix there (use SD's ids), then drop this mark")
 def test_diffusion_text_encoder_pair():
-    from transformers import CLIPTextConfig
+    from transformers import CLIPTextConfig, CLIPTextModel
 
     sizes = {"hidden_size", "intermediate_size", "num_attention_heads", "num_hidden_layers", "projection_dim"}
     known = set(CLIPTextConfig().to_dict())  # `dropout` in SD's file is not a CLIPTextConfig field any more
     real = {k: v for k, v in CLIPTextConfig(**SD_TEXT).to_dict().items() if k in known}
     tiny = {k: v for k, v in CLIPTextConfig(**_tiny_component_config("text_encoder")).to_dict().items() if k in known}
     assert config_diff(real, tiny, sizes) == []
+    built = CLIPTextModel.from_pretrained(_tiny_component_dir("text_encoder"))
+    assert switch_diff(meta(lambda: CLIPTextModel(CLIPTextConfig(**SD_TEXT))), built) == []
 
 
 def test_diffusion_scheduler_pair():

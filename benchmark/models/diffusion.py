@@ -3,7 +3,9 @@
 - `pretrained`: a Hugging Face id at a pinned revision (users; needs the hub or a local cache).
 - `tiny`: random-weight components of the same classes (UNet2DConditionModel, AutoencoderKL, CLIPTextModel, a real
   CLIP tokenizer, the SD scheduler), saved once with `save_pretrained` into a content-keyed cache folder, then loaded
-  with the very same `from_pretrained` call. Sizes follow diffusers' own fast-test components.
+  with the very same `from_pretrained` call. Sizes follow diffusers' own fast-test components (the UNet with one
+  layer per block); every switch that is not a size (block layout, activations, norms, special-token ids) is SD
+  v1's (tests/test_model_pairs.py).
 
 The shared tiny components are "the real architecture, smaller". An editor whose pipeline needs something they
 lack (LEDITS++ reads cross-attention maps at 1/4 of the latent size, which the two-level tiny UNet does not have)
@@ -21,9 +23,13 @@ from benchmark.models.tokenizer import CLIP_MAX_LENGTH, CLIP_VOCAB_SIZE
 
 # Architecture of the tiny test models (not editing hyperparameters): diffusers' fast-test sizes, with CLIP's real
 # vocabulary so the real tokenizer fits. The VAE downsamples by 2, so a 32 px image gives 16x16 latents.
+# The UNet's layout is SD v1's at two levels: cross-attention at every resolution but the lowest (diffusers'
+# fast-test UNet has the mirror image, attention at the lowest only), so attention control and attention maps see
+# the full latent resolution as they do on the real model. One layer per block (SD: 2; a depth, i.e. a size): with
+# two, attention at 16x16 makes a CPU UNet call ~2x the fast-test layout's; with one, ~1.3x.
 TINY_UNET = {
-    "block_out_channels": [32, 64], "layers_per_block": 2, "sample_size": 16, "out_channels": 4,
-    "down_block_types": ["DownBlock2D", "CrossAttnDownBlock2D"], "up_block_types": ["CrossAttnUpBlock2D", "UpBlock2D"],
+    "block_out_channels": [32, 64], "layers_per_block": 1, "sample_size": 16, "out_channels": 4,
+    "down_block_types": ["CrossAttnDownBlock2D", "DownBlock2D"], "up_block_types": ["UpBlock2D", "CrossAttnUpBlock2D"],
     "cross_attention_dim": 32, "attention_head_dim": 8, "norm_num_groups": 32,
 }
 TINY_VAE = {
@@ -31,8 +37,12 @@ TINY_VAE = {
     "down_block_types": ["DownEncoderBlock2D", "DownEncoderBlock2D"],
     "up_block_types": ["UpDecoderBlock2D", "UpDecoderBlock2D"], "norm_num_groups": 32, "sample_size": 32,
 }
+# The special-token ids are SD v1's text_encoder config values (0/2/1), not the tokenizer's (49406/49407): with
+# eos_token_id == 2 transformers' CLIPTextTransformer pools at the highest token id (the tokenizer's end of text),
+# SD v1's path; with 49407 it would take the other one (first position equal to eos_token_id).
+SD_TEXT_TOKEN_IDS = {"bos_token_id": 0, "eos_token_id": 2, "pad_token_id": 1}
 TINY_TEXT = {
-    "bos_token_id": CLIP_VOCAB_SIZE - 2, "eos_token_id": CLIP_VOCAB_SIZE - 1, "pad_token_id": CLIP_VOCAB_SIZE - 1,
+    **SD_TEXT_TOKEN_IDS,
     "hidden_size": 32, "intermediate_size": 37, "layer_norm_eps": 1e-5, "num_attention_heads": 4,
     "num_hidden_layers": 5, "vocab_size": CLIP_VOCAB_SIZE, "max_position_embeddings": CLIP_MAX_LENGTH,
     "projection_dim": 32,
