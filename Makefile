@@ -20,7 +20,7 @@ DEMO_EDITORS ?= identity,oracle,overedit
 # demo_mini = the first two demo scenes, 14 queries, all 7 edit types (FID, hence IQ and Total, needs two source
 # images); a set of its own, so its rows are complete. DEMO_SET=demo runs all 112 queries.
 DEMO_SET    ?= demo_mini
-DIFFUSION_EDITORS ?= ip2p,magicbrush,sdedit,diffedit,p2p,imagic
+DIFFUSION_EDITORS ?= ip2p,magicbrush,sdedit,diffedit,p2p,imagic,ledits
 DIFFUSION_LIMIT ?= 14
 ARGS        ?=
 
