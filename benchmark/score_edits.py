@@ -45,10 +45,6 @@ def main(argv: list[str] | None = None) -> int:
     except LabelError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    if not Path(args.edits).is_dir():
-        print(f"error: --edits {args.edits}: no such folder (give the folder of edited images, EDITS=<folder> for "
-              "make score)", file=sys.stderr)
-        return 2
     from hydra.utils import instantiate
 
     from benchmark.console import progress_enabled, quiet_third_party
@@ -62,6 +58,10 @@ def main(argv: list[str] | None = None) -> int:
         cfg, _ = compose(overrides)
     except UnknownOptionError as err:
         print(f"error: {err}", file=sys.stderr)
+        return 2
+    if not Path(args.edits).is_dir():
+        print(f"error: --edits {args.edits}: no such folder (give the folder of edited images, EDITS=<folder> for "
+              "make score)", file=sys.stderr)
         return 2
     quiet_third_party(progress_enabled(cfg.progress))
     qs = instantiate(cfg.queryset).shard(cfg.shard.index, cfg.shard.count).subset(cfg.limit)  # what the run scores
