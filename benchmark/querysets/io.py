@@ -393,7 +393,6 @@ def write_built_queryset(out: Path, queries: Sequence[Query], *, name: str, coun
 
     from benchmark.fileio import atomic_write_text
     from benchmark.querysets.gqa import summary_table
-    from benchmark.types import SCHEMA_VERSION
 
     write_queries(out / QUERIES_FILE, queries)
     atomic_write_text(out / "summary.md", summary_table(queries))
