@@ -359,6 +359,21 @@ def test_external_16bit_edit_is_scaled_not_clipped(tmp_path):
     assert np.asarray(out).max() == 128  # PIL's convert would clip it to 255
 
 
+def test_external_edit_with_two_matching_files_fails_instead_of_picking_one(tmp_path):
+    from editors.external import AmbiguousEditError, ExternalEdits
+
+    edits = tmp_path / "edits"
+    edits.mkdir()
+    for name in ("q1.png", "q1.jpg", "a_q2.png", "b_q2.png", "q3.png", "x_q3.png"):
+        Image.new("RGB", (20, 20)).save(edits / name)
+    ext = ExternalEdits(str(edits))
+    assert ext.missing(["q1", "q2", "q3", "q4"]) == ["q4"]  # ambiguous ids have files: their edits fail, no crash
+    for qid in ("q1", "q2"):
+        with pytest.raises(AmbiguousEditError, match=rf"query {qid}: several files match.*keep exactly one"):
+            ext.find(qid)
+    assert ext.find("q3") == edits / "q3.png"  # one exact stem match still wins over a prefixed one
+
+
 def test_external_edit_regenerated_with_same_names_and_sizes_is_rescored(tmp_path, capsys):
     import pandas as pd
 
