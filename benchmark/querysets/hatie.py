@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmark.querysets.io import check_id
 from benchmark.types import HATIE_TYPES, ObjectRef, Query
 
 QUERIES_MAX_BYTES = 2**30  # the released query pickles are tens of MB; the mask pickle gets safe_pickle's default
@@ -44,9 +45,6 @@ class HatieFormatError(ValueError):
     """The released files do not have the expected shape; the message names the file, the record and the field."""
 
 
-# Image, object and query ids become file names (masks/<image>/<object>.png, edits/<query>.png): one plain path
-# component each. The release's ids are decimal digits; letters, `_`, `-` and inner dots are accepted too.
-SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 SAFE_EXT = re.compile(r"\.[A-Za-z0-9]{1,8}")
 
 
@@ -55,11 +53,15 @@ def safe_id(value: Any, what: str, where: str) -> str:
     leading dot or dash, absolute path, over 128 characters)."""
     if isinstance(value, bool) or not isinstance(value, str | int | np.integer):
         raise HatieFormatError(f"{where}: {what} must be a string or an integer, got {type(value).__name__}")
+    # Image, object and query ids become file names (masks/<image>/<object>.png, edits/<query>.png): the rule of
+    # query ids (`check_id`). The release's ids are decimal digits.
     text = str(value)
-    if not SAFE_ID.fullmatch(text) or ".." in text:
-        raise HatieFormatError(f"{where}: {what} {text[:80]!r} is not a safe id (letters, digits, '_', '-', '.'; "
-                               "no path separators, '..', or control characters)")
-    return text
+    try:
+        return check_id(text, what)
+    except ValueError:
+        raise HatieFormatError(f"{where}: {what} {text[:80]!r} is not a safe id (1-128 characters from "
+                               "[A-Za-z0-9_.-], starting with a letter or digit, no '..': ids become file names)"
+                               ) from None
 
 
 def confined(root: Path, rel: str) -> Path:
