@@ -79,6 +79,13 @@ def _pair(value: Any, where: str) -> tuple[str, str]:
     return safe_id(value[0], "object id", where), str(value[1])
 
 
+def _text(raw: Mapping[str, Any], key: str) -> str | None:
+    """`raw[key]` as text; absent or null stays None, so the schema reports the field as missing instead of the
+    query carrying the string "None"."""
+    value = raw.get(key)
+    return None if value is None else str(value)
+
+
 def _bbox(mask: np.ndarray) -> tuple[float, float, float, float] | None:
     """Inclusive min/max of the nonzero rows / columns (docs/hatie.md section 1)."""
     ys, xs = np.nonzero(mask)
@@ -140,22 +147,22 @@ def convert_query(raw: Any, image_id: str, objects: dict[str, dict[str, Any]], s
 
     kw: dict[str, Any] = {}
     if edit_type == "obj_rep":
-        kw.update(target=ref(raw.get("original"), "original"), new_class=str(raw.get("target")))
+        kw.update(target=ref(raw.get("original"), "original"), new_class=_text(raw, "target"))
     elif edit_type == "obj_add":
-        kw.update(anchor=ref(raw.get("anchor"), "anchor"), new_class=str(raw.get("target")),
-                  relation=str(raw.get("location")))
+        kw.update(anchor=ref(raw.get("anchor"), "anchor"), new_class=_text(raw, "target"),
+                  relation=_text(raw, "location"))
     elif edit_type in ("obj_remove", "attr_chg", "obj_resize"):
         kw["target"] = ref(raw.get("target"), "target")
         if edit_type == "attr_chg":
-            kw["attribute_after"] = str(raw.get("after", "")) or None
+            kw["attribute_after"] = _text(raw, "after") or None
             if raw.get("before") is not None:
                 kw["attribute_before"] = str(raw["before"])
         if edit_type == "obj_resize":
             kw["size_change"] = raw.get("subtype")
     elif edit_type == "bg_chg":
-        kw["background"] = str(raw.get("target", ""))
+        kw["background"] = _text(raw, "target") or ""
     elif edit_type == "style_chg":
-        kw["style"] = str(raw.get("target", ""))
+        kw["style"] = _text(raw, "target") or ""
     editable = tuple(
         ObjectRef(id=oid, name=info["name"], mask=info["mask"], bbox=info["bbox"])
         for oid, info in sorted(objects.items()) if info.get("name")
