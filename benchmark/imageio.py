@@ -49,11 +49,12 @@ LIMITS = ImageLimits()
 
 def set_limits(max_pixels: int | None = None, min_source_side: int | None = None) -> None:
     """Change the limits every later `load_rgb` / `load_mask` call checks (None keeps the current value)."""
-    for name, value in (("max_pixels", max_pixels), ("min_source_side", min_source_side)):
+    for name, key, lowest, value in (("max_pixels", "limits.max_source_pixels", 1, max_pixels),
+                                     ("min_source_side", "limits.min_source_side", 0, min_source_side)):
         if value is None:
             continue
-        if isinstance(value, bool) or not isinstance(value, int) or value < (1 if name == "max_pixels" else 0):
-            raise ValueError(f"image limit {name} must be a positive integer, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, int) or value < lowest:
+            raise ValueError(f"{key} must be a {'positive' if lowest else 'non-negative'} integer, got {value!r}")
         setattr(LIMITS, name, value)
 
 
