@@ -262,6 +262,24 @@ def test_limits_come_from_the_config(tmp_path):
         set_max_prompt_chars(DEFAULT_MAX_PROMPT_CHARS)
 
 
+@pytest.mark.parametrize(("override", "reason"), [
+    ("limits.max_source_pixels=0", "limits.max_source_pixels must be a positive integer"),
+    ("limits.min_source_side=-1", "limits.min_source_side must be a non-negative integer"),
+    ("limits.max_prompt_chars=0", "limits.max_prompt_chars must be a positive integer"),
+])
+def test_a_bad_limit_is_one_run_error_naming_the_key(override, reason):
+    from benchmark.config import SettingError, apply_run_checks
+    from benchmark.errors import RunError
+    from benchmark.run import compose
+
+    cfg, _ = compose([override])
+    before = (LIMITS.max_pixels, LIMITS.min_source_side)
+    with pytest.raises(SettingError, match=reason) as info:
+        apply_run_checks(cfg, "identity")
+    assert isinstance(info.value, RunError)  # printed by the entry point without a traceback
+    assert (LIMITS.max_pixels, LIMITS.min_source_side) == before
+
+
 def test_exif_orientation_is_ignored_pixels_in_stored_order(tmp_path):
     arr = np.zeros((20, 40, 3), np.uint8)
     arr[:, :20] = (250, 0, 0)
