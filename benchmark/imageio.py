@@ -133,7 +133,7 @@ def load_mask(path: str | Path, size: tuple[int, int] | None = None) -> np.ndarr
     """Load a mask PNG as a bool array (nonzero = inside). `size` (W, H) is checked, never silently resized."""
     path = Path(path)
     if not path.is_file():
-        raise ImageInputError(f"{path}: mask file not found")
+        raise ImageInputError(f"{path}: mask file not found (check the query set folder or rebuild the set)")
     try:
         with Image.open(path) as im:
             _check_header(path, im, "mask")
@@ -143,9 +143,11 @@ def load_mask(path: str | Path, size: tuple[int, int] | None = None) -> np.ndarr
     except Image.DecompressionBombError as err:
         raise _bomb_error(path, "mask", err) from None
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError, MemoryError) as err:
-        raise ImageInputError(f"{path}: cannot decode mask ({err})") from None
+        raise ImageInputError(f"{path}: cannot decode mask ({type(err).__name__}: {err}); the file is corrupt or not "
+                              "an image: rebuild the set") from None
     if size is not None and (arr.shape[1], arr.shape[0]) != tuple(size):
-        raise ImageInputError(f"{path}: mask is {arr.shape[1]}x{arr.shape[0]}, image is {size[0]}x{size[1]}")
+        raise ImageInputError(f"{path}: mask is {arr.shape[1]}x{arr.shape[0]}, image is {size[0]}x{size[1]}; a mask "
+                              "must have its image's size (it is never resized): rebuild the set")
     return arr > 0
 
 
