@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -51,9 +52,15 @@ class ExternalEdits(Editor):
         self._suffix: dict[str, list[Path]] = {}
         files: list[tuple[str, os.stat_result]] = []
         for p in sorted(self.folder.iterdir()):
-            if p.suffix.lower() not in IMAGE_EXTENSIONS or not p.is_file():
+            if p.suffix.lower() not in IMAGE_EXTENSIONS:
                 continue
-            files.append((p.name, p.stat()))
+            try:
+                st = p.stat()  # one stat per file: it both filters and keys the hash cache
+            except OSError:  # a dangling link: not an edit
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                continue
+            files.append((p.name, st))
             self._exact.setdefault(p.stem, []).append(p)  # q1.png and q1.jpg: ambiguous, never picked silently
             parts = p.stem.split("_")
             for k in range(1, len(parts)):  # every `<prefix>_` split: HATIE's naming
