@@ -160,9 +160,9 @@ def check_label(name: object, what: str = "editor name") -> str:
     from benchmark.querysets.io import check_id
 
     try:
-        return check_id(name, what)  # type: ignore[arg-type]
+        return check_id(name, what, why="labels become folder names")  # type: ignore[arg-type]
     except ValueError as err:
-        raise LabelError(f"{err.args[0].replace('(ids become file names)', '(labels become folder names)')}") from None
+        raise LabelError(str(err)) from None
 
 
 def apply_run_checks(cfg: Any, editor_name: str) -> None:
