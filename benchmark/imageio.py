@@ -6,7 +6,7 @@ not clipped the way PIL's `convert` does). Anything ambiguous (real transparency
 `ImageInputError` naming the file and the fix, so the stage records a failure instead of guessing.
 
 Limits (docs/inputs.md): an image whose header claims more than `max_pixels` pixels is refused before anything is
-decoded (a 60 KB PNG can claim 60000 x 60000), and a source smaller than `min_source_side` on either side is refused
+decoded (a 70-byte PNG can claim 60000 x 60000), and a source smaller than `min_source_side` on either side is refused
 by the edit stage. EXIF orientation tags are ignored: pixels are used in stored order, as HATIE's reference code
 (PIL) does and as the builders size masks and boxes; rotating sources alone would misalign their masks.
 """
