@@ -10,6 +10,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from benchmark.errors import RunError
 from benchmark.provenance import PROJECT_ROOT
 
 CONFIG_DIR = PROJECT_ROOT / "configs"
@@ -146,6 +147,10 @@ def portable(obj: Any) -> Any:
     return obj
 
 
+class SettingError(RunError, ValueError):
+    """A config value is out of its range (e.g. `limits.max_source_pixels=0`); raised before any work."""
+
+
 class LabelError(ValueError):
     """A run label (editor name, `make score NAME=`) cannot be used as a folder name."""
 
@@ -155,21 +160,25 @@ def check_label(name: object, what: str = "editor name") -> str:
     from benchmark.querysets.io import check_id
 
     try:
-        return check_id(name, what)  # type: ignore[arg-type]
+        return check_id(name, what, why="labels become folder names")  # type: ignore[arg-type]
     except ValueError as err:
-        raise LabelError(f"{err.args[0].replace('(ids become file names)', '(labels become folder names)')}") from None
+        raise LabelError(str(err)) from None
 
 
 def apply_run_checks(cfg: Any, editor_name: str) -> None:
-    """Before any work: refuse an unsafe label, and set the input limits of `cfg.limits` (docs/inputs.md)."""
+    """Before any work: refuse an unsafe label, and set the input limits of `cfg.limits` (docs/inputs.md); a bad
+    limit raises `SettingError` (a RunError: the entry point prints it without a traceback)."""
     from benchmark.editor import set_max_prompt_chars
     from benchmark.imageio import set_limits
 
     check_label(editor_name)
     limits = cfg.get("limits") or {}
-    set_limits(max_pixels=limits.get("max_source_pixels"), min_source_side=limits.get("min_source_side"))
-    if limits.get("max_prompt_chars") is not None:
-        set_max_prompt_chars(limits.get("max_prompt_chars"))
+    try:
+        set_limits(max_pixels=limits.get("max_source_pixels"), min_source_side=limits.get("min_source_side"))
+        if limits.get("max_prompt_chars") is not None:
+            set_max_prompt_chars(limits.get("max_prompt_chars"))
+    except ValueError as err:
+        raise SettingError(f"{err}: fix it on the command line or in configs/config.yaml (docs/inputs.md)") from None
 
 
 # Benchmark modules every edit depends on besides the editor's own import closure: the source decoder (the editor

@@ -87,7 +87,7 @@ def digests(scope: Path, files: Iterable[tuple[str, os.stat_result]], cache: Pat
         for (rel, key), sha in zip(todo, shas, strict=True):
             out[rel] = sha
             known[rel] = [*key, sha]
-        _save(cache, scope, {rel: known[rel] for rel in out} | {r: e for r, e in known.items() if r not in out})
+        _save(cache, scope, known)
     return out
 
 

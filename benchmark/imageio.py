@@ -6,7 +6,7 @@ not clipped the way PIL's `convert` does). Anything ambiguous (real transparency
 `ImageInputError` naming the file and the fix, so the stage records a failure instead of guessing.
 
 Limits (docs/inputs.md): an image whose header claims more than `max_pixels` pixels is refused before anything is
-decoded (a 60 KB PNG can claim 60000 x 60000), and a source smaller than `min_source_side` on either side is refused
+decoded (a 70-byte PNG can claim 60000 x 60000), and a source smaller than `min_source_side` on either side is refused
 by the edit stage. EXIF orientation tags are ignored: pixels are used in stored order, as HATIE's reference code
 (PIL) does and as the builders size masks and boxes; rotating sources alone would misalign their masks.
 """
@@ -49,11 +49,12 @@ LIMITS = ImageLimits()
 
 def set_limits(max_pixels: int | None = None, min_source_side: int | None = None) -> None:
     """Change the limits every later `load_rgb` / `load_mask` call checks (None keeps the current value)."""
-    for name, value in (("max_pixels", max_pixels), ("min_source_side", min_source_side)):
+    for name, key, lowest, value in (("max_pixels", "limits.max_source_pixels", 1, max_pixels),
+                                     ("min_source_side", "limits.min_source_side", 0, min_source_side)):
         if value is None:
             continue
-        if isinstance(value, bool) or not isinstance(value, int) or value < (1 if name == "max_pixels" else 0):
-            raise ValueError(f"image limit {name} must be a positive integer, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, int) or value < lowest:
+            raise ValueError(f"{key} must be a {'positive' if lowest else 'non-negative'} integer, got {value!r}")
         setattr(LIMITS, name, value)
 
 
@@ -132,7 +133,7 @@ def load_mask(path: str | Path, size: tuple[int, int] | None = None) -> np.ndarr
     """Load a mask PNG as a bool array (nonzero = inside). `size` (W, H) is checked, never silently resized."""
     path = Path(path)
     if not path.is_file():
-        raise ImageInputError(f"{path}: mask file not found")
+        raise ImageInputError(f"{path}: mask file not found (check the query set folder or rebuild the set)")
     try:
         with Image.open(path) as im:
             _check_header(path, im, "mask")
@@ -142,9 +143,11 @@ def load_mask(path: str | Path, size: tuple[int, int] | None = None) -> np.ndarr
     except Image.DecompressionBombError as err:
         raise _bomb_error(path, "mask", err) from None
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError, MemoryError) as err:
-        raise ImageInputError(f"{path}: cannot decode mask ({err})") from None
+        raise ImageInputError(f"{path}: cannot decode mask ({type(err).__name__}: {err}); the file is corrupt or not "
+                              "an image: rebuild the set") from None
     if size is not None and (arr.shape[1], arr.shape[0]) != tuple(size):
-        raise ImageInputError(f"{path}: mask is {arr.shape[1]}x{arr.shape[0]}, image is {size[0]}x{size[1]}")
+        raise ImageInputError(f"{path}: mask is {arr.shape[1]}x{arr.shape[0]}, image is {size[0]}x{size[1]}; a mask "
+                              "must have its image's size (it is never resized): rebuild the set")
     return arr > 0
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -47,14 +48,20 @@ class ExternalEdits(Editor):
 
         self.prompt_kind = prompt_kind  # type: ignore[misc]  # per instance: the folder's model family
         self.label = label  # `make score NAME=` is checked by benchmark.score_edits before this is built
-        self._exact: dict[str, Path] = {}
+        self._exact: dict[str, list[Path]] = {}
         self._suffix: dict[str, list[Path]] = {}
         files: list[tuple[str, os.stat_result]] = []
         for p in sorted(self.folder.iterdir()):
-            if p.suffix.lower() not in IMAGE_EXTENSIONS or not p.is_file():
+            if p.suffix.lower() not in IMAGE_EXTENSIONS:
                 continue
-            files.append((p.name, p.stat()))
-            self._exact.setdefault(p.stem, p)
+            try:
+                st = p.stat()  # one stat per file: it both filters and keys the hash cache
+            except OSError:  # a dangling link: not an edit
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                continue
+            files.append((p.name, st))
+            self._exact.setdefault(p.stem, []).append(p)  # q1.png and q1.jpg: ambiguous, never picked silently
             parts = p.stem.split("_")
             for k in range(1, len(parts)):  # every `<prefix>_` split: HATIE's naming
                 self._suffix.setdefault("_".join(parts[k:]), []).append(p)
@@ -66,18 +73,18 @@ class ExternalEdits(Editor):
         self._listing_hash = hashlib.sha256(listing.encode("utf-8", "surrogateescape")).hexdigest()[:16]
 
     def find(self, query_id: str) -> Path | None:
-        """The file of one query: an exact stem match wins, else a unique `<prefix>_<id>` match."""
-        if query_id in self._exact:
-            return self._exact[query_id]
-        hits = self._suffix.get(query_id, [])
+        """The file of one query: a unique exact stem match wins, else a unique `<prefix>_<id>` match. Several
+        matches raise AmbiguousEditError (that query's failure) rather than picking one."""
+        hits = self._exact.get(query_id) or self._suffix.get(query_id, [])
         if len(hits) > 1:
             raise AmbiguousEditError(f"query {query_id}: several files match in {self.folder}: "
-                                     f"{', '.join(p.name for p in hits[:5])}")
+                                     f"{', '.join(p.name for p in hits[:5])}; keep exactly one edit per query id")
         return hits[0] if hits else None
 
     def missing(self, query_ids: Sequence[str]) -> list[str]:
-        """The ids among `query_ids` that have no file in the folder."""
-        return [q for q in query_ids if self.find(q) is None]
+        """The ids among `query_ids` that have no file in the folder (an ambiguous id has files: its edit fails
+        with the reason instead)."""
+        return [q for q in query_ids if not (self._exact.get(q) or self._suffix.get(q))]
 
     def edit(self, queries: Sequence[Query], images: Sequence[Image.Image], *, seeds: Sequence[int]) -> list[Image.Image]:
         out = []

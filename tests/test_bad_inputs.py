@@ -262,6 +262,24 @@ def test_limits_come_from_the_config(tmp_path):
         set_max_prompt_chars(DEFAULT_MAX_PROMPT_CHARS)
 
 
+@pytest.mark.parametrize(("override", "reason"), [
+    ("limits.max_source_pixels=0", "limits.max_source_pixels must be a positive integer"),
+    ("limits.min_source_side=-1", "limits.min_source_side must be a non-negative integer"),
+    ("limits.max_prompt_chars=0", "limits.max_prompt_chars must be a positive integer"),
+])
+def test_a_bad_limit_is_one_run_error_naming_the_key(override, reason):
+    from benchmark.config import SettingError, apply_run_checks
+    from benchmark.errors import RunError
+    from benchmark.run import compose
+
+    cfg, _ = compose([override])
+    before = (LIMITS.max_pixels, LIMITS.min_source_side)
+    with pytest.raises(SettingError, match=reason) as info:
+        apply_run_checks(cfg, "identity")
+    assert isinstance(info.value, RunError)  # printed by the entry point without a traceback
+    assert (LIMITS.max_pixels, LIMITS.min_source_side) == before
+
+
 def test_exif_orientation_is_ignored_pixels_in_stored_order(tmp_path):
     arr = np.zeros((20, 40, 3), np.uint8)
     arr[:, :20] = (250, 0, 0)
@@ -357,6 +375,21 @@ def test_external_16bit_edit_is_scaled_not_clipped(tmp_path):
     Image.fromarray(np.full((20, 20), 32896, np.uint16)).save(edits / "q1.png")
     [out] = ExternalEdits(str(edits)).edit([query_from_dict(GOOD)], [Image.new("RGB", (20, 20))], seeds=[0])
     assert np.asarray(out).max() == 128  # PIL's convert would clip it to 255
+
+
+def test_external_edit_with_two_matching_files_fails_instead_of_picking_one(tmp_path):
+    from editors.external import AmbiguousEditError, ExternalEdits
+
+    edits = tmp_path / "edits"
+    edits.mkdir()
+    for name in ("q1.png", "q1.jpg", "a_q2.png", "b_q2.png", "q3.png", "x_q3.png"):
+        Image.new("RGB", (20, 20)).save(edits / name)
+    ext = ExternalEdits(str(edits))
+    assert ext.missing(["q1", "q2", "q3", "q4"]) == ["q4"]  # ambiguous ids have files: their edits fail, no crash
+    for qid in ("q1", "q2"):
+        with pytest.raises(AmbiguousEditError, match=rf"query {qid}: several files match.*keep exactly one"):
+            ext.find(qid)
+    assert ext.find("q3") == edits / "q3.png"  # one exact stem match still wins over a prefixed one
 
 
 def test_external_edit_regenerated_with_same_names_and_sizes_is_rescored(tmp_path, capsys):

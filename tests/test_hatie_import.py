@@ -100,6 +100,14 @@ def test_malicious_pickle_is_refused_and_nothing_is_written(tmp_path):
     ({"2370421": [{"type": "obj_remove", "target": "dog", "id": 1, "instruction": "x"}]}, r"expected \[object_id, class name\]"),
     ({"2370421": [{"type": "obj_resize", "target": ["3143517", "person"], "subtype": "huge", "id": 1, "instruction": "x"}]},
      "size_change must be"),
+    # an absent or null released field is reported missing, never imported as the string "None"
+    ({"2370421": [{"type": "obj_rep", "original": ["3143517", "person"], "id": 1, "instruction": "x"}]},
+     r"query 1.*needs field\(s\) \['new_class'\]"),
+    ({"2370421": [{"type": "obj_add", "anchor": ["3143517", "person"], "target": "dog", "location": None, "id": 1,
+                   "instruction": "x"}]}, r"needs field\(s\) \['relation'\]"),
+    ({"2370421": [{"type": "attr_chg", "target": ["3143520", "bench"], "after": None, "id": 1, "instruction": "x"}]},
+     r"needs field\(s\) \['attribute_after'\]"),
+    ({"2370421": [{"type": "style_chg", "target": None, "id": 1, "instruction": "x"}]}, r"needs field\(s\) \['style'\]"),
 ])
 def test_bad_records_name_file_record_and_field(tmp_path, queries, reason):
     q, m, images = release(tmp_path, queries=queries)

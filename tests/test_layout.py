@@ -47,6 +47,15 @@ def test_nothing_points_outside_the_repository():
     assert not hits, hits
 
 
+def _anchors(doc):
+    """GitHub's heading anchors of a Markdown file (headings inside code blocks are not headings)."""
+    import re
+
+    text = re.sub(r"```.*?```", "", doc.read_text(encoding="utf-8"), flags=re.S)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")
+            for h in re.findall(r"^#{1,6} (.+)$", text, flags=re.M)}
+
+
 def test_links_in_readme_and_docs_resolve():
     import re
 
@@ -57,7 +66,14 @@ def test_links_in_readme_and_docs_resolve():
         for target in re.findall(r"\]\(([^)\s]+)\)", doc.read_text(encoding="utf-8")):
             if target.startswith(("http://", "https://", "mailto:")):
                 continue
-            path = target.split("#", 1)[0]
-            if path and not (doc.parent / path).exists():
+            path, _, anchor = target.partition("#")
+            dest = doc.parent / path if path else doc
+            if not dest.exists() or (anchor and dest.suffix == ".md" and anchor not in _anchors(dest)):
                 broken.append(f"{doc.relative_to(ROOT)} -> {target}")
     assert not broken, broken
+
+
+def test_anchor_check_catches_a_misspelled_heading():
+    editors = ROOT / "docs" / "editors.md"
+    assert {"1-the-editor-contract", "4-the-tiny-profile-and-tiny_overrides"} <= _anchors(editors)
+    assert "1-the-editor-contracts" not in _anchors(editors)

@@ -486,9 +486,10 @@ def load_segmentation(path: Path, *, edit_sha256: str, segmenter: str, shape: tu
             raise SegmentationCacheError(f"class {name!r} is unknown or repeated")
         if not (0.0 <= score <= 1.0):
             raise SegmentationCacheError(f"score {score!r} of {name!r} is outside [0, 1]")
-        if not mask.any() or tuple(box) != bbox_from_mask(mask):
+        mask_box = bbox_from_mask(mask) if mask.any() else None
+        if mask_box is None or tuple(box) != mask_box:
             raise SegmentationCacheError(f"box {box} of {name!r} does not match its mask")
-        out[name] = Detection(name, float(score), bbox_from_mask(mask), mask)
+        out[name] = Detection(name, float(score), mask_box, mask)
     return out
 
 

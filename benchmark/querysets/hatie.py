@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmark.querysets.io import check_id
 from benchmark.types import HATIE_TYPES, ObjectRef, Query
 
 QUERIES_MAX_BYTES = 2**30  # the released query pickles are tens of MB; the mask pickle gets safe_pickle's default
@@ -44,9 +45,6 @@ class HatieFormatError(ValueError):
     """The released files do not have the expected shape; the message names the file, the record and the field."""
 
 
-# Image, object and query ids become file names (masks/<image>/<object>.png, edits/<query>.png): one plain path
-# component each. The release's ids are decimal digits; letters, `_`, `-` and inner dots are accepted too.
-SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 SAFE_EXT = re.compile(r"\.[A-Za-z0-9]{1,8}")
 
 
@@ -55,11 +53,15 @@ def safe_id(value: Any, what: str, where: str) -> str:
     leading dot or dash, absolute path, over 128 characters)."""
     if isinstance(value, bool) or not isinstance(value, str | int | np.integer):
         raise HatieFormatError(f"{where}: {what} must be a string or an integer, got {type(value).__name__}")
+    # Image, object and query ids become file names (masks/<image>/<object>.png, edits/<query>.png): the rule of
+    # query ids (`check_id`). The release's ids are decimal digits.
     text = str(value)
-    if not SAFE_ID.fullmatch(text) or ".." in text:
-        raise HatieFormatError(f"{where}: {what} {text[:80]!r} is not a safe id (letters, digits, '_', '-', '.'; "
-                               "no path separators, '..', or control characters)")
-    return text
+    try:
+        return check_id(text, what)
+    except ValueError:
+        raise HatieFormatError(f"{where}: {what} {text[:80]!r} is not a safe id (1-128 characters from "
+                               "[A-Za-z0-9_.-], starting with a letter or digit, no '..': ids become file names)"
+                               ) from None
 
 
 def confined(root: Path, rel: str) -> Path:
@@ -75,6 +77,13 @@ def _pair(value: Any, where: str) -> tuple[str, str]:
     if not (isinstance(value, list | tuple) and len(value) == 2):
         raise HatieFormatError(f"{where}: expected [object_id, class name], got {value!r}")
     return safe_id(value[0], "object id", where), str(value[1])
+
+
+def _text(raw: Mapping[str, Any], key: str) -> str | None:
+    """`raw[key]` as text; absent or null stays None, so the schema reports the field as missing instead of the
+    query carrying the string "None"."""
+    value = raw.get(key)
+    return None if value is None else str(value)
 
 
 def _bbox(mask: np.ndarray) -> tuple[float, float, float, float] | None:
@@ -125,9 +134,7 @@ def convert_query(raw: Any, image_id: str, objects: dict[str, dict[str, Any]], s
     edit_type = raw.get("type")
     if edit_type not in HATIE_TYPES:
         raise HatieFormatError(f"{where}: type {edit_type!r} is not one of {list(HATIE_TYPES)}")
-    if not isinstance(raw.get("id"), int | np.integer | str):
-        raise HatieFormatError(f"{where}: needs an integer 'id'")
-    qid = safe_id(raw["id"], "query id", where)
+    qid = safe_id(raw.get("id"), "query id", where)  # absent or not a string / integer: named by safe_id
 
     def ref(pair_value: Any, field: str) -> ObjectRef:
         oid, name = _pair(pair_value, f"{where}, {field}")
@@ -138,22 +145,22 @@ def convert_query(raw: Any, image_id: str, objects: dict[str, dict[str, Any]], s
 
     kw: dict[str, Any] = {}
     if edit_type == "obj_rep":
-        kw.update(target=ref(raw.get("original"), "original"), new_class=str(raw.get("target")))
+        kw.update(target=ref(raw.get("original"), "original"), new_class=_text(raw, "target"))
     elif edit_type == "obj_add":
-        kw.update(anchor=ref(raw.get("anchor"), "anchor"), new_class=str(raw.get("target")),
-                  relation=str(raw.get("location")))
+        kw.update(anchor=ref(raw.get("anchor"), "anchor"), new_class=_text(raw, "target"),
+                  relation=_text(raw, "location"))
     elif edit_type in ("obj_remove", "attr_chg", "obj_resize"):
         kw["target"] = ref(raw.get("target"), "target")
         if edit_type == "attr_chg":
-            kw["attribute_after"] = str(raw.get("after", "")) or None
+            kw["attribute_after"] = _text(raw, "after") or None
             if raw.get("before") is not None:
                 kw["attribute_before"] = str(raw["before"])
         if edit_type == "obj_resize":
             kw["size_change"] = raw.get("subtype")
     elif edit_type == "bg_chg":
-        kw["background"] = str(raw.get("target", ""))
+        kw["background"] = _text(raw, "target") or ""
     elif edit_type == "style_chg":
-        kw["style"] = str(raw.get("target", ""))
+        kw["style"] = _text(raw, "target") or ""
     editable = tuple(
         ObjectRef(id=oid, name=info["name"], mask=info["mask"], bbox=info["bbox"])
         for oid, info in sorted(objects.items()) if info.get("name")

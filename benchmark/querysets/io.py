@@ -45,12 +45,13 @@ class QuerySetError(ValueError):
     """A query set file is malformed; the message names the file, line and reason."""
 
 
-def check_id(value: str, what: str = "query id") -> str:
-    """Return `value` if it is safe as a single file-name component, else raise ValueError."""
+def check_id(value: str, what: str = "query id", why: str = "ids become file names") -> str:
+    """Return `value` if it is safe as a single file-name component, else raise ValueError (`why` ends the
+    message)."""
     if not isinstance(value, str) or not _ID_RE.fullmatch(value) or ".." in value:
         raise ValueError(
             f"{what} {value!r} is not allowed: use 1-128 characters from [A-Za-z0-9_.-], starting with a letter or "
-            "digit, without '..' (ids become file names)"
+            f"digit, without '..' ({why})"
         )
     return value
 
@@ -393,7 +394,6 @@ def write_built_queryset(out: Path, queries: Sequence[Query], *, name: str, coun
 
     from benchmark.fileio import atomic_write_text
     from benchmark.querysets.gqa import summary_table
-    from benchmark.types import SCHEMA_VERSION
 
     write_queries(out / QUERIES_FILE, queries)
     atomic_write_text(out / "summary.md", summary_table(queries))

@@ -14,6 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from benchmark.querysets.io import lone_surrogate_in
+
 CHUNK_CHARS = 1 << 22
 MAX_ENTRY_CHARS = 1 << 26  # one scene graph is ~10 KB; a 64 M-character entry means a syntax error upstream
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
@@ -61,8 +63,6 @@ class _Buffer:
 
     def decode(self, decoder: json.JSONDecoder) -> Any:
         """Decode one JSON value at the cursor, reading more text while the value runs past the buffer."""
-        from benchmark.querysets.io import lone_surrogate_in
-
         while True:
             try:
                 value, end = decoder.raw_decode(self.buf, self.pos)
