@@ -65,7 +65,7 @@ def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
     from benchmark.fileio import atomic_write_text, remove_stale_tmp
     from benchmark.hashing import canonical_json
     from benchmark.leaderboard import RUN_META, write_leaderboards
-    from benchmark.preflight import load_queries, run_preflight
+    from benchmark.preflight import load_selection, run_preflight
     from benchmark.provenance import provenance
     from benchmark.stages.edit import run_edit_stage
     from benchmark.stages.score import is_suite, run_score_stage, run_suite_stage
@@ -78,8 +78,7 @@ def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
     profile = cfg.profile.name
     print(f"[editmeter] editor={editor_name} profile={profile} (weights: {cfg.profile.weights}) run_id={run_id}")
     with timer("load queries"):
-        full = load_queries(cfg)
-        qs = full.shard(cfg.shard.index, cfg.shard.count).subset(cfg.limit)
+        full, qs = load_selection(cfg)
     if cfg.get("preflight", True):
         with timer("preflight"):
             print(run_preflight(cfg, qs, editor=editor_name, metrics=_choices(cfg).get("metrics", "<metrics>")))

@@ -52,6 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     from hydra.utils import instantiate
 
     from benchmark.console import progress_enabled, quiet_third_party
+    from benchmark.errors import PreflightError
+    from benchmark.preflight import load_selection
     from benchmark.run import compose, run_and_report
 
     overrides = ["editor=external", f"editor.folder={args.edits}", f"editor.label={args.name}",
@@ -64,7 +66,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     quiet_third_party(progress_enabled(cfg.progress))
-    qs = instantiate(cfg.queryset).shard(cfg.shard.index, cfg.shard.count).subset(cfg.limit)  # what the run scores
+    try:  # an unbuilt or bad query set: its message (naming the file and the build command), not a traceback
+        _, qs = load_selection(cfg)  # what the run scores
+    except PreflightError as err:
+        print(f"[editmeter] error: {err}", file=sys.stderr)
+        return err.exit_code
     editor = instantiate(cfg.editor)
     missing = editor.missing([q.id for q in qs.queries])
     print(f"[editmeter] {len(qs) - len(missing)} of {len(qs)} queries of {qs.name} have an edit in {args.edits}")

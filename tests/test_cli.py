@@ -127,6 +127,17 @@ def test_score_needs_its_options(capsys):
     assert "/nonexistent/edits: no such folder" in err and "Traceback" not in err
 
 
+def test_score_on_an_unbuilt_queryset_names_it_without_a_traceback(tmp_path, capsys):
+    edits = tmp_path / "edits"
+    edits.mkdir()
+    rc = cli.main(["score", "--edits", str(edits), "--name", "x", f"queryset.root={tmp_path / 'nowhere'}",
+                   f"paths.results={tmp_path / 'r'}", *FAST])
+    err = capsys.readouterr().err
+    assert rc == 1
+    assert "preflight: query set" in err and str(tmp_path / "nowhere") in err and "Traceback" not in err
+    assert not (tmp_path / "r").exists()  # nothing was started
+
+
 def test_progress_only_on_a_terminal():
     from benchmark.console import progress_enabled
 
