@@ -134,7 +134,7 @@ def load_run_meta(path: Path) -> dict[str, Any]:
     return check_run_meta(meta)
 
 
-def collect_runs(results: Path, metric_sig: str | None = None, queryset: str | None = None) -> list[Run]:
+def collect_runs(results: Path, metric_sig: str | None = None) -> list[Run]:
     """Every run folder under `results/runs` with valid scores for `metric_sig` (default: each run's own).
 
     A run whose run.json or query index is bad is skipped with a warning naming the file; bad score parts are
@@ -143,7 +143,7 @@ def collect_runs(results: Path, metric_sig: str | None = None, queryset: str | N
     from benchmark.stages.score_cache import INDEX_FILE, read_query_index
 
     out = []
-    for meta_path in sorted((results / "runs").glob(f"{queryset + '-' if queryset else ''}*/*/{RUN_META}")):
+    for meta_path in sorted((results / "runs").glob(f"*/*/{RUN_META}")):
         try:
             meta = load_run_meta(meta_path)
         except BadCacheFile as err:
