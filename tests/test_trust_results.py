@@ -242,6 +242,28 @@ def test_changed_edit_bytes_are_rescored(tmp_path):
     assert df.loc[q.id, "edit_sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def test_a_rerun_hashes_only_the_edits_written_since(tmp_path, monkeypatch):
+    import benchmark.filehash as fh
+    from benchmark.metrics.pixel import PixelMetric
+    from benchmark.stages.edit import edit_path
+    from benchmark.stages.score import run_score_stage
+
+    qs = _stage_setup(tmp_path)
+    metrics = {"l1": PixelMetric("l1")}
+    reads = []
+    real = fh.sha256_file
+    monkeypatch.setattr(fh, "sha256_file", lambda p: reads.append(os.path.basename(p)) or real(p))
+    run_score_stage(qs, tmp_path / "run", metrics, "sig", progress=False)
+    assert sorted(reads) == sorted(f"{q.id}.png" for q in qs.queries)
+    reads.clear()
+    assert run_score_stage(qs, tmp_path / "run", metrics, "sig", progress=False).reused == len(qs)
+    assert reads == []  # nothing changed: no edit is read again to be hashed
+    q = qs.queries[1]
+    Image.new("RGB", Image.open(edit_path(tmp_path / "run", q.id)).size, (9, 9, 9)).save(edit_path(tmp_path / "run", q.id))
+    st = run_score_stage(qs, tmp_path / "run", metrics, "sig", progress=False)
+    assert reads == [f"{q.id}.png"] and (st.computed, st.reused) == (1, len(qs) - 1)
+
+
 def test_a_garbage_part_is_moved_aside_and_its_rows_recomputed(tmp_path):
     from benchmark.metrics.pixel import PixelMetric
     from benchmark.stages.score import read_scores, run_score_stage, scores_dir

@@ -12,7 +12,6 @@ most one part. Every part is validated when read (`benchmark.stages.score_cache`
 
 from __future__ import annotations
 
-import hashlib
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -27,7 +26,7 @@ from benchmark.hashing import canonical_json
 from benchmark.imageio import ImageInputError, load_mask, load_rgb, to_float_tensor
 from benchmark.metrics.base import NEED_EDIT_MASK, NEED_TARGET_IMAGE, PairwiseMetric, ScoreBatch
 from benchmark.querysets.io import QuerySet
-from benchmark.stages.edit import edit_path, latest_records
+from benchmark.stages.edit import EDITS_DIR, edit_path, latest_records
 from benchmark.stages.score_cache import (
     ROW_KEYS,
     QueryIndex,
@@ -83,8 +82,32 @@ def read_scores(run_dir: Path, metric_sig: str, columns: Sequence[str] | None = 
     return df.drop_duplicates("query_id", keep="last").reset_index(drop=True)
 
 
-def file_sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+def edit_hashes(run_dir: Path, queries: Sequence[Query]) -> dict[str, str]:
+    """sha256 of the edit PNG of each of `queries` that has one (stat-cached: `benchmark.filehash`, so a rerun reads
+    only edits written since). An edit that vanishes or cannot be read gets `unreadable: <why>`, which matches no
+    stored row; the loader then records the failure with its reason."""
+    from benchmark.filehash import digests
+    from benchmark.hashing import file_sha256
+
+    folder = run_dir / EDITS_DIR
+    stats: dict[str, os.stat_result] = {}
+    out: dict[str, str] = {}
+    for q in queries:
+        try:
+            stats[q.id] = edit_path(run_dir, q.id).stat()
+        except OSError as err:
+            out[q.id] = f"unreadable: {err.strerror}"
+    try:
+        shas = digests(folder, [(f"{qid}.png", st) for qid, st in stats.items()])
+        return out | {qid: shas[f"{qid}.png"] for qid in stats}
+    except OSError:  # one vanished or unreadable after its stat: hash one by one to name it
+        pass
+    for qid in stats:
+        try:
+            out[qid] = file_sha256(str(edit_path(run_dir, qid)))
+        except OSError as err:
+            out[qid] = f"unreadable: {err.strerror}"
+    return out
 
 
 @dataclass
@@ -158,7 +181,7 @@ def _pending(queryset: QuerySet, run_dir: Path, metric_sig: str, index: QueryInd
     """(queries to score now, rows for queries that cannot be scored, sha256 of every edit PNG of the selection).
 
     A query is skipped when its stored row already has the status it would get now and, for an ok row, was
-    computed from an edit file with the same sha256 (each PNG is hashed once here; they are small).
+    computed from an edit file with the same sha256 (`edit_hashes`: only PNGs new since the last run are read).
     `excluded(q)` returns a reason when a suite does not score `q` at all (status `excluded`).
     """
     edits = latest_records(run_dir)
@@ -167,23 +190,20 @@ def _pending(queryset: QuerySet, run_dir: Path, metric_sig: str, index: QueryInd
                                                      strict=True)} if len(existing) else {})
     todo: list[Query] = []
     rows: list[dict[str, Any]] = []
-    hashes: dict[str, str] = {}
+    state: list[tuple[Query, str, str]] = []
     for q in queryset.queries:
         rec = edits.get(q.id)
         why_excluded = excluded(q) if excluded else ""
-        path = edit_path(run_dir, q.id)
-        sha = ""
         if why_excluded:
-            status, reason = "excluded", why_excluded
-        elif path.is_file():
-            status, reason = "ok", ""
-            try:
-                sha = hashes[q.id] = file_sha256(path)
-            except OSError as err:  # vanished or unreadable: the loader will record the failure with its reason
-                sha = hashes[q.id] = f"unreadable: {err.strerror}"
+            state.append((q, "excluded", why_excluded))
+        elif edit_path(run_dir, q.id).is_file():
+            state.append((q, "ok", ""))
         else:
-            status = "failed" if rec else "missing"
             reason = rec.get("reason", "") if rec else "no edit (edit stage not run for this query)"
+            state.append((q, "failed" if rec else "missing", reason))
+    hashes = edit_hashes(run_dir, [q for q, status, _ in state if status == "ok"])
+    for q, status, reason in state:
+        sha = hashes.get(q.id, "")
         old = have.get(q.id)
         if old is not None and old[0] == status and (status != "ok" or old[1] == sha):
             continue
