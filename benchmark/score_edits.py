@@ -13,7 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from benchmark.config import LabelError, UnknownOptionError, check_label
+from benchmark.config import LabelError, UnknownOptionError, check_keys, check_label, check_overrides
 
 MAX_LISTED = 20
 # The older spelling `edits=DIR name=LABEL kind=K` (scripts, tests, notebooks) is read as the options.
@@ -43,6 +43,12 @@ def main(argv: list[str] | None = None) -> int:
     try:  # NAME becomes a folder name and a leaderboard label; checked before Hydra could resolve `${...}` in it
         check_label(args.name, "NAME")
     except LabelError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    try:  # a mistyped group option or key first, with its suggestion (as `editmeter run` does)
+        check_overrides(rest)
+        check_keys(rest)
+    except UnknownOptionError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     if not Path(args.edits).is_dir():
