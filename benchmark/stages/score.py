@@ -66,9 +66,8 @@ def read_scores(run_dir: Path, metric_sig: str, columns: Sequence[str] | None = 
 
     Every part is validated first (see `score_cache.check_part`); a bad one is quarantined with a warning and its
     rows are absent here. `valid_ids` are the ids of the run's query set (default: those of `queries.json`, when
-    there is one). `columns` limits what is read (e.g. skip the
-    per-row FID features when only statuses are needed).
-    """
+    there is one). `columns` limits what is read (e.g. skip the per-row FID features when only statuses are
+    needed)."""
     import pandas as pd
 
     folder = scores_dir(run_dir, metric_sig)
@@ -225,6 +224,21 @@ def _index_for(queryset: QuerySet, full_set: QuerySet | None, out_dir: Path,
     return index
 
 
+def _begin(queryset: QuerySet, run_dir: Path, metric_sig: str, full_set: QuerySet | None, metrics_meta: dict,
+           excluded: Callable[[Query], str] | None = None
+           ) -> tuple[Path, list[Query], list[dict[str, Any]], dict[str, str], int]:
+    """Start of both score stages: write `metrics.json` and the query index, then find what is pending.
+
+    Returns (scores folder, queries to score, rows for queries that cannot be scored, edit sha256 by query id,
+    number of stored rows reused as they are)."""
+    out_dir = scores_dir(run_dir, metric_sig)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out_dir / "metrics.json", canonical_json(metrics_meta))
+    index = _index_for(queryset, full_set, out_dir, excluded)
+    todo, unscorable, hashes = _pending(queryset, run_dir, metric_sig, index, excluded)
+    return out_dir, todo, unscorable, hashes, len(queryset) - len(todo) - len(unscorable)
+
+
 class _PartWriter:
     """Buffers rows and writes them as Parquet parts of PART_ROWS rows (atomically; a kill loses one part)."""
 
@@ -265,17 +279,12 @@ def run_score_stage(
     from tqdm import tqdm
 
     start = time.perf_counter()
-    out_dir = scores_dir(run_dir, metric_sig)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out_dir / "metrics.json", canonical_json({
+    out_dir, todo, unscorable, hashes, reused = _begin(queryset, run_dir, metric_sig, full_set, {
         name: {"version": m.info.version, "higher_is_better": m.info.higher_is_better, "description": m.info.description}
         for name, m in metrics.items()
-    }))
-    index = _index_for(queryset, full_set, out_dir)
-    todo, skipped, hashes = _pending(queryset, run_dir, metric_sig, index)
-    reused = len(queryset) - len(todo) - len(skipped)
+    })
     names = list(metrics)
-    writer = _PartWriter(out_dir, skipped, list(ROW_KEYS) + names)
+    writer = _PartWriter(out_dir, unscorable, list(ROW_KEYS) + names)
 
     needs = frozenset().union(*(m.info.needs for m in metrics.values())) if metrics else frozenset()
     model_seconds = 0.0
@@ -332,12 +341,6 @@ def run_suite_stage(
     Queries the suite does not apply to (obj_remove for description-based editors) get status `excluded`.
     """
     start = time.perf_counter()
-    out_dir = scores_dir(run_dir, metric_sig)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out_dir / "metrics.json", canonical_json({
-        "suite": suite.info.name, "version": suite.info.version, "components": suite.components(),
-        "columns": list(suite.columns),
-    }))
     by_id = {q.id: q for q in queryset.queries}
 
     def excluded(q: Query) -> str:
@@ -345,10 +348,11 @@ def run_suite_stage(
             return ""
         return f"{suite.info.name} does not score {q.edit_type} for {prompt_kind}-based editors"
 
-    index = _index_for(queryset, full_set, out_dir, excluded)
-    todo, skipped, hashes = _pending(queryset, run_dir, metric_sig, index, excluded)
-    reused = len(queryset) - len(todo) - len(skipped)
-    writer = _PartWriter(out_dir, skipped)  # columns vary by task: parts keep whatever the rows carry
+    out_dir, todo, unscorable, hashes, reused = _begin(queryset, run_dir, metric_sig, full_set, {
+        "suite": suite.info.name, "version": suite.info.version, "components": suite.components(),
+        "columns": list(suite.columns),
+    }, excluded)
+    writer = _PartWriter(out_dir, unscorable)  # columns vary by task: parts keep whatever the rows carry
     if todo:
         for batch in suite.score_queries(queryset, todo, [edit_path(run_dir, q.id) for q in todo], work_dir=run_dir,
                                          num_workers=num_workers, progress=progress):
