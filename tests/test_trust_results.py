@@ -3,6 +3,7 @@ scores follow the edit bytes, and no leaderboard value depends on shards, part o
 
 import json
 import os
+import re
 import shutil
 import sys
 import time
@@ -262,6 +263,19 @@ def test_a_rerun_hashes_only_the_edits_written_since(tmp_path, monkeypatch):
     Image.new("RGB", Image.open(edit_path(tmp_path / "run", q.id)).size, (9, 9, 9)).save(edit_path(tmp_path / "run", q.id))
     st = run_score_stage(qs, tmp_path / "run", metrics, "sig", progress=False)
     assert reads == [f"{q.id}.png"] and (st.computed, st.reused) == (1, len(qs) - 1)
+
+
+@pytest.mark.parametrize("bad", ["{not json", '["a list"]', '{"query_id": 3, "status": "ok"}'])
+def test_a_corrupt_edit_log_is_one_error_naming_it_and_the_fix(tmp_path, bad):
+    from benchmark.errors import CorruptRunFile
+    from benchmark.stages.edit import EDITS_LOG, latest_records
+
+    _stage_setup(tmp_path, n=3)
+    log = tmp_path / "run" / EDITS_LOG
+    lines = log.read_text().splitlines()
+    log.write_text("\n".join([lines[0], bad, *lines[1:]]) + "\n")  # not the last line: not a torn write
+    with pytest.raises(CorruptRunFile, match=rf"{re.escape(str(log))}.*Move {re.escape(str(log))} aside and rerun"):
+        latest_records(tmp_path / "run")
 
 
 def test_a_garbage_part_is_moved_aside_and_its_rows_recomputed(tmp_path):
