@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from benchmark.hashing import stable_hash
-from benchmark.stages.score_cache import BadCacheFile, QueryIndex, warn
+from benchmark.stages.score_cache import SCORES_DIR, BadCacheFile, QueryIndex, warn
 
 BOOTSTRAP_CHUNK = 500  # resamples drawn at once (bounds memory at chunk * n indices)
 RUN_META = "run.json"
@@ -272,15 +272,20 @@ def format_table(results: Path, queryset: str | None = None) -> str:
     path = results / "leaderboard.csv"
     if not path.is_file():
         return f"no leaderboard yet at {path}; run `make demo` or `make bench`"
-    df = pd.read_csv(path, keep_default_na=False, na_values=["", "nan", "NaN"])
+    # signatures and hashes are hex strings: never numbers (an all-digit one would lose its leading zeros)
+    df = pd.read_csv(path, keep_default_na=False, na_values=["", "nan", "NaN"],
+                     dtype={c: str for c in ("editor_sig", "metric_sig", "queryset_hash", "git_sha")})
     meta = pd.read_csv(results / "leaderboard_metrics.csv") if (results / "leaderboard_metrics.csv").is_file() else None
     if queryset:
         df = df[df["queryset"] == queryset]
+    newer = _scored_since(results, path, set(df["metric_sig"]) if "metric_sig" in df else set())
+    stale = ([f"NOTE: {len(newer)} score part(s) were written after {path.name} (e.g. {newer[0]}): these tables may "
+              "be stale. Rebuild them: rerun that run's command with stages=[aggregate]."] if newer else [])
     better = dict(zip(meta["metric"], meta["higher_is_better"], strict=True)) if meta is not None else {}
     metrics = [m for m in better if m in df]
     if "complete" not in df:  # a leaderboard written before completeness was recorded: nothing is known complete
         df = df.assign(complete=False, mark="completeness unknown")
-    lines = []
+    lines = stale
     for (qs, kind, profile), part in df.groupby(["queryset", "prompt_kind", "profile"], sort=True):
         lines.append(f"\nqueryset={qs}  {kind}-based editors  profile={profile}")
         header = ["editor", "sig", "n_ok", "fail", "miss", "coverage"] + [f"{m}{'↑' if better[m] else '↓'}" for m in metrics]
@@ -306,6 +311,13 @@ def format_table(results: Path, queryset: str | None = None) -> str:
             lines.append(cells if isinstance(cells, str) else
                          "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip())
     return "\n".join(lines)
+
+
+def _scored_since(results: Path, table: Path, metric_sigs: set[str]) -> list[Path]:
+    """Score parts of these metric signatures written after `table` (a run scored but not aggregated since)."""
+    written = table.stat().st_mtime_ns
+    return sorted(p for sig in metric_sigs for p in (results / "runs").glob(f"*/*/{SCORES_DIR}/{sig}/part-*.parquet")
+                  if p.stat().st_mtime_ns > written)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -100,6 +100,23 @@ def test_partial_rows_sort_after_complete_ones_and_show_marks_them(tmp_path):
     assert "PARTIAL 3/10" in shown
 
 
+def test_show_flags_tables_older_than_the_score_parts(tmp_path):
+    run_dir = make_run(tmp_path, IDS, [rows(IDS)], editor_sig="0123456789")
+    write_leaderboards(tmp_path, SIG, 100, 0)
+    shown = format_table(tmp_path)
+    assert "NOTE" not in shown and "01234567" in shown  # an all-digit signature keeps its leading zero
+    later = run_dir / "scores" / SIG / "part-99999999999999999999-1-00000.parquet"
+    rows(IDS[:2], values=[5.0, 5.0]).to_parquet(later, index=False)  # scored again, not aggregated since
+    t = (tmp_path / "leaderboard.csv").stat().st_mtime + 10
+    os.utime(later, (t, t))
+    shown = format_table(tmp_path)
+    assert shown.startswith(f"NOTE: 1 score part(s) were written after leaderboard.csv (e.g. {later})")
+    assert "stages=[aggregate]" in shown
+    write_leaderboards(tmp_path, SIG, 100, 0)
+    os.utime(tmp_path / "leaderboard.csv", (t + 1, t + 1))
+    assert "NOTE" not in format_table(tmp_path)
+
+
 # -- nothing executed, nothing trusted unchecked -----------------------------------------------------------------
 
 def test_run_json_summary_path_is_never_imported(tmp_path, monkeypatch):

@@ -29,6 +29,7 @@ from benchmark.querysets.io import QuerySet
 from benchmark.stages.edit import EDITS_DIR, edit_path, latest_records
 from benchmark.stages.score_cache import (
     ROW_KEYS,
+    SCORES_DIR,
     QueryIndex,
     read_query_index,
     read_valid_parts,
@@ -36,7 +37,6 @@ from benchmark.stages.score_cache import (
 )
 from benchmark.types import Query
 
-SCORES_DIR = "scores"
 PART_ROWS = 512  # rows per Parquet part: the most a kill can cost
 
 __all__ = ["ROW_KEYS", "SCORES_DIR", "ScoreStats", "read_scores", "run_score_stage", "run_suite_stage", "scores_dir"]

@@ -24,6 +24,7 @@ ROW_KEYS = ("query_id", "image_id", "edit_type", "object_class", "status", "reas
 STRING_COLUMNS = frozenset(ROW_KEYS) | {"branch"}  # `branch`: HATIE's detection branch
 NOT_NULL = ("query_id", "status")
 STATUSES = frozenset({"ok", "failed", "missing", "excluded"})
+SCORES_DIR = "scores"  # <run dir>/scores/<metric signature>/: the parts and the index below
 INDEX_FILE = "queries.json"
 INDEX_FORMAT = 1
 INDEX_COLUMNS = ["query_id", "image_id", "edit_type", "object_class", "excluded"]
