@@ -281,6 +281,9 @@ def format_table(results: Path, queryset: str | None = None) -> str:
     newer = _scored_since(results, path, set(df["metric_sig"]) if "metric_sig" in df else set())
     stale = ([f"NOTE: {len(newer)} score part(s) were written after {path.name} (e.g. {newer[0]}): these tables may "
               "be stale. Rebuild them: rerun that run's command with stages=[aggregate]."] if newer else [])
+    if meta is None:  # the metric directions live there: without it no metric column can be shown
+        stale.append(f"NOTE: {results / 'leaderboard_metrics.csv'} is missing, so no metric column is shown. Rebuild "
+                     "the tables: rerun a run's command with stages=[aggregate].")
     better = dict(zip(meta["metric"], meta["higher_is_better"], strict=True)) if meta is not None else {}
     metrics = [m for m in better if m in df]
     if "complete" not in df:  # a leaderboard written before completeness was recorded: nothing is known complete

@@ -115,6 +115,8 @@ def test_show_flags_tables_older_than_the_score_parts(tmp_path):
     write_leaderboards(tmp_path, SIG, 100, 0)
     os.utime(tmp_path / "leaderboard.csv", (t + 1, t + 1))
     assert "NOTE" not in format_table(tmp_path)
+    (tmp_path / "leaderboard_metrics.csv").unlink()
+    assert "leaderboard_metrics.csv is missing, so no metric column is shown" in format_table(tmp_path)
 
 
 # -- nothing executed, nothing trusted unchecked -----------------------------------------------------------------
