@@ -119,6 +119,14 @@ def test_show_flags_tables_older_than_the_score_parts(tmp_path):
     assert "leaderboard_metrics.csv is missing, so no metric column is shown" in format_table(tmp_path)
 
 
+def test_query_index_ids_are_built_once():
+    # callers test membership once per query: rebuilding the set on each access made a 10k-query check take 4 s
+    from benchmark.stages.score_cache import QueryIndex
+
+    idx = QueryIndex("toy", "f" * 64, tuple((q, None, None, None, "") for q in IDS))
+    assert idx.ids is idx.ids and idx.ids == frozenset(IDS)
+
+
 # -- nothing executed, nothing trusted unchecked -----------------------------------------------------------------
 
 def test_run_json_summary_path_is_never_imported(tmp_path, monkeypatch):

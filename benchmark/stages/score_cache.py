@@ -15,6 +15,7 @@ import re
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +56,7 @@ class QueryIndex:
     queryset_hash: str
     rows: tuple[tuple[str, str | None, str | None, str | None, str], ...]
 
-    @property
+    @cached_property  # built once: callers test membership per query (a property rebuilt it each time, O(n^2))
     def ids(self) -> frozenset[str]:
         return frozenset(r[0] for r in self.rows)
 
