@@ -190,9 +190,11 @@ def run_and_report(cfg: Any, editor_name: str) -> int:
 
 
 def _metric_meta(metrics: dict[str, Any], suite: Any) -> dict[str, Any]:
+    """run.json's `metrics`: what each leaderboard column means and which direction is better."""
     if suite is None:
-        return {k: {"version": m.info.version, "higher_is_better": m.info.higher_is_better,
-                    "description": m.info.description} for k, m in metrics.items()}
+        from benchmark.stages.score import metric_meta
+
+        return metric_meta(metrics)
     version = f"{suite.info.name}-{suite.info.version}"
     return {c: {"version": version, "higher_is_better": hib, "description": desc}
             for c, (hib, desc) in suite.column_info.items()}

@@ -224,6 +224,12 @@ def _index_for(queryset: QuerySet, full_set: QuerySet | None, out_dir: Path,
     return index
 
 
+def metric_meta(metrics: Mapping[str, PairwiseMetric]) -> dict[str, dict[str, Any]]:
+    """name -> {version, higher_is_better, description} of pairwise metrics (metrics.json, run.json's `metrics`)."""
+    return {name: {"version": m.info.version, "higher_is_better": m.info.higher_is_better,
+                   "description": m.info.description} for name, m in metrics.items()}
+
+
 def _begin(queryset: QuerySet, run_dir: Path, metric_sig: str, full_set: QuerySet | None, metrics_meta: dict,
            excluded: Callable[[Query], str] | None = None
            ) -> tuple[Path, list[Query], list[dict[str, Any]], dict[str, str], int]:
@@ -279,10 +285,7 @@ def run_score_stage(
     from tqdm import tqdm
 
     start = time.perf_counter()
-    out_dir, todo, unscorable, hashes, reused = _begin(queryset, run_dir, metric_sig, full_set, {
-        name: {"version": m.info.version, "higher_is_better": m.info.higher_is_better, "description": m.info.description}
-        for name, m in metrics.items()
-    })
+    out_dir, todo, unscorable, hashes, reused = _begin(queryset, run_dir, metric_sig, full_set, metric_meta(metrics))
     names = list(metrics)
     writer = _PartWriter(out_dir, unscorable, list(ROW_KEYS) + names)
 
