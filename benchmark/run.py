@@ -53,9 +53,10 @@ class StageTimer:
 def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
     """Run the configured stages for one editor on one query set; returns a summary dict.
 
-    Raises `PreflightError` (benchmark.errors) before any edit when a component is missing, and `TooManyFailures`
-    after the last stage when the share of failed queries exceeds `max_failed_fraction` or all failed; entry points
-    turn both into their message and exit status 1 (`run_and_report`)."""
+    Raises `PreflightError` (benchmark.errors) before any edit when a component is missing, `CorruptRunFile` when
+    the run folder's edit log is malformed, and `TooManyFailures` after the last stage when the share of failed
+    queries exceeds `max_failed_fraction` or all failed; entry points turn each into its message and exit status 1
+    (`run_and_report`)."""
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
@@ -177,8 +178,8 @@ def _choices(cfg: Any) -> dict[str, str]:
 
 
 def run_and_report(cfg: Any, editor_name: str) -> int:
-    """`run_pipeline` for entry points: a RunError (preflight, too many failures) becomes its message on stderr
-    and exit status 1, without a traceback. In a --multirun sweep the next job still runs."""
+    """`run_pipeline` for entry points: a RunError (preflight, corrupt run file, too many failures) becomes its
+    message on stderr and exit status 1, without a traceback. In a --multirun sweep the next job still runs."""
     from benchmark.errors import RunError
 
     try:
