@@ -270,6 +270,24 @@ def test_changed_edit_bytes_are_rescored(tmp_path):
     assert df.loc[q.id, "edit_sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def test_a_failed_row_follows_the_latest_failure_reason(tmp_path):
+    from benchmark.fileio import append_jsonl
+    from benchmark.metrics.pixel import PixelMetric
+    from benchmark.stages.edit import EDITS_LOG, edit_path
+    from benchmark.stages.score import read_scores, run_score_stage
+
+    qs = _stage_setup(tmp_path)
+    metrics = {"l1": PixelMetric("l1")}
+    q = qs.queries[0]
+    edit_path(tmp_path / "run", q.id).unlink()
+    for reason in ("ValueError: first try", "RuntimeError: the retry failed otherwise"):
+        append_jsonl(tmp_path / "run" / EDITS_LOG, [{"query_id": q.id, "status": "failed", "seed": 0, "reason": reason}])
+        run_score_stage(qs, tmp_path / "run", metrics, "sig", progress=False)
+        row = read_scores(tmp_path / "run", "sig").set_index("query_id").loc[q.id]
+        assert (row["status"], row["reason"]) == ("failed", reason)
+    assert run_score_stage(qs, tmp_path / "run", metrics, "sig", progress=False).reused == len(qs)
+
+
 def test_a_rerun_hashes_only_the_edits_written_since(tmp_path, monkeypatch):
     import benchmark.filehash as fh
     from benchmark.metrics.pixel import PixelMetric

@@ -180,13 +180,15 @@ def _pending(queryset: QuerySet, run_dir: Path, metric_sig: str, index: QueryInd
     """(queries to score now, rows for queries that cannot be scored, sha256 of every edit PNG of the selection).
 
     A query is skipped when its stored row already has the status it would get now and, for an ok row, was
-    computed from an edit file with the same sha256 (`edit_hashes`: only PNGs new since the last run are read).
+    computed from an edit file with the same sha256 (for any other row: states the same reason) (`edit_hashes`: only PNGs new since the last run are read).
     `excluded(q)` returns a reason when a suite does not score `q` at all (status `excluded`).
     """
     edits = latest_records(run_dir)
-    existing = read_scores(run_dir, metric_sig, columns=("query_id", "status", "edit_sha256"), valid_ids=index.ids)
-    have = ({qid: (st, sha) for qid, st, sha in zip(existing["query_id"], existing["status"], existing["edit_sha256"],
-                                                     strict=True)} if len(existing) else {})
+    existing = read_scores(run_dir, metric_sig, columns=("query_id", "status", "reason", "edit_sha256"),
+                           valid_ids=index.ids)
+    have = ({qid: (st, why, sha) for qid, st, why, sha in zip(existing["query_id"], existing["status"],
+                                                               existing["reason"], existing["edit_sha256"], strict=True)}
+            if len(existing) else {})
     todo: list[Query] = []
     rows: list[dict[str, Any]] = []
     state: list[tuple[Query, str, str]] = []
@@ -204,7 +206,9 @@ def _pending(queryset: QuerySet, run_dir: Path, metric_sig: str, index: QueryInd
     for q, status, reason in state:
         sha = hashes.get(q.id, "")
         old = have.get(q.id)
-        if old is not None and old[0] == status and (status != "ok" or old[1] == sha):
+        # an ok row must have scored these bytes; any other row must state the current reason (a retried edit may
+        # have failed differently)
+        if old is not None and old[0] == status and (old[2] == sha if status == "ok" else old[1] == reason):
             continue
         if status == "ok":
             todo.append(q)
