@@ -65,11 +65,8 @@ def _data(argv: list[str]) -> int:
 
 
 def _weights(argv: list[str]) -> int:
-    try:
-        from benchmark.weights import main
-    except ImportError as err:
-        print(f"error: `{PROG} weights` is not available in this checkout ({err})", file=sys.stderr)
-        return 2
+    from benchmark.weights import main
+
     return main(argv) or 0
 
 

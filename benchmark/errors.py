@@ -16,3 +16,7 @@ class PreflightError(RunError):
 
 class TooManyFailures(RunError):
     """The share of failed queries exceeds `max_failed_fraction` (or every query failed)."""
+
+
+class CorruptRunFile(RunError):
+    """A file of a run folder that a rerun cannot repair by itself is malformed; the message names it and the fix."""

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from benchmark.hashing import stable_hash
-from benchmark.stages.score_cache import BadCacheFile, QueryIndex, warn
+from benchmark.stages.score_cache import SCORES_DIR, BadCacheFile, QueryIndex, warn
 
 BOOTSTRAP_CHUNK = 500  # resamples drawn at once (bounds memory at chunk * n indices)
 RUN_META = "run.json"
@@ -134,7 +134,7 @@ def load_run_meta(path: Path) -> dict[str, Any]:
     return check_run_meta(meta)
 
 
-def collect_runs(results: Path, metric_sig: str | None = None, queryset: str | None = None) -> list[Run]:
+def collect_runs(results: Path, metric_sig: str | None = None) -> list[Run]:
     """Every run folder under `results/runs` with valid scores for `metric_sig` (default: each run's own).
 
     A run whose run.json or query index is bad is skipped with a warning naming the file; bad score parts are
@@ -143,7 +143,7 @@ def collect_runs(results: Path, metric_sig: str | None = None, queryset: str | N
     from benchmark.stages.score_cache import INDEX_FILE, read_query_index
 
     out = []
-    for meta_path in sorted((results / "runs").glob(f"{queryset + '-' if queryset else ''}*/*/{RUN_META}")):
+    for meta_path in sorted((results / "runs").glob(f"*/*/{RUN_META}")):
         try:
             meta = load_run_meta(meta_path)
         except BadCacheFile as err:
@@ -272,15 +272,23 @@ def format_table(results: Path, queryset: str | None = None) -> str:
     path = results / "leaderboard.csv"
     if not path.is_file():
         return f"no leaderboard yet at {path}; run `make demo` or `make bench`"
-    df = pd.read_csv(path, keep_default_na=False, na_values=["", "nan", "NaN"])
+    # signatures and hashes are hex strings: never numbers (an all-digit one would lose its leading zeros)
+    df = pd.read_csv(path, keep_default_na=False, na_values=["", "nan", "NaN"],
+                     dtype={c: str for c in ("editor_sig", "metric_sig", "queryset_hash", "git_sha")})
     meta = pd.read_csv(results / "leaderboard_metrics.csv") if (results / "leaderboard_metrics.csv").is_file() else None
     if queryset:
         df = df[df["queryset"] == queryset]
+    newer = _scored_since(results, path, set(df["metric_sig"]) if "metric_sig" in df else set())
+    stale = ([f"NOTE: {len(newer)} score part(s) were written after {path.name} (e.g. {newer[0]}): these tables may "
+              "be stale. Rebuild them: rerun that run's command with stages=[aggregate]."] if newer else [])
+    if meta is None:  # the metric directions live there: without it no metric column can be shown
+        stale.append(f"NOTE: {results / 'leaderboard_metrics.csv'} is missing, so no metric column is shown. Rebuild "
+                     "the tables: rerun a run's command with stages=[aggregate].")
     better = dict(zip(meta["metric"], meta["higher_is_better"], strict=True)) if meta is not None else {}
     metrics = [m for m in better if m in df]
     if "complete" not in df:  # a leaderboard written before completeness was recorded: nothing is known complete
         df = df.assign(complete=False, mark="completeness unknown")
-    lines = []
+    lines = stale
     for (qs, kind, profile), part in df.groupby(["queryset", "prompt_kind", "profile"], sort=True):
         lines.append(f"\nqueryset={qs}  {kind}-based editors  profile={profile}")
         header = ["editor", "sig", "n_ok", "fail", "miss", "coverage"] + [f"{m}{'↑' if better[m] else '↓'}" for m in metrics]
@@ -306,6 +314,13 @@ def format_table(results: Path, queryset: str | None = None) -> str:
             lines.append(cells if isinstance(cells, str) else
                          "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip())
     return "\n".join(lines)
+
+
+def _scored_since(results: Path, table: Path, metric_sigs: set[str]) -> list[Path]:
+    """Score parts of these metric signatures written after `table` (a run scored but not aggregated since)."""
+    written = table.stat().st_mtime_ns
+    return sorted(p for sig in metric_sigs for p in (results / "runs").glob(f"*/*/{SCORES_DIR}/{sig}/part-*.parquet")
+                  if p.stat().st_mtime_ns > written)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -44,6 +44,13 @@ def load_queries(cfg: Any) -> Any:
         raise PreflightError(f"preflight: query set: {cause}") from err
 
 
+def load_selection(cfg: Any) -> tuple[Any, Any]:
+    """(the full configured query set, the queries this run works on: its `shard`, then its first `limit`).
+    Raises PreflightError as `load_queries` does."""
+    full = load_queries(cfg)
+    return full, full.shard(cfg.shard.index, cfg.shard.count).subset(cfg.limit)
+
+
 def run_preflight(cfg: Any, qs: Any, *, editor: str, metrics: str) -> str:
     """Check the run before its first edit; returns a one-line summary, raises PreflightError naming the first
     missing piece and its fix."""

@@ -53,9 +53,10 @@ class StageTimer:
 def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
     """Run the configured stages for one editor on one query set; returns a summary dict.
 
-    Raises `PreflightError` (benchmark.errors) before any edit when a component is missing, and `TooManyFailures`
-    after the last stage when the share of failed queries exceeds `max_failed_fraction` or all failed; entry points
-    turn both into their message and exit status 1 (`run_and_report`)."""
+    Raises `PreflightError` (benchmark.errors) before any edit when a component is missing, `CorruptRunFile` when
+    the run folder's edit log is malformed, and `TooManyFailures` after the last stage when the share of failed
+    queries exceeds `max_failed_fraction` or all failed; entry points turn each into its message and exit status 1
+    (`run_and_report`)."""
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
@@ -65,7 +66,7 @@ def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
     from benchmark.fileio import atomic_write_text, remove_stale_tmp
     from benchmark.hashing import canonical_json
     from benchmark.leaderboard import RUN_META, write_leaderboards
-    from benchmark.preflight import load_queries, run_preflight
+    from benchmark.preflight import load_selection, run_preflight
     from benchmark.provenance import provenance
     from benchmark.stages.edit import run_edit_stage
     from benchmark.stages.score import is_suite, run_score_stage, run_suite_stage
@@ -78,8 +79,7 @@ def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
     profile = cfg.profile.name
     print(f"[editmeter] editor={editor_name} profile={profile} (weights: {cfg.profile.weights}) run_id={run_id}")
     with timer("load queries"):
-        full = load_queries(cfg)
-        qs = full.shard(cfg.shard.index, cfg.shard.count).subset(cfg.limit)
+        full, qs = load_selection(cfg)
     if cfg.get("preflight", True):
         with timer("preflight"):
             print(run_preflight(cfg, qs, editor=editor_name, metrics=_choices(cfg).get("metrics", "<metrics>")))
@@ -178,8 +178,8 @@ def _choices(cfg: Any) -> dict[str, str]:
 
 
 def run_and_report(cfg: Any, editor_name: str) -> int:
-    """`run_pipeline` for entry points: a RunError (preflight, too many failures) becomes its message on stderr
-    and exit status 1, without a traceback. In a --multirun sweep the next job still runs."""
+    """`run_pipeline` for entry points: a RunError (preflight, corrupt run file, too many failures) becomes its
+    message on stderr and exit status 1, without a traceback. In a --multirun sweep the next job still runs."""
     from benchmark.errors import RunError
 
     try:
@@ -191,9 +191,11 @@ def run_and_report(cfg: Any, editor_name: str) -> int:
 
 
 def _metric_meta(metrics: dict[str, Any], suite: Any) -> dict[str, Any]:
+    """run.json's `metrics`: what each leaderboard column means and which direction is better."""
     if suite is None:
-        return {k: {"version": m.info.version, "higher_is_better": m.info.higher_is_better,
-                    "description": m.info.description} for k, m in metrics.items()}
+        from benchmark.stages.score import metric_meta
+
+        return metric_meta(metrics)
     version = f"{suite.info.name}-{suite.info.version}"
     return {c: {"version": version, "higher_is_better": hib, "description": desc}
             for c, (hib, desc) in suite.column_info.items()}

@@ -13,7 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from benchmark.config import LabelError, UnknownOptionError, check_label
+from benchmark.config import LabelError, UnknownOptionError, check_keys, check_label, check_overrides
 
 MAX_LISTED = 20
 # The older spelling `edits=DIR name=LABEL kind=K` (scripts, tests, notebooks) is read as the options.
@@ -45,9 +45,21 @@ def main(argv: list[str] | None = None) -> int:
     except LabelError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    try:  # a mistyped group option or key first, with its suggestion (as `editmeter run` does)
+        check_overrides(rest)
+        check_keys(rest)
+    except UnknownOptionError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if not Path(args.edits).is_dir():
+        print(f"error: --edits {args.edits}: no such folder (give the folder of edited images, EDITS=<folder> for "
+              "make score)", file=sys.stderr)
+        return 2
     from hydra.utils import instantiate
 
     from benchmark.console import progress_enabled, quiet_third_party
+    from benchmark.errors import PreflightError
+    from benchmark.preflight import load_selection
     from benchmark.run import compose, run_and_report
 
     overrides = ["editor=external", f"editor.folder={args.edits}", f"editor.label={args.name}",
@@ -59,12 +71,12 @@ def main(argv: list[str] | None = None) -> int:
     except UnknownOptionError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    if not Path(args.edits).is_dir():
-        print(f"error: --edits {args.edits}: no such folder (give the folder of edited images, EDITS=<folder> for "
-              "make score)", file=sys.stderr)
-        return 2
     quiet_third_party(progress_enabled(cfg.progress))
-    qs = instantiate(cfg.queryset).shard(cfg.shard.index, cfg.shard.count).subset(cfg.limit)  # what the run scores
+    try:  # an unbuilt or bad query set: its message (naming the file and the build command), not a traceback
+        _, qs = load_selection(cfg)  # what the run scores
+    except PreflightError as err:
+        print(f"[editmeter] error: {err}", file=sys.stderr)
+        return err.exit_code
     editor = instantiate(cfg.editor)
     missing = editor.missing([q.id for q in qs.queries])
     print(f"[editmeter] {len(qs) - len(missing)} of {len(qs)} queries of {qs.name} have an edit in {args.edits}")

@@ -17,6 +17,8 @@ from benchmark.querysets.io import load_queryset, write_queries
 
 TABLES = ("leaderboard.csv", "leaderboard_by_type.csv", "leaderboard_by_class.csv")
 N_QUERIES = 14
+PART_ROWS = 4  # score rows per part in the killed runs
+SCORE_DELAY_S = 0.12  # per scored batch of 2: the score stage lasts at least 7 x this
 
 
 @pytest.fixture(scope="module")
@@ -30,11 +32,14 @@ def mini_set(tmp_path_factory):
 
 def _cmd(results: Path, qs_root: Path) -> tuple[list[str], dict[str, str]]:
     env = dict(os.environ, PYTHONPATH=f"{HELPERS}{os.pathsep}{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-               HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
-    # a slowed identity editor (batches of 2) so kills land inside the edit stage; basic metrics, small bootstrap
+               HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", EDITMETER_TEST_PART_ROWS=str(PART_ROWS))
+    # a slowed identity editor and a slowed metric (batches of 2) so kills land inside the edit and the score stage;
+    # the killed runs write score parts of PART_ROWS rows (the in-process clean run one part: the split must not
+    # matter); basic metrics, small bootstrap
     cmd = [sys.executable, "-m", "benchmark.run", "editor=identity", "queryset=demo", f"queryset.root={qs_root}",
            "profile=tiny", "metrics=basic", f"paths.results={results}", "progress=false", "batch_size=2",
-           "aggregate.bootstrap_resamples=200", "editor._target_=slow_editor.SlowIdentity", "+editor.delay_s=0.15"]
+           "aggregate.bootstrap_resamples=200", "editor._target_=slow_editor.SlowIdentity", "+editor.delay_s=0.15",
+           "+metrics.slow_l1._target_=slow_metric.SlowL1", f"+metrics.slow_l1.delay_s={SCORE_DELAY_S}"]
     return cmd, env
 
 
@@ -58,6 +63,13 @@ def _wait_for(cond, proc: subprocess.Popen, timeout: float = 120) -> bool:
     return False
 
 
+def _score_rows(results: Path) -> int:
+    """Rows in the score parts on disk (a part is renamed into place whole, so every part found is complete)."""
+    import pyarrow.parquet as pq
+
+    return sum(pq.ParquetFile(p).metadata.num_rows for p in results.glob("runs/*/*/scores/*/part-*.parquet"))
+
+
 def kill_at(results: Path, qs_root: Path, stage: str, rng: random.Random) -> str:
     """Start a run, SIGKILL it at a random point of `stage`; returns where the kill landed."""
     cmd, env = _cmd(results, qs_root)
@@ -68,12 +80,18 @@ def kill_at(results: Path, qs_root: Path, stage: str, rng: random.Random) -> str
         hit = _wait_for(lambda: len(edits()) >= target, proc)
         time.sleep(rng.uniform(0, 0.2))  # anywhere in the batch that follows: model call, write, log append
     else:
-        # the score stage writes its query index first; a rerun scores only what the killed run had not
-        hit = _wait_for(lambda: any(results.glob("runs/*/*/scores/*/queries.json")), proc)
-        time.sleep(rng.uniform(0, 1.5))  # the score stage of 14 queries takes about 1-2 s here
+        # The score stage writes its query index first, then a part every PART_ROWS / 2 batches; a rerun scores only
+        # what the killed run had not stored. Half the kills land before the first part, half after it; the slowed
+        # metric keeps at least 7 (resp. 5) batches x SCORE_DELAY_S of the stage ahead, longer than either sleep.
+        first_part = rng.random() < 0.5
+        pattern = "runs/*/*/scores/*/" + ("part-*.parquet" if first_part else "queries.json")
+        hit = _wait_for(lambda: any(results.glob(pattern)), proc)
+        time.sleep(rng.uniform(0, (4 if first_part else 6) * SCORE_DELAY_S))
     landed = "finished before the kill" if proc.poll() is not None else f"{stage} stage" if hit else "timeout"
     proc.send_signal(signal.SIGKILL)
     proc.wait()
+    if landed == "score stage" and _score_rows(results) == N_QUERIES:  # every row was stored: the stage had ended
+        landed = "after the score stage"
     if landed == "edit stage":
         assert not (results / "leaderboard.csv").exists()
     return landed

@@ -3,6 +3,7 @@ scores follow the edit bytes, and no leaderboard value depends on shards, part o
 
 import json
 import os
+import re
 import shutil
 import sys
 import time
@@ -97,6 +98,33 @@ def test_partial_rows_sort_after_complete_ones_and_show_marks_them(tmp_path):
     shown = format_table(tmp_path)
     assert shown.index("zzz") < shown.index("partial runs") < shown.index("aaa")
     assert "PARTIAL 3/10" in shown
+
+
+def test_show_flags_tables_older_than_the_score_parts(tmp_path):
+    run_dir = make_run(tmp_path, IDS, [rows(IDS)], editor_sig="0123456789")
+    write_leaderboards(tmp_path, SIG, 100, 0)
+    shown = format_table(tmp_path)
+    assert "NOTE" not in shown and "01234567" in shown  # an all-digit signature keeps its leading zero
+    later = run_dir / "scores" / SIG / "part-99999999999999999999-1-00000.parquet"
+    rows(IDS[:2], values=[5.0, 5.0]).to_parquet(later, index=False)  # scored again, not aggregated since
+    t = (tmp_path / "leaderboard.csv").stat().st_mtime + 10
+    os.utime(later, (t, t))
+    shown = format_table(tmp_path)
+    assert shown.startswith(f"NOTE: 1 score part(s) were written after leaderboard.csv (e.g. {later})")
+    assert "stages=[aggregate]" in shown
+    write_leaderboards(tmp_path, SIG, 100, 0)
+    os.utime(tmp_path / "leaderboard.csv", (t + 1, t + 1))
+    assert "NOTE" not in format_table(tmp_path)
+    (tmp_path / "leaderboard_metrics.csv").unlink()
+    assert "leaderboard_metrics.csv is missing, so no metric column is shown" in format_table(tmp_path)
+
+
+def test_query_index_ids_are_built_once():
+    # callers test membership once per query: rebuilding the set on each access made a 10k-query check take 4 s
+    from benchmark.stages.score_cache import QueryIndex
+
+    idx = QueryIndex("toy", "f" * 64, tuple((q, None, None, None, "") for q in IDS))
+    assert idx.ids is idx.ids and idx.ids == frozenset(IDS)
 
 
 # -- nothing executed, nothing trusted unchecked -----------------------------------------------------------------
@@ -240,6 +268,59 @@ def test_changed_edit_bytes_are_rescored(tmp_path):
     assert df.loc[q.id, "l1"] > 0.1 and (df.drop(index=q.id)["l1"] == 0).all()
     import hashlib
     assert df.loc[q.id, "edit_sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_a_failed_row_follows_the_latest_failure_reason(tmp_path):
+    from benchmark.fileio import append_jsonl
+    from benchmark.metrics.pixel import PixelMetric
+    from benchmark.stages.edit import EDITS_LOG, edit_path
+    from benchmark.stages.score import read_scores, run_score_stage
+
+    qs = _stage_setup(tmp_path)
+    metrics = {"l1": PixelMetric("l1")}
+    q = qs.queries[0]
+    edit_path(tmp_path / "run", q.id).unlink()
+    for reason in ("ValueError: first try", "RuntimeError: the retry failed otherwise"):
+        append_jsonl(tmp_path / "run" / EDITS_LOG, [{"query_id": q.id, "status": "failed", "seed": 0, "reason": reason}])
+        run_score_stage(qs, tmp_path / "run", metrics, "sig", progress=False)
+        row = read_scores(tmp_path / "run", "sig").set_index("query_id").loc[q.id]
+        assert (row["status"], row["reason"]) == ("failed", reason)
+    assert run_score_stage(qs, tmp_path / "run", metrics, "sig", progress=False).reused == len(qs)
+
+
+def test_a_rerun_hashes_only_the_edits_written_since(tmp_path, monkeypatch):
+    import benchmark.filehash as fh
+    from benchmark.metrics.pixel import PixelMetric
+    from benchmark.stages.edit import edit_path
+    from benchmark.stages.score import run_score_stage
+
+    qs = _stage_setup(tmp_path)
+    metrics = {"l1": PixelMetric("l1")}
+    reads = []
+    real = fh.sha256_file
+    monkeypatch.setattr(fh, "sha256_file", lambda p: reads.append(os.path.basename(p)) or real(p))
+    run_score_stage(qs, tmp_path / "run", metrics, "sig", progress=False)
+    assert sorted(reads) == sorted(f"{q.id}.png" for q in qs.queries)
+    reads.clear()
+    assert run_score_stage(qs, tmp_path / "run", metrics, "sig", progress=False).reused == len(qs)
+    assert reads == []  # nothing changed: no edit is read again to be hashed
+    q = qs.queries[1]
+    Image.new("RGB", Image.open(edit_path(tmp_path / "run", q.id)).size, (9, 9, 9)).save(edit_path(tmp_path / "run", q.id))
+    st = run_score_stage(qs, tmp_path / "run", metrics, "sig", progress=False)
+    assert reads == [f"{q.id}.png"] and (st.computed, st.reused) == (1, len(qs) - 1)
+
+
+@pytest.mark.parametrize("bad", ["{not json", '["a list"]', '{"query_id": 3, "status": "ok"}'])
+def test_a_corrupt_edit_log_is_one_error_naming_it_and_the_fix(tmp_path, bad):
+    from benchmark.errors import CorruptRunFile
+    from benchmark.stages.edit import EDITS_LOG, latest_records
+
+    _stage_setup(tmp_path, n=3)
+    log = tmp_path / "run" / EDITS_LOG
+    lines = log.read_text().splitlines()
+    log.write_text("\n".join([lines[0], bad, *lines[1:]]) + "\n")  # not the last line: not a torn write
+    with pytest.raises(CorruptRunFile, match=rf"{re.escape(str(log))}.*Move {re.escape(str(log))} aside and rerun"):
+        latest_records(tmp_path / "run")
 
 
 def test_a_garbage_part_is_moved_aside_and_its_rows_recomputed(tmp_path):

@@ -96,9 +96,22 @@ def edit_path(run_dir: Path, query_id: str) -> Path:
 
 
 def latest_records(run_dir: Path) -> dict[str, dict]:
-    """Last record per query id from `edits.jsonl`."""
+    """Last record per query id from `edits.jsonl`; a malformed log is a `CorruptRunFile` naming it and the fix
+    (a torn last line, from a killed writer, is dropped)."""
+    from benchmark.errors import CorruptRunFile
+
+    path = run_dir / EDITS_LOG
+    fix = (f"Move {path} aside and rerun: existing edits are recorded again as recovered, the other queries are "
+           "edited again (earlier failures are retried)")
+    try:
+        records = read_jsonl_tolerant(path)
+    except (ValueError, UnicodeDecodeError) as err:
+        raise CorruptRunFile(f"{err}. {fix}") from None
     out: dict[str, dict] = {}
-    for rec in read_jsonl_tolerant(run_dir / EDITS_LOG):
+    for i, rec in enumerate(records):
+        if not (isinstance(rec, dict) and isinstance(rec.get("query_id"), str) and rec.get("status") in ("ok", "failed")):
+            raise CorruptRunFile(f"{path}: record {i + 1} is not an edit record ({{query_id, status: ok|failed, ...}}). "
+                                 f"{fix}")
         out[rec["query_id"]] = rec
     return out
 

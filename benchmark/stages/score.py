@@ -12,7 +12,6 @@ most one part. Every part is validated when read (`benchmark.stages.score_cache`
 
 from __future__ import annotations
 
-import hashlib
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -27,9 +26,10 @@ from benchmark.hashing import canonical_json
 from benchmark.imageio import ImageInputError, load_mask, load_rgb, to_float_tensor
 from benchmark.metrics.base import NEED_EDIT_MASK, NEED_TARGET_IMAGE, PairwiseMetric, ScoreBatch
 from benchmark.querysets.io import QuerySet
-from benchmark.stages.edit import edit_path, latest_records
+from benchmark.stages.edit import EDITS_DIR, edit_path, latest_records
 from benchmark.stages.score_cache import (
     ROW_KEYS,
+    SCORES_DIR,
     QueryIndex,
     read_query_index,
     read_valid_parts,
@@ -37,7 +37,6 @@ from benchmark.stages.score_cache import (
 )
 from benchmark.types import Query
 
-SCORES_DIR = "scores"
 PART_ROWS = 512  # rows per Parquet part: the most a kill can cost
 
 __all__ = ["ROW_KEYS", "SCORES_DIR", "ScoreStats", "read_scores", "run_score_stage", "run_suite_stage", "scores_dir"]
@@ -67,9 +66,8 @@ def read_scores(run_dir: Path, metric_sig: str, columns: Sequence[str] | None = 
 
     Every part is validated first (see `score_cache.check_part`); a bad one is quarantined with a warning and its
     rows are absent here. `valid_ids` are the ids of the run's query set (default: those of `queries.json`, when
-    there is one). `columns` limits what is read (e.g. skip the
-    per-row FID features when only statuses are needed).
-    """
+    there is one). `columns` limits what is read (e.g. skip the per-row FID features when only statuses are
+    needed)."""
     import pandas as pd
 
     folder = scores_dir(run_dir, metric_sig)
@@ -83,8 +81,32 @@ def read_scores(run_dir: Path, metric_sig: str, columns: Sequence[str] | None = 
     return df.drop_duplicates("query_id", keep="last").reset_index(drop=True)
 
 
-def file_sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+def edit_hashes(run_dir: Path, queries: Sequence[Query]) -> dict[str, str]:
+    """sha256 of the edit PNG of each of `queries` that has one (stat-cached: `benchmark.filehash`, so a rerun reads
+    only edits written since). An edit that vanishes or cannot be read gets `unreadable: <why>`, which matches no
+    stored row; the loader then records the failure with its reason."""
+    from benchmark.filehash import digests
+    from benchmark.hashing import file_sha256
+
+    folder = run_dir / EDITS_DIR
+    stats: dict[str, os.stat_result] = {}
+    out: dict[str, str] = {}
+    for q in queries:
+        try:
+            stats[q.id] = edit_path(run_dir, q.id).stat()
+        except OSError as err:
+            out[q.id] = f"unreadable: {err.strerror}"
+    try:
+        shas = digests(folder, [(f"{qid}.png", st) for qid, st in stats.items()])
+        return out | {qid: shas[f"{qid}.png"] for qid in stats}
+    except OSError:  # one vanished or unreadable after its stat: hash one by one to name it
+        pass
+    for qid in stats:
+        try:
+            out[qid] = file_sha256(str(edit_path(run_dir, qid)))
+        except OSError as err:
+            out[qid] = f"unreadable: {err.strerror}"
+    return out
 
 
 @dataclass
@@ -158,34 +180,35 @@ def _pending(queryset: QuerySet, run_dir: Path, metric_sig: str, index: QueryInd
     """(queries to score now, rows for queries that cannot be scored, sha256 of every edit PNG of the selection).
 
     A query is skipped when its stored row already has the status it would get now and, for an ok row, was
-    computed from an edit file with the same sha256 (each PNG is hashed once here; they are small).
+    computed from an edit file with the same sha256 (for any other row: states the same reason) (`edit_hashes`: only PNGs new since the last run are read).
     `excluded(q)` returns a reason when a suite does not score `q` at all (status `excluded`).
     """
     edits = latest_records(run_dir)
-    existing = read_scores(run_dir, metric_sig, columns=("query_id", "status", "edit_sha256"), valid_ids=index.ids)
-    have = ({qid: (st, sha) for qid, st, sha in zip(existing["query_id"], existing["status"], existing["edit_sha256"],
-                                                     strict=True)} if len(existing) else {})
+    existing = read_scores(run_dir, metric_sig, columns=("query_id", "status", "reason", "edit_sha256"),
+                           valid_ids=index.ids)
+    have = ({qid: (st, why, sha) for qid, st, why, sha in zip(existing["query_id"], existing["status"],
+                                                               existing["reason"], existing["edit_sha256"], strict=True)}
+            if len(existing) else {})
     todo: list[Query] = []
     rows: list[dict[str, Any]] = []
-    hashes: dict[str, str] = {}
+    state: list[tuple[Query, str, str]] = []
     for q in queryset.queries:
         rec = edits.get(q.id)
         why_excluded = excluded(q) if excluded else ""
-        path = edit_path(run_dir, q.id)
-        sha = ""
         if why_excluded:
-            status, reason = "excluded", why_excluded
-        elif path.is_file():
-            status, reason = "ok", ""
-            try:
-                sha = hashes[q.id] = file_sha256(path)
-            except OSError as err:  # vanished or unreadable: the loader will record the failure with its reason
-                sha = hashes[q.id] = f"unreadable: {err.strerror}"
+            state.append((q, "excluded", why_excluded))
+        elif edit_path(run_dir, q.id).is_file():
+            state.append((q, "ok", ""))
         else:
-            status = "failed" if rec else "missing"
             reason = rec.get("reason", "") if rec else "no edit (edit stage not run for this query)"
+            state.append((q, "failed" if rec else "missing", reason))
+    hashes = edit_hashes(run_dir, [q for q, status, _ in state if status == "ok"])
+    for q, status, reason in state:
+        sha = hashes.get(q.id, "")
         old = have.get(q.id)
-        if old is not None and old[0] == status and (status != "ok" or old[1] == sha):
+        # an ok row must have scored these bytes; any other row must state the current reason (a retried edit may
+        # have failed differently)
+        if old is not None and old[0] == status and (old[2] == sha if status == "ok" else old[1] == reason):
             continue
         if status == "ok":
             todo.append(q)
@@ -203,6 +226,27 @@ def _index_for(queryset: QuerySet, full_set: QuerySet | None, out_dir: Path,
     if stray:  # a programming error, not bad input: the selection must come from the set it is counted against
         raise ValueError(f"{len(stray)} selected queries (e.g. {stray[:3]}) are not in the full set {full.name}")
     return index
+
+
+def metric_meta(metrics: Mapping[str, PairwiseMetric]) -> dict[str, dict[str, Any]]:
+    """name -> {version, higher_is_better, description} of pairwise metrics (metrics.json, run.json's `metrics`)."""
+    return {name: {"version": m.info.version, "higher_is_better": m.info.higher_is_better,
+                   "description": m.info.description} for name, m in metrics.items()}
+
+
+def _begin(queryset: QuerySet, run_dir: Path, metric_sig: str, full_set: QuerySet | None, metrics_meta: dict,
+           excluded: Callable[[Query], str] | None = None
+           ) -> tuple[Path, list[Query], list[dict[str, Any]], dict[str, str], int]:
+    """Start of both score stages: write `metrics.json` and the query index, then find what is pending.
+
+    Returns (scores folder, queries to score, rows for queries that cannot be scored, edit sha256 by query id,
+    number of stored rows reused as they are)."""
+    out_dir = scores_dir(run_dir, metric_sig)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out_dir / "metrics.json", canonical_json(metrics_meta))
+    index = _index_for(queryset, full_set, out_dir, excluded)
+    todo, unscorable, hashes = _pending(queryset, run_dir, metric_sig, index, excluded)
+    return out_dir, todo, unscorable, hashes, len(queryset) - len(todo) - len(unscorable)
 
 
 class _PartWriter:
@@ -245,17 +289,9 @@ def run_score_stage(
     from tqdm import tqdm
 
     start = time.perf_counter()
-    out_dir = scores_dir(run_dir, metric_sig)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out_dir / "metrics.json", canonical_json({
-        name: {"version": m.info.version, "higher_is_better": m.info.higher_is_better, "description": m.info.description}
-        for name, m in metrics.items()
-    }))
-    index = _index_for(queryset, full_set, out_dir)
-    todo, skipped, hashes = _pending(queryset, run_dir, metric_sig, index)
-    reused = len(queryset) - len(todo) - len(skipped)
+    out_dir, todo, unscorable, hashes, reused = _begin(queryset, run_dir, metric_sig, full_set, metric_meta(metrics))
     names = list(metrics)
-    writer = _PartWriter(out_dir, skipped, list(ROW_KEYS) + names)
+    writer = _PartWriter(out_dir, unscorable, list(ROW_KEYS) + names)
 
     needs = frozenset().union(*(m.info.needs for m in metrics.values())) if metrics else frozenset()
     model_seconds = 0.0
@@ -312,12 +348,6 @@ def run_suite_stage(
     Queries the suite does not apply to (obj_remove for description-based editors) get status `excluded`.
     """
     start = time.perf_counter()
-    out_dir = scores_dir(run_dir, metric_sig)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out_dir / "metrics.json", canonical_json({
-        "suite": suite.info.name, "version": suite.info.version, "components": suite.components(),
-        "columns": list(suite.columns),
-    }))
     by_id = {q.id: q for q in queryset.queries}
 
     def excluded(q: Query) -> str:
@@ -325,10 +355,11 @@ def run_suite_stage(
             return ""
         return f"{suite.info.name} does not score {q.edit_type} for {prompt_kind}-based editors"
 
-    index = _index_for(queryset, full_set, out_dir, excluded)
-    todo, skipped, hashes = _pending(queryset, run_dir, metric_sig, index, excluded)
-    reused = len(queryset) - len(todo) - len(skipped)
-    writer = _PartWriter(out_dir, skipped)  # columns vary by task: parts keep whatever the rows carry
+    out_dir, todo, unscorable, hashes, reused = _begin(queryset, run_dir, metric_sig, full_set, {
+        "suite": suite.info.name, "version": suite.info.version, "components": suite.components(),
+        "columns": list(suite.columns),
+    }, excluded)
+    writer = _PartWriter(out_dir, unscorable)  # columns vary by task: parts keep whatever the rows carry
     if todo:
         for batch in suite.score_queries(queryset, todo, [edit_path(run_dir, q.id) for q in todo], work_dir=run_dir,
                                          num_workers=num_workers, progress=progress):

@@ -15,6 +15,7 @@ import re
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ ROW_KEYS = ("query_id", "image_id", "edit_type", "object_class", "status", "reas
 STRING_COLUMNS = frozenset(ROW_KEYS) | {"branch"}  # `branch`: HATIE's detection branch
 NOT_NULL = ("query_id", "status")
 STATUSES = frozenset({"ok", "failed", "missing", "excluded"})
+SCORES_DIR = "scores"  # <run dir>/scores/<metric signature>/: the parts and the index below
 INDEX_FILE = "queries.json"
 INDEX_FORMAT = 1
 INDEX_COLUMNS = ["query_id", "image_id", "edit_type", "object_class", "excluded"]
@@ -54,7 +56,7 @@ class QueryIndex:
     queryset_hash: str
     rows: tuple[tuple[str, str | None, str | None, str | None, str], ...]
 
-    @property
+    @cached_property  # built once: callers test membership per query (a property rebuilt it each time, O(n^2))
     def ids(self) -> frozenset[str]:
         return frozenset(r[0] for r in self.rows)
 

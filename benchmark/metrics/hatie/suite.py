@@ -155,7 +155,6 @@ class HatieSuite:
     info = MetricInfo("hatie", VERSION, True, description="HATIE fidelity/consistency criteria and Total")
     columns = CRITERIA
     column_info = COLUMN_INFO
-    summary = "benchmark.metrics.hatie.summary:summarize"
 
     def __init__(self, *, segmenter: Callable[..., Any], clip: Callable[..., Any], dino: Callable[..., Any],
                  lpips: Callable[..., Any], fid: Callable[..., Any] | None = None, vqa: Callable[..., Any] | None = None,
