@@ -48,14 +48,11 @@ install: ## create .venv and install editmeter with test tools
 	$(PY) -m pip install --quiet -e ".[test,lint]"
 	@$(PY) -c "import benchmark, torch; print('editmeter', benchmark.__version__, '| torch', torch.__version__)"
 
-demo: ## offline, ~2-3 min: HATIE and pixel leaderboards of the weight-free and the tiny diffusion editors on DEMO_SET
+demo: ## offline, ~2 min: HATIE and pixel leaderboards of the weight-free and the tiny diffusion editors on DEMO_SET
 	$(ONE_THREAD) $(RUN) --multirun editor=$(DEMO_EDITORS),$(DIFFUSION_EDITORS) queryset=$(DEMO_SET) profile=tiny metrics=basic $(ARGS)
-	@$(SHOW) --queryset $(DEMO_SET) > $(RESULTS)/demo-pixel.txt
 	$(ONE_THREAD) $(RUN) --multirun editor=$(DEMO_EDITORS),$(DIFFUSION_EDITORS) queryset=$(DEMO_SET) profile=tiny metrics=hatie $(ARGS)
-	@echo; echo "== HATIE (tiny random backbones: tests the pipeline, does not rank editors) =="
+	@echo; echo "== leaderboards: HATIE and pixel metrics (tiny random weights: they test the pipeline, they do not rank editors) =="
 	@$(SHOW) --queryset $(DEMO_SET)
-	@echo; echo "== pixel metrics (basic; also in $(RESULTS)/demo-pixel.txt) =="
-	@cat $(RESULTS)/demo-pixel.txt
 
 demo-diffusion: demo-diffusion-run ## only the tiny diffusion editors, first DIFFUSION_LIMIT demo queries, pixel metrics
 	$(SHOW) --queryset demo

@@ -33,7 +33,7 @@ from benchmark.stages.score_cache import SCORES_DIR, BadCacheFile, QueryIndex, w
 BOOTSTRAP_CHUNK = 500  # resamples drawn at once (bounds memory at chunk * n indices)
 RUN_META = "run.json"
 TABLES = {"leaderboard.csv": (), "leaderboard_by_type.csv": ("edit_type",), "leaderboard_by_class.csv": ("object_class",)}
-ID_COLUMNS = ("queryset", "queryset_hash", "editor", "editor_sig", "prompt_kind", "profile", "seed")
+ID_COLUMNS = ("queryset", "queryset_hash", "metric_set", "editor", "editor_sig", "prompt_kind", "profile", "seed")
 COUNT_COLUMNS = ("n_selected", "n_total", "n_ok", "n_failed", "n_missing", "complete", "mark")
 PROVENANCE_COLUMNS = ("metric_sig", "git_sha", "versions", "device")
 # run.json fields aggregation uses, with their types (anything else in run.json is informational)
@@ -120,6 +120,12 @@ def check_run_meta(meta: Any) -> dict[str, Any]:
     if suite is not None and not (isinstance(suite, dict) and isinstance(suite.get("name"), str)
                                   and isinstance(suite.get("components"), dict)):
         problems.append("suite (want null or {name, components})")
+    if not isinstance(meta.get("metric_set", ""), str):
+        problems.append("metric_set (want str)")
+    scored = meta.get("scored")
+    if scored is not None and not (isinstance(scored, dict) and all(isinstance(k, str) and isinstance(v, dict)
+                                                                    for k, v in scored.items())):
+        problems.append("scored (want metric signature -> {metric_order, column_order, metrics, suite, metric_set})")
     if problems:
         raise BadCacheFile("missing or malformed fields: " + ", ".join(problems))
     return meta
@@ -134,14 +140,20 @@ def load_run_meta(path: Path) -> dict[str, Any]:
     return check_run_meta(meta)
 
 
+def scorings(meta: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """metric signature -> run.json view for that metric set: every set the run folder was scored with (`scored`),
+    or, for a run.json written before `scored` existed, its one top-level set."""
+    keys = ("metric_order", "column_order", "metrics", "suite", "metric_set")
+    entries = meta.get("scored") or {meta["metric_sig"]: {k: meta[k] for k in keys if k in meta}}
+    return {sig: {**meta, **entry, "metric_sig": sig} for sig, entry in sorted(entries.items())}
+
+
 def collect_runs(results: Path, metric_sig: str | None = None) -> list[Run]:
-    """Every run folder under `results/runs` with valid scores for `metric_sig` (default: each run's own).
+    """Every (run folder, metric set) under `results/runs` with valid scores, for `metric_sig` only when given
+    (default: every metric set each run folder was scored with, so the tables do not depend on command order).
 
     A run whose run.json or query index is bad is skipped with a warning naming the file; bad score parts are
     quarantined (their rows then count as missing)."""
-    from benchmark.stages.score import read_scores, scores_dir
-    from benchmark.stages.score_cache import INDEX_FILE, read_query_index
-
     out = []
     for meta_path in sorted((results / "runs").glob(f"*/*/{RUN_META}")):
         try:
@@ -149,26 +161,42 @@ def collect_runs(results: Path, metric_sig: str | None = None) -> list[Run]:
         except BadCacheFile as err:
             warn(f"{meta_path}: {err}; this run is skipped (rerun its configuration to rewrite it)")
             continue
-        sig = metric_sig or meta["metric_sig"]
-        if meta["metric_sig"] != sig:
-            continue
-        folder = scores_dir(meta_path.parent, sig)
-        if not folder.is_dir():
-            continue
-        index = read_query_index(folder)
-        why = ("no valid " + INDEX_FILE if index is None else
-               f"{INDEX_FILE} is for query set {index.queryset_hash[:10]}, run.json for {meta['queryset_hash'][:10]}"
-               if index.queryset_hash != meta["queryset_hash"] else
-               f"{INDEX_FILE} lists {len(index.rows)} queries, run.json's queryset_size is {meta['queryset_size']}"
-               if len(index.rows) != meta["queryset_size"] else "")
-        if why:
-            warn(f"{folder}: {why}; this run is skipped (rerun its score stage)")
-            continue
-        scores = read_scores(meta_path.parent, sig, valid_ids=index.ids)
-        if len(scores):
-            scores = scores.sort_values("query_id", kind="stable").reset_index(drop=True)
-            out.append(Run(meta, index, scores, meta_path.parent))
+        for sig, view in scorings(meta).items():
+            if metric_sig is not None and sig != metric_sig:
+                continue
+            run = _collect_run(meta_path, view)
+            if run is not None:
+                out.append(run)
     return out
+
+
+def _collect_run(meta_path: Path, meta: dict[str, Any]) -> Run | None:
+    """One run folder's scores for the metric set `meta` describes (a view from `scorings`), or None."""
+    from benchmark.stages.score import read_scores, scores_dir
+    from benchmark.stages.score_cache import INDEX_FILE, read_query_index
+
+    sig = meta["metric_sig"]
+    try:
+        check_run_meta(meta)
+    except BadCacheFile as err:
+        warn(f"{meta_path}: metric set {sig}: {err}; skipped (rescore it to rewrite the entry)")
+        return None
+    folder = scores_dir(meta_path.parent, sig)
+    if not folder.is_dir():
+        return None
+    index = read_query_index(folder)
+    why = ("no valid " + INDEX_FILE if index is None else
+           f"{INDEX_FILE} is for query set {index.queryset_hash[:10]}, run.json for {meta['queryset_hash'][:10]}"
+           if index.queryset_hash != meta["queryset_hash"] else
+           f"{INDEX_FILE} lists {len(index.rows)} queries, run.json's queryset_size is {meta['queryset_size']}"
+           if len(index.rows) != meta["queryset_size"] else "")
+    if why:
+        warn(f"{folder}: {why}; this run is skipped (rerun its score stage)")
+        return None
+    scores = read_scores(meta_path.parent, sig, valid_ids=index.ids)
+    if not len(scores):
+        return None
+    return Run(meta, index, scores.sort_values("query_id", kind="stable").reset_index(drop=True), meta_path.parent)
 
 
 def _run_rows(run: Run, group_cols: tuple[str, ...], fname: str, n_resamples: int, seed: int) -> list[dict]:
@@ -185,7 +213,7 @@ def _run_rows(run: Run, group_cols: tuple[str, ...], fname: str, n_resamples: in
     metric_names = meta.get("metric_order") or list(meta["metrics"])
     suite = meta.get("suite")
     summary_fn = suite_summary(suite["name"]) if suite else None
-    ident = {c: meta[c] for c in ID_COLUMNS}
+    ident = {c: meta.get(c, "") if c == "metric_set" else meta[c] for c in ID_COLUMNS}
     prov = {"metric_sig": meta["metric_sig"], "git_sha": meta["git_sha"],
             "versions": json.dumps(meta["versions"], sort_keys=True), "device": meta["device"]}
     if group_cols:
@@ -230,7 +258,7 @@ def build_tables(runs: list[Run], n_resamples: int, seed: int) -> dict[str, Any]
         df = pd.DataFrame(rows)
         if len(df):
             df["_partial"] = ~df["complete"].astype(bool)
-            df = df.sort_values(["queryset", "prompt_kind", "_partial", "editor", "editor_sig", *group_cols],
+            df = df.sort_values(["queryset", "metric_set", "prompt_kind", "_partial", "editor", "editor_sig", *group_cols],
                                 kind="stable").drop(columns="_partial").reset_index(drop=True)
         tables[fname] = df
     return tables
@@ -244,12 +272,13 @@ def metric_table(runs: list[Run]):
     for run in runs:
         meta = run.meta
         for name in meta.get("column_order") or meta["metrics"]:
-            seen.setdefault(name, {"metric": name} | meta["metrics"][name])
+            seen.setdefault(name, {"metric": name, "metric_set": meta.get("metric_set", "")} | meta["metrics"][name])
     return pd.DataFrame(list(seen.values()))
 
 
-def write_leaderboards(results: Path, metric_sig: str, n_resamples: int, seed: int) -> dict[str, Path]:
-    """Rebuild the leaderboard CSVs from every run under `results` scored with `metric_sig`."""
+def write_leaderboards(results: Path, metric_sig: str | None, n_resamples: int, seed: int) -> dict[str, Path]:
+    """Rebuild the leaderboard CSVs from every run under `results`: one row per run folder and metric set it was
+    scored with (`metric_sig` None), so the tables never depend on which command ran last; or only `metric_sig`."""
     from benchmark.fileio import atomic_write_text
 
     runs = collect_runs(results, metric_sig)
@@ -285,12 +314,18 @@ def format_table(results: Path, queryset: str | None = None) -> str:
         stale.append(f"NOTE: {results / 'leaderboard_metrics.csv'} is missing, so no metric column is shown. Rebuild "
                      "the tables: rerun a run's command with stages=[aggregate].")
     better = dict(zip(meta["metric"], meta["higher_is_better"], strict=True)) if meta is not None else {}
-    metrics = [m for m in better if m in df]
+    metric_set = (dict(zip(meta["metric"], meta["metric_set"].fillna(""), strict=True))
+                  if meta is not None and "metric_set" in meta else {})
     if "complete" not in df:  # a leaderboard written before completeness was recorded: nothing is known complete
         df = df.assign(complete=False, mark="completeness unknown")
+    if "metric_set" not in df:  # written before one table held every metric set
+        df = df.assign(metric_set="")
+    df["metric_set"] = df["metric_set"].fillna("")
     lines = stale
-    for (qs, kind, profile), part in df.groupby(["queryset", "prompt_kind", "profile"], sort=True):
-        lines.append(f"\nqueryset={qs}  {kind}-based editors  profile={profile}")
+    for (qs, mset, kind, profile), part in df.groupby(["queryset", "metric_set", "prompt_kind", "profile"], sort=True):
+        # each metric set's own columns (the CSV holds the union of every set's columns)
+        metrics = [m for m in better if m in part and metric_set.get(m, mset) == mset]
+        lines.append(f"\nqueryset={qs}  metrics={mset or '?'}  {kind}-based editors  profile={profile}")
         header = ["editor", "sig", "n_ok", "fail", "miss", "coverage"] + [f"{m}{'↑' if better[m] else '↓'}" for m in metrics]
         done = part["complete"].astype(str).str.lower() == "true"
         blocks = [(part[done], None), (part[~done], "partial runs (not comparable with the rows above):")]

@@ -99,16 +99,22 @@ def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
     # leftovers of writers killed before their rename (issue 11): in the run folder, and the leaderboards' own
     remove_stale_tmp(run_dir, started)
     remove_stale_tmp(results, started, recursive=False)
+    scoring = {
+        "metric_set": _choices(cfg).get("metrics", ""),
+        "metric_order": list(suite.columns) if suite else list(metrics),
+        "column_order": list(suite.column_info) if suite else list(metrics),  # run.json's dicts are key-sorted
+        "metrics": _metric_meta(metrics, suite),
+        "suite": {"name": suite.info.name, "components": suite.components()} if suite else None,  # summary: benchmark.summaries
+    }
     meta = {
         "queryset": full.name, "queryset_hash": full.hash, "queryset_size": len(full),
         "selection": {"shard": [int(cfg.shard.index), int(cfg.shard.count)], "limit": cfg.limit, "n_selected": len(qs)},
         "editor": editor_name, "editor_sig": sig,
         "prompt_kind": editor.prompt_kind, "profile": profile, "seed": int(cfg.seed),
         "editor_config": portable(editor_cfg), "editor_info": portable(editor.info()), "metric_sig": msig,
-        "metric_order": list(suite.columns) if suite else list(metrics),
-        "column_order": list(suite.column_info) if suite else list(metrics),  # run.json's dicts are key-sorted
-        "metrics": _metric_meta(metrics, suite),
-        "suite": {"name": suite.info.name, "components": suite.components()} if suite else None,  # summary: benchmark.summaries
+        **scoring,
+        # every metric set this folder was scored with, so a second suite never hides the first one's rows
+        "scored": _earlier_scorings(run_dir / RUN_META) | {msig: scoring},
         **provenance("cpu"),
         "updated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
@@ -137,7 +143,7 @@ def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
         print(f"[editmeter] score: {sc.computed} scored, {sc.reused} reused ({sc.model_seconds:.2f} s in metrics)")
     if "aggregate" in cfg.stages:
         with timer("aggregate"):
-            written = write_leaderboards(results, msig, cfg.aggregate.bootstrap_resamples, cfg.aggregate.bootstrap_seed)
+            written = write_leaderboards(results, None, cfg.aggregate.bootstrap_resamples, cfg.aggregate.bootstrap_seed)
         summary["tables"] = {k: str(v) for k, v in written.items()}
         print(f"[editmeter] aggregate: wrote {', '.join(p.name for p in written.values())} in {results}")
     print(f"[editmeter] timings ({editor_name}): {timer.table()}")
@@ -150,6 +156,22 @@ def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
     if verdict:
         raise TooManyFailures(verdict)
     return summary
+
+
+def _earlier_scorings(path: Path) -> dict[str, Any]:
+    """The metric sets an existing run.json records (`scored`), or {} when it is absent or unusable (a broken one is
+    rewritten; aggregation warns about it in the meantime)."""
+    from benchmark.leaderboard import load_run_meta, scorings
+    from benchmark.stages.score_cache import BadCacheFile
+
+    if not path.is_file():
+        return {}
+    try:
+        views = scorings(load_run_meta(path))
+    except BadCacheFile:
+        return {}
+    keys = ("metric_set", "metric_order", "column_order", "metrics", "suite")
+    return {sig: {k: v[k] for k in keys if k in v} for sig, v in views.items()}
 
 
 def _failure_verdict(st: Any, max_fraction: float) -> str:

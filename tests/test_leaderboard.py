@@ -1,10 +1,12 @@
 """Aggregation: bootstrap errors, failure accounting, missing values."""
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
 
-from benchmark.leaderboard import bootstrap_se, summarize
+from benchmark.leaderboard import bootstrap_se, format_table, summarize
 
 
 def test_bootstrap_se_of_constant_data_is_zero():
@@ -44,3 +46,33 @@ def test_bootstrap_se_depends_on_order_so_callers_sort():
     # why the leaderboard sorts rows by query id: the same values in another order resample differently
     x = np.random.default_rng(2).normal(size=50)
     assert bootstrap_se(x, 300, 0) != bootstrap_se(x[::-1], 300, 0)
+
+
+def test_tables_hold_every_metric_set_of_a_run_whatever_the_command_order(tmp_path):
+    """A run folder scored with two metric sets appears under both, and the tables do not depend on which came last."""
+    import json
+
+    from benchmark.run import compose, run_pipeline
+
+    def run(results, metrics):
+        cfg, _ = compose(["editor=overedit", "queryset=demo_mini", "profile=tiny", f"metrics={metrics}",
+                          f"paths.results={results}", "progress=false", "aggregate.bootstrap_resamples=100"])
+        return run_pipeline(cfg, "overedit")
+
+    first, second = tmp_path / "basic-then-hatie", tmp_path / "hatie-then-basic"
+    for results, order in ((first, ("basic", "hatie")), (second, ("hatie", "basic"))):
+        for metrics in order:
+            summary = run(results, metrics)
+        scored = json.loads((Path(summary["run_dir"]) / "run.json").read_text())["scored"]
+        assert sorted(v["metric_set"] for v in scored.values()) == ["basic", "hatie"]
+    provenance = ["git_sha", "versions", "device"]
+    for name in ("leaderboard.csv", "leaderboard_by_type.csv", "leaderboard_by_class.csv"):
+        a, b = (pd.read_csv(r / name).drop(columns=provenance) for r in (first, second))
+        assert list(a["metric_set"].unique()) == ["basic", "hatie"] and a["complete"].all()
+        pd.testing.assert_frame_equal(a, b)
+    metrics = pd.read_csv(first / "leaderboard_metrics.csv").set_index("metric")["metric_set"]
+    assert metrics["psnr"] == "basic" and metrics["Total"] == "hatie"
+    shown = format_table(first)
+    assert "metrics=basic" in shown and "metrics=hatie" in shown
+    hatie_section = shown[shown.index("metrics=hatie"):]
+    assert "Total↑" in hatie_section and "psnr↑" not in hatie_section  # each set shows its own columns

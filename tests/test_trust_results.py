@@ -141,7 +141,8 @@ def test_run_json_summary_path_is_never_imported(tmp_path, monkeypatch):
     assert "UNKNOWN SUITE" in r["mark"] and r["m"] == pytest.approx(0.5)
 
 
-@pytest.mark.parametrize("damage", ["garbage", "truncated", "bad_json", "missing_field", "wrong_type"])
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "bad_json", "missing_field", "wrong_type", "scored_not_a_dict",
+                                    "scored_entry_malformed"])
 def test_a_broken_run_json_skips_that_run_only(tmp_path, damage):
     bad = make_run(tmp_path, IDS, [rows(IDS)], editor="bad")
     make_run(tmp_path, IDS, [rows(IDS)], editor="good")
@@ -150,7 +151,9 @@ def test_a_broken_run_json_skips_that_run_only(tmp_path, damage):
     (bad / "run.json").write_bytes({
         "garbage": os.urandom(64), "truncated": text[: len(text) // 2].encode(), "bad_json": b"[" * 100000,
         "missing_field": json.dumps({k: v for k, v in meta.items() if k != "editor_sig"}).encode(),
-        "wrong_type": json.dumps(meta | {"queryset_size": "10"}).encode()}[damage])
+        "wrong_type": json.dumps(meta | {"queryset_size": "10"}).encode(),
+        "scored_not_a_dict": json.dumps(meta | {"scored": ["m"]}).encode(),
+        "scored_entry_malformed": json.dumps(meta | {"scored": {SIG: {"metrics": {"m": 5}}}}).encode()}[damage])
     with pytest.warns(ResultsWarning, match=r"bad-e1.run\.json.*skipped"):
         df = overall(tmp_path)
     assert list(df["editor"]) == ["good"]
