@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from benchmark.hashing import stable_hash
+from benchmark.provenance import PROJECT_ROOT
 from benchmark.stages.score_cache import SCORES_DIR, BadCacheFile, QueryIndex, warn
 
 BOOTSTRAP_CHUNK = 500  # resamples drawn at once (bounds memory at chunk * n indices)
@@ -364,7 +365,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                                  "arrows for the better direction, one section per editor family.")
     sub = ap.add_subparsers(dest="cmd", required=True)
     show = sub.add_parser("show", help="print results/leaderboard.csv readably")
-    show.add_argument("--results", type=Path, default=Path("results"), help="results folder (default: results)")
+    # the folder runs write to by default (paths.results), wherever the command is started from
+    show.add_argument("--results", type=Path, default=PROJECT_ROOT / "results",
+                      help="results folder (default: <checkout>/results, the default paths.results)")
     show.add_argument("--queryset", default=None, help="only this query set")
     args = ap.parse_args(argv)
     print(format_table(args.results, args.queryset))

@@ -263,3 +263,13 @@ def test_console_script_and_accelerate_are_declared():
     module, _, func = meta["scripts"]["editmeter"].partition(":")
     assert callable(getattr(importlib.import_module(module), func))
     assert any(re.match(r"accelerate\b", d) for d in meta["dependencies"])
+
+
+def test_show_reads_the_checkout_results_from_any_folder(tmp_path, monkeypatch, capsys):
+    from benchmark.leaderboard import main as show_main
+
+    monkeypatch.chdir(tmp_path)  # an empty folder: a cwd-relative default would find nothing here
+    seen = []
+    monkeypatch.setattr("benchmark.leaderboard.format_table", lambda results, queryset=None: seen.append(results) or "")
+    assert show_main(["show"]) == 0
+    assert seen == [ROOT / "results"]
