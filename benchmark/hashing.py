@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from typing import Any
 
 
@@ -16,7 +17,8 @@ def stable_hash(obj: Any, length: int = 12) -> str:
     return hashlib.sha256(canonical_json(obj).encode("utf-8")).hexdigest()[:length]
 
 
-def file_sha256(path: str) -> str:
+def file_sha256(path: str | os.PathLike[str]) -> str:
+    """sha256 of a file's bytes, read in 1 MiB chunks."""
     h = hashlib.sha256()
     with open(path, "rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
