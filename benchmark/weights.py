@@ -165,6 +165,10 @@ def _dino(node: dict[str, Any]) -> list[Checkpoint]:
     return _hf_model(DINO_ID, DINO_REVISION)(node)
 
 
+def _dino_v1(node: dict[str, Any]) -> list[Checkpoint]:
+    return _hf_model("facebook/dino-vitb16", "main")(node)
+
+
 def _vqa(node: dict[str, Any]) -> list[Checkpoint]:
     from benchmark.models.vqa import VQA_ID, VQA_REVISION
 
@@ -209,6 +213,7 @@ def _segmenter(node: dict[str, Any]) -> list[Checkpoint]:
 RESOLVERS: dict[str, Callable[[dict[str, Any]], list[Checkpoint]]] = {
     "benchmark.models.clip.load_clip": _clip,
     "benchmark.models.dino.load_dino": _dino,
+    "benchmark.models.dino_v1.load_dino_v1": _dino_v1,
     "benchmark.models.vqa.load_vqa": _vqa,
     "benchmark.models.perceptual.load_lpips": _lpips,
     "benchmark.models.inception.load_fid_extractor": _fid,

@@ -388,3 +388,39 @@ def test_diffusion_scheduler_pair():
     assert {k: tiny.get(k) for k in SD_SCHEDULER_PINNED} == SD_SCHEDULER_PINNED
     assert {k: v for k, v in SD_SCHEDULER.items() if k in SD_SCHEDULER_PINNED} == \
         {k: v for k, v in SD_SCHEDULER_PINNED.items() if k in SD_SCHEDULER}
+
+
+# -- DINO v1 (EditVal ViT-B/16, MagicBrush ViT-S/16) ---------------------------------------------------------
+
+# pooler_output_size defaults to hidden_size (no pooler is built: add_pooling_layer=False)
+DINO_V1_SIZES = {"hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "pooler_output_size"}
+
+
+def test_dino_v1_pairs():
+    from transformers import ViTConfig, ViTModel
+
+    from benchmark.models.dino_v1 import BASE_CONFIGS, DINO_V1_MODELS, load_dino_v1
+
+    for model_id, kind in DINO_V1_MODELS.items():
+        real = meta(lambda kind=kind: ViTModel(ViTConfig(**BASE_CONFIGS[kind]), add_pooling_layer=False))
+        tiny = load_dino_v1("tiny", model_id=model_id).model
+        assert config_diff(real.config.to_dict(), tiny.config.to_dict(), DINO_V1_SIZES) == []
+        assert switch_diff(real, tiny) == []
+
+
+def test_dino_v1_features_follow_the_recipe():
+    import torch
+
+    from benchmark.models.dino_v1 import load_dino_v1
+
+    enc = load_dino_v1("tiny", recipe="resize256-crop224")
+    x = torch.rand(2, 3, 300, 200)
+    f = enc.embed_images(x)
+    assert f.shape == (2, 32)
+    # batch in, batch out, order kept: one image alone gives its row of the batch
+    assert torch.allclose(enc.embed_images(x[1:]), f[1:], atol=1e-5)
+    # the centre crop ignores a border outside it
+    y = x.clone()
+    y[..., :5, :] = 0
+    assert torch.allclose(enc.embed_images(y), f, atol=1e-5)
+    assert load_dino_v1("tiny", recipe="resize224").embed_images(y).sub(f).abs().max() > 1e-4

@@ -1,0 +1,116 @@
+"""DINO (v1) ViT image features through transformers: the CLS token of `last_hidden_state` (after the final layer
+norm, which is what the original torch.hub models return). EditVal uses ViT-B/16, MagicBrush ViT-S/16.
+
+Two input recipes, named so they can be part of a metric's signature:
+  - `resize224`: resize straight to 224 x 224 (EditVal, via the ViT image processor);
+  - `resize256-crop224`: shorter side to 256, centre crop 224 (MagicBrush's torchvision transform).
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any
+
+from benchmark.models.common import WeightsUnavailableError, check_source, tiny_model_dir
+
+DINO_V1_MODELS = {"facebook/dino-vitb16": "vitb16", "facebook/dino-vits16": "vits16"}
+# The hub's config.json of each model (transformers' ViTConfig); `random` builds these, tiny shrinks the widths.
+BASE_CONFIGS: dict[str, dict[str, Any]] = {
+    "vitb16": {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12, "intermediate_size": 3072,
+               "patch_size": 16, "image_size": 224, "num_channels": 3, "hidden_act": "gelu",
+               "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0, "initializer_range": 0.02,
+               "layer_norm_eps": 1e-12, "qkv_bias": True},
+    "vits16": {"hidden_size": 384, "num_hidden_layers": 12, "num_attention_heads": 6, "intermediate_size": 1536,
+               "patch_size": 16, "image_size": 224, "num_channels": 3, "hidden_act": "gelu",
+               "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0, "initializer_range": 0.02,
+               "layer_norm_eps": 1e-12, "qkv_bias": True},
+}
+TINY_SIZES = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64}
+RECIPES = ("resize224", "resize256-crop224")
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+TINY_SEED = 0
+
+
+class DinoV1Encoder:
+    """Batched DINO CLS features of images (float (B, 3, H, W) in [0, 1]) -> (B, D)."""
+
+    def __init__(self, model: Any, *, recipe: str, device: str = "cpu", name: str = "") -> None:
+        if recipe not in RECIPES:
+            raise ValueError(f"unknown DINO input recipe {recipe!r}; expected one of {', '.join(RECIPES)}")
+        self.model, self.recipe, self.device, self.name = model, recipe, device, name
+
+    @property
+    def signature(self) -> str:
+        return f"{self.name}|{self.recipe}"
+
+    def prepare(self, images: Any) -> Any:
+        """The recipe's resize / crop and ImageNet normalisation."""
+        import torch
+        import torch.nn.functional as F
+
+        x = images.to(self.device)
+        if self.recipe == "resize224":
+            x = F.interpolate(x, size=(224, 224), mode="bicubic", antialias=True, align_corners=False)
+        else:
+            h, w = x.shape[-2:]
+            s = 256 / min(h, w)
+            nh, nw = max(224, round(h * s)), max(224, round(w * s))
+            x = F.interpolate(x, size=(nh, nw), mode="bilinear", antialias=True, align_corners=False)
+            top, left = (nh - 224) // 2, (nw - 224) // 2
+            x = x[..., top : top + 224, left : left + 224]
+        mean = torch.tensor(IMAGENET_MEAN, device=x.device).view(1, 3, 1, 1)
+        std = torch.tensor(IMAGENET_STD, device=x.device).view(1, 3, 1, 1)
+        return ((x.clamp(0, 1) - mean) / std).to(self.model.dtype)
+
+    def embed_images(self, images: Any) -> Any:
+        import torch
+
+        with torch.inference_mode():
+            out = self.model(pixel_values=self.prepare(images))
+        return out.last_hidden_state[:, 0].float()
+
+
+def config_for(kind: str, source: str) -> dict[str, Any]:
+    """The ViTConfig kwargs `source` builds for `kind` (vitb16 / vits16): the hub's, or its tiny-width copy."""
+    base = BASE_CONFIGS[kind]
+    return {**base, **TINY_SIZES} if source == "tiny" else dict(base)
+
+
+def _builder(config: dict[str, Any]):
+    def build(path: Path) -> None:
+        import torch
+        from transformers import ViTConfig, ViTModel
+
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(TINY_SEED)
+            ViTModel(ViTConfig(**config), add_pooling_layer=False).save_pretrained(path)
+
+    return build
+
+
+@functools.lru_cache(maxsize=4)
+def load_dino_v1(weights: str = "pretrained", model_id: str = "facebook/dino-vitb16", revision: str = "main",
+                 recipe: str = "resize224", device: str = "cpu") -> DinoV1Encoder:
+    """DINO ViT once per process (per arguments), always through `ViTModel.from_pretrained`: the hub id
+    (pretrained), or a cached folder of random weights (tiny: small widths; random: the real shape)."""
+    from transformers import ViTModel
+
+    if model_id not in DINO_V1_MODELS:
+        raise ValueError(f"unknown DINO model {model_id!r}; expected one of {', '.join(DINO_V1_MODELS)}")
+    kind = DINO_V1_MODELS[model_id]
+    source = check_source(weights)
+    if source == "pretrained":
+        location, kwargs = model_id, {"revision": revision}
+    else:
+        config = config_for(kind, source)
+        location, kwargs = str(tiny_model_dir(f"dino-{kind}-{source}", config, _builder(config))), {}
+    try:
+        model = ViTModel.from_pretrained(location, add_pooling_layer=False, **kwargs)
+    except OSError as err:
+        if source != "pretrained":
+            raise
+        raise WeightsUnavailableError(f"DINO {kind}", f"{model_id}@{revision}", err) from err
+    name = f"{model_id}@{revision}" if source == "pretrained" else f"dino-{kind}-{source}"
+    return DinoV1Encoder(model.to(device).eval(), recipe=recipe, device=device, name=name)
