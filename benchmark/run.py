@@ -66,6 +66,7 @@ def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
     from benchmark.fileio import atomic_write_text, remove_stale_tmp
     from benchmark.hashing import canonical_json
     from benchmark.leaderboard import RUN_META, write_leaderboards
+    from benchmark.locking import locked
     from benchmark.preflight import load_selection, run_preflight
     from benchmark.provenance import provenance
     from benchmark.stages.edit import run_edit_stage
@@ -113,12 +114,14 @@ def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
         "prompt_kind": editor.prompt_kind, "profile": profile, "seed": int(cfg.seed),
         "editor_config": portable(editor_cfg), "editor_info": portable(editor.info()), "metric_sig": msig,
         **scoring,
-        # every metric set this folder was scored with, so a second suite never hides the first one's rows
-        "scored": _earlier_scorings(run_dir / RUN_META) | {msig: scoring},
         **provenance("cpu"),
         "updated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
-    atomic_write_text(run_dir / RUN_META, canonical_json(meta) + "\n")
+    # shards of one run (benchmark.launch) update run.json concurrently: read and write under one lock
+    with locked(run_dir / RUN_META):
+        # every metric set this folder was scored with, so a second suite never hides the first one's rows
+        meta["scored"] = _earlier_scorings(run_dir / RUN_META) | {msig: scoring}
+        atomic_write_text(run_dir / RUN_META, canonical_json(meta) + "\n")
     print(f"[editmeter] {len(qs)} queries of {full.name} (hash {full.short_hash}) -> {run_dir}")
 
     summary: dict[str, Any] = {"run_dir": str(run_dir), "run_id": run_id, "editor_sig": sig, "metric_sig": msig}

@@ -53,7 +53,10 @@ class ScoreStats:
 
 def part_name(n: int) -> str:
     """Unique, chronologically sortable part file name (shards of one run may write concurrently)."""
-    return f"part-{time.time_ns():020d}-{os.getpid()}-{n:05d}.parquet"
+    from benchmark.fileio import _host
+
+    # the host too: shards on several machines (Slurm) share the folder, and their pids may coincide
+    return f"part-{time.time_ns():020d}-{_host()}-{os.getpid()}-{n:05d}.parquet"
 
 
 def scores_dir(run_dir: Path, metric_sig: str) -> Path:
