@@ -256,7 +256,9 @@ def _hydra_entry() -> None:
     @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="config")
     def _main(cfg: Any) -> None:
         quiet_third_party(progress_enabled(cfg.progress))
-        statuses.append(run_and_report(cfg, HydraConfig.get().runtime.choices["editor"]))
+        from benchmark.launch import run_job  # multirun jobs record their status (and pin a GPU) for `launch`
+
+        statuses.append(run_job(cfg, HydraConfig.get().runtime.choices["editor"]))
 
     _main()
     if any(statuses):
