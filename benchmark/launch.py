@@ -128,7 +128,7 @@ def visible_gpus() -> list[str]:
         out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20, check=False).stdout
     except (OSError, subprocess.SubprocessError):
         return []
-    return [str(i) for i, line in enumerate(l for l in out.splitlines() if l.startswith("GPU "))]
+    return [str(i) for i, _ in enumerate(s for s in out.splitlines() if s.startswith("GPU "))]
 
 
 def parse_gpus(spec: str | None) -> list[str]:

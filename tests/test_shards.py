@@ -36,8 +36,8 @@ def _tables(results: Path) -> dict[str, str]:
     return {t: (results / t).read_text() for t in TABLES}
 
 
-def _check_k(tmp_path: Path, metrics: str, editors: tuple[str, ...], ks: tuple[int, ...], first: int = 14
-             ) -> dict[int, dict]:
+def _check_k(tmp_path: Path, metrics: str, editors: tuple[str, ...], ks: tuple[int, ...], first: int = 14,
+             exact: bool = True) -> dict[int, dict]:
     out = {}
     for k in ks:
         results = tmp_path / f"k{k}"
@@ -46,8 +46,27 @@ def _check_k(tmp_path: Path, metrics: str, editors: tuple[str, ...], ks: tuple[i
         out[k] = _tables(results)
     for k in ks[1:]:
         for t in TABLES:
-            assert out[k][t] == out[ks[0]][t], f"{metrics}: {t} with {k} shards differs from {ks[0]}"
+            if exact:
+                assert out[k][t] == out[ks[0]][t], f"{metrics}: {t} with {k} shards differs from {ks[0]}"
+            else:
+                _assert_close(out[k][t], out[ks[0]][t], f"{metrics}: {t} with {k} shards vs {ks[0]}")
     return out
+
+
+def _assert_close(a: str, b: str, what: str) -> None:
+    """Same rows, same text columns, every number within 1e-5 relative (HATIE's raw sub-scores move by ~1e-8 with
+    the composition of the batches the backbones ran, which sharding changes: docs/scale.md)."""
+    import io
+
+    import pandas as pd
+
+    x, y = pd.read_csv(io.StringIO(a)), pd.read_csv(io.StringIO(b))
+    assert list(x.columns) == list(y.columns) and len(x) == len(y), what
+    for c in x.columns:
+        if x[c].dtype.kind == "f":
+            assert np.allclose(x[c], y[c], rtol=1e-5, atol=1e-9, equal_nan=True), f"{what}: {c}"
+        else:
+            assert x[c].tolist() == y[c].tolist(), f"{what}: {c}"
 
 
 def _overall(tables: dict[str, str]) -> list[dict]:
@@ -94,17 +113,14 @@ def test_hatie_parts_merge_exactly(tmp_path, single_thread_torch):
         assert _tables(results) == want, f"{k} parts"
 
 
-@pytest.mark.slow
-def test_hatie_shards_merge_exactly(tmp_path, single_thread_torch):
-    """End to end: 2 HATIE shards (overedit, 9 queries on 2 source images) equal one process."""
-    _check_k(tmp_path, "hatie", ("overedit",), (1, 2), first=9)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("metrics", ["basic", "hatie"])
 def test_shards_merge_exactly_k123(tmp_path, single_thread_torch, metrics):
-    """The whole demo_mini set, identity and overedit, k = 1, 2, 3."""
-    _check_k(tmp_path, metrics, ("identity", "overedit"), (1, 2, 3))
+    """End to end on the whole demo_mini set, identity and overedit, k = 1, 2, 3: pixel metrics identical; HATIE
+    identical up to its backbones' batch-composition noise (the merge itself is exact: the parts test above)."""
+    _check_k(tmp_path, metrics, ("identity", "overedit"), (1, 2, 3), exact=metrics == "basic")
 
 
 # -- concurrent writers of the shared files of a run folder -------------------------------------------------------
