@@ -38,8 +38,8 @@ from typing import Any
 
 LAUNCHERS = ("local", "slurm", "slurm_local")
 STATUS_FILE = "editmeter_status.json"
-ENV_GPUS = "EDITMETER_GPUS"        # set by the launch for local jobs: the GPUs to pin them to ("" = none)
-ENV_LOCKS = "EDITMETER_GPU_LOCKS"  # folder of the GPU lease locks
+ENV_GPUS = "EDITMETER_GPUS"        # set in a launch's jobs: the GPUs to pin them to ("" = none: run in-process)
+ENV_LOCKS = "EDITMETER_LAUNCH_DIR"  # set in a launch's jobs: the launch's job folder (GPU lease locks below it)
 RESERVED = ("shard.index", "shard.count", "hydra/launcher", "hydra.sweep.dir")
 
 
@@ -64,7 +64,8 @@ def run_job(cfg: Any, editor_name: str) -> int:
     gpus = [g for g in os.environ.get(ENV_GPUS, "").split(",") if g]
     gpu = None
     if gpus:
-        with lease_gpu(gpus, int(cfg.shard.index), Path(os.environ.get(ENV_LOCKS) or hc.sweep.dir)) as gpu:
+        with lease_gpu(gpus, int(cfg.shard.index), Path(os.environ.get(ENV_LOCKS) or hc.sweep.dir) / ".gpu-locks"
+                       ) as gpu:
             status = _pinned(list(hc.overrides.task), hc.runtime.output_dir, gpu)
     elif os.environ.get(ENV_LOCKS):  # under a launch: a crash is this job's status, the other jobs go on
         try:
@@ -172,6 +173,8 @@ def build_multirun(overrides: Sequence[str], *, workers: int, launcher: str, gpu
              f"hydra/launcher={launcher}", f"hydra.sweep.dir={sweep_dir}"]
     if launcher == "local":
         args.append(f"hydra.launcher.n_jobs={len(gpus) or workers}")  # pinned: one job per GPU at a time
+    # set by Hydra in each job's process (not inherited from ours: joblib may reuse workers of an earlier launch)
+    args += [f"++hydra.job.env_set.{ENV_GPUS}='{','.join(gpus)}'", f"++hydra.job.env_set.{ENV_LOCKS}='{sweep_dir}'"]
     return ["--multirun", *args]
 
 
@@ -220,9 +223,7 @@ def launch(overrides: Sequence[str], *, workers: int, launcher: str = "local", g
     pin = launcher == "local" and bool(gpus)
     print(f"[editmeter] launch: {n_jobs} job(s) ({workers} shard(s) per run) via {launcher}"
           + (f", GPUs {','.join(gpus)}" if pin else ", no GPU pinning") + f"; job folders in {sweep_dir}", flush=True)
-    saved = {k: os.environ.get(k) for k in (ENV_GPUS, ENV_LOCKS)}
-    os.environ[ENV_GPUS] = ",".join(gpus) if pin else ""
-    os.environ[ENV_LOCKS] = str(sweep_dir / ".gpu-locks")
+    saved = {k: os.environ.get(k) for k in (ENV_GPUS, ENV_LOCKS)}  # in-process jobs set them here
     try:
         try:
             run_main(args)

@@ -113,6 +113,8 @@ def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
         "editor": editor_name, "editor_sig": sig,
         "prompt_kind": editor.prompt_kind, "profile": profile, "seed": int(cfg.seed),
         "editor_config": portable(editor_cfg), "editor_info": portable(editor.info()), "metric_sig": msig,
+        # the editor keys set on the command line (a sweep's settings: docs/scale.md), e.g. editor.guidance_scale=5
+        "editor_overrides": _editor_overrides(cfg),
         **scoring,
         **provenance("cpu"),
         "updated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -188,6 +190,20 @@ def _failure_verdict(st: Any, max_fraction: float) -> str:
     return (f"{st.failure_summary()}. The run is not trustworthy ({why}); its tables were written but they "
             "leave the failed queries out. Fix the cause, then rerun with retry_failed=true (fail_fast=true stops at "
             "the first failure with its traceback; max_failed_fraction=<share> accepts more failures).")
+
+
+def _editor_overrides(cfg: Any) -> list[str]:
+    """The `editor.<key>=<value>` overrides of this run (sorted), from Hydra's record of the command line."""
+    try:
+        if "hydra" in cfg:
+            task = list(cfg.hydra.overrides.task)
+        else:
+            from hydra.core.hydra_config import HydraConfig
+
+            task = list(HydraConfig.get().overrides.task)
+    except ValueError:  # not inside a Hydra run
+        return []
+    return sorted(o for o in task if o.lstrip("+~").startswith("editor."))
 
 
 def _choices(cfg: Any) -> dict[str, str]:

@@ -89,6 +89,7 @@ def test_pinned_job_sees_only_its_gpu(monkeypatch, tmp_path):
     assert seen["cmd"][1:3] == ["-m", "benchmark.run"] and f"hydra.run.dir={tmp_path}" in seen["cmd"]
 
 
+@pytest.mark.slow  # two fresh processes importing torch, a loky pool and a reference run: ~15 s quiet
 def test_local_launch_pins_shards_and_equals_one_process(tmp_path, restore_logging, single_thread_torch):
     """Two shards through the joblib launcher, each a fresh process pinned to its GPU (CUDA_VISIBLE_DEVICES is
     harmless on a CPU machine), then one aggregate: the leaderboard equals a single process's."""
@@ -116,6 +117,7 @@ def test_sweep_gives_one_run_folder_per_setting(tmp_path, restore_logging):
     metas = [json.loads(p.read_text()) for p in res.glob("runs/*/*/run.json")]
     assert sorted(m["editor_config"]["noise_std"] for m in metas) == [6.0, 12.0]
     assert sorted(m["editor_info"]["noise_std"] for m in metas) == [6.0, 12.0]
+    assert sorted(m["editor_overrides"] for m in metas) == [["editor.noise_std=12"], ["editor.noise_std=6"]]
     assert len({m["editor_sig"] for m in metas}) == 2 and len(_overall(res)) == 2
 
 
