@@ -1,7 +1,7 @@
 """Score stage: one row per query with every metric's raw value, written as Parquet parts (resumable).
 
-Rows live in `<run dir>/scores/<metric signature>/part-<time ns>-<pid>-<n>.parquet` (names sort in write order and
-never collide between shards running at once). Beside them, `queries.json` lists the *full* query set (ids, edit
+Rows live in `<run dir>/scores/<metric signature>/part-<time ns>-<host>-<pid>-<n>.parquet` (names sort in write
+order and never collide between shards running at once, on one host or several). Beside them, `queries.json` lists the *full* query set (ids, edit
 types, classes, whether the metrics score each query) so aggregation can say how complete a run is.
 
 A rerun reuses a row only when its status is unchanged and, for an ok row, when the sha256 of the edit PNG it
