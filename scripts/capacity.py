@@ -65,21 +65,41 @@ def measure(editors: list[str], queryset: str, first: int | None, threads: int) 
     return rows
 
 
-def measure_aggregate(dim: int, sizes: tuple[int, ...], resamples: int) -> list[tuple[int, float]]:
-    """Seconds of FID + IQ with its resamples (the part of the aggregate that grows fastest with Q) by set size."""
+def measure_aggregate(dim: int = 2048, rows: int = 2000, boot_rows: int = 5000) -> dict[str, float]:
+    """Unit costs of the final aggregate, timed separately so that load noise does not mix them:
+    `row_s` feature statistics per row (2048-d), `fd_s` one Fréchet distance (fixed per resample), `sqrt_s` the
+    reference covariance's square root (once), `boot_s` one bootstrap SE per row (10,000 resamples)."""
     import numpy as np
 
-    from benchmark.metrics.fid import image_quality_with_error
+    from benchmark.leaderboard import bootstrap_se
+    from benchmark.metrics.fid import FeatureStats, _sqrt_psd, frechet_distance
 
     rng = np.random.default_rng(0)
-    out = []
-    for n in sizes:
-        ref = rng.gamma(2.0, 0.2, (n, dim)).astype(np.float32)
-        gen = (ref + rng.normal(0, 0.05, ref.shape)).astype(np.float32)
-        t0 = time.perf_counter()
-        image_quality_with_error(ref, gen, resamples=resamples)
-        out.append((n, time.perf_counter() - t0))
-    return out
+    x = rng.gamma(2.0, 0.2, (rows, dim)).astype(np.float32)
+    t0 = time.perf_counter()
+    st = FeatureStats.of(x)
+    row_s = (time.perf_counter() - t0) / rows
+    mu, cov = st.mean_cov()
+    cov = cov + np.eye(dim) * 1e-3
+    t0 = time.perf_counter()
+    r1 = _sqrt_psd(cov)
+    sqrt_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    frechet_distance(mu, cov, mu + 0.01, cov * 1.01, r1)
+    fd_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    bootstrap_se(rng.normal(size=boot_rows), 10_000, 0)
+    boot_s = (time.perf_counter() - t0) / boot_rows
+    return {"row_s": row_s, "fd_s": fd_s, "sqrt_s": sqrt_s, "boot_s": boot_s}
+
+
+def aggregate_seconds(unit: dict[str, float], q: int, n_metrics: int, resamples: int = 30) -> float:
+    """T_agg(Q): bootstrap SEs of `n_metrics` columns over Q rows in 3 tables (overall, by type, by class: each
+    partitions the rows) + FID/IQ: the statistics of the edits and sources (<= 2 Q rows), `resamples` resamples
+    (each touches ~63% of the Q rows: rows drawn 0 times are skipped), one square root and resamples + 1 distances."""
+    boot = 3 * n_metrics * q * unit["boot_s"]
+    fid = unit["sqrt_s"] + (resamples + 1) * unit["fd_s"] + (2 + resamples * 0.632) * q * unit["row_s"]
+    return boot + fid
 
 
 def projection(q: int, n_gpus: int, edit_s: float, score_s: float, start_s: float, agg_s: float) -> float:
@@ -105,8 +125,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gpu-score-s", type=float, default=None, help="s: score seconds per query on one GPU (assumed)")
     ap.add_argument("--start-s", type=float, default=60.0, help="T_start: a worker's start, weights to the GPU")
     ap.add_argument("--agg-s", type=float, default=None, help="T_agg: the final aggregate (default: from --agg, else 0)")
+    ap.add_argument("--hatie-columns", type=int, default=None,
+                    help="bootstrapped metric columns of a HATIE row (default: its criteria OF, BF, OC, BC)")
     args = ap.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if args.hatie_columns is None:
+        from benchmark.metrics.hatie.weights import CRITERIA
+
+        args.hatie_columns = len(CRITERIA)
 
     print(f"machine: {os.cpu_count()} CPU cores, load average {os.getloadavg()[0]:.2f} (1 min) at start")
     if not args.skip_measure:
@@ -119,14 +145,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"load average {os.getloadavg()[0]:.2f} at the end")
     agg_s = args.agg_s
     if args.agg:
-        timed = measure_aggregate(2048, (256, 512), 30)
-        (n1, t1), (n2, t2) = timed
-        slope = (t2 - t1) / (n2 - n1)
-        fixed = t1 - slope * n1
-        print("\nFID + IQ (30 resamples), 2048-d: " + ", ".join(f"n={n}: {t:.1f} s" for n, t in timed)
-              + f" -> {fixed:.1f} s + {slope * 1000:.2f} ms per edited row")
+        unit = measure_aggregate()
+        print(f"\naggregate unit costs (CPU, {os.cpu_count()} cores): feature statistics {unit['row_s'] * 1e3:.3f} ms "
+              f"per 2048-d row, Fréchet distance {unit['fd_s']:.2f} s each (31 per IQ), covariance square root "
+              f"{unit['sqrt_s']:.2f} s, bootstrap SE {unit['boot_s'] * 1e6:.1f} us per row and column "
+              f"(10,000 resamples); {args.hatie_columns} HATIE columns")
+        t_agg = aggregate_seconds(unit, args.queries, args.hatie_columns)
+        print(f"T_agg(Q = {args.queries:,}) = {_hms(t_agg)}")
         if agg_s is None:
-            agg_s = fixed + slope * args.queries
+            agg_s = t_agg
     agg_s = agg_s or 0.0
     q = args.queries
     print(f"\nprojection: wall(N) = T_start + ceil(Q / N) * (e + s) + T_agg, Q = {q:,}")
