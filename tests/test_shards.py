@@ -42,7 +42,7 @@ def _check_k(tmp_path: Path, metrics: str, editors: tuple[str, ...], ks: tuple[i
     for k in ks:
         results = tmp_path / f"k{k}"
         for n, editor in enumerate(editors):
-            _run_shards(results, editor, metrics, k, order_seed=31 * k + n, first=first)
+            _run_shards(results, editor, metrics, k, order_seed=32 * k + n + 1, first=first)  # k=3, n=0: 2, 1, 0
         out[k] = _tables(results)
     for k in ks[1:]:
         for t in TABLES:
@@ -77,11 +77,12 @@ def _overall(tables: dict[str, str]) -> list[dict]:
     return pd.read_csv(io.StringIO(tables["leaderboard.csv"])).to_dict("records")
 
 
-def test_basic_shards_merge_exactly(tmp_path, single_thread_torch):
-    """Pixel metrics, k = 1, 2, 3 (9 queries: the first demo scene's 7 types and 2 of the second)."""
-    out = _check_k(tmp_path, "basic", ("overedit",), (1, 2, 3), first=9)
+def test_basic_shards_merge_exactly_in_any_order(tmp_path, single_thread_torch):
+    """Pixel metrics, 3 shards finishing in the order 2, 1, 0 equal one process (8 queries; k = 1, 2, 3 in
+    order: test_trust_results; every k in shuffled orders with both metric sets: the slow test below)."""
+    out = _check_k(tmp_path, "basic", ("overedit",), (1, 3), first=8)
     (row,) = _overall(out[1])
-    assert row["complete"] and row["n_ok"] == 9 and row["psnr_se"] > 0  # real numbers were compared
+    assert row["complete"] and row["n_ok"] == 8 and row["psnr_se"] > 0  # real numbers were compared
 
 
 def test_hatie_parts_merge_exactly(tmp_path, single_thread_torch):
