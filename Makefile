@@ -23,6 +23,13 @@ DEMO_SET    ?= demo_mini
 DIFFUSION_EDITORS ?= ip2p,magicbrush,sdedit,diffedit,p2p,imagic,ledits
 DIFFUSION_LIMIT ?= 14
 ARGS        ?=
+# Scale-out (docs/scale.md): GPUS=8 (or 0,2,5) shards `bench` and `sweep` over local GPUs through `editmeter launch`;
+# WORKERS=N sets the shards per run (default: one per GPU); LAUNCHER=slurm submits them to Slurm instead.
+GPUS        ?=
+WORKERS     ?=
+LAUNCHER    ?= local
+SWEEP       ?=
+LAUNCH      := $(EDITMETER) launch --launcher $(LAUNCHER) $(if $(GPUS),--gpus $(GPUS)) $(if $(WORKERS),--workers $(WORKERS)) paths.results=$(abspath $(RESULTS))
 
 # Every run of a target writes under $(RESULTS); `show` reads the same folder.
 RUN         := $(EDITMETER) run paths.results=$(abspath $(RESULTS))
@@ -32,7 +39,7 @@ TINY        := queryset=demo profile=tiny
 # them erratic.
 ONE_THREAD  := OMP_NUM_THREADS=1
 
-.PHONY: help install demo demo-hatie demo-diffusion demo-diffusion-run bench score weights bench-hatie bench-backbones bench-editors data test test-all lint clean-results
+.PHONY: help install demo demo-hatie demo-diffusion demo-diffusion-run bench sweep score weights bench-hatie bench-backbones bench-editors data test test-all lint clean-results
 
 # Offline by design: the demos and benchmarks use tiny random-weight models and bundled data; tests never touch
 # the network. (Target-specific: `make bench`, `make weights` and `make data` stay online.)
@@ -64,8 +71,12 @@ demo-hatie: ## HATIE suite, tiny random backbones, on the whole demo set (identi
 	$(ONE_THREAD) $(RUN) --multirun editor=identity,overedit $(TINY) metrics=hatie $(ARGS)
 	$(SHOW) --queryset demo
 
-bench: ## run one editor on one query set (online: fetches weights): make bench MODEL=ip2p QUERYSET=hatie [PROFILE=tiny] [METRICS=hatie] [ARGS="seed=1"]
-	$(RUN) editor=$(MODEL) queryset=$(QUERYSET) profile=$(PROFILE) metrics=$(METRICS) $(ARGS)
+bench: ## run one editor on one query set (online: fetches weights): make bench MODEL=ip2p QUERYSET=hatie [PROFILE=tiny] [METRICS=hatie] [GPUS=8] [LAUNCHER=slurm] [ARGS="seed=1"]
+	$(if $(GPUS)$(WORKERS)$(filter-out local,$(LAUNCHER)),$(LAUNCH),$(RUN)) editor=$(MODEL) queryset=$(QUERYSET) profile=$(PROFILE) metrics=$(METRICS) $(ARGS)
+
+sweep: ## one run per editor setting, sharded like bench: make sweep MODEL=ip2p SWEEP="editor.guidance_scale=5,7.5 editor.image_guidance_scale=1.2,1.5" [GPUS=8]
+	@test -n "$(SWEEP)" || { echo 'usage: make sweep MODEL=<editor> SWEEP="editor.<key>=<v1>,<v2> ..." (keys: configs/editor/<editor>.yaml)'; exit 2; }
+	$(LAUNCH) editor=$(MODEL) queryset=$(QUERYSET) profile=$(PROFILE) metrics=$(METRICS) $(SWEEP) $(ARGS)
 
 score: ## score edits made elsewhere: make score QUERYSET=hatie EDITS=<folder> NAME=<label> [KIND=description] [ARGS=...]
 	$(EDITMETER) score --edits $(EDITS) --name $(NAME) --kind $(KIND) queryset=$(QUERYSET) profile=$(PROFILE) metrics=$(METRICS) paths.results=$(abspath $(RESULTS)) $(ARGS)

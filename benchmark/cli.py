@@ -70,12 +70,19 @@ def _weights(argv: list[str]) -> int:
     return main(argv) or 0
 
 
+def _launch(argv: list[str]) -> int:  # issue 16 (scale): shard a run or a sweep through a Hydra launcher
+    from benchmark.launch import main
+
+    return main(argv)
+
+
 COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "run": (_run, "edit a query set, score the edits, rebuild the leaderboards (Hydra; --multirun sweeps)"),
     "score": (_score, "score a folder of edits made elsewhere and add them to the leaderboard"),
     "show": (_show, "print the leaderboard (means ± bootstrap SE, arrows for the better direction)"),
     "data": (_data, "download one query-set source (resumable, verified)"),
     "weights": (_weights, "prefetch every checkpoint a run will touch (editor and metric models)"),
+    "launch": (_launch, "shard a run (or a sweep) across N workers: local GPUs/CPUs or Slurm; then aggregate"),
 }
 
 

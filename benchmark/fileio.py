@@ -45,15 +45,20 @@ def append_jsonl(path: Path, records: list[dict[str, Any]]) -> None:
     """Append records, one line each, in a single write (lines stay whole under O_APPEND)."""
     if not records:
         return
+    from benchmark.locking import locked
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    drop_torn_tail(path)
     data = "".join(json.dumps(r, sort_keys=True) + "\n" for r in records).encode("utf-8")
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    # shards of a run append to one log: without the lock, one shard's torn-tail check could truncate another's
+    # write in progress
+    with locked(path):
+        drop_torn_tail(path)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def drop_torn_tail(path: Path) -> None:

@@ -66,6 +66,7 @@ def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
     from benchmark.fileio import atomic_write_text, remove_stale_tmp
     from benchmark.hashing import canonical_json
     from benchmark.leaderboard import RUN_META, write_leaderboards
+    from benchmark.locking import locked
     from benchmark.preflight import load_selection, run_preflight
     from benchmark.provenance import provenance
     from benchmark.stages.edit import run_edit_stage
@@ -112,13 +113,17 @@ def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
         "editor": editor_name, "editor_sig": sig,
         "prompt_kind": editor.prompt_kind, "profile": profile, "seed": int(cfg.seed),
         "editor_config": portable(editor_cfg), "editor_info": portable(editor.info()), "metric_sig": msig,
+        # the editor keys set on the command line (a sweep's settings: docs/scale.md), e.g. editor.guidance_scale=5
+        "editor_overrides": _editor_overrides(cfg),
         **scoring,
-        # every metric set this folder was scored with, so a second suite never hides the first one's rows
-        "scored": _earlier_scorings(run_dir / RUN_META) | {msig: scoring},
         **provenance("cpu"),
         "updated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
-    atomic_write_text(run_dir / RUN_META, canonical_json(meta) + "\n")
+    # shards of one run (benchmark.launch) update run.json concurrently: read and write under one lock
+    with locked(run_dir / RUN_META):
+        # every metric set this folder was scored with, so a second suite never hides the first one's rows
+        meta["scored"] = _earlier_scorings(run_dir / RUN_META) | {msig: scoring}
+        atomic_write_text(run_dir / RUN_META, canonical_json(meta) + "\n")
     print(f"[editmeter] {len(qs)} queries of {full.name} (hash {full.short_hash}) -> {run_dir}")
 
     summary: dict[str, Any] = {"run_dir": str(run_dir), "run_id": run_id, "editor_sig": sig, "metric_sig": msig}
@@ -187,6 +192,20 @@ def _failure_verdict(st: Any, max_fraction: float) -> str:
             "the first failure with its traceback; max_failed_fraction=<share> accepts more failures).")
 
 
+def _editor_overrides(cfg: Any) -> list[str]:
+    """The `editor.<key>=<value>` overrides of this run (sorted), from Hydra's record of the command line."""
+    try:
+        if "hydra" in cfg:
+            task = list(cfg.hydra.overrides.task)
+        else:
+            from hydra.core.hydra_config import HydraConfig
+
+            task = list(HydraConfig.get().overrides.task)
+    except ValueError:  # not inside a Hydra run
+        return []
+    return sorted(o for o in task if o.lstrip("+~").startswith("editor."))
+
+
 def _choices(cfg: Any) -> dict[str, str]:
     """The config group choices (editor, metrics, ...) of a composed or a Hydra-run config."""
     if "hydra" in cfg:
@@ -253,7 +272,9 @@ def _hydra_entry() -> None:
     @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="config")
     def _main(cfg: Any) -> None:
         quiet_third_party(progress_enabled(cfg.progress))
-        statuses.append(run_and_report(cfg, HydraConfig.get().runtime.choices["editor"]))
+        from benchmark.launch import run_job  # multirun jobs record their status (and pin a GPU) for `launch`
+
+        statuses.append(run_job(cfg, HydraConfig.get().runtime.choices["editor"]))
 
     _main()
     if any(statuses):

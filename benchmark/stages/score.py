@@ -1,7 +1,7 @@
 """Score stage: one row per query with every metric's raw value, written as Parquet parts (resumable).
 
-Rows live in `<run dir>/scores/<metric signature>/part-<time ns>-<pid>-<n>.parquet` (names sort in write order and
-never collide between shards running at once). Beside them, `queries.json` lists the *full* query set (ids, edit
+Rows live in `<run dir>/scores/<metric signature>/part-<time ns>-<host>-<pid>-<n>.parquet` (names sort in write
+order and never collide between shards running at once, on one host or several). Beside them, `queries.json` lists the *full* query set (ids, edit
 types, classes, whether the metrics score each query) so aggregation can say how complete a run is.
 
 A rerun reuses a row only when its status is unchanged and, for an ok row, when the sha256 of the edit PNG it
@@ -53,7 +53,10 @@ class ScoreStats:
 
 def part_name(n: int) -> str:
     """Unique, chronologically sortable part file name (shards of one run may write concurrently)."""
-    return f"part-{time.time_ns():020d}-{os.getpid()}-{n:05d}.parquet"
+    from benchmark.fileio import _host
+
+    # the host too: shards on several machines (Slurm) share the folder, and their pids may coincide
+    return f"part-{time.time_ns():020d}-{_host()}-{os.getpid()}-{n:05d}.parquet"
 
 
 def scores_dir(run_dir: Path, metric_sig: str) -> Path:

@@ -1,6 +1,8 @@
 """Model-level HATIE scores for one leaderboard group: IQ from FID (overall only) and Total (docs/hatie.md section 5).
 
-Called by `benchmark.leaderboard` with the group's ok rows and the criteria means / bootstrap SEs it computed.
+Called by `benchmark.leaderboard` with the group's ok rows (in query-id order, whatever the shards or parts they
+came from) and the criteria means / bootstrap SEs it computed. FID comes from the sufficient statistics of the two
+feature sets (`benchmark.metrics.fid.FeatureStats`), accumulated block by block; the sources count once per image.
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ from benchmark.metrics.hatie.suite import FID_EDIT, FID_SOURCE
 from benchmark.metrics.hatie.weights import combine
 
 
-def _stack(values: Any) -> np.ndarray | None:
-    arrs = [np.asarray(v, dtype=np.float64) for v in values if v is not None and len(v)]
+def _rows(values: Any) -> np.ndarray | None:
+    """The feature vectors of a column as an n x d float32 array (rows without features are left out)."""
+    arrs = [np.asarray(v, dtype=np.float32) for v in values if v is not None and len(v)]
     return np.stack(arrs) if arrs else None
 
 
@@ -28,14 +31,14 @@ def summarize(ok: Any, means: Mapping[str, float], ses: Mapping[str, float], *, 
     if not overall:
         score, se = combine(means, ses)
         return {"score": score, "score_se": se}
-    from benchmark.metrics.fid import image_quality_with_error
+    from benchmark.metrics.fid import FeatureStats, image_quality_from_stats
 
     out: dict[str, Any] = {"FID": math.nan, "IQ": math.nan, "IQ_se": math.nan}
     if FID_EDIT in ok and len(ok):
-        edits = _stack(ok[FID_EDIT])
-        srcs = _stack(ok.drop_duplicates("image_id")[FID_SOURCE]) if FID_SOURCE in ok else None
-        if edits is not None and srcs is not None:
-            out.update(image_quality_with_error(srcs, edits, seed=seed))
+        edits = _rows(ok[FID_EDIT])
+        srcs = _rows(ok.drop_duplicates("image_id")[FID_SOURCE]) if FID_SOURCE in ok else None
+        if edits is not None and srcs is not None and len(edits) >= 2 and len(srcs) >= 2:
+            out.update(image_quality_from_stats(FeatureStats.of(srcs), FeatureStats.of(edits), edits, seed=seed))
     iq = out["IQ"] if math.isfinite(out["IQ"]) else None
     total, total_se = combine(means, ses, iq, out["IQ_se"] if iq is not None else None)
     out.update({"Total": total, "Total_se": total_se})

@@ -1,0 +1,278 @@
+"""`editmeter launch`: one run (or a sweep of runs) sharded across N workers by a Hydra launcher, then one aggregate.
+
+    editmeter launch --workers 8 editor=ip2p queryset=hatie                 # local: one process per GPU (joblib)
+    editmeter launch --workers 64 --launcher slurm editor=ip2p queryset=hatie hydra.launcher.partition=gpu
+    editmeter launch --workers 2 editor=ip2p editor.guidance_scale=5,7.5    # a sweep: 2 settings x 2 shards
+
+It is a Hydra multirun over `shard.index=range(N)` with `shard.count=N` and the stages without `aggregate`, crossed
+with any sweep in the overrides, through the launcher config `configs/hydra/launcher/<launcher>.yaml`:
+
+- `local` (joblib): up to `--workers` jobs at once on this machine. With GPUs (`--gpus 8` or `--gpus 0,2,5`, default:
+  those `nvidia-smi` lists or `CUDA_VISIBLE_DEVICES` names) each job runs as a fresh process pinned to one GPU with
+  `CUDA_VISIBLE_DEVICES` (joblib reuses its workers, and CUDA reads that variable once per process), the GPU picked
+  from the shard index and leased with a lock so two jobs never share one; without GPUs, N CPU workers.
+- `slurm` (submitit): one Slurm array task per job, one GPU each (Slurm sets `CUDA_VISIBLE_DEVICES`); partition,
+  time limit, memory and the rest are `hydra.launcher.*` overrides.
+- `slurm_local` (submitit's local executor): the Slurm code path on this machine, for tests.
+
+Shards write into the same run folder (see docs/scale.md for what makes that safe). Each job writes its exit status
+to `editmeter_status.json` in its Hydra job folder; after the multirun the launch reads them all, rebuilds the
+leaderboards once from the complete run folders, and exits 1 when a job failed or left no status.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import traceback
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+LAUNCHERS = ("local", "slurm", "slurm_local")
+STATUS_FILE = "editmeter_status.json"
+ENV_GPUS = "EDITMETER_GPUS"        # set in a launch's jobs: the GPUs to pin them to ("" = none: run in-process)
+ENV_LOCKS = "EDITMETER_LAUNCH_DIR"  # set in a launch's jobs: the launch's job folder (GPU lease locks below it)
+RESERVED = ("shard.index", "shard.count", "hydra/launcher", "hydra.sweep.dir")
+
+
+class LaunchError(ValueError):
+    """A launch request that cannot run as given; the message says why and what to pass instead."""
+
+
+# -- the jobs ------------------------------------------------------------------------------------------------------
+
+def run_job(cfg: Any, editor_name: str) -> int:
+    """One Hydra job of `editmeter run`: run it (pinned to a GPU when a local launch asked for that) and, inside a
+    multirun, record its exit status in the job folder for the launch to collect. Returns the exit status."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    from benchmark.run import run_and_report
+
+    hc = HydraConfig.get()
+    if hc.mode != RunMode.MULTIRUN:
+        return run_and_report(cfg, editor_name)
+    t0 = time.time()
+    gpus = [g for g in os.environ.get(ENV_GPUS, "").split(",") if g]
+    gpu = None
+    if gpus:
+        with lease_gpu(gpus, int(cfg.shard.index), Path(os.environ.get(ENV_LOCKS) or hc.sweep.dir) / ".gpu-locks"
+                       ) as gpu:
+            status = _pinned(list(hc.overrides.task), hc.runtime.output_dir, gpu)
+    elif os.environ.get(ENV_LOCKS):  # under a launch: a crash is this job's status, the other jobs go on
+        try:
+            status = run_and_report(cfg, editor_name)
+        except Exception:  # noqa: BLE001 (any bug of one job; its traceback is printed, the launch exits 1)
+            traceback.print_exc()
+            status = 1
+    else:
+        status = run_and_report(cfg, editor_name)
+    record = {"status": status, "overrides": list(hc.overrides.task), "shard": [int(cfg.shard.index),
+              int(cfg.shard.count)], "gpu": gpu, "seconds": round(time.time() - t0, 3), "pid": os.getpid()}
+    from benchmark.fileio import atomic_write_text
+
+    atomic_write_text(Path(hc.runtime.output_dir) / STATUS_FILE, json.dumps(record, sort_keys=True) + "\n")
+    return status
+
+
+@contextmanager
+def lease_gpu(gpus: Sequence[str], index: int, lock_dir: Path, poll_s: float = 0.2) -> Iterator[str]:
+    """Hold one of `gpus` for the block: the one the shard index picks (index mod len) when free, else the next free
+    one (a sweep runs several settings' shards at once); waits while all are held. A lock per GPU (flock), so
+    concurrent jobs never share one and a killed job frees its GPU."""
+    import fcntl
+
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    order = [gpus[(index + k) % len(gpus)] for k in range(len(gpus))]
+    while True:
+        for g in order:
+            fd = os.open(lock_dir / f".gpu-{g}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            try:
+                yield g
+            finally:
+                os.close(fd)
+            return
+        time.sleep(poll_s)
+
+
+def _pinned(overrides: list[str], output_dir: str, gpu: str) -> int:
+    """Run one job's overrides as a fresh `editmeter run` process that sees only `gpu` (set before torch starts)."""
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES=gpu)
+    env.pop(ENV_GPUS, None)
+    cmd = [sys.executable, "-m", "benchmark.run", *overrides, f"hydra.run.dir={output_dir}"]
+    return subprocess.run(cmd, env=env, check=False).returncode
+
+
+# -- the launch ----------------------------------------------------------------------------------------------------
+
+def visible_gpus() -> list[str]:
+    """GPU ids this machine offers: `CUDA_VISIBLE_DEVICES` when set, else the indices `nvidia-smi -L` lists."""
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None:
+        return [g.strip() for g in env.split(",") if g.strip() and g.strip() != "-1"]
+    if shutil.which("nvidia-smi") is None:
+        return []
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20, check=False).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [str(i) for i, _ in enumerate(s for s in out.splitlines() if s.startswith("GPU "))]
+
+
+def parse_gpus(spec: str | None) -> list[str]:
+    """`--gpus`: a count (`8`: GPUs 0..7), a list (`0,2,5`), `none` (CPU workers) or None (detect)."""
+    if spec is None:
+        return visible_gpus()
+    spec = spec.strip()
+    if spec.lower() in ("", "none", "0", "cpu"):
+        return []
+    if spec.isdigit():
+        return [str(i) for i in range(int(spec))]
+    ids = [g.strip() for g in spec.split(",")]
+    if not all(ids) or len(set(ids)) != len(ids):
+        raise LaunchError(f"--gpus {spec!r}: want a count (8), a list of distinct ids (0,2,5) or none")
+    return ids
+
+
+def jobs_of(overrides: Sequence[str]) -> list[list[str]]:
+    """Every job's overrides of a multirun over `overrides` (Hydra's basic sweeper: cartesian product)."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create().parse_overrides(list(overrides))
+    return [job for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
+
+
+def build_multirun(overrides: Sequence[str], *, workers: int, launcher: str, gpus: Sequence[str],
+                   sweep_dir: Path) -> list[str]:
+    """The `editmeter run --multirun` arguments of a launch (its shard and launcher overrides appended)."""
+    if workers < 1:
+        raise LaunchError(f"--workers {workers}: need at least 1")
+    if launcher not in LAUNCHERS:
+        raise LaunchError(f"--launcher {launcher!r}: choose one of {', '.join(LAUNCHERS)}")
+    taken = [o for o in overrides if o.lstrip("+~").split("=", 1)[0] in RESERVED]
+    if taken:
+        raise LaunchError(f"{taken[0]!r}: the launch sets the shards, the launcher and the sweep folder itself "
+                          "(use --workers / --launcher; every other key may be overridden)")
+    stages = _shard_stages(overrides)
+    args = [o for o in overrides if not o.startswith("stages=")]
+    args += [f"shard.count={workers}", f"shard.index=range(0,{workers})", f"stages=[{','.join(stages)}]",
+             f"hydra/launcher={launcher}", f"hydra.sweep.dir={sweep_dir}"]
+    if launcher == "local":
+        args.append(f"hydra.launcher.n_jobs={len(gpus) or workers}")  # pinned: one job per GPU at a time
+    # set by Hydra in each job's process (not inherited from ours: joblib may reuse workers of an earlier launch)
+    args += [f"++hydra.job.env_set.{ENV_GPUS}='{','.join(gpus)}'", f"++hydra.job.env_set.{ENV_LOCKS}='{sweep_dir}'"]
+    return ["--multirun", *args]
+
+
+def _stages(overrides: Sequence[str]) -> list[str]:
+    given = [o.split("=", 1)[1] for o in overrides if o.startswith("stages=")]
+    if not given:
+        return ["edit", "score", "aggregate"]
+    return [s.strip() for s in given[-1].strip("[]").split(",") if s.strip()]
+
+
+def _shard_stages(overrides: Sequence[str]) -> list[str]:
+    stages = [s for s in _stages(overrides) if s != "aggregate"]
+    if not stages:
+        raise LaunchError("stages has nothing to shard (only aggregate): run `editmeter run stages=[aggregate]`")
+    return stages
+
+
+def collect_statuses(sweep_dir: Path, n_jobs: int) -> tuple[list[dict[str, Any]], int]:
+    """The status records the jobs left under `sweep_dir`, and how many of the `n_jobs` left none."""
+    records = []
+    for p in sorted(sweep_dir.glob(f"*/{STATUS_FILE}")):
+        try:
+            records.append(json.loads(p.read_text(encoding="utf-8")) | {"job_dir": str(p.parent)})
+        except (OSError, ValueError) as err:
+            records.append({"status": 1, "job_dir": str(p.parent), "error": f"unreadable status: {err}"})
+    return records, max(0, n_jobs - len(records))
+
+
+def launch(overrides: Sequence[str], *, workers: int, launcher: str = "local", gpus: Sequence[str] = ()) -> int:
+    """Run the multirun, then aggregate once; returns the exit status (1 when a job failed or left no status)."""
+    from benchmark.config import check_keys, check_overrides
+    from benchmark.run import compose
+    from benchmark.run import main as run_main
+
+    overrides = [o for o in overrides if o not in ("-m", "--multirun")]
+    check_overrides(overrides)
+    check_keys(overrides)
+    # the results folder and the aggregation settings, from the first job's config (they are not swept)
+    first = jobs_of(overrides)[0] if overrides else []
+    cfg, _ = compose([o for o in first if not o.startswith("hydra")])
+    results = Path(cfg.paths.results).resolve()
+    sweep_dir = results / "hydra" / f"launch-{time.strftime('%Y-%m-%d_%H-%M-%S')}-{uuid.uuid4().hex[:6]}"
+    args = build_multirun(overrides, workers=workers, launcher=launcher, gpus=gpus if launcher == "local" else (),
+                          sweep_dir=sweep_dir)
+    n_jobs = len(jobs_of(args[1:]))
+    pin = launcher == "local" and bool(gpus)
+    print(f"[editmeter] launch: {n_jobs} job(s) ({workers} shard(s) per run) via {launcher}"
+          + (f", GPUs {','.join(gpus)}" if pin else ", no GPU pinning") + f"; job folders in {sweep_dir}", flush=True)
+    saved = {k: os.environ.get(k) for k in (ENV_GPUS, ENV_LOCKS)}  # in-process jobs set them here
+    try:
+        try:
+            run_main(args)
+        except SystemExit as exc:  # the in-process jobs' worst status; the status files say the same
+            if exc.code not in (0, None):
+                print(f"[editmeter] launch: the multirun exited with {exc.code}", file=sys.stderr)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    records, missing = collect_statuses(sweep_dir, n_jobs)
+    failed = [r for r in records if r.get("status")]
+    for r in failed:
+        print(f"[editmeter] launch: job {r['job_dir']} exited with {r.get('status')} ({' '.join(r.get('overrides', []))})",
+              file=sys.stderr)
+    if missing:
+        print(f"[editmeter] launch: {missing} of {n_jobs} job(s) left no status (killed or crashed before the end); "
+              f"see their logs under {sweep_dir}", file=sys.stderr)
+    if "aggregate" in _stages(overrides):
+        from benchmark.leaderboard import write_leaderboards
+
+        written = write_leaderboards(results, None, cfg.aggregate.bootstrap_resamples, cfg.aggregate.bootstrap_seed)
+        print(f"[editmeter] aggregate: wrote {', '.join(p.name for p in written.values())} in {results}"
+              + (" (some jobs failed: their rows are marked PARTIAL)" if failed or missing else ""))
+    return 1 if failed or missing else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`editmeter launch [--workers N] [--launcher local|slurm|slurm_local] [--gpus SPEC] [overrides ...]`."""
+    from benchmark.config import UnknownOptionError
+
+    ap = argparse.ArgumentParser(prog="editmeter launch", description="Shard a run (or a sweep) across N workers "
+                                 "through a Hydra launcher, then rebuild the leaderboards once.")
+    ap.add_argument("--workers", type=int, default=None,
+                    help="shards per run (default: the number of GPUs, else 1)")
+    ap.add_argument("--launcher", default="local", choices=LAUNCHERS, help="configs/hydra/launcher/<name>.yaml")
+    ap.add_argument("--gpus", default=None, help="local launcher: a count (8), ids (0,2,5) or none; default: detect")
+    ap.add_argument("overrides", nargs="*", help="config overrides, as for `editmeter run` (sweeps allowed)")
+    args = ap.parse_args(argv)
+    try:
+        gpus = parse_gpus(args.gpus)
+        workers = args.workers if args.workers is not None else max(1, len(gpus))
+        return launch(args.overrides, workers=workers, launcher=args.launcher, gpus=gpus)
+    except (LaunchError, UnknownOptionError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

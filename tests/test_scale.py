@@ -1,0 +1,170 @@
+"""Scale-out: `editmeter launch` shards runs and sweeps through Hydra launchers (joblib, submitit), then aggregates
+once; jobs are pinned to GPUs by lease; sweeps give one run folder per setting."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from benchmark import launch as L
+
+ROOT = Path(__file__).resolve().parents[1]
+FAST = ["editor=overedit", "queryset=demo_mini", "queryset.first=9", "profile=tiny", "metrics=basic",
+        "progress=false", "preflight=false", "aggregate.bootstrap_resamples=50"]
+
+
+def _statuses(results: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(results.glob(f"hydra/launch-*/*/{L.STATUS_FILE}"))]
+
+
+def _overall(results: Path) -> pd.DataFrame:
+    return pd.read_csv(results / "leaderboard.csv")
+
+
+@pytest.fixture
+def restore_logging():
+    """An in-process Hydra run configures logging; put it back afterwards."""
+    import logging
+
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
+def test_multirun_arguments_shard_and_keep_the_sweep(tmp_path):
+    args = L.build_multirun(["editor=ip2p", "editor.guidance_scale=5,7.5"], workers=3, launcher="local",
+                            gpus=["0", "1", "2"], sweep_dir=tmp_path)
+    assert args[0] == "--multirun" and "shard.count=3" in args and "shard.index=range(0,3)" in args
+    assert "stages=[edit,score]" in args and "hydra/launcher=local" in args and "hydra.launcher.n_jobs=3" in args
+    jobs = L.jobs_of(args[1:])
+    assert len(jobs) == 6  # 2 settings x 3 shards
+    assert {next(o for o in j if o.startswith("editor.guidance")) for j in jobs} == {
+        "editor.guidance_scale=5", "editor.guidance_scale=7.5"}
+    args = L.build_multirun(["stages=[edit]"], workers=2, launcher="slurm", gpus=[], sweep_dir=tmp_path)
+    assert "stages=[edit]" in args and not any(a.startswith("hydra.launcher.n_jobs") for a in args)
+
+
+@pytest.mark.parametrize(("overrides", "why"), [(["shard.index=1"], "shards"), (["hydra/launcher=slurm"], "launcher"),
+                                                (["stages=[aggregate]"], "nothing to shard")])
+def test_launch_refuses_what_it_sets_itself(tmp_path, overrides, why):
+    with pytest.raises(L.LaunchError, match=why):
+        L.build_multirun(overrides, workers=2, launcher="local", gpus=[], sweep_dir=tmp_path)
+
+
+def test_gpu_spec():
+    assert L.parse_gpus("4") == ["0", "1", "2", "3"] and L.parse_gpus("0,2,5") == ["0", "2", "5"]
+    assert L.parse_gpus("none") == [] and L.parse_gpus("0") == []
+    with pytest.raises(L.LaunchError):
+        L.parse_gpus("1,1")
+
+
+def test_gpu_leases_never_share_a_gpu(tmp_path):
+    """The shard index picks the GPU; a held one is skipped; a released one is reused."""
+    with L.lease_gpu(["0", "1"], 1, tmp_path) as a, L.lease_gpu(["0", "1"], 1, tmp_path) as b:
+        assert (a, b) == ("1", "0")
+    with L.lease_gpu(["0", "1"], 3, tmp_path) as c:
+        assert c == "1"
+
+
+def test_pinned_job_sees_only_its_gpu(monkeypatch, tmp_path):
+    seen = {}
+
+    def fake_run(cmd, env, check):
+        seen.update(cmd=cmd, env=env)
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(L.subprocess, "run", fake_run)
+    monkeypatch.setenv(L.ENV_GPUS, "0,1")
+    assert L._pinned(["editor=ip2p", "shard.index=1"], str(tmp_path), "1") == 0
+    assert seen["env"]["CUDA_VISIBLE_DEVICES"] == "1" and L.ENV_GPUS not in seen["env"]
+    assert seen["cmd"][1:3] == ["-m", "benchmark.run"] and f"hydra.run.dir={tmp_path}" in seen["cmd"]
+
+
+@pytest.mark.slow  # two fresh processes importing torch, a loky pool and a reference run: ~15 s quiet
+def test_local_launch_pins_shards_and_equals_one_process(tmp_path, restore_logging, single_thread_torch):
+    """Two shards through the joblib launcher, each a fresh process pinned to its GPU (CUDA_VISIBLE_DEVICES is
+    harmless on a CPU machine), then one aggregate: the leaderboard equals a single process's."""
+    from benchmark.leaderboard import write_leaderboards
+    from benchmark.run import compose, run_pipeline
+
+    sharded, single = tmp_path / "sharded", tmp_path / "single"
+    assert L.launch([*FAST, f"paths.results={sharded}"], workers=2, launcher="local", gpus=["0", "1"]) == 0
+    st = _statuses(sharded)
+    assert sorted((s["shard"][0], s["gpu"], s["status"]) for s in st) == [(0, "0", 0), (1, "1", 0)]
+    cfg, choices = compose([*FAST, f"paths.results={single}", "stages=[edit,score]"])
+    run_pipeline(cfg, choices["editor"])
+    write_leaderboards(single, None, 50, 0)
+    for t in ("leaderboard.csv", "leaderboard_by_type.csv", "leaderboard_by_class.csv"):
+        assert (sharded / t).read_text() == (single / t).read_text(), t
+    assert bool(_overall(sharded)["complete"].iloc[0])
+
+
+def test_sweep_gives_one_run_folder_per_setting(tmp_path, restore_logging):
+    """`editor.noise_std=6,12` gives two run folders whose run.json carries the setting, and two leaderboard rows."""
+    res = tmp_path / "r"
+    assert L.launch([*FAST, "queryset.first=3", f"paths.results={res}", "editor.noise_std=6,12"], workers=1,
+                    launcher="local", gpus=[]) == 0
+    assert len(_statuses(res)) == 2
+    metas = [json.loads(p.read_text()) for p in res.glob("runs/*/*/run.json")]
+    assert sorted(m["editor_config"]["noise_std"] for m in metas) == [6.0, 12.0]
+    assert sorted(m["editor_info"]["noise_std"] for m in metas) == [6.0, 12.0]
+    assert sorted(m["editor_overrides"] for m in metas) == [["editor.noise_std=12"], ["editor.noise_std=6"]]
+    assert len({m["editor_sig"] for m in metas}) == 2 and len(_overall(res)) == 2
+
+
+def test_a_failing_job_fails_the_launch_not_the_others(tmp_path, restore_logging, capsys):
+    """A job whose editor fails on every query exits 1; the other job of the sweep still runs, the aggregate is
+    written, the launch exits 1 and names the job."""
+    res = tmp_path / "r"
+    code = L.launch([*FAST, "queryset.first=3", "editor=identity", f"paths.results={res}",
+                     "editor._target_=editors.identity.IdentityEditor,failing_editor.AlwaysFails"],
+                    workers=1, launcher="local", gpus=[])
+    assert code == 1
+    st = {next(o for o in s["overrides"] if o.startswith("editor._target_")): s["status"] for s in _statuses(res)}
+    assert st == {"editor._target_=editors.identity.IdentityEditor": 0, "editor._target_=failing_editor.AlwaysFails": 1}
+    assert (res / "leaderboard.csv").is_file() and "exited with 1" in capsys.readouterr().err
+
+
+def test_launch_command_line(capsys):
+    from benchmark import cli
+
+    assert cli.main(["launch", "--help"]) == 0 and "--workers" in capsys.readouterr().out
+    assert cli.main(["launch", "--workers", "0", "editor=identity"]) == 2
+    assert "at least 1" in capsys.readouterr().err
+    assert cli.main(["launch", "--workers", "2", "editr=identity"]) == 2  # a typo: one line, no traceback
+    assert "error:" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs GNU make")
+def test_make_bench_with_gpus_launches(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MAKE")}
+    out = subprocess.run(["make", "-n", "bench", "GPUS=8", "MODEL=ip2p", "QUERYSET=hatie", "EDITMETER=em"], cwd=ROOT,
+                         env=env, capture_output=True, text=True, timeout=30).stdout
+    assert "em launch --launcher local --gpus 8" in out and "editor=ip2p" in out
+    out = subprocess.run(["make", "-n", "bench", "LAUNCHER=slurm", "WORKERS=16", "EDITMETER=em"], cwd=ROOT,
+                         env=env, capture_output=True, text=True, timeout=30).stdout
+    assert "em launch --launcher slurm" in out and "--workers 16" in out
+    out = subprocess.run(["make", "-n", "sweep", "MODEL=p2p", "SWEEP=editor.self_replace_steps=0.2,0.5",
+                          "EDITMETER=em"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=30).stdout
+    assert "em launch" in out and "editor.self_replace_steps=0.2,0.5" in out
+
+
+@pytest.mark.slow
+def test_slurm_code_path_with_submitit_local(tmp_path):
+    """The submitit launcher (Slurm's code path) with its local executor: 2 shards, then the aggregate."""
+    res = tmp_path / "r"
+    cmd = [sys.executable, "-m", "benchmark.cli", "launch", "--launcher", "slurm_local", "--workers", "2",
+           *FAST, f"paths.results={res}"]
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert sorted(s["shard"][0] for s in _statuses(res)) == [0, 1]
+    assert bool(_overall(res)["complete"].iloc[0])
