@@ -21,7 +21,8 @@ COLUMN_INFO: dict[str, tuple[bool, str]] = {
     "lpips": (False, "LPIPS (AlexNet), edit vs source, at the source's resolution"),
     "l1": (False, "mean absolute difference, edit vs source, images in [0, 1]"),
     "l2": (False, "mean squared difference, edit vs source, images in [0, 1]"),
-    "lpips_out": (False, "LPIPS outside the edit mask: the mean of LPIPS's spatial map over unedited pixels"),
+    "lpips_out": (False, "LPIPS outside the edit mask: the edit's masked pixels set to the source's, LPIPS's "
+                         "spatial map averaged over unedited pixels only"),
     "l1_out": (False, "L1 outside the edit mask (mean over unedited pixels)"),
     "l2_out": (False, "L2 (MSE) outside the edit mask (mean over unedited pixels)"),
     "psnr_out": (True, "PSNR outside the edit mask, capped at 100 dB"),
