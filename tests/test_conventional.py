@@ -193,3 +193,12 @@ def test_bad_edit_size_is_a_failed_row(tmp_path):
     assert "edit is 16x16, source is 32x32" in item.error
     rows = ConventionalSuite(device="cpu").score_items([item])
     assert rows[0]["status"] == "failed" and "16x16" in rows[0]["reason"]
+
+
+def test_lpips_columns_agree_with_the_lpips_package(suite):
+    """`lpips` is the package's own distance; with nothing masked, `lpips_out` is the mean of its spatial map."""
+    src, edit = image(13), image(14)
+    r = row_of(suite, _Loaded(q(), source=src, edit=edit, mask=torch.zeros(64, 64, dtype=torch.bool)))
+    lp = suite._get("lpips")
+    assert r["lpips"] == pytest.approx(float(lp.distance(edit[None], src[None])[0]), abs=1e-6)
+    assert r["lpips_out"] == pytest.approx(r["lpips"], rel=0.05)

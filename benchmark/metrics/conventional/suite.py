@@ -100,44 +100,52 @@ def directional(e_img: Any, s_img: Any, s_txt: Any, t_txt: Any, eps: float = DIR
     return cosine(di, dt), ""
 
 
-def lpips_layer_maps(lp: Any, a: Any, b: Any) -> list[Any]:
-    """LPIPS's per-layer distance maps (B, 1, h_l, w_l) of images in [0, 1]: the terms whose spatial means sum to
-    the LPIPS distance (the `lpips` package's own forward, stopped before its spatial average)."""
+def lpips_features(lp: Any, images: Any) -> list[Any]:
+    """LPIPS's unit-normalised layer activations of images in [0, 1] (the `lpips` package's own forward, split so
+    an image shared by two comparisons goes through the network once)."""
     import lpips
     import torch
 
     m = lp.model
     with torch.inference_mode():
-        x0, x1 = m.scaling_layer(2 * a.to(lp.device) - 1), m.scaling_layer(2 * b.to(lp.device) - 1)
-        o0, o1 = m.net.forward(x0), m.net.forward(x1)
-        return [m.lins[k]((lpips.normalize_tensor(o0[k]) - lpips.normalize_tensor(o1[k])) ** 2).float()
-                for k in range(m.L)]
+        return [lpips.normalize_tensor(o) for o in m.net.forward(m.scaling_layer(2 * images.to(lp.device) - 1))]
 
 
-def lpips_full(lp: Any, a: Any, b: Any) -> Any:
-    """LPIPS per sample (the package's spatial average of the layer maps)."""
-    return sum(mp.mean(dim=(2, 3)) for mp in lpips_layer_maps(lp, a, b)).flatten().cpu()
+def lpips_layer_maps(lp: Any, fa: list[Any], fb: list[Any]) -> list[Any]:
+    """Per-layer LPIPS distance maps (B, 1, h_l, w_l) between two feature lists: the terms whose spatial means sum to
+    the LPIPS distance."""
+    import torch
+
+    with torch.inference_mode():
+        return [lp.model.lins[k]((a - b) ** 2).float() for k, (a, b) in enumerate(zip(fa, fb, strict=True))]
 
 
-def lpips_outside(lp: Any, edit: Any, source: Any, valid: Any) -> Any:
-    """LPIPS of the unedited region per sample: the mean of LPIPS's spatial map (layer maps upsampled bilinearly to
-    the input size, as `lpips` does with `spatial=True`) over the `valid` pixels only; NaN where none is valid.
+def lpips_full_and_outside(lp: Any, edit: Any, source: Any, valid: Any) -> tuple[Any, Any]:
+    """(LPIPS per sample, LPIPS of the unedited region per sample; NaN where no pixel is valid).
 
-    The network's receptive fields reach across the mask border, so the edit's pixels inside the mask are first
-    replaced by the source's: the value then depends on the edit's outside pixels only. This is not PIE-Bench's
-    zeroing defect: the mean runs over valid pixels, never over the whole image."""
+    The full value is LPIPS's usual spatial average. The unedited region's value is the mean of LPIPS's spatial map
+    (layer maps upsampled bilinearly to the input size, as `lpips` does with `spatial=True`) over the `valid` pixels
+    only. The network's receptive fields reach across the mask border, so the edit's pixels inside the mask are
+    first replaced by the source's: the value then depends on the edit's outside pixels only. This is not
+    PIE-Bench's zeroing defect: the mean runs over valid pixels, never over the whole image."""
     import torch
     import torch.nn.functional as F
 
+    b = len(edit)
+    has = valid.flatten(1).any(dim=1)
     keep = valid.unsqueeze(1).to(edit.dtype)
-    edit = edit * keep + source * (1 - keep)
-    maps = lpips_layer_maps(lp, edit, source)
-    h, w = edit.shape[-2:]
-    spatial = sum(F.interpolate(mp, size=(h, w), mode="bilinear", align_corners=False) for mp in maps)[:, 0].cpu()
-    vw = valid.double()
-    n = vw.sum(dim=(1, 2))
-    out = (spatial.double() * vw).sum(dim=(1, 2)) / n.clamp_min(1)
-    return torch.where(n > 0, out, torch.full_like(out, float("nan"))).float()
+    filled = (edit * keep + source * (1 - keep))[has]
+    feats = lpips_features(lp, torch.cat([edit, source, filled]))
+    fe, fs, ff = ([f[:b] for f in feats], [f[b : 2 * b] for f in feats], [f[2 * b :] for f in feats])
+    full = sum(mp.mean(dim=(2, 3)) for mp in lpips_layer_maps(lp, fe, fs)).flatten().cpu()
+    out = torch.full((b,), float("nan"))
+    if has.any():
+        h, w = edit.shape[-2:]
+        maps = lpips_layer_maps(lp, ff, [f[has.to(f.device)] for f in fs])
+        spatial = sum(F.interpolate(mp, size=(h, w), mode="bilinear", align_corners=False) for mp in maps)[:, 0]
+        vw = valid[has].double()
+        out[has] = ((spatial.cpu().double() * vw).sum(dim=(1, 2)) / vw.sum(dim=(1, 2))).float()
+    return full, out
 
 
 def _component_id(factory: Callable[..., Any] | None) -> str:
@@ -277,10 +285,7 @@ class ConventionalSuite:
                 a = torch.stack([items[i].edit for i in chunk])
                 b = torch.stack([items[i].source for i in chunk])
                 valid = torch.stack([_outside(items[i]) for i in chunk])
-                full = self._timer("lpips")(lambda a=a, b=b: lpips_full(lp, a, b))
-                out = torch.full((len(chunk),), float("nan"))
-                if valid.any():  # no mask / full masks: nothing outside, no second pass
-                    out = self._timer("lpips")(lambda a=a, b=b, v=valid: lpips_outside(lp, a, b, v))
+                full, out = self._timer("lpips")(lambda a=a, b=b, v=valid: lpips_full_and_outside(lp, a, b, v))
                 for i, f, o in zip(chunk, full, out, strict=True):
                     rows[i]["lpips"] = float(f)
                     rows[i]["lpips_out"] = float(o)
