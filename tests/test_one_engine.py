@@ -36,7 +36,7 @@ def test_inputs_are_encoded_once_by_content():
     assert enc.seen == 3 and torch.equal(out[0], out[2]) and out[3].shape == (3,)
     embed_images(enc, [b, a], cache=cache)
     assert enc.seen == 3 and cache.hits == 2
-    assert dict(cache.forward_items) == {"test_one_engine.CountingEncoder|counting|": 3}
+    assert dict(cache.forward_items) == {"test_one_engine.CountingEncoder|counting||": 3}
     other = CountingEncoder("other")  # another encoder never reuses these features
     embed_images(other, [a], cache=cache)
     assert other.seen == 1

@@ -25,17 +25,20 @@ _TEXT = "text\x00"  # prefix of text keys (image keys are hex digests: never col
 
 
 def encoder_signature(encoder: Any) -> str:
-    """The identity of an encoder's outputs: its own `signature` where it has one (DINO v1: model and input
-    recipe), else class, name and input size. Two encoders with one signature must compute the same features."""
+    """The identity of an encoder's outputs: its own `signature` where it has one (CLIP: model and input size; DINO
+    v1: model and input recipe), else class, name and input size; plus its device (features stay where they were
+    computed, and a GPU's numerics are not a CPU's). Two encoders with one signature must compute the same
+    features."""
+    device = getattr(encoder, "device", "")
     sig = getattr(encoder, "signature", None)
     if isinstance(sig, str) and sig:
-        return sig
+        return f"{sig}|{device}"
     name = getattr(encoder, "name", "") or ""
     if not name:
         raise ValueError(f"encoder {type(encoder).__name__} has neither a signature nor a name: its features "
                          "cannot be shared safely")
     size = getattr(encoder, "image_size", "")
-    return f"{type(encoder).__module__}.{type(encoder).__qualname__}|{name}|{size}"
+    return f"{type(encoder).__module__}.{type(encoder).__qualname__}|{name}|{size}|{device}"
 
 
 def tensor_digest(x: Any) -> str:
