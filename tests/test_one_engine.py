@@ -153,3 +153,25 @@ def test_mixing_pairwise_metrics_and_suites_is_refused():
 
     with pytest.raises(ValueError, match="pairwise"):
         _metric_sets({}, {"hatie": Suite(), "l1": object()}, "mixed", None, lambda m: hasattr(m, "score_queries"))
+
+
+def test_hatie_engine_batching_with_a_cold_cache():
+    """tests/test_hatie.py's batch-size-1 run now finds the batched run's CLIP / DINOv2 features in the process-wide
+    cache; this keeps the batch-size comparison of those features honest (cache cleared between the two)."""
+    from benchmark.metrics.hatie.engine import SimilarityEngine
+    from benchmark.models.clip import load_clip
+    from benchmark.models.dino import load_dino
+    from benchmark.models.perceptual import load_lpips
+
+    g = torch.Generator().manual_seed(0)
+    images = {f"k{i}": torch.rand(3, 48, 48, generator=g) for i in range(6)}
+    pairs = [("k0", "k1"), ("k2", "k3"), ("k4", "k5"), ("k0", "k5")]
+    out = []
+    for bs in (16, 1):
+        shared_cache().clear()
+        eng = SimilarityEngine(load_clip("tiny"), load_dino("tiny"), load_lpips("tiny"), batch_size=bs)
+        out.append(eng.pair_similarities(pairs, images))
+        assert sum(shared_cache().forward_items.values()) == 12  # 6 images x (CLIP, DINOv2), nothing from cache
+    for pk in pairs:
+        for name in ("clip", "dino", "lpips", "l2"):
+            assert out[0][pk][name] == pytest.approx(out[1][pk][name], abs=1e-5)
