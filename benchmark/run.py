@@ -89,24 +89,17 @@ def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
         metrics = {name: instantiate(node) for name, node in cfg.metrics.items()}
     editor_cfg = OmegaConf.to_container(cfg.editor, resolve=True)
     sig = editor_signature(editor_cfg, editor.info(), cfg.seed, profile)
-    msig = metric_signature(OmegaConf.to_container(cfg.metrics, resolve=True), {k: m.info for k, m in metrics.items()})
-    suites = [m for m in metrics.values() if is_suite(m)]
-    if suites and len(metrics) > 1:
-        raise ValueError("a metrics config holds either pairwise metrics or exactly one suite (e.g. hatie), not both")
-    suite = suites[0] if suites else None
+    metric_sets = _metric_sets(OmegaConf.to_container(cfg.metrics, resolve=True), metrics,
+                               _choices(cfg).get("metrics", ""), metric_signature, is_suite)
+    msig = metric_sets[0][1]
     results = Path(cfg.paths.results)
     run_dir = results / "runs" / f"{full.name}-{full.short_hash}" / f"{editor_name}-{sig}"
     run_dir.mkdir(parents=True, exist_ok=True)
     # leftovers of writers killed before their rename (issue 11): in the run folder, and the leaderboards' own
     remove_stale_tmp(run_dir, started)
     remove_stale_tmp(results, started, recursive=False)
-    scoring = {
-        "metric_set": _choices(cfg).get("metrics", ""),
-        "metric_order": list(suite.columns) if suite else list(metrics),
-        "column_order": list(suite.column_info) if suite else list(metrics),  # run.json's dicts are key-sorted
-        "metrics": _metric_meta(metrics, suite),
-        "suite": {"name": suite.info.name, "components": suite.components()} if suite else None,  # summary: benchmark.summaries
-    }
+    scorings = {ms: _scoring(label, group, suite) for label, ms, group, suite in metric_sets}
+    scoring = scorings[msig]  # run.json's top-level fields: the first set's (`scored` lists every set)
     meta = {
         "queryset": full.name, "queryset_hash": full.hash, "queryset_size": len(full),
         "selection": {"shard": [int(cfg.shard.index), int(cfg.shard.count)], "limit": cfg.limit, "n_selected": len(qs)},
@@ -122,11 +115,12 @@ def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
     # shards of one run (benchmark.launch) update run.json concurrently: read and write under one lock
     with locked(run_dir / RUN_META):
         # every metric set this folder was scored with, so a second suite never hides the first one's rows
-        meta["scored"] = _earlier_scorings(run_dir / RUN_META) | {msig: scoring}
+        meta["scored"] = _earlier_scorings(run_dir / RUN_META) | scorings
         atomic_write_text(run_dir / RUN_META, canonical_json(meta) + "\n")
     print(f"[editmeter] {len(qs)} queries of {full.name} (hash {full.short_hash}) -> {run_dir}")
 
-    summary: dict[str, Any] = {"run_dir": str(run_dir), "run_id": run_id, "editor_sig": sig, "metric_sig": msig}
+    summary: dict[str, Any] = {"run_dir": str(run_dir), "run_id": run_id, "editor_sig": sig, "metric_sig": msig,
+                               "metric_sigs": {label: ms for label, ms, _, _ in metric_sets}}
     if "edit" in cfg.stages:
         with timer("edit"):
             st = run_edit_stage(qs, editor, run_dir, seed=cfg.seed, batch_size=cfg.batch_size, num_workers=cfg.num_workers,
@@ -137,15 +131,19 @@ def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
         if st.failed_total:
             print(f"[editmeter] {st.failure_summary()}")
     if "score" in cfg.stages:
-        with timer("score"):
-            if suite is not None:
-                sc = run_suite_stage(qs, run_dir, suite, msig, prompt_kind=editor.prompt_kind,
-                                     num_workers=cfg.num_workers, progress=progress, full_set=full)
-            else:
-                sc = run_score_stage(qs, run_dir, metrics, msig, batch_size=cfg.batch_size,
-                                     num_workers=cfg.num_workers, progress=progress, full_set=full)
-        summary["score"] = sc
-        print(f"[editmeter] score: {sc.computed} scored, {sc.reused} reused ({sc.model_seconds:.2f} s in metrics)")
+        summary["scores"] = {}
+        for label, ms, group, suite in metric_sets:  # several suites: one edit, scored by each (models and features shared)
+            with timer("score" if len(metric_sets) == 1 else f"score {label}"):
+                if suite is not None:
+                    sc = run_suite_stage(qs, run_dir, suite, ms, prompt_kind=editor.prompt_kind,
+                                         num_workers=cfg.num_workers, progress=progress, full_set=full)
+                else:
+                    sc = run_score_stage(qs, run_dir, group, ms, batch_size=cfg.batch_size,
+                                         num_workers=cfg.num_workers, progress=progress, full_set=full)
+            summary["scores"][label] = sc
+            what = "score" if len(metric_sets) == 1 else f"score {label}"
+            print(f"[editmeter] {what}: {sc.computed} scored, {sc.reused} reused ({sc.model_seconds:.2f} s in metrics)")
+        summary["score"] = summary["scores"][metric_sets[0][0]]
     if "aggregate" in cfg.stages:
         with timer("aggregate"):
             written = write_leaderboards(results, None, cfg.aggregate.bootstrap_resamples, cfg.aggregate.bootstrap_seed)
@@ -161,6 +159,33 @@ def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
     if verdict:
         raise TooManyFailures(verdict)
     return summary
+
+
+def _metric_sets(metrics_cfg: dict[str, Any], metrics: dict[str, Any], choice: str, signature: Any,
+                 is_suite: Any) -> list[tuple[str, str, dict[str, Any], Any]]:
+    """[(metric_set label, metric signature, metrics, suite or None)] of a metrics config: pairwise metrics or one
+    suite form one set labelled by the config's name; a config listing several suites (e.g. `standard`: hatie and
+    conventional) gives one set per suite, labelled and signed exactly as the suite's own config (`metrics=hatie`)
+    would be, so its rows and score cache are those of a separate run of that suite."""
+    suites = [k for k, m in metrics.items() if is_suite(m)]
+    if suites and len(suites) < len(metrics):
+        raise ValueError("a metrics config holds either pairwise metrics or suites (e.g. hatie, conventional), "
+                         f"not both; it lists suites {suites} and pairwise {sorted(set(metrics) - set(suites))}")
+    if len(suites) <= 1:
+        sig = signature(metrics_cfg, {k: m.info for k, m in metrics.items()})
+        return [(choice, sig, metrics, metrics[suites[0]] if suites else None)]
+    return [(k, signature({k: metrics_cfg[k]}, {k: metrics[k].info}), {k: metrics[k]}, metrics[k]) for k in suites]
+
+
+def _scoring(label: str, metrics: dict[str, Any], suite: Any) -> dict[str, Any]:
+    """run.json's view of one metric set (`scored` entry): label, column order and meaning, suite components."""
+    return {
+        "metric_set": label,
+        "metric_order": list(suite.columns) if suite else list(metrics),
+        "column_order": list(suite.column_info) if suite else list(metrics),  # run.json's dicts are key-sorted
+        "metrics": _metric_meta(metrics, suite),
+        "suite": {"name": suite.info.name, "components": suite.components()} if suite else None,  # summary: benchmark.summaries
+    }
 
 
 def _earlier_scorings(path: Path) -> dict[str, Any]:

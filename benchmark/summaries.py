@@ -19,8 +19,14 @@ def _hatie() -> SummaryFn:
     return summarize
 
 
+def _conventional() -> SummaryFn:
+    from benchmark.metrics.conventional.summary import summarize
+
+    return summarize
+
+
 # suite name -> loader of its summary function (lazy: the HATIE summary imports scipy / torch helpers)
-_REGISTRY: dict[str, Callable[[], SummaryFn]] = {"hatie": _hatie}
+_REGISTRY: dict[str, Callable[[], SummaryFn]] = {"hatie": _hatie, "conventional": _conventional}
 
 
 def known_suites() -> list[str]:

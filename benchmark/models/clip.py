@@ -24,6 +24,8 @@ CLIP_TAG = "openai"
 # Only sizes differ between the tiny stand-in and the pretrained architecture (tokeniser and vocab are real too).
 TINY_CLIP_SIZES = {"embed_dim": 32, "vision_cfg": {"layers": 2, "width": 64},
                    "text_cfg": {"width": 32, "heads": 2, "layers": 2}}
+# ResNet CLIP towers (RN101: the MD paper's encoder) have one depth per stage and heads = width * 32 / 64.
+TINY_RESNET_VISION = {"layers": [1, 1, 1, 1], "width": 8}
 TINY_SEED = 0
 
 
@@ -39,7 +41,10 @@ def tiny_clip_config(arch: str = CLIP_ARCH, tag: str = CLIP_TAG) -> dict[str, An
     if base is None:
         raise ValueError(f"open_clip has no model config {arch!r}")
     cfg = copy.deepcopy(base)
-    for key, value in TINY_CLIP_SIZES.items():
+    sizes = TINY_CLIP_SIZES
+    if isinstance(cfg["vision_cfg"].get("layers"), list | tuple):  # ResNet towers (RN50, RN101): 4 stages
+        sizes = {**sizes, "vision_cfg": TINY_RESNET_VISION}
+    for key, value in sizes.items():
         if isinstance(value, dict):
             cfg[key] = {**cfg[key], **value}
         else:
@@ -55,6 +60,11 @@ class ClipEncoder:
     def __init__(self, model: Any, tokenizer: Any, *, image_size: int = 224, device: str = "cpu",
                  name: str = "") -> None:
         self.model, self.tokenizer, self.image_size, self.device, self.name = model, tokenizer, image_size, device, name
+
+    @property
+    def signature(self) -> str:
+        """What determines this encoder's features (model, weights, input size): the feature cache's key."""
+        return f"clip|{self.name}|{self.image_size}"
 
     def preprocess(self, images: Any) -> Any:
         import torch
@@ -126,7 +136,9 @@ def load_clip(weights: str = "pretrained", arch: str = CLIP_ARCH, tag: str = CLI
         raise WeightsUnavailableError("CLIP", f"open_clip {arch} / {tag}", err) from err
     model.eval()
     tokenizer = open_clip.get_tokenizer(arch)
-    return ClipEncoder(model, tokenizer, device=device, name=f"{arch}/{pretrained if source == 'pretrained' else source}")
+    # a tiny model's name carries its content-keyed folder: tiny stand-ins of different archs never share a name
+    label = pretrained if source == "pretrained" else source if source == "random" else Path(pretrained).parent.name
+    return ClipEncoder(model, tokenizer, device=device, name=f"{arch}/{label}")
 
 
 def background_scores(image: Any, texts: list[str]) -> list[float]:

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from benchmark.metrics.features import embed_images, embed_texts
 from benchmark.metrics.hatie.primitives import (
     DEG_A_LEVELS,
     DEG_A_MIN_SIZE,
@@ -120,9 +121,7 @@ class SimilarityEngine:
         return out
 
     def _embed(self, name: str, cache: LRUCache, keys: Iterable[str], images: dict[str, Any],
-               prepare: Callable[[Any], Any], encode: Callable[[Any], Any]) -> dict[str, Any]:
-        import torch
-
+               prepare: Callable[[Any], Any], encoder: Any) -> dict[str, Any]:
         out, todo = {}, []
         for k in dict.fromkeys(keys):
             hit = cache.get_touch(k)
@@ -130,11 +129,10 @@ class SimilarityEngine:
                 todo.append(k)
             else:
                 out[k] = hit
-        for start in range(0, len(todo), self.batch_size):
-            chunk = todo[start : start + self.batch_size]
-            batch = torch.stack([prepare(images[k]) for k in chunk])
-            feats = self._timed(name, lambda b=batch: encode(b))
-            for k, f in zip(chunk, feats, strict=True):
+        if todo:  # the process-wide cache (benchmark.metrics.features) shares features with other suites
+            feats = embed_images(encoder, [prepare(images[k]) for k in todo], batch_size=self.batch_size,
+                                 timer=lambda fn: self._timed(name, fn))
+            for k, f in zip(todo, feats, strict=True):
                 out[k] = f
                 cache.put(k, f)
         return out
@@ -147,10 +145,10 @@ class SimilarityEngine:
             return {}
         keys = [k for pk in pairs for k in pk]
         clip_f = self._embed("clip", self._clip_cache, keys, images,
-                             lambda im: _square_resize(im, self.clip.image_size, "bicubic"), self.clip.embed_images)
+                             lambda im: _square_resize(im, self.clip.image_size, "bicubic"), self.clip)
         # resize each image to the backbone's input size first so differently sized crops stack into one batch
         dino_f = self._embed("dino", self._dino_cache, keys, images,
-                             lambda im: _square_resize(im, DINO_INPUT, "bilinear"), self.dino.embed_images)
+                             lambda im: _square_resize(im, DINO_INPUT, "bilinear"), self.dino)
         lp: dict[PairKey, float] = {}
         for start in range(0, len(pairs), self.batch_size):
             chunk = pairs[start : start + self.batch_size]
@@ -197,10 +195,10 @@ class SimilarityEngine:
         pair_res = self.pair_similarities(pairs, images)
         self.run_deg_a([j for p in plans for j in p.deg_a])
         img_f = self._embed("clip", self._clip_cache, [k for k, _ in texts], images,
-                            lambda im: _square_resize(im, self.clip.image_size, "bicubic"), self.clip.embed_images)
+                            lambda im: _square_resize(im, self.clip.image_size, "bicubic"), self.clip)
         new_texts = [t for t in dict.fromkeys(t for _, t in texts) if t not in self._text_cache]
         if new_texts:
-            tf = self._timed("clip", lambda: self.clip.embed_texts(new_texts))
+            tf = embed_texts(self.clip, new_texts, batch_size=len(new_texts), timer=lambda fn: self._timed("clip", fn))
             self._text_cache.update(zip(new_texts, tf, strict=True))
         text_res = {tk: _cos01(img_f[tk[0]], self._text_cache[tk[1]]) for tk in texts}
         vqa_res: dict[TextKey, float] = {}
