@@ -19,8 +19,14 @@ def _hatie() -> SummaryFn:
     return summarize
 
 
+def _editval() -> SummaryFn:
+    from benchmark.metrics.editval.summary import summarize
+
+    return summarize
+
+
 # suite name -> loader of its summary function (lazy: the HATIE summary imports scipy / torch helpers)
-_REGISTRY: dict[str, Callable[[], SummaryFn]] = {"hatie": _hatie}
+_REGISTRY: dict[str, Callable[[], SummaryFn]] = {"hatie": _hatie, "editval": _editval}
 
 
 def known_suites() -> list[str]:
