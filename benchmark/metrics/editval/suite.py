@@ -192,26 +192,34 @@ class EditValSuite:
     def _features(self, what: str, keyed: dict[str, Any]) -> dict[str, np.ndarray]:
         """Features of each unique image (content key -> tensor), computing only those not cached."""
         cache = self._caches[what]
-        need = [k for k in keyed if cache.get_touch(k) is None]
+        out = {k: cache.get_touch(k) for k in keyed}
+        need = [k for k, v in out.items() if v is None]
         if need:
             fn = self._embed_dino if what == "dino" else self._fid_features
             for k, f in zip(need, fn([keyed[k] for k in need]), strict=True):
                 cache.put(k, f)
-        return {k: cache[k] for k in keyed}
+                out[k] = f
+        return out
 
     def _detections(self, wanted: dict[str, tuple[Any, set[str]]]) -> dict[tuple[str, str], Any]:
         """(content key, name) -> (score, box) or None (image unreadable by the detector), detecting only the
         names of each image that are not cached."""
         cache = self._caches["detect"]
-        todo = {k: sorted(n for n in names if cache.get_touch((k, n)) is None) for k, (_, names) in wanted.items()}
-        todo = {k: v for k, v in todo.items() if v}
+        out = {(k, n): cache.get_touch((k, n)) for k, (_, names) in wanted.items() for n in names}
+        todo: dict[str, list[str]] = {}
+        for (k, n), v in out.items():
+            if v is None:
+                todo.setdefault(k, []).append(n)
         if todo:
             keys = list(todo)
-            results = self._detect([wanted[k][0] for k in keys], [todo[k] for k in keys])
+            results = self._detect([wanted[k][0] for k in keys], [sorted(todo[k]) for k in keys])
             for k, res in zip(keys, results, strict=True):
                 for n in todo[k]:
-                    cache.put((k, n), None if res is None else res.get(n, (0.0, None)))
-        return {(k, n): cache[(k, n)] for k, (_, names) in wanted.items() for n in names}
+                    # None: the detector cannot read this image (kept as such: the rows record the failure)
+                    out[(k, n)] = None if res is None else res.get(n, (0.0, None))
+                    if res is not None:
+                        cache.put((k, n), out[(k, n)])
+        return out
 
     def _score_chunk(self, chunk: list[_Loaded]) -> list[dict[str, Any]]:
         from benchmark.imageio import to_float_tensor
@@ -253,13 +261,14 @@ class EditValSuite:
             box = box if image == "original" else scale_box(box, w_o / w_e, h_o / h_e)
             boxes[role] = box if score > self.settings.threshold else None
             row[SCORE_PREFIX + role] = float(score)
-            row[BOX_PREFIX + role] = None if box is None else np.asarray(box, dtype=np.float64)
+            # no box: NaNs (a list column must stay a list of numbers for the part's schema check)
+            row[BOX_PREFIX + role] = np.full(4, np.nan) if box is None else np.asarray(box, dtype=np.float64)
         row["accuracy"] = judge(q, boxes, float(w_o), self.settings)
         a, b = dino[ko], dino[ke]
         cos = float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b))) if np.any(a) and np.any(b) else math.nan
         row["DINO_context"] = min(1.0, max(-1.0, cos)) if math.isfinite(cos) else math.nan
-        row[FID_EDIT] = np.asarray(fid[ke], dtype=np.float32) if fid else None
-        row[FID_SOURCE] = np.asarray(fid[ko], dtype=np.float32) if fid else None
+        if fid:
+            row[FID_EDIT], row[FID_SOURCE] = np.asarray(fid[ke], dtype=np.float32), np.asarray(fid[ko], dtype=np.float32)
         return row
 
     def score_queries(self, queryset: Any, queries: Sequence[Query], edit_paths: Sequence[Path], *, work_dir: Path,
