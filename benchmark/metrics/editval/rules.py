@@ -191,7 +191,7 @@ def size(original: Box | None, edit: Box | None, size_change: str, margin: float
 
 def has_rule(query: Query) -> bool:
     """Whether the query's accuracy is defined: one of the six types, with a relation the rule can judge."""
-    if query.edit_type not in RULE_TYPES:
+    if query.edit_type not in RULE_TYPES or query.target is None:
         return False
     if query.edit_type == "positional_addition":
         return relation_key(query.relation) in SIDES
@@ -202,7 +202,7 @@ def has_rule(query: Query) -> bool:
 
 def requests(query: Query, settings: RuleSettings) -> dict[str, tuple[str, str]]:
     """role -> (image, name) the rule of `query` reads; image is "edit" or "original". {} without a rule."""
-    if not has_rule(query) or query.target is None:
+    if not has_rule(query) or query.target is None:  # (has_rule checks target; repeated for the type checker)
         return {}
     cls = natural(query.target.name)
     t = query.edit_type
