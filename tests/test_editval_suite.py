@@ -271,3 +271,33 @@ def test_pipeline_tables_for_oracle_and_identity(tmp_path):
     assert by_type["FID_type"].notna().all()
     metrics = pd.read_csv(tmp_path / "leaderboard_metrics.csv").set_index("metric")
     assert not metrics.loc["FID_type", "higher_is_better"] and metrics.loc["accuracy", "higher_is_better"]
+
+
+def test_real_shaped_editval_set_with_the_tiny_owlvit(tmp_path):
+    """The EditVal builder's hand-made set (all 13 types, COCO-style names): every query is scored, rule types get
+    0 / 1, the others NaN, and the detector is asked for whole natural names."""
+    from functools import partial
+
+    from test_editval_builder import fixture
+
+    from benchmark.models.owlvit import load_owlvit
+    from benchmark.querysets.editval import build
+    from benchmark.querysets.io import load_queryset
+
+    ev, ann, images = fixture(tmp_path)
+    build(ev, ann, tmp_path / "out", images_dir=images, progress=False)
+    qs = load_queryset(tmp_path / "out")
+    asked = []
+    det = load_owlvit("tiny")
+
+    class Spy:
+        def detect(self, images, names):
+            asked.extend(n for ns in names for n in ns)
+            return det.detect(images, names)
+
+    rows = _score(_suite(partial(lambda device: Spy())), qs, lambda q: [qs.path(x.image) for x in q])
+    assert (rows["status"] == "ok").all()
+    ruled = [R.has_rule(q) for q in qs.queries]
+    assert rows.loc[ruled, "accuracy"].isin([0.0, 1.0]).all() and rows.loc[[not r for r in ruled], "accuracy"].isna().all()
+    assert {"bench", "bag", "cup", "ball", "chair", "cushion"} <= set(asked) and not any("_" in n for n in asked)
+    assert np.allclose(rows["DINO_context"], 1.0)   # identity edits
