@@ -101,7 +101,9 @@ def _factory_label(factory: Callable[..., Any] | None) -> str:
         return "off"
     func = getattr(factory, "func", factory)
     kw = getattr(factory, "keywords", {}) or {}
-    args = ", ".join(f"{k}={v}" for k, v in sorted(kw.items()) if k not in ("device", "batch_size"))
+    # a folder is named by its last part: leaderboard rows must not carry this machine's paths
+    args = ", ".join(f"{k}={Path(v).name if k == 'root' else v}" for k, v in sorted(kw.items())
+                     if k not in ("device", "batch_size"))
     return f"{getattr(func, '__qualname__', type(func).__name__)}({args})"
 
 
