@@ -73,6 +73,28 @@ def test_owlvit_pair_only_sizes_differ():
     assert tok.convert_tokens_to_ids(["<|startoftext|>", "<|endoftext|>"]) == [49406, 49407]
 
 
+@pytest.mark.weights
+def test_pinned_owlvit_files_match_the_written_config_and_detect_on_real_weights():
+    """Checks the constants `random` / tiny are built from against the pinned hub files, and that the real model
+    runs through the detector (needs the weights: `editmeter weights metrics=editval`)."""
+    from PIL import Image
+    from transformers import OwlViTConfig
+
+    from benchmark.models.owlvit import BASE_CONFIG, BASE_PROCESSOR, OWLVIT_ID, OWLVIT_REVISION, load_owlvit
+
+    real = OwlViTConfig.from_pretrained(OWLVIT_ID, revision=OWLVIT_REVISION)
+    assert config_diff(OwlViTConfig(**BASE_CONFIG).to_dict(), real.to_dict(), set()) == []
+    det = load_owlvit("pretrained")
+    ip = det.processor.image_processor
+    for k, v in BASE_PROCESSOR.items():
+        got = getattr(ip, k)
+        got = dict(got) if k in ("size", "crop_size") else list(got) if isinstance(got, tuple | list) else got
+        assert got == v, k
+    assert (det.processor.tokenizer.model_max_length, det.processor.tokenizer.pad_token) == (16, "!")
+    (res,) = det.detect([Image.open(DEMO / "images" / "demo000.png").convert("RGB")], [["stop sign"]])
+    assert 0 <= res["stop sign"][0] <= 1
+
+
 def test_best_per_query_takes_the_best_box_as_corners_in_pixels():
     from benchmark.models.owlvit import best_per_query
 
