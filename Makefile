@@ -58,14 +58,22 @@ install: ## create .venv and install editmeter with test tools
 demo: ## offline, ~2 min (122 s measured): HATIE and pixel leaderboards of the weight-free and the tiny diffusion editors on DEMO_SET
 	$(ONE_THREAD) $(RUN) --multirun editor=$(DEMO_EDITORS),$(DIFFUSION_EDITORS) queryset=$(DEMO_SET) profile=tiny metrics=basic $(ARGS)
 	$(ONE_THREAD) $(RUN) --multirun editor=$(DEMO_EDITORS),$(DIFFUSION_EDITORS) queryset=$(DEMO_SET) profile=tiny metrics=hatie $(ARGS)
+	$(ONE_THREAD) $(RUN) --multirun editor=identity,oracle queryset=demo_editval profile=tiny metrics=editval_oracle $(ARGS)
 	@echo; echo "== leaderboards: HATIE and pixel metrics (tiny random weights: they test the pipeline, they do not rank editors) =="
 	@$(SHOW) --queryset $(DEMO_SET)
+	@$(SHOW) --queryset demo_editval
 
 demo-diffusion: demo-diffusion-run ## only the tiny diffusion editors, first DIFFUSION_LIMIT demo queries, pixel metrics
 	$(SHOW) --queryset demo
 
 demo-diffusion-run:
 	$(ONE_THREAD) $(RUN) --multirun editor=$(DIFFUSION_EDITORS) $(TINY) limit=$(DIFFUSION_LIMIT) $(ARGS)
+
+.PHONY: demo-editval
+demo-editval: export HF_HUB_OFFLINE = 1
+demo-editval: ## EditVal suite (oracle detector, tiny DINO / FID) on the demo's 21 EditVal-type queries: identity and oracle
+	$(ONE_THREAD) $(RUN) --multirun editor=identity,oracle queryset=demo_editval profile=tiny metrics=editval_oracle $(ARGS)
+	$(SHOW) --queryset demo_editval
 
 demo-hatie: ## HATIE suite, tiny random backbones, on the whole demo set (identity and overedit)
 	$(ONE_THREAD) $(RUN) --multirun editor=identity,overedit $(TINY) metrics=hatie $(ARGS)

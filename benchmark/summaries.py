@@ -25,8 +25,14 @@ def _conventional() -> SummaryFn:
     return summarize
 
 
+def _editval() -> SummaryFn:
+    from benchmark.metrics.editval.summary import summarize
+
+    return summarize
+
+
 # suite name -> loader of its summary function (lazy: the HATIE summary imports scipy / torch helpers)
-_REGISTRY: dict[str, Callable[[], SummaryFn]] = {"hatie": _hatie, "conventional": _conventional}
+_REGISTRY: dict[str, Callable[[], SummaryFn]] = {"hatie": _hatie, "conventional": _conventional, "editval": _editval}
 
 
 def known_suites() -> list[str]:

@@ -169,6 +169,12 @@ def _dino_v1(node: dict[str, Any]) -> list[Checkpoint]:
     return _hf_model("facebook/dino-vitb16", "main")(node)
 
 
+def _owlvit(node: dict[str, Any]) -> list[Checkpoint]:
+    from benchmark.models.owlvit import OWLVIT_ID, OWLVIT_REVISION
+
+    return _hf_model(OWLVIT_ID, OWLVIT_REVISION)(node)
+
+
 def _vqa(node: dict[str, Any]) -> list[Checkpoint]:
     from benchmark.models.vqa import VQA_ID, VQA_REVISION
 
@@ -215,6 +221,7 @@ RESOLVERS: dict[str, Callable[[dict[str, Any]], list[Checkpoint]]] = {
     "benchmark.models.dino.load_dino": _dino,
     "benchmark.models.dino_v1.load_dino_v1": _dino_v1,
     "benchmark.models.vqa.load_vqa": _vqa,
+    "benchmark.models.owlvit.load_owlvit": _owlvit,
     "benchmark.models.perceptual.load_lpips": _lpips,
     "benchmark.models.inception.load_fid_extractor": _fid,
     "benchmark.models.segmenter.build_segmenter": _segmenter,

@@ -14,6 +14,7 @@ from conftest import HELPERS, ROOT, run_demo
 from hydra.utils import instantiate
 
 from benchmark.config import CHECKED_GROUPS, UnknownOptionError, check_overrides, options
+from benchmark.querysets.demo import EDITVAL_DEMO_TYPES
 from benchmark.run import compose
 
 
@@ -34,13 +35,14 @@ def test_leaderboards_written_with_provenance(demo_results):
     assert sorted(lb["editor"]) == ["identity", "oracle", "overedit"]
     for col in ("queryset_hash", "editor_sig", "git_sha", "versions", "device", "profile", "n_failed", "psnr_out_se"):
         assert col in lb.columns
-    assert (lb["profile"] == "tiny").all() and (lb["n_ok"] == 112).all()
+    assert (lb["profile"] == "tiny").all() and (lb["n_ok"] == 133).all()  # 112 HATIE-type + 21 EditVal-type queries
     assert json.loads(lb["versions"].iloc[0])["editmeter"]
     by_type = pd.read_csv(demo_results / "leaderboard_by_type.csv")
-    assert set(by_type["edit_type"]) == {"obj_add", "obj_remove", "obj_rep", "attr_chg", "obj_resize", "bg_chg", "style_chg"}
+    assert set(by_type["edit_type"]) == {"obj_add", "obj_remove", "obj_rep", "attr_chg", "obj_resize", "bg_chg",
+                                         "style_chg"} | set(EDITVAL_DEMO_TYPES)
     by_class = pd.read_csv(demo_results / "leaderboard_by_class.csv")
     assert "whole image" in set(by_class["object_class"])
-    assert by_class.groupby("editor")["n_selected"].sum().eq(112).all() and by_class["complete"].all()
+    assert by_class.groupby("editor")["n_selected"].sum().eq(133).all() and by_class["complete"].all()
     meta = pd.read_csv(demo_results / "leaderboard_metrics.csv").set_index("metric")
     assert not meta.loc["l1_out", "higher_is_better"] and meta.loc["psnr_out", "higher_is_better"]
 
@@ -48,7 +50,7 @@ def test_leaderboards_written_with_provenance(demo_results):
 def test_identity_is_perfect_outside_the_mask(demo_results):
     row = table(demo_results).loc["identity"]
     assert row["l1_out"] == 0 and row["l2_out"] == 0 and row["ssim_out"] == 1 and row["psnr_out"] == 100
-    assert row["psnr_out_n"] == 96  # the 16 style edits have no outside region: missing, not scored
+    assert row["psnr_out_n"] == 115  # the 18 style edits have no outside region: missing, not scored
 
 
 def test_oracle_beats_overedit_inside_the_edit_region(demo_results):
@@ -128,13 +130,13 @@ def test_sigkill_mid_edit_then_rerun_matches_uninterrupted(tmp_path):
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     done = {p.name: p.stat().st_mtime_ns for p in killed.glob("runs/*/*/edits/*.png")}
-    assert 20 <= len(done) < 112, "the kill must land inside the edit stage"
+    assert 20 <= len(done) < 133, "the kill must land inside the edit stage"
     assert not (killed / "leaderboard.csv").exists()
 
     subprocess.run(cmd, cwd=ROOT, env=env, check=True, capture_output=True)
     run_dir = next(killed.glob("runs/*/*"))
     after = {p.name: p.stat().st_mtime_ns for p in (run_dir / "edits").glob("*.png")}
-    assert len(after) == 112
+    assert len(after) == 133
     assert all(after[n] == m for n, m in done.items()), "finished edits must not be rewritten"
     records = [json.loads(line) for line in (run_dir / "edits.jsonl").read_text().splitlines() if line.strip()]
     computed = [r["query_id"] for r in records if not r["recovered"]]

@@ -33,6 +33,11 @@ CLASSES: dict[str, tuple[str, float, str]] = {
     "stop sign": ("octagon", 1.0, "red"),
     "cake": ("rounded", 1.0, "white"),
 }
+# Parts that EditVal-type alter_parts queries add inside an object (not COCO classes: never sampled into scenes).
+PARTS: dict[str, tuple[str, float, str]] = {
+    "button": ("circle", 1.0, "white"),
+    "label": ("rect", 1.6, "white"),
+}
 COLORS: dict[str, tuple[int, int, int]] = {
     "red": (200, 40, 40),
     "green": (40, 160, 60),
@@ -85,6 +90,10 @@ def _obj_box(obj: dict[str, Any]) -> Box:
     return Box(int(obj["x"]), int(obj["y"]), int(obj["w"]), int(obj["h"]))
 
 
+def _shape_of(name: str) -> str:
+    return (CLASSES.get(name) or PARTS[name])[0]
+
+
 def _color_of(obj: dict[str, Any]) -> str:
     return next(a for a in obj["attributes"] if a in COLORS)
 
@@ -135,7 +144,7 @@ def object_masks(graph: dict[str, Any]) -> dict[str, np.ndarray]:
     masks: dict[str, np.ndarray] = {}
     for oid in sorted(graph["objects"], key=int):
         obj = graph["objects"][oid]
-        m = _shape_mask(CLASSES[obj["name"]][0], _obj_box(obj), w, h)
+        m = _shape_mask(_shape_of(obj["name"]), _obj_box(obj), w, h)
         for other in masks.values():
             other &= ~m
         masks[oid] = m
@@ -230,7 +239,7 @@ def _relation_key(phrase: str) -> str:
 
 
 def apply_edit(graph: dict[str, Any], query: Query) -> tuple[dict[str, Any], str | None]:
-    """Return (edited graph, style) for a demo query of one of HATIE's seven types."""
+    """Return (edited graph, style) for a demo query of one of HATIE's seven types or of `EDITVAL_DEMO_TYPES`."""
     g = copy.deepcopy(graph)
     objs = g["objects"]
     t = query.edit_type
@@ -267,6 +276,8 @@ def apply_edit(graph: dict[str, Any], query: Query) -> tuple[dict[str, Any], str
         g["location"] = query.background
     elif t == "style_chg":
         style = query.style
+    elif t in EDITVAL_DEMO_TYPES:
+        style = _apply_editval(g, query)
     else:
         raise ValueError(f"the demo world cannot render edit type {t!r}")
     g["objects"] = objs
@@ -277,10 +288,10 @@ def apply_edit(graph: dict[str, Any], query: Query) -> tuple[dict[str, Any], str
 def edit_region(graph: dict[str, Any], edited: dict[str, Any], query: Query) -> np.ndarray:
     """Pixels the intended edit may change: the touched objects before and after, the background, or everything."""
     h, w = graph["height"], graph["width"]
-    if query.edit_type == "style_chg":
+    if query.edit_type in ("style_chg", "style"):
         return np.ones((h, w), dtype=bool)
     before, after = object_masks(graph), object_masks(edited)
-    if query.edit_type == "bg_chg":
+    if query.edit_type in ("bg_chg", "background"):
         objects = np.zeros((h, w), dtype=bool)
         for m in before.values():
             objects |= m
@@ -297,6 +308,220 @@ def _looks(graph: dict[str, Any], oid: str) -> tuple[Any, ...] | None:
     """What of an object shows in the render (relations do not)."""
     obj = graph["objects"].get(oid)
     return None if obj is None else (obj["name"], obj["x"], obj["y"], obj["w"], obj["h"], tuple(obj["attributes"]))
+
+
+# ----------------------------------------------------------------------------------------------- EditVal-type edits
+
+# EditVal types the demo world renders exactly (spec/editval.md): the six with an automatic rule, and three without
+# one (their accuracy is NaN; DINO and FID still apply). Appended after the HATIE queries, so ids and demo_mini stay.
+EDITVAL_DEMO_TYPES = ("object_addition", "object_replacement", "positional_addition", "size", "position_replacement",
+                      "alter_parts", "color", "background", "style")
+# type -> the variants the demo set holds, one query each on distinct scenes (two or more per type: FID needs them)
+EDITVAL_PLAN: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("object_addition", ("", "")), ("object_replacement", ("", "")),
+    ("positional_addition", ("left", "right", "below", "on top")), ("size", ("enlarge", "shrink")),
+    ("position_replacement", ("left", "right", "center")), ("alter_parts", ("button", "label")),
+    ("color", ("", "")), ("background", ("", "")), ("style", ("", "")),
+)
+EDITVAL_SEED = DEMO_SEED + 1  # its own stream: the HATIE queries' draws are untouched
+PLACE_ORDER = ("right", "left", "below", "above")  # object_addition puts the new object at the first that fits
+POSITION_X = {"left": 0.15, "right": 0.85, "center": 0.5}  # position_replacement: target centre, fraction of width
+POSITION_DELTA = 0.25  # EditVal's default delta (fraction of the width); demo moves clear it by POSITION_SLACK px
+POSITION_SLACK = 4
+PART_SIDE = 0.4  # part box side as a fraction of the object box's shorter side
+EDITVAL_SIZE_WORDS = {"enlarge": "large", "shrink": "small"}
+
+
+def _new_id(objs: dict[str, Any]) -> str:
+    return str(max(int(k) for k in objs) + 1)
+
+
+def _part_box(obj: dict[str, Any], part: str) -> Box:
+    b = _obj_box(obj)
+    side = max(4, int(PART_SIDE * min(b.w, b.h)))
+    w, h = _box_for_class_or_part(part, side)
+    return Box(b.x + b.w // 2 - w // 2, b.y + b.h // 2 - h // 2, w, h)
+
+
+def _box_for_class_or_part(name: str, size: int) -> tuple[int, int]:
+    aspect = (CLASSES.get(name) or PARTS[name])[1]
+    if aspect >= 1:
+        return size, max(4, int(size / aspect))
+    return max(4, int(size * aspect)), size
+
+
+def _part_color(obj: dict[str, Any]) -> str:
+    return next(c for c in ("white", "black", "yellow") if c != _color_of(obj))
+
+
+def _moved_box(box: Box, relation: str, width: int) -> Box:
+    cx = round(POSITION_X[relation] * width)
+    return Box(min(max(3, cx - box.w // 2), width - box.w - 3), box.y, box.w, box.h)
+
+
+def _apply_editval(g: dict[str, Any], query: Query) -> str | None:
+    """Apply an EditVal-type demo query to the graph `g` in place; returns the style (or None). Every choice is a
+    function of the graph and the query, so the oracle editor renders exactly the bundled target."""
+    from benchmark.metrics.editval.rules import part_name, relation_key
+
+    objs = g["objects"]
+    t = query.edit_type
+    if t in ("background", "style"):
+        if t == "background":
+            g["location"] = query.background
+        return query.style if t == "style" else None
+    assert query.target is not None
+    obj = objs[query.target.id]
+    if t in ("object_addition", "positional_addition"):
+        assert query.new_class
+        anchor = _obj_box(obj)
+        w, h = _box_for_class(query.new_class, max(anchor.w, anchor.h))
+        rels = ("above" if relation_key(query.relation) == "on top" else relation_key(query.relation),) \
+            if t == "positional_addition" else PLACE_ORDER
+        for rel in rels:
+            box = _placed_box(anchor, rel, w, h)
+            trial = {**objs, "new": {"name": query.new_class, "x": box.x, "y": box.y, "w": box.w, "h": box.h}}
+            if _fits(g, {**g, "objects": trial}, "new") or rel == rels[-1]:
+                break
+        objs[_new_id(objs)] = {"name": query.new_class, "x": box.x, "y": box.y, "w": box.w, "h": box.h,
+                               "attributes": [CLASSES[query.new_class][2]], "relations": []}
+    elif t == "object_replacement":
+        assert query.new_class
+        old = _obj_box(obj)
+        w, h = _box_for_class(query.new_class, max(old.w, old.h))
+        obj.update(name=query.new_class, x=old.x + old.w // 2 - w // 2, y=old.y + old.h // 2 - h // 2, w=w, h=h)
+    elif t == "size":
+        assert query.size_change
+        box = _resized(_obj_box(obj), RESIZE_FACTOR[query.size_change])
+        obj.update(x=box.x, y=box.y, w=box.w, h=box.h)
+    elif t == "position_replacement":
+        box = _moved_box(_obj_box(obj), relation_key(query.relation), g["width"])
+        obj.update(x=box.x, y=box.y)
+    elif t == "alter_parts":
+        part = part_name(query.attribute_after or "")
+        box = _part_box(obj, part)
+        objs[_new_id(objs)] = {"name": part, "x": box.x, "y": box.y, "w": box.w, "h": box.h,
+                               "attributes": [_part_color(obj)], "relations": []}
+    elif t == "color":
+        obj["attributes"] = [query.attribute_after if a in COLORS else a for a in obj["attributes"]]
+    return None
+
+
+def _where(box: Box, width: int) -> str:
+    cx = box.x + box.w / 2
+    return "left" if cx < width / 3 else "right" if cx > 2 * width / 3 else "center"
+
+
+def _editval_query(image_id: str, graph: dict[str, Any], t: str, variant: str,
+                   rng: np.random.Generator) -> Query | None:
+    """One EditVal-type query of type `t` on this scene whose exact edit fits (None when none does)."""
+    from benchmark.querysets.editval import prompts
+
+    objs = graph["objects"]
+    size = graph["width"]
+    present = {o["name"] for o in objs.values()}
+    absent = [c for c in CLASSES if c not in present]
+    for oid in [sorted(objs, key=int)[int(i)] for i in rng.permutation(len(objs))]:
+        obj, ref = objs[oid], _object_ref(image_id, oid, objs[oid])
+        cls = obj["name"]
+        kw: dict[str, Any] = {"target": ref}
+        frm, to = "", ""
+        if t in ("object_addition", "object_replacement", "positional_addition"):
+            to = absent[int(rng.integers(len(absent)))]
+            kw["new_class"] = to
+            if t == "positional_addition":
+                kw["relation"] = variant
+                to = f"{to}\x1f{variant}"
+        elif t == "size":
+            kw.update(size_change=variant, attribute_after=EDITVAL_SIZE_WORDS[variant])
+            to = EDITVAL_SIZE_WORDS[variant]
+        elif t == "position_replacement":
+            frm, to = _where(_obj_box(obj), size), variant
+            kw.update(relation=variant, attribute_before=frm)
+        elif t == "alter_parts":
+            to = f"add {_article(variant)} {variant}"
+            kw["attribute_after"] = to
+        elif t == "color":
+            before = _color_of(obj)
+            to = [c for c in COLORS if c != before][int(rng.integers(len(COLORS) - 1))]
+            kw.update(attribute_before=before, attribute_after=to)
+        elif t == "background":
+            to = [b for b in BACKGROUNDS if b != graph["location"]][int(rng.integers(len(BACKGROUNDS) - 1))]
+            kw["background"] = to
+        elif t == "style":
+            to = STYLES[int(rng.integers(len(STYLES)))]
+            kw["style"] = to
+        instruction, _ = prompts(t, cls, frm, to)
+        q = Query(id=f"{image_id}-ev-{t}", image=f"images/{image_id}.png", image_id=image_id, edit_type=t,
+                  instruction=instruction, editable_objects=tuple(_object_ref(image_id, k, objs[k])
+                                                                  for k in sorted(objs, key=int)), **kw)
+        edited, style = apply_edit(graph, q)
+        if not _editval_fits(graph, edited, q):
+            continue
+        q = replace(q, edit_mask=f"edit_masks/{q.id}.png", target_image=f"targets/{q.id}.png",
+                    source_caption=_caption(graph), target_caption=_caption(edited, style))
+        return q
+    return None
+
+
+def _editval_fits(graph: dict[str, Any], edited: dict[str, Any], q: Query) -> bool:
+    """The exact edit stays inside the image, overlaps nothing, and clears its rule with a margin (so the oracle
+    passes it and an unchanged image fails it)."""
+    t, size = q.edit_type, graph["width"]
+    if t in ("color", "background", "style"):
+        return True
+    assert q.target is not None
+    if t in ("object_addition", "positional_addition", "alter_parts"):
+        changed = _new_id(graph["objects"])
+        return t == "alter_parts" or _fits(graph, edited, changed)
+    if t == "object_replacement":
+        return _fits(graph, edited, q.target.id)
+    if t == "size":
+        return _fits(graph, edited, q.target.id)
+    before, after = _obj_box(graph["objects"][q.target.id]), _obj_box(edited["objects"][q.target.id])
+    cx0, cx1 = before.x + before.w / 2, after.x + after.w / 2
+    d = POSITION_DELTA * size + POSITION_SLACK
+    moved = {"left": cx1 < cx0 - d, "right": cx1 > cx0 + d,
+             "center": abs(cx1 - size / 2) < POSITION_DELTA * size - POSITION_SLACK and abs(cx0 - size / 2) > d}
+    return moved[q.relation or ""] and _fits(graph, edited, q.target.id)
+
+
+def editval_queries(graphs: dict[str, Any], seed: int = EDITVAL_SEED) -> list[Query]:
+    """The EditVal-type demo queries (`EDITVAL_PLAN`): each variant on the next scene (from a random start) where
+    it fits, one query per type and scene."""
+    rng = np.random.default_rng(seed)
+    ids = sorted(graphs)
+    out: list[Query] = []
+    for t, variants in EDITVAL_PLAN:
+        used: set[str] = set()
+        start = int(rng.integers(len(ids)))
+        for v in variants:
+            for k in range(len(ids)):
+                image_id = ids[(start + k) % len(ids)]
+                if image_id in used:
+                    continue
+                q = _editval_query(image_id, graphs[image_id], t, v, rng)
+                if q is not None:
+                    used.add(image_id)
+                    out.append(q)
+                    break
+            else:
+                raise RuntimeError(f"demo: no scene fits an EditVal {t} ({v or 'any'}) edit")
+    return out
+
+
+def load_editval_demo(root: str, name: str = "demo_editval") -> Any:
+    """The demo set's EditVal-type queries as a query set of their own (own name and hash)."""
+    from benchmark.querysets.io import QuerySet, content_hash, file_digests, load_queryset
+
+    full = load_queryset(root)
+    queries = tuple(q for q in full.queries if q.edit_type in EDITVAL_DEMO_TYPES)
+    if not queries:
+        from benchmark.querysets.io import QuerySetError
+
+        raise QuerySetError(f"{root}: no EditVal-type queries; regenerate the demo set (python scripts/make_demo.py)")
+    return QuerySet(name=name, root=full.root, queries=queries,
+                    hash=content_hash(queries, file_digests(full.root, queries, full.meta)), meta=full.meta)
 
 
 # ----------------------------------------------------------------------------------------------- scene graphs
@@ -450,6 +675,11 @@ def build(out_dir: Path, n_images: int = DEMO_IMAGES, size: int = DEMO_SIZE, see
             save_png(Image.fromarray(render(edited, style)), out_dir / "targets" / f"{q.id}.png")
             save_mask(edit_region(graph, edited, q), out_dir / "edit_masks" / f"{q.id}.png")
             queries.append(q)
+    for q in editval_queries(graphs):  # after every HATIE query: their ids, order and bytes are unchanged
+        edited, style = apply_edit(graphs[q.image_id], q)
+        save_png(Image.fromarray(render(edited, style)), out_dir / "targets" / f"{q.id}.png")
+        save_mask(edit_region(graphs[q.image_id], edited, q), out_dir / "edit_masks" / f"{q.id}.png")
+        queries.append(q)
     atomic_write_text(out_dir / "scene_graphs.json", json.dumps(graphs, indent=1, sort_keys=True) + "\n")
     write_queries(out_dir / "queries.jsonl", queries)
     meta = {

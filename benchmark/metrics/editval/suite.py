@@ -1,0 +1,300 @@
+"""EditValSuite: EditVal's automatic evaluation of every query of a run (docs/editval.md).
+
+Per query: `accuracy` (1 / 0 from the type's detector rule; NaN for the seven types without one) and
+`DINO_context` (cosine of DINO ViT-B/16 CLS features of the original and the edit). Per group of the leaderboard:
+`FID_type` (FID between the originals and the edits of each edit type, averaged over the group's types;
+`benchmark.metrics.editval.summary`), from Inception features carried in every row so shards merge.
+
+Work is batched across a chunk of queries and deduplicated by image content: an original shared by many queries
+(or an edit identical to its original) is detected / embedded once. Every backbone call goes through one small
+method (`_detect`, `_embed_dino`, `_fid_features`) so a shared feature cache can take them over.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmark.metrics.editval.rules import RuleSettings, judge, requests, scale_box
+from benchmark.models.common import resolve_device
+from benchmark.types import EDITVAL_TYPES, MetricInfo, Query
+
+VERSION = "1.0"
+FID_EDIT, FID_SOURCE = "_fid_edit", "_fid_src"  # per-row Inception features (underscore: never a table column)
+BOX_PREFIX, SCORE_PREFIX = "_box_", "raw_score_"  # per role: best box (original's pixel frame) and its score
+# (higher_is_better, description) of every leaderboard column; the first two are per query, FID_type per group.
+COLUMN_INFO = {
+    "accuracy": (True, "EditVal detector-rule accuracy: share of edits passing their type's rule (6 rule types; "
+                       "other types have no automatic rule and are left out of this mean)"),
+    "DINO_context": (True, "context preservation: cosine of DINO ViT-B/16 CLS features of the original and the edit"),
+    "FID_type": (False, "FID between the originals and the edits of each edit type, averaged over the group's types"),
+}
+
+
+@dataclass
+class _Loaded:
+    query: Query
+    original: Any = None   # PIL RGB
+    edit: Any = None       # PIL RGB
+    error: str = ""
+
+
+class _Samples:
+    """Loads one query's original and edit (runs in DataLoader workers)."""
+
+    def __init__(self, queryset: Any, queries: Sequence[Query], edit_paths: Sequence[Path]) -> None:
+        self.queryset, self.queries, self.edit_paths = queryset, queries, edit_paths
+
+    def __len__(self) -> int:
+        return len(self.queries)
+
+    def __getitem__(self, i: int) -> _Loaded:
+        from benchmark.imageio import ImageInputError, load_rgb
+
+        q = self.queries[i]
+        out = _Loaded(q)
+        try:
+            out.original = load_rgb(self.queryset.path(q.image))
+            out.edit = load_rgb(self.edit_paths[i])
+        except (ImageInputError, OSError) as err:
+            out.error = str(err)
+        return out
+
+
+class _LRU(OrderedDict):
+    """Bounded memo (memory must not grow with the query set)."""
+
+    def __init__(self, capacity: int) -> None:
+        super().__init__()
+        self.capacity = capacity
+
+    def get_touch(self, key: Any) -> Any:
+        if key in self:
+            self.move_to_end(key)
+            return self[key]
+        return None
+
+    def put(self, key: Any, value: Any) -> None:
+        self[key] = value
+        self.move_to_end(key)
+        while len(self) > self.capacity:
+            self.popitem(last=False)
+
+
+def _digest(img: Any) -> str:
+    """Content key of a decoded image (pixels and size), so equal images share every model pass."""
+    arr = np.asarray(img, dtype=np.uint8)
+    return hashlib.blake2b(arr.tobytes() + repr(arr.shape).encode(), digest_size=16).hexdigest()
+
+
+def _factory_label(factory: Callable[..., Any] | None) -> str:
+    """What a component factory builds (function and its settings), for `components()`; "off" for None."""
+    if factory is None:
+        return "off"
+    func = getattr(factory, "func", factory)
+    kw = getattr(factory, "keywords", {}) or {}
+    # a folder is named by its last part: leaderboard rows must not carry this machine's paths
+    args = ", ".join(f"{k}={Path(v).name if k == 'root' else v}" for k, v in sorted(kw.items())
+                     if k not in ("device", "batch_size"))
+    return f"{getattr(func, '__qualname__', type(func).__name__)}({args})"
+
+
+class EditValSuite:
+    """EditVal's automatic evaluation. Learned components are factories called once, lazily:
+
+    detector(device=) -> object with `detect(images, names) -> [ {name: (score, box)} or None ]` (OWL-ViT, or the
+    demo world's `oracle`); dino(device=) -> encoder with `embed_images`; fid(device=) -> extractor with
+    `features`, or None to leave FID_type out.
+    """
+
+    info = MetricInfo("editval", VERSION, True, description="EditVal detector-rule accuracy, DINO context, FID per type")
+    columns = ("accuracy", "DINO_context")
+    column_info = COLUMN_INFO
+
+    def __init__(self, *, detector: Callable[..., Any], dino: Callable[..., Any], fid: Callable[..., Any] | None = None,
+                 threshold: float = 0.1, position_delta: float = 0.25, size_margin: float = 0.1,
+                 positional_reference: str = "edit", device: str = "auto", batch_size: int = 16,
+                 chunk_size: int = 32, cache_size: int = 1024) -> None:
+        self.settings = RuleSettings(threshold=threshold, position_delta=position_delta, size_margin=size_margin,
+                                     positional_reference=positional_reference)
+        self._factories = {"detector": detector, "dino": dino, "fid": fid}
+        self.device = resolve_device(device)
+        self.batch_size, self.chunk_size = batch_size, chunk_size
+        self._models: dict[str, Any] = {}
+        self._caches = {k: _LRU(cache_size) for k in ("detect", "dino", "fid")}
+        self.timings: dict[str, float] = {}
+
+    # -- components -------------------------------------------------------------------------------------------
+    def _get(self, name: str) -> Any:
+        if name not in self._models:
+            f = self._factories[name]
+            t0 = time.perf_counter()
+            self._models[name] = None if f is None else f(device=self.device)
+            self.timings[f"load {name}"] = time.perf_counter() - t0
+        return self._models[name]
+
+    def components(self) -> dict[str, str]:
+        """The detector, DINO and FID components and the rule settings (recorded in every leaderboard row)."""
+        s = self.settings
+        return {"detector": _factory_label(self._factories["detector"]), "dino": _factory_label(self._factories["dino"]),
+                "fid": _factory_label(self._factories["fid"]),
+                "rules": f"threshold={s.threshold} position_delta={s.position_delta}*width "
+                         f"size_margin={s.size_margin} positional_reference={s.positional_reference}"}
+
+    def applies_to(self, query: Query, prompt_kind: str) -> bool:
+        """Every EditVal type (accuracy is NaN for the seven without a rule; DINO and FID still apply)."""
+        return query.edit_type in EDITVAL_TYPES
+
+    def _tick(self, key: str, t0: float) -> None:
+        self.timings[key] = self.timings.get(key, 0.0) + time.perf_counter() - t0
+
+    # -- backbone calls (one method each: the integration point of a shared feature cache) ---------------------
+    def _detect(self, images: list[Any], names: list[list[str]]) -> list[dict[str, Any] | None]:
+        """Per image: name -> (best score, best corner box in its pixels), or None when the detector cannot read
+        the image (the oracle, on anything but an exact render of the demo world)."""
+        t0 = time.perf_counter()
+        out = self._get("detector").detect(images, names)
+        self._tick("detector forward", t0)
+        return out
+
+    def _embed_dino(self, images: list[Any]) -> np.ndarray:
+        """DINO CLS features (N, D) of float (3, H, W) tensors, batched by size."""
+        return self._batched("dino", lambda x: self._get("dino").embed_images(x), images)
+
+    def _fid_features(self, images: list[Any]) -> np.ndarray:
+        """Inception (FID) features (N, D) of float (3, H, W) tensors, batched by size."""
+        return self._batched("fid", lambda x: self._get("fid").features(x), images)
+
+    def _batched(self, what: str, fn: Callable[[Any], Any], images: list[Any]) -> np.ndarray:
+        import torch
+
+        t0 = time.perf_counter()
+        out: list[Any] = [None] * len(images)
+        by_shape: dict[tuple[int, ...], list[int]] = {}
+        for i, im in enumerate(images):
+            by_shape.setdefault(tuple(im.shape), []).append(i)
+        for idx in by_shape.values():
+            for s in range(0, len(idx), self.batch_size):
+                part = idx[s : s + self.batch_size]
+                feats = fn(torch.stack([images[i] for i in part])).detach().cpu().double().numpy()
+                for i, f in zip(part, feats, strict=True):
+                    out[i] = f
+        self._tick(f"{what} forward", t0)
+        return np.stack(out) if out else np.zeros((0, 0))
+
+    # -- scoring ----------------------------------------------------------------------------------------------
+    def _features(self, what: str, keyed: dict[str, Any]) -> dict[str, np.ndarray]:
+        """Features of each unique image (content key -> tensor), computing only those not cached."""
+        cache = self._caches[what]
+        out = {k: cache.get_touch(k) for k in keyed}
+        need = [k for k, v in out.items() if v is None]
+        if need:
+            fn = self._embed_dino if what == "dino" else self._fid_features
+            for k, f in zip(need, fn([keyed[k] for k in need]), strict=True):
+                cache.put(k, f)
+                out[k] = f
+        return out
+
+    def _detections(self, wanted: dict[str, tuple[Any, set[str]]]) -> dict[tuple[str, str], Any]:
+        """(content key, name) -> (score, box) or None (image unreadable by the detector), detecting only the
+        names of each image that are not cached."""
+        cache = self._caches["detect"]
+        out = {(k, n): cache.get_touch((k, n)) for k, (_, names) in wanted.items() for n in names}
+        todo: dict[str, list[str]] = {}
+        for (k, n), v in out.items():
+            if v is None:
+                todo.setdefault(k, []).append(n)
+        if todo:
+            keys = list(todo)
+            results = self._detect([wanted[k][0] for k in keys], [sorted(todo[k]) for k in keys])
+            for k, res in zip(keys, results, strict=True):
+                for n in todo[k]:
+                    # None: the detector cannot read this image (kept as such: the rows record the failure)
+                    out[(k, n)] = None if res is None else res.get(n, (0.0, None))
+                    if res is not None:
+                        cache.put((k, n), out[(k, n)])
+        return out
+
+    def _score_chunk(self, chunk: list[_Loaded]) -> list[dict[str, Any]]:
+        from benchmark.imageio import to_float_tensor
+
+        rows = [{"query_id": it.query.id, "status": "failed", "reason": it.error} for it in chunk if it.error]
+        ok = [it for it in chunk if not it.error]
+        if not ok:
+            return rows
+        keys = [(_digest(it.original), _digest(it.edit)) for it in ok]
+        tensors: dict[str, Any] = {}
+        wanted: dict[str, tuple[Any, set[str]]] = {}
+        for it, (ko, ke) in zip(ok, keys, strict=True):
+            for k, img in ((ko, it.original), (ke, it.edit)):
+                if k not in tensors:
+                    tensors[k] = to_float_tensor(img)
+            for image, name in requests(it.query, self.settings).values():
+                k, img = (ko, it.original) if image == "original" else (ke, it.edit)
+                wanted.setdefault(k, (img, set()))[1].add(name)
+        dets = self._detections(wanted) if wanted else {}
+        dino = self._features("dino", tensors)
+        fid = self._features("fid", tensors) if self._factories["fid"] is not None else {}
+        for it, (ko, ke) in zip(ok, keys, strict=True):
+            rows.append(self._row(it, ko, ke, dets, dino, fid))
+        return rows
+
+    def _row(self, it: _Loaded, ko: str, ke: str, dets: dict, dino: dict, fid: dict) -> dict[str, Any]:
+        q = it.query
+        (w_o, h_o), (w_e, h_e) = it.original.size, it.edit.size
+        boxes: dict[str, Any] = {}
+        row: dict[str, Any] = {"query_id": q.id, "status": "ok", "reason": ""}
+        for role, (image, name) in requests(q, self.settings).items():
+            det = dets[(ko if image == "original" else ke, name)]
+            if det is None:
+                return {"query_id": q.id, "status": "failed",
+                        "reason": f"detector cannot read the {image} image of {q.id} (the oracle detector reads only "
+                                  "exact renders of the demo world: use the OWL-ViT detector for other edits)"}
+            score, box = det
+            # the edit's boxes in the original's pixel frame, so positions and areas compare across sizes
+            box = box if image == "original" else scale_box(box, w_o / w_e, h_o / h_e)
+            boxes[role] = box if score > self.settings.threshold else None
+            row[SCORE_PREFIX + role] = float(score)
+            # no box: NaNs (a list column must stay a list of numbers for the part's schema check)
+            row[BOX_PREFIX + role] = np.full(4, np.nan) if box is None else np.asarray(box, dtype=np.float64)
+        row["accuracy"] = judge(q, boxes, float(w_o), self.settings)
+        a, b = dino[ko], dino[ke]
+        cos = float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b))) if np.any(a) and np.any(b) else math.nan
+        row["DINO_context"] = min(1.0, max(-1.0, cos)) if math.isfinite(cos) else math.nan
+        if fid:
+            row[FID_EDIT], row[FID_SOURCE] = np.asarray(fid[ke], dtype=np.float32), np.asarray(fid[ko], dtype=np.float32)
+        return row
+
+    def score_queries(self, queryset: Any, queries: Sequence[Query], edit_paths: Sequence[Path], *, work_dir: Path,
+                      num_workers: int = 0, progress: bool = True) -> Iterator[list[dict[str, Any]]]:
+        """Yield lists of result rows (one dict per query: accuracy, DINO_context, detections, FID features)."""
+        from torch.utils.data import DataLoader
+        from tqdm import tqdm
+
+        order = sorted(range(len(queries)), key=lambda i: (queries[i].image, queries[i].id))
+        qs = [queries[i] for i in order]
+        paths = [edit_paths[i] for i in order]
+        loader = DataLoader(_Samples(queryset, qs, paths), batch_size=None, shuffle=False, num_workers=num_workers)
+        bar = tqdm(total=len(qs), desc="editval", unit="query", disable=not progress, leave=False)
+        chunk: list[_Loaded] = []
+        for item in loader:
+            chunk.append(item)
+            if len(chunk) >= self.chunk_size:
+                yield self._score_chunk(chunk)
+                bar.update(len(chunk))
+                chunk = []
+        if chunk:
+            yield self._score_chunk(chunk)
+            bar.update(len(chunk))
+        bar.close()
+
+    def model_seconds(self) -> dict[str, float]:
+        return {k: v for k, v in self.timings.items() if "forward" in k}
