@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from benchmark.metrics.hatie.suite import FID_EDIT, FID_SOURCE
-from benchmark.metrics.hatie.weights import combine
+from benchmark.metrics.hatie.weights import TOTAL_WEIGHTS_KEY, combine, profile_from_record
 
 
 def _stack(values: Any) -> np.ndarray | None:
@@ -21,12 +21,14 @@ def _stack(values: Any) -> np.ndarray | None:
 
 
 def summarize(ok: Any, means: Mapping[str, float], ses: Mapping[str, float], *, overall: bool,
-              seed: int = 0) -> dict[str, Any]:
+              seed: int = 0, components: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """overall: FID, IQ, IQ_se, Total, Total_se. Per type / class: `score`, `score_se` = the weighted mean of the
     criteria the group defines (same weights as Total, normalised over them; IQ is a set-level quantity and is
-    not split)."""
+    not split). `components` (the suite's, from run.json) names the weight profile the run was scored with; a run
+    without one uses the release's weights."""
+    profile = profile_from_record((components or {}).get(TOTAL_WEIGHTS_KEY))
     if not overall:
-        score, se = combine(means, ses)
+        score, se = combine(means, ses, profile=profile)
         return {"score": score, "score_se": se}
     from benchmark.metrics.fid import image_quality_with_error
 
@@ -37,6 +39,6 @@ def summarize(ok: Any, means: Mapping[str, float], ses: Mapping[str, float], *, 
         if edits is not None and srcs is not None:
             out.update(image_quality_with_error(srcs, edits, seed=seed))
     iq = out["IQ"] if math.isfinite(out["IQ"]) else None
-    total, total_se = combine(means, ses, iq, out["IQ_se"] if iq is not None else None)
+    total, total_se = combine(means, ses, iq, out["IQ_se"] if iq is not None else None, profile=profile)
     out.update({"Total": total, "Total_se": total_se})
     return out
