@@ -97,6 +97,9 @@ class Session:
         except UnknownOptionError as err:
             raise MetaevalError(str(err)) from None
         self.cfg = cfg
+        from benchmark.console import progress_enabled, quiet_third_party
+
+        quiet_third_party(progress_enabled(cfg.progress))  # what `editmeter run` does before a run
         self.results = Path(cfg.paths.results)
         self.out_dir = self.results / METAEVAL_DIR
         self.work_dir = self.out_dir / WORK_DIR
@@ -117,7 +120,8 @@ class Session:
 
         root = OmegaConf.merge(OmegaConf.masked_copy(self.cfg, [k for k in self.cfg if k != "hydra"]),
                                {"metaeval": self.settings})
-        return OmegaConf.select(root, f"metaeval.{dotted}", throw_on_missing=True)
+        node = OmegaConf.select(root, f"metaeval.{dotted}", throw_on_missing=True)
+        return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
 
     def queryset(self) -> Any:
         """(full set, selection) as the runs will load them; a bad or unbuilt set raises MetaevalError."""

@@ -169,8 +169,39 @@ def correlation_stat(kind: str, human: np.ndarray, metric: np.ndarray,
 
     def stat(w: np.ndarray) -> np.ndarray:
         u, v = win_rates(human, index, w), win_rates(metric, index, w)
-        if kind == "pearson":
-            return rowwise_pearson(u, v)
-        return np.array([correlations(u[i], v[i])[kind] for i in range(len(u))])
+        return ROWWISE[kind](u, v)
 
     return stat
+
+
+def _ranks(x: np.ndarray) -> np.ndarray:
+    """Average ranks of each row's finite entries (NaN stays NaN)."""
+    from scipy.stats import rankdata
+
+    return rankdata(np.where(np.isfinite(x), x, np.nan), axis=1, nan_policy="omit")
+
+
+def rowwise_spearman(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Spearman's rho of each row pair: Pearson's r of average ranks (scipy's definition), finite entries only."""
+    x, y = np.atleast_2d(x), np.atleast_2d(y)
+    both = np.isfinite(x) & np.isfinite(y)
+    return rowwise_pearson(_ranks(np.where(both, x, np.nan)), _ranks(np.where(both, y, np.nan)))
+
+
+def rowwise_kendall(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Kendall's tau-b of each row pair over the entries finite in both (scipy's default variant):
+    sum sx*sy / sqrt(sum sx^2 * sum sy^2) over pairs of entries, s = sign of the difference."""
+    x, y = np.atleast_2d(x).astype(np.float64), np.atleast_2d(y).astype(np.float64)
+    both = np.isfinite(x) & np.isfinite(y)
+    sx = np.sign(x[:, :, None] - x[:, None, :])
+    sy = np.sign(y[:, :, None] - y[:, None, :])
+    mask = both[:, :, None] & both[:, None, :]
+    sx, sy = np.where(mask, sx, 0.0), np.where(mask, sy, 0.0)
+    num = (sx * sy).sum(axis=(1, 2))
+    den = np.sqrt((sx * sx).sum(axis=(1, 2)) * (sy * sy).sum(axis=(1, 2)))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where((den > 0) & (both.sum(axis=1) >= 3), num / np.where(den > 0, den, 1.0), np.nan)
+
+
+ROWWISE: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+    "pearson": rowwise_pearson, "spearman": rowwise_spearman, "kendall": rowwise_kendall}

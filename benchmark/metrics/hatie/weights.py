@@ -163,7 +163,7 @@ def check_profile(data: object, where: str) -> WeightProfile:
         got = sorted(total) if isinstance(total, Mapping) else type(total).__name__
         raise WeightProfileError(f"{where}: 'total' must map exactly {', '.join(CRITERIA)} to weights, got {got}")
     vals = {}
-    for k in CRITERIA:
+    for k in W_TOTAL:  # the release's order, so the release's weights give the very same floating-point sums
         v = total[k]
         if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
             raise WeightProfileError(f"{where}: total.{k} = {v!r}; weights are finite numbers >= 0")
