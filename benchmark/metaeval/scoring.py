@@ -12,6 +12,7 @@ per-query composite (HATIE: the weighted mean of the criteria a query defines, w
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import os
@@ -97,6 +98,7 @@ class Session:
         except UnknownOptionError as err:
             raise MetaevalError(str(err)) from None
         self.cfg = cfg
+        self._composed: dict[str, Any] = {}
         from benchmark.console import progress_enabled, quiet_third_party
 
         quiet_third_party(progress_enabled(cfg.progress))  # what `editmeter run` does before a run
@@ -141,8 +143,10 @@ class Session:
         from benchmark.errors import PreflightError, RunError, TooManyFailures
         from benchmark.run import compose, run_pipeline
 
-        cfg, _ = compose([*self.overrides, f"metrics={metric_set}", "editor=identity", "stages=[edit,score]",
-                          "max_failed_fraction=1.0"])
+        if metric_set not in self._composed:  # composing costs ~1 s; every candidate run of a set shares it
+            self._composed[metric_set] = compose([*self.overrides, f"metrics={metric_set}", "editor=identity",
+                                                  "stages=[edit,score]", "max_failed_fraction=1.0"])[0]
+        cfg = copy.deepcopy(self._composed[metric_set])
         with open_dict(cfg):
             cfg.editor = OmegaConf.create(dict(editor_node))
             cfg.paths.results = str(self.work_dir)
