@@ -76,7 +76,13 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _pairs(args: argparse.Namespace) -> tuple[list[Any], list[Path], dict[str, int]]:
-    from benchmark.metaeval.human import HumanDataError, query_id_mapper, ratings_to_pairs, read_pairs, read_ratings
+    from benchmark.metaeval.human import (
+        HumanDataError,
+        query_id_mapper,
+        ratings_to_pairs,
+        read_pairs,
+        read_ratings,
+    )
 
     if args.pairs is not None:
         if args.images is not None:
