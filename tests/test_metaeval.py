@@ -340,7 +340,7 @@ def _demo_queries(n: int) -> list[dict]:
 def _table(tmp_path: Path, test: str):
     import pandas as pd
 
-    (path,) = (tmp_path / "results" / "metaeval").glob(f"{test}-*.csv")
+    path = max((tmp_path / "results" / "metaeval").glob(f"{test}-*.csv"), key=lambda p: p.stat().st_mtime_ns)
     return pd.read_csv(path).set_index("metric"), json.loads(path.with_suffix(".json").read_text())
 
 
@@ -391,6 +391,16 @@ def test_cli_2afc_and_winrate_from_a_preference_csv(tmp_path):
     assert df.loc["basic/psnr_gt_in", "pearson"] == pytest.approx(1.0)
     assert df.loc["basic/psnr_gt_in", "n_editors"] == 3
     assert side["win_rates"]["basic/psnr_gt_in"]["gt"] == [1.0, 1.0]
+    # the same images as ImagenHub-style ratings of two raters (uid = file name, query id = its stem)
+    cells = {"gt": "[1, 1]", "noisy": "[0.5, 1]", "inverted": "[0, 0.5]"}
+    for r in ("r1", "r2"):
+        lines = ["uid\tgt\tnoisy\tinverted"] + [f"{q['id']}.png\t" + "\t".join(cells.values())
+                                                 for q in _demo_queries(3)]
+        (tmp_path / f"{r}.tsv").write_text("\n".join(lines) + "\n")
+    assert _cli("2afc", *_base(tmp_path), "--ratings", str(tmp_path / "r1.tsv"), str(tmp_path / "r2.tsv"),
+                "--images", str(tmp_path / "edits")) == 0
+    df, side = _table(tmp_path, "2afc")
+    assert df.loc["basic/psnr_gt_in", "agreement"] == 1.0 and side["counts"]["pairs"] == 9
 
 
 def test_cli_bad_inputs_exit_2_with_one_message(tmp_path, capsys):
@@ -425,3 +435,24 @@ def test_text_only_generator_ignores_the_source(single_thread_torch):
     b = gen.edit([q], [black], seeds=[1])[0]
     assert a.size == src.size and np.array_equal(np.asarray(a), np.asarray(b))  # made from the text alone
     assert generation_prompt(q) == q.target_caption
+
+
+@pytest.mark.slow
+def test_weight_profile_end_to_end_changes_only_total_on_the_leaderboard(tmp_path, single_thread_torch):
+    import pandas as pd
+
+    from benchmark.run import compose, run_pipeline
+
+    prof = _profile(tmp_path / "p.json", {"OF": 0.7, "BF": 0.1, "OC": 0.1, "BC": 0.1}, name="of-heavy")
+    base = ["editor=overedit", "queryset=demo_mini", "profile=tiny", "metrics=hatie", "progress=false",
+            f"paths.results={tmp_path / 'r'}", "aggregate.bootstrap_resamples=200"]
+    for extra in ([], [f"metrics.hatie.weights={prof}"]):
+        cfg, choices = compose([*base, *extra])
+        run_pipeline(cfg, choices["editor"])
+    lb = pd.read_csv(tmp_path / "r" / "leaderboard.csv")
+    lb = lb[lb["metric_set"] == "hatie"]
+    assert len(lb) == 2
+    a, b = (lb[lb["components"].str.contains(w)].iloc[0] for w in ('"weights": "default"', '"weights": "of-heavy"'))
+    assert a["Total"] != pytest.approx(b["Total"])
+    for col in ("OF", "BF", "OC", "BC", "IQ", "FID", "OF_se", "n_ok"):
+        assert a[col] == b[col]
