@@ -456,3 +456,48 @@ def test_weight_profile_end_to_end_changes_only_total_on_the_leaderboard(tmp_pat
     assert a["Total"] != pytest.approx(b["Total"])
     for col in ("OF", "BF", "OC", "BC", "IQ", "FID", "OF_se", "n_ok"):
         assert a[col] == b[col]
+
+
+def test_cli_fit_weights_writes_a_loadable_profile(tmp_path, monkeypatch, capsys):
+    """The fit and the profile it writes; scoring is replaced by planted criteria (scoring is tested above)."""
+    from benchmark.metaeval import evaluate
+    from benchmark.metrics.hatie.weights import load_weight_profile
+
+    planted = np.array([0.4, 0.1, 0.2, 0.3])
+    rng = np.random.default_rng(0)
+    qual = rng.uniform(0, 1, (5, 4))
+    crit: dict[Path, np.ndarray] = {}
+    rows = []
+    for q in _demo_queries(14):
+        paths = []
+        for e in range(5):
+            p = _img(tmp_path / "imgs" / f"e{e}" / f"{q['id']}.png", e)
+            crit[p.resolve()] = qual[e] + 0.3 * rng.normal(size=4)
+            paths.append(p)
+        for a in range(5):
+            for b in range(a + 1, 5):
+                sa, sb = crit[paths[a].resolve()] @ planted, crit[paths[b].resolve()] @ planted
+                rows.append({"query_id": q["id"], "image_a": str(paths[a]), "image_b": str(paths[b]),
+                             "preferred": "a" if sa > sb else "b", "editor_a": f"e{a}", "editor_b": f"e{b}"})
+    prefs = _write_csv(tmp_path / "study.csv", rows)
+
+    def fake_score_pairs(session, pairs):
+        cols = [f"hatie/{c}" for c in ("OF", "BF", "OC", "BC")]
+        a = np.array([crit[p.image_a] for p in pairs])
+        b = np.array([crit[p.image_b] for p in pairs])
+        return evaluate.PairScores(dict.fromkeys(cols, True), {c: a[:, i] for i, c in enumerate(cols)},
+                                   {c: b[:, i] for i, c in enumerate(cols)}, {"hatie": "sig"}, {"hatie": []})
+
+    monkeypatch.setattr(evaluate, "score_pairs", fake_score_pairs)
+    out = tmp_path / "fitted.yaml"
+    args = ["fit-weights", "--pairs", str(prefs), "--name", "study", "--out-profile", str(out), "queryset=demo_mini",
+            "profile=tiny", f"paths.results={tmp_path / 'results'}", "--resamples", "50", "metaeval.fit.step=0.05"]
+    assert _cli(*args) == 0
+    prof = load_weight_profile(str(out))
+    assert prof.name == "study" and sum(prof.total.values()) == pytest.approx(1.0) and prof.criteria_share == 0.8
+    df, side = _table(tmp_path, "fit-weights")
+    assert list(df.index) == ["weights=base", "weights=study"] and df.loc["weights=study", "train_pearson"] > 0.9
+    assert side["profile_path"] == str(out)
+    assert "metrics.hatie.weights=" in capsys.readouterr().out
+    assert _cli(*args) == 2  # an existing profile is never replaced silently
+    assert "--force" in capsys.readouterr().err
