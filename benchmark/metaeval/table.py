@@ -43,7 +43,13 @@ def write_table(out_dir: Path, test: str, rows: list[dict[str, Any]], *, queryse
                        "options": extra.get("options", {}), "metric_sigs": extra.get("metric_sigs", {})}, 12)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{test}-{queryset.name}-{key}.csv"
-    df = pd.DataFrame([{**r, **prov} for r in rows])
+    sigs = dict(extra.get("metric_sigs", {}))
+    only = next(iter(sigs.values())) if len(sigs) == 1 else ""
+
+    def sig(metric: str) -> str:  # rows are named <metric set>/<column> (fit-weights: one set)
+        return sigs.get(metric.split("/", 1)[0], only)
+
+    df = pd.DataFrame([{**r, "metric_sig": sig(str(r["metric"])), **prov} for r in rows])
     atomic_write_text(path, df.to_csv(index=False, float_format="%.6g"))
     side = {**prov, "inputs": dict(inputs), "versions": library_versions(), **extra}
     atomic_write_text(path.with_suffix(".json"), canonical_json(_plain(side)) + "\n")
