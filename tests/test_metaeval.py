@@ -295,6 +295,9 @@ def test_weight_profile_changes_total_and_nothing_else(tmp_path):
     # the release profile recorded explicitly equals no record at all
     default = {"total_weights": load_weight_profile("default").record()}
     assert summarize(ok, means, ses, overall=True, components=default)["Total"] == base["Total"]
+    with pytest.warns(Warning, match="Total and score are left empty"):
+        broken = summarize(ok, means, ses, overall=True, components={"total_weights": "{not json"})
+    assert math.isnan(broken["Total"])
 
 
 def test_weight_profile_validation_names_the_file(tmp_path):

@@ -12,7 +12,12 @@ from typing import Any
 import numpy as np
 
 from benchmark.metrics.hatie.suite import FID_EDIT, FID_SOURCE
-from benchmark.metrics.hatie.weights import TOTAL_WEIGHTS_KEY, combine, profile_from_record
+from benchmark.metrics.hatie.weights import (
+    TOTAL_WEIGHTS_KEY,
+    WeightProfileError,
+    combine,
+    profile_from_record,
+)
 
 
 def _stack(values: Any) -> np.ndarray | None:
@@ -26,7 +31,14 @@ def summarize(ok: Any, means: Mapping[str, float], ses: Mapping[str, float], *, 
     criteria the group defines (same weights as Total, normalised over them; IQ is a set-level quantity and is
     not split). `components` (the suite's, from run.json) names the weight profile the run was scored with; a run
     without one uses the release's weights."""
-    profile = profile_from_record((components or {}).get(TOTAL_WEIGHTS_KEY))
+    try:
+        profile = profile_from_record((components or {}).get(TOTAL_WEIGHTS_KEY))
+    except WeightProfileError as err:  # a damaged run.json: no Total rather than one with unknown weights
+        from benchmark.stages.score_cache import warn
+
+        warn(f"{err}; Total and score are left empty for this run (rescore it to rewrite run.json)")
+        return {"score": math.nan, "score_se": math.nan} if not overall else {
+            "FID": math.nan, "IQ": math.nan, "IQ_se": math.nan, "Total": math.nan, "Total_se": math.nan}
     if not overall:
         score, se = combine(means, ses, profile=profile)
         return {"score": score, "score_se": se}
