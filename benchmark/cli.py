@@ -6,6 +6,7 @@ the library; heavy modules are imported only by the subcommand that needs them.
     editmeter show [--queryset demo]                           # print the leaderboard
     editmeter data NAME                                        # download a query-set source
     editmeter weights ...                                      # prefetch the checkpoints a run needs
+    editmeter metaeval <test> ...                              # meta-evaluation of every metric set
 """
 
 from __future__ import annotations
@@ -76,6 +77,12 @@ def _launch(argv: list[str]) -> int:  # issue 16 (scale): shard a run or a sweep
     return main(argv)
 
 
+def _metaeval(argv: list[str]) -> int:
+    from benchmark.metaeval.cli import main
+
+    return main(argv)
+
+
 COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "run": (_run, "edit a query set, score the edits, rebuild the leaderboards (Hydra; --multirun sweeps)"),
     "score": (_score, "score a folder of edits made elsewhere and add them to the leaderboard"),
@@ -83,6 +90,8 @@ COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "data": (_data, "download one query-set source (resumable, verified)"),
     "weights": (_weights, "prefetch every checkpoint a run will touch (editor and metric models)"),
     "launch": (_launch, "shard a run (or a sweep) across N workers: local GPUs/CPUs or Slurm; then aggregate"),
+    "metaeval": (_metaeval, "how far each metric agrees with ground truth and people (gt-selection, 2afc, winrate, "
+                            "fit-weights)"),
 }
 
 

@@ -19,6 +19,7 @@ and every score part are validated, and a bad file is skipped or quarantined wit
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -232,9 +233,12 @@ def _run_rows(run: Run, group_cols: tuple[str, ...], fname: str, n_resamples: in
         if suite is not None:
             if summary_fn is not None:
                 ok = part[part["status"] == "ok"]
+                # metaeval: the suite's recorded components (e.g. HATIE's weight profile), for summaries taking them
+                extra = ({"components": suite["components"]}
+                         if "components" in inspect.signature(summary_fn).parameters else {})
                 stats |= summary_fn(ok, {m: stats[m] for m in metric_names},
                                     {m: stats[f"{m}_se"] for m in metric_names}, overall=not group_cols,
-                                    seed=int(stable_hash([seed, gkey, "suite"], 8), 16))
+                                    seed=int(stable_hash([seed, gkey, "suite"], 8), 16), **extra)
             else:
                 stats["mark"] = "; ".join(filter(None, [stats["mark"], f"UNKNOWN SUITE {suite['name']!r}: no summary"]))
             stats["components"] = json.dumps(suite["components"], sort_keys=True)

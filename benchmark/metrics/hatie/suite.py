@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from benchmark.metrics.hatie.primitives import IMAGE_SIZE
-from benchmark.metrics.hatie.weights import CRITERIA, query_criteria
+from benchmark.metrics.hatie.weights import CRITERIA, TOTAL_WEIGHTS_KEY, load_weight_profile, query_criteria
 from benchmark.metrics.hatie.workflows import (
     ADD_RELATION_TEXT,
     WORKFLOWS,
@@ -159,9 +159,11 @@ class HatieSuite:
     def __init__(self, *, segmenter: Callable[..., Any], clip: Callable[..., Any], dino: Callable[..., Any],
                  lpips: Callable[..., Any], fid: Callable[..., Any] | None = None, vqa: Callable[..., Any] | None = None,
                  device: str = "auto", batch_size: int = 32, chunk_size: int = 32,
-                 add_relation_text: str = ADD_RELATION_TEXT, cache_size: int = 4096) -> None:
+                 add_relation_text: str = ADD_RELATION_TEXT, cache_size: int = 4096, weights: str | None = None) -> None:
         if add_relation_text not in ("anchor", "target"):
             raise ValueError(f"add_relation_text must be 'anchor' or 'target', not {add_relation_text!r}")
+        # Total's weight profile (docs/metaeval.md): validated now, before any work; applied at aggregation
+        self.weight_profile = load_weight_profile(weights)
         self._factories = {"segmenter": segmenter, "clip": clip, "dino": dino, "lpips": lpips, "fid": fid, "vqa": vqa}
         self.device = resolve_device(device)
         self.batch_size, self.chunk_size, self.cache_size = batch_size, chunk_size, cache_size
@@ -204,7 +206,8 @@ class HatieSuite:
         vqa = self._factories["vqa"]
         vqa_id = getattr(vqa, "keywords", {}).get("model_id", "custom") if vqa is not None else None
         return {"vqa": f"on ({vqa_id})" if vqa is not None else "off", "iq": "on" if self._factories["fid"] is not None else "off",
-                "add_relation_text": self.add_relation_text, "segmenter": self.segmenter_signature}
+                "add_relation_text": self.add_relation_text, "segmenter": self.segmenter_signature,
+                "weights": self.weight_profile.name, TOTAL_WEIGHTS_KEY: self.weight_profile.record()}
 
     def applies_to(self, query: Query, prompt_kind: str) -> bool:
         """HATIE scores obj_remove only for instruction-based editors."""

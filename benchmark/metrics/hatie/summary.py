@@ -14,7 +14,12 @@ from typing import Any
 import numpy as np
 
 from benchmark.metrics.hatie.suite import FID_EDIT, FID_SOURCE
-from benchmark.metrics.hatie.weights import combine
+from benchmark.metrics.hatie.weights import (
+    TOTAL_WEIGHTS_KEY,
+    WeightProfileError,
+    combine,
+    profile_from_record,
+)
 
 
 def _rows(values: Any) -> np.ndarray | None:
@@ -24,12 +29,21 @@ def _rows(values: Any) -> np.ndarray | None:
 
 
 def summarize(ok: Any, means: Mapping[str, float], ses: Mapping[str, float], *, overall: bool,
-              seed: int = 0) -> dict[str, Any]:
+              seed: int = 0, components: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """overall: FID, IQ, IQ_se, Total, Total_se. Per type / class: `score`, `score_se` = the weighted mean of the
     criteria the group defines (same weights as Total, normalised over them; IQ is a set-level quantity and is
-    not split)."""
+    not split). `components` (the suite's, from run.json) names the weight profile the run was scored with; a run
+    without one uses the release's weights."""
+    try:
+        profile = profile_from_record((components or {}).get(TOTAL_WEIGHTS_KEY))
+    except WeightProfileError as err:  # a damaged run.json: no Total rather than one with unknown weights
+        from benchmark.stages.score_cache import warn
+
+        warn(f"{err}; Total and score are left empty for this run (rescore it to rewrite run.json)")
+        return {"score": math.nan, "score_se": math.nan} if not overall else {
+            "FID": math.nan, "IQ": math.nan, "IQ_se": math.nan, "Total": math.nan, "Total_se": math.nan}
     if not overall:
-        score, se = combine(means, ses)
+        score, se = combine(means, ses, profile=profile)
         return {"score": score, "score_se": se}
     from benchmark.metrics.fid import FeatureStats, image_quality_from_stats
 
@@ -40,6 +54,6 @@ def summarize(ok: Any, means: Mapping[str, float], ses: Mapping[str, float], *, 
         if edits is not None and srcs is not None and len(edits) >= 2 and len(srcs) >= 2:
             out.update(image_quality_from_stats(FeatureStats.of(srcs), FeatureStats.of(edits), edits, seed=seed))
     iq = out["IQ"] if math.isfinite(out["IQ"]) else None
-    total, total_se = combine(means, ses, iq, out["IQ_se"] if iq is not None else None)
+    total, total_se = combine(means, ses, iq, out["IQ_se"] if iq is not None else None, profile=profile)
     out.update({"Total": total, "Total_se": total_se})
     return out

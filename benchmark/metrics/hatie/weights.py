@@ -7,8 +7,10 @@ renormalised over the components present (docs/hatie.md section 5), and the lead
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from benchmark.metrics.hatie.primitives import g
 
@@ -95,26 +97,118 @@ def query_criteria(edit_type: str, raw: Mapping[str, float | None]) -> dict[str,
 
 
 def combine(means: Mapping[str, float], ses: Mapping[str, float], iq: float | None = None,
-            iq_se: float | None = None) -> tuple[float, float]:
+            iq_se: float | None = None, profile: WeightProfile | None = None) -> tuple[float, float]:
     """Weighted score of the criteria present (finite), normalised by their weights; with IQ: HATIE's Total.
+    `profile` replaces the release's weights (`W_TOTAL`, `CRITERIA_SHARE`; see `load_weight_profile`).
 
     SE propagates as independent terms: sqrt(sum (w_k SE_k)^2) (the release adds the IQ term unsquared; not copied).
     """
-    present = [k for k in W_TOTAL if k in means and math.isfinite(means[k])]
+    w_total = profile.total if profile is not None else W_TOTAL
+    share = profile.criteria_share if profile is not None else CRITERIA_SHARE
+    present = [k for k in w_total if k in means and math.isfinite(means[k]) and w_total[k] > 0]
     if not present:
         return math.nan, math.nan
-    wsum = sum(W_TOTAL[k] for k in present)
+    wsum = sum(w_total[k] for k in present)
     if iq is None:
-        score = sum(W_TOTAL[k] * means[k] for k in present) / wsum
-        var = sum((W_TOTAL[k] * ses.get(k, math.nan)) ** 2 for k in present) / wsum**2
+        score = sum(w_total[k] * means[k] for k in present) / wsum
+        var = sum((w_total[k] * ses.get(k, math.nan)) ** 2 for k in present) / wsum**2
         return score, math.sqrt(var)
     # Total: the criteria part is normalised over the weights present (all four in a full HATIE run)
-    crit = sum(W_TOTAL[k] * means[k] for k in present) / wsum
-    score = CRITERIA_SHARE * crit + (1 - CRITERIA_SHARE) * iq
-    var = sum((CRITERIA_SHARE * W_TOTAL[k] / wsum * ses.get(k, math.nan)) ** 2 for k in present)
-    var += ((1 - CRITERIA_SHARE) * (iq_se if iq_se is not None else math.nan)) ** 2
+    crit = sum(w_total[k] * means[k] for k in present) / wsum
+    score = share * crit + (1 - share) * iq
+    var = sum((share * w_total[k] / wsum * ses.get(k, math.nan)) ** 2 for k in present)
+    var += ((1 - share) * (iq_se if iq_se is not None else math.nan)) ** 2
     return score, math.sqrt(var)
 
 
 def image_quality(fid: float) -> float:
     return 1.0 - math.tanh(fid / FID_SCALE)
+
+
+# ---- named weight profiles (Total's criteria weights; written by `editmeter metaeval fit-weights`) -------------
+PROFILE_DIR = "configs/metrics/hatie_weights"  # relative to the checkout: <name>.yaml
+DEFAULT_PROFILE = "default"  # the release's W_TOTAL and CRITERIA_SHARE
+TOTAL_WEIGHTS_KEY = "total_weights"  # the suite component recording the profile (run.json, leaderboard)
+
+
+class WeightProfileError(ValueError):
+    """A weight profile is missing or malformed; the message names the file and the fix."""
+
+
+@dataclass(frozen=True)
+class WeightProfile:
+    """Total = criteria_share * sum_k total[k] * criterion_k + (1 - criteria_share) * IQ (docs/metaeval.md)."""
+
+    name: str
+    total: Mapping[str, float]
+    criteria_share: float
+    source: str = "built-in"
+
+    def record(self) -> str:
+        """The weights as one canonical JSON string (run.json's suite components; read back by `from_record`)."""
+        return json.dumps({"name": self.name, "total": {k: self.total[k] for k in CRITERIA},
+                           "criteria_share": self.criteria_share}, sort_keys=True)
+
+
+def release_profile() -> WeightProfile:
+    return WeightProfile(DEFAULT_PROFILE, dict(W_TOTAL), CRITERIA_SHARE)
+
+
+def check_profile(data: object, where: str) -> WeightProfile:
+    """Validate a profile mapping ({name, total: {OF, BF, OC, BC}, criteria_share}); WeightProfileError otherwise."""
+    if not isinstance(data, Mapping):
+        raise WeightProfileError(f"{where}: a weight profile must be a mapping with keys name, total, criteria_share")
+    total = data.get("total")
+    if not isinstance(total, Mapping) or set(total) != set(CRITERIA):
+        got = sorted(total) if isinstance(total, Mapping) else type(total).__name__
+        raise WeightProfileError(f"{where}: 'total' must map exactly {', '.join(CRITERIA)} to weights, got {got}")
+    vals = {}
+    for k in W_TOTAL:  # the release's order, so the release's weights give the very same floating-point sums
+        v = total[k]
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
+            raise WeightProfileError(f"{where}: total.{k} = {v!r}; weights are finite numbers >= 0")
+        vals[k] = float(v)
+    if abs(sum(vals.values()) - 1.0) > 1e-6:
+        raise WeightProfileError(f"{where}: the weights in 'total' sum to {sum(vals.values()):.6g}; they must sum to 1")
+    share = data.get("criteria_share", CRITERIA_SHARE)
+    if isinstance(share, bool) or not isinstance(share, int | float) or not 0.0 <= float(share) <= 1.0:
+        raise WeightProfileError(f"{where}: criteria_share = {share!r}; it must be a number in [0, 1]")
+    name = data.get("name")
+    if not isinstance(name, str) or not name:
+        raise WeightProfileError(f"{where}: 'name' must be a non-empty string")
+    return WeightProfile(name, vals, float(share), where)
+
+
+def load_weight_profile(name_or_path: str | None) -> WeightProfile:
+    """`default` (or None): the release's weights; a name: `configs/metrics/hatie_weights/<name>.yaml`; anything
+    with a `/` or ending in .yaml / .json: that file. Raises WeightProfileError naming the file and the fix."""
+    if name_or_path in (None, "", DEFAULT_PROFILE):
+        return release_profile()
+    from pathlib import Path
+
+    import yaml
+
+    from benchmark.provenance import PROJECT_ROOT
+
+    text = str(name_or_path)
+    path = Path(text) if ("/" in text or text.endswith((".yaml", ".yml", ".json"))) else PROJECT_ROOT / PROFILE_DIR / f"{text}.yaml"
+    if not path.is_file():
+        known = sorted(p.stem for p in (PROJECT_ROOT / PROFILE_DIR).glob("*.yaml"))
+        raise WeightProfileError(f"HATIE weight profile {text!r}: no file {path}. Known profiles: "
+                                 f"{', '.join([DEFAULT_PROFILE, *known])}; `editmeter metaeval fit-weights` writes new ones")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
+        raise WeightProfileError(f"{path}: not readable YAML/JSON ({type(err).__name__}: {err})") from None
+    return check_profile(data, str(path))
+
+
+def profile_from_record(record: str | None) -> WeightProfile:
+    """The profile a run recorded (`WeightProfile.record`); the release's when the run predates profiles (None)."""
+    if record is None:
+        return release_profile()
+    try:
+        data = json.loads(record)
+    except (TypeError, ValueError) as err:
+        raise WeightProfileError(f"recorded total_weights is not JSON ({err})") from None
+    return check_profile(data, "run.json suite components.total_weights")
