@@ -142,20 +142,27 @@ def _not_done(df) -> int:
     return int((~df["status"].isin(("ok", "failed"))).sum())
 
 
-def _pair(a: Any, b: Any, fa: _Folder, fb: _Folder, mset: str, metrics: list[str], higher: dict[str, bool],
-          by: str, n_resamples: int, seed: int, test: str) -> tuple[list[dict], dict]:
-    """Rows for one pair (overall, then per group when `by`), and its coverage record."""
-    sa, sb = _scope(a, metrics), _scope(b, metrics)
-    both = sa.merge(sb.drop(columns=["edit_type", "object_class"]), on="query_id", how="outer",
-                    suffixes=("_a", "_b"), sort=True)
-    # group labels of queries only in B's scope come from B's index (same query set, so the same labels)
-    labels = sb.set_index("query_id")[["edit_type", "object_class"]]
-    for col in ("edit_type", "object_class"):
-        both[col] = both[col].fillna(both["query_id"].map(labels[col])).fillna("(none)")
-    in_a, in_b = both["status_a"].notna(), both["status_b"].notna()
-    shared = (both["status_a"] == "ok") & (both["status_b"] == "ok")
+@dataclass
+class _Pair:
+    """Two runs' in-scope rows aligned on the query set (one row per query id of the set, in id order)."""
+
+    fa: _Folder
+    fb: _Folder
+    both: Any  # DataFrame: status_a, status_b, <metric>_a, <metric>_b (NaN / None outside a run's scope)
+    shared: np.ndarray  # bool per query: ok in both runs
+    coverage: dict[str, Any]
+
+
+def _pair(sa: Any, sb: Any, fa: _Folder, fb: _Folder, mset: str, ids: Any) -> _Pair:
+    """Align the scopes of A and B on the query ids `ids` (a one-column frame, in id order), count what is shared and what is dropped; refuse a pair
+    without a shared query."""
+    both = ids.merge(sa.drop(columns=["edit_type", "object_class"]), on="query_id", how="left")
+    both = both.merge(sb.drop(columns=["edit_type", "object_class"]), on="query_id", how="left", suffixes=("_a", "_b"))
+    in_a, in_b = both["status_a"].notna().to_numpy(), both["status_b"].notna().to_numpy()
+    shared = ((both["status_a"] == "ok") & (both["status_b"] == "ok")).to_numpy()
     coverage = {
-        "metric_set": mset, "run_a": fa.name, "run_b": fb.name, "n_scope": len(both), "n_shared": int(shared.sum()),
+        "metric_set": mset, "run_a": fa.name, "run_b": fb.name, "n_scope": int((in_a | in_b).sum()),
+        "n_shared": int(shared.sum()),
         "a_failed": int((both["status_a"] == "failed").sum()), "b_failed": int((both["status_b"] == "failed").sum()),
         "a_not_done": _not_done(sa), "b_not_done": _not_done(sb),
         "out_of_scope": int((in_a != in_b).sum()), "n_total_a": len(sa), "n_total_b": len(sb),
@@ -163,53 +170,66 @@ def _pair(a: Any, b: Any, fa: _Folder, fb: _Folder, mset: str, metrics: list[str
     if not coverage["n_shared"]:
         raise CompareError(f"runs {fa.key} and {fb.key} share no query that both edited and scored successfully "
                            f"({mset}): nothing to pair. Finish or rerun them (editmeter run ...) before comparing.")
-    groups: list[tuple[str, str, Any]] = [("", "all", both)]
+    return _Pair(fa, fb, both, shared, coverage)
+
+
+def _set_rows(pairs: list[_Pair], sides: dict[str, Any], universe: Any, mset: str, metrics: list[str],
+              higher: dict[str, bool], by: str, n_resamples: int, seed: int, test: str) -> list[dict]:
+    """Rows of every pair of one metric set: overall, then per group when `by`. Within a group, the (pair, metric)
+    differences defined on the same queries are bootstrapped together with one draw of resampled queries, so adding
+    pairs or metrics adds matrix columns, not resamples."""
+    groups: list[tuple[str, str, np.ndarray]] = [("", "all", np.ones(len(universe), bool))]
     if by:
-        col = GROUP_COLUMN[by]
-        groups += [(by, str(g), part) for g, part in both.groupby(col, sort=True)]
-    pair_key = sorted([fa.key, fb.key])  # seeds ignore the order of A and B: swapping them negates every interval
+        labels = universe[GROUP_COLUMN[by]].to_numpy()
+        groups += [(by, str(g), labels == g) for g in sorted(set(labels))]
+    ids = universe["query_id"]
+    stats: dict[tuple[int, str, str], dict[str, Any]] = {}  # (pair, group, metric) -> statistics
+    for by_value, group, in_group in groups:
+        # the seed ignores the runs, so each pair's interval depends only on its own data and swapping A and B
+        # negates it exactly
+        gseed = int(stable_hash([seed, mset, by_value, group], 8), 16)
+        jobs: dict[bytes, list[tuple[int, str, np.ndarray]]] = {}
+        diffs: dict[tuple[int, str], tuple[np.ndarray, np.ndarray]] = {}
+        for i, p in enumerate(pairs):
+            for m in metrics:
+                va, vb = (p.both[f"{m}_{s}"].to_numpy(np.float64) for s in "ab")
+                mask = in_group & p.shared & np.isfinite(va) & np.isfinite(vb)
+                diffs[i, m] = (va[mask], vb[mask])
+                jobs.setdefault(mask.tobytes(), []).append((i, m, va[mask] - vb[mask]))
+        ci: dict[tuple[int, str], tuple[float, float]] = {}
+        for items in jobs.values():
+            low, high = bootstrap_mean_ci(np.stack([d for _, _, d in items], axis=1), n_resamples, gseed, LEVEL)
+            ci |= {(i, m): (float(lo), float(hi)) for (i, m, _), lo, hi in zip(items, low, high, strict=True)}
+        group_ids = set(ids[in_group])
+        for i, p in enumerate(pairs):
+            done = sum(_not_done(sides[f.key][sides[f.key]["query_id"].isin(group_ids)]) for f in (p.fa, p.fb))
+            for m in metrics:
+                stats[i, group, m] = _stats(*diffs[i, m], ci[i, m], higher[m], n_resamples, gseed, test) | {
+                    "by": by_value, "complete": done == 0}
     rows = []
-    for by_value, group, part in groups:
-        done = _not_done(sa[sa["query_id"].isin(part["query_id"])]) + _not_done(sb[sb["query_id"].isin(part["query_id"])])
-        ok = part[shared.loc[part.index]]
-        gseed = int(stable_hash([seed, mset, pair_key, by_value, group], 8), 16)
-        stats = _group_stats(ok, metrics, higher, n_resamples, gseed, test)
-        for m in metrics:
-            rows.append({"metric_set": mset, "metric": m, "higher_is_better": higher[m], "by": by_value,
-                         "group": group, "run_a": fa.name, "run_b": fb.name, "editor_a": fa.editor,
-                         "editor_b": fb.editor, **stats[m], "p_adjusted": math.nan, "complete": done == 0})
-    return rows, coverage
+    for i, p in enumerate(pairs):
+        for _, group, _ in groups:
+            for m in metrics:
+                st = stats[i, group, m]
+                rows.append({"metric_set": mset, "metric": m, "higher_is_better": higher[m], "by": st.pop("by"),
+                             "group": group, "run_a": p.fa.name, "run_b": p.fb.name, "editor_a": p.fa.editor,
+                             "editor_b": p.fb.editor, **st, "p_adjusted": math.nan})
+    return rows
 
 
-def _group_stats(ok, metrics: list[str], higher: dict[str, bool], n_resamples: int, seed: int, test: str
-                 ) -> dict[str, dict[str, Any]]:
-    """Paired statistics of each metric over the rows `ok` (both runs ok). Metrics defined on the same queries are
-    bootstrapped together, with one draw of resampled queries."""
-    values = {m: (ok[f"{m}_a"].to_numpy(np.float64), ok[f"{m}_b"].to_numpy(np.float64)) for m in metrics}
-    masks = {m: np.isfinite(va) & np.isfinite(vb) for m, (va, vb) in values.items()}
-    ci: dict[str, tuple[float, float]] = {}
-    for key in dict.fromkeys(masks[m].tobytes() for m in metrics):
-        same = [m for m in metrics if masks[m].tobytes() == key]
-        mask = masks[same[0]]
-        d = np.stack([values[m][0][mask] - values[m][1][mask] for m in same], axis=1)
-        low, high = bootstrap_mean_ci(d, n_resamples, seed, LEVEL)
-        ci |= {m: (float(lo), float(hi)) for m, lo, hi in zip(same, low, high, strict=True)}
-    out = {}
-    for m in metrics:
-        va, vb = values[m][0][masks[m]], values[m][1][masks[m]]
-        n = len(va)
-        d = va - vb
-        p = wilcoxon_p(d) if test == "wilcoxon" else sign_flip_p(d, n_resamples, seed)
-        better = d > 0 if higher[m] else d < 0
-        worse = d < 0 if higher[m] else d > 0
-        win_a, win_b = int(better.sum()), int(worse.sum())
-        mean_a, mean_b = (float(va.mean()), float(vb.mean())) if n else (math.nan, math.nan)
-        wlo, whi = wilson_interval(win_a, n, _z(LEVEL))
-        out[m] = {"n_shared": n, "mean_a": mean_a, "mean_b": mean_b, "diff": mean_a - mean_b,
-                  "ci_low": ci[m][0], "ci_high": ci[m][1], "p_value": p, "test": TESTS[test],
-                  "win_a": win_a, "win_b": win_b, "ties": n - win_a - win_b,
-                  "win_rate_a": win_a / n if n else math.nan, "win_ci_low": wlo, "win_ci_high": whi}
-    return out
+def _stats(va: np.ndarray, vb: np.ndarray, ci: tuple[float, float], higher: bool, n_resamples: int, seed: int,
+           test: str) -> dict[str, Any]:
+    """Means, difference, test and wins of one (pair, group, metric) from the paired values `va`, `vb`."""
+    n = len(va)
+    d = va - vb
+    p = wilcoxon_p(d) if test == "wilcoxon" else sign_flip_p(d, n_resamples, seed)
+    win_a, win_b = int((d > 0 if higher else d < 0).sum()), int((d < 0 if higher else d > 0).sum())
+    mean_a, mean_b = (float(va.mean()), float(vb.mean())) if n else (math.nan, math.nan)
+    wlo, whi = wilson_interval(win_a, n, _z(LEVEL))
+    return {"n_shared": n, "mean_a": mean_a, "mean_b": mean_b, "diff": mean_a - mean_b, "ci_low": ci[0],
+            "ci_high": ci[1], "p_value": p, "test": TESTS[test], "win_a": win_a, "win_b": win_b,
+            "ties": n - win_a - win_b, "win_rate_a": win_a / n if n else math.nan, "win_ci_low": wlo,
+            "win_ci_high": whi}
 
 
 def _z(level: float) -> float:
@@ -294,7 +314,11 @@ def compare_runs(results: Path, runs: Sequence[str] | None = None, *, queryset: 
                          "show prints them with unpaired bootstrap SEs)")
         higher = {m: bool(set_runs[0].meta["metrics"][m]["higher_is_better"]) for m in names}
         suite = set_runs[0].meta.get("suite")
-        by_folder = dict(zip((f.key for f in members), set_runs, strict=True))
+        sides = {f.key: _scope(r, names) for f, r in zip(members, set_runs, strict=True)}
+        # the query set's ids in id order, with their groups (every run of the set has the same index)
+        universe = set_runs[0].index.frame()[["query_id", "edit_type", "object_class"]].fillna("(none)")
+        universe = universe.sort_values("query_id", kind="stable").reset_index(drop=True)
+        pairs = []
         for fa, fb in itertools.combinations(members, 2):
             if suite and fa.prompt_kind != fb.prompt_kind:
                 why = (f"{fa.key} is {fa.prompt_kind}-based and {fb.key} {fb.prompt_kind}-based: {suite['name']}'s "
@@ -303,10 +327,9 @@ def compare_runs(results: Path, runs: Sequence[str] | None = None, *, queryset: 
                     raise CompareError(f"metric set {mset}: {why}; name editors of one family")
                 notes.append(f"metric set {mset}: pair not compared, {why}")
                 continue
-            pair_rows, cov = _pair(by_folder[fa.key], by_folder[fb.key], fa, fb, mset, names, higher, by_value,
-                                   n_resamples, seed, test)
-            rows += pair_rows
-            coverage.append(cov)
+            pairs.append(_pair(sides[fa.key], sides[fb.key], fa, fb, mset, universe[["query_id"]]))
+        rows += _set_rows(pairs, sides, universe, mset, names, higher, by_value, n_resamples, seed, test)
+        coverage += [p.coverage for p in pairs]
     unknown = [m for m in (metrics or ()) if m not in compared]
     if unknown:
         raise CompareError(f"metric {unknown[0]!r} is not a per-query metric of any compared metric set ("
@@ -363,7 +386,8 @@ def format_comparison(df) -> str:
     """A readable view of `compare_runs`' frame: one table per metric set and pair, arrows for the better direction,
     the interval as [lo, hi], PARTIAL on rows of an incomplete run, the notes and how to read the columns."""
     attrs = df.attrs
-    lines: list[str] = [n for n in attrs.get("notes", []) if n.startswith("PARTIAL")]
+    lines: list[str] = [w for n in attrs.get("notes", []) if n.startswith("PARTIAL")
+                        for w in textwrap.wrap(n, 110, subsequent_indent="  ")]
     coverage = {(c["metric_set"], c["run_a"], c["run_b"]): c for c in attrs.get("coverage", [])}
     pct = int(round(100 * attrs.get("level", LEVEL)))
     for (mset, ra, rb), part in df.groupby(["metric_set", "run_a", "run_b"], sort=False):
@@ -396,10 +420,11 @@ def format_comparison(df) -> str:
             table = [row[:1] + row[2:] for row in table]
         widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
         lines += ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in table]
-    lines += [f"NOTE: {n}" for n in attrs.get("notes", []) if not n.startswith("PARTIAL")]
+    lines += [w for n in attrs.get("notes", []) if not n.startswith("PARTIAL")
+              for w in textwrap.wrap(f"NOTE: {n}", 110, subsequent_indent="  ")]
     grouped = bool(df["by"].astype(bool).any())
     if grouped:
-        lines.append("NOTE: groups where the metric is defined for no shared query are not shown (they are in the CSV)")
+        lines.append("NOTE: groups where a metric is defined for no shared query are not shown (they are in the CSV)")
     n_res, seed = attrs.get("n_resamples", "?"), attrs.get("seed", "?")
     legend = (f"diff: mean A - mean B over the n queries both runs edited ok where the metric is defined for both. "
               f"{pct}% CI: paired bootstrap percentile interval ({n_res} resamples of queries, seed {seed}). p: "

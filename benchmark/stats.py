@@ -12,7 +12,7 @@ import warnings
 
 import numpy as np
 
-CHUNK_ELEMENTS = 4_000_000  # resample indices drawn at once (bounds memory at about 16 MB of int32)
+CHUNK_ELEMENTS = 2_000_000  # resample indices drawn at once (bounds memory at about 50 MB)
 Z95 = 1.959963984540054  # standard normal quantile for a 95% two-sided interval
 
 
@@ -37,9 +37,15 @@ def bootstrap_mean_ci(d: np.ndarray, n_resamples: int, seed: int, level: float =
         return np.full(k, np.nan), np.full(k, np.nan)
     rng = np.random.default_rng(seed)
     means = np.empty((n_resamples, k))
+    dtype = np.int32 if n < 2**31 else np.int64
     for start, size in _chunks(n, n_resamples):
-        idx = rng.integers(0, n, size=(size, n), dtype=np.int32 if n < 2**31 else np.int64)
-        means[start:start + size] = x[idx].mean(axis=1)
+        idx = rng.integers(0, n, size=(size, n), dtype=dtype)
+        # how often each query is drawn in each resample (row by row: a 400 KB counter stays in cache at 50k
+        # queries); the means of every column are then one matrix product
+        counts = np.empty((size, n))
+        for r in range(size):
+            counts[r] = np.bincount(idx[r], minlength=n)
+        means[start:start + size] = (counts @ x) / n
     tail = (1.0 - level) / 2
     low, high = np.quantile(means, [tail, 1.0 - tail], axis=0)
     return low, high
