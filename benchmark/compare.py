@@ -138,10 +138,6 @@ def _scope(run: Any, metrics: list[str]):
     return df
 
 
-def _not_done(df) -> int:
-    return int((~df["status"].isin(("ok", "failed"))).sum())
-
-
 @dataclass
 class _Pair:
     """Two runs' in-scope rows aligned on the query set (one row per query id of the set, in id order)."""
@@ -150,30 +146,32 @@ class _Pair:
     fb: _Folder
     both: Any  # DataFrame: status_a, status_b, <metric>_a, <metric>_b (NaN / None outside a run's scope)
     shared: np.ndarray  # bool per query: ok in both runs
+    not_done: np.ndarray  # bool per query: in A's or B's scope but not yet edited or scored there
     coverage: dict[str, Any]
 
 
 def _pair(sa: Any, sb: Any, fa: _Folder, fb: _Folder, mset: str, ids: Any) -> _Pair:
-    """Align the scopes of A and B on the query ids `ids` (a one-column frame, in id order), count what is shared and what is dropped; refuse a pair
-    without a shared query."""
+    """Align the scopes of A and B on the query ids `ids` (a one-column frame, in id order); count what is shared
+    and what is dropped; refuse a pair without a shared query."""
     both = ids.merge(sa.drop(columns=["edit_type", "object_class"]), on="query_id", how="left")
     both = both.merge(sb.drop(columns=["edit_type", "object_class"]), on="query_id", how="left", suffixes=("_a", "_b"))
     in_a, in_b = both["status_a"].notna().to_numpy(), both["status_b"].notna().to_numpy()
     shared = ((both["status_a"] == "ok") & (both["status_b"] == "ok")).to_numpy()
+    pending = {x: (both[f"status_{x}"].notna() & ~both[f"status_{x}"].isin(("ok", "failed"))).to_numpy() for x in "ab"}
     coverage = {
         "metric_set": mset, "run_a": fa.name, "run_b": fb.name, "n_scope": int((in_a | in_b).sum()),
         "n_shared": int(shared.sum()),
         "a_failed": int((both["status_a"] == "failed").sum()), "b_failed": int((both["status_b"] == "failed").sum()),
-        "a_not_done": _not_done(sa), "b_not_done": _not_done(sb),
+        "a_not_done": int(pending["a"].sum()), "b_not_done": int(pending["b"].sum()),
         "out_of_scope": int((in_a != in_b).sum()), "n_total_a": len(sa), "n_total_b": len(sb),
     }
     if not coverage["n_shared"]:
         raise CompareError(f"runs {fa.key} and {fb.key} share no query that both edited and scored successfully "
                            f"({mset}): nothing to pair. Finish or rerun them (editmeter run ...) before comparing.")
-    return _Pair(fa, fb, both, shared, coverage)
+    return _Pair(fa, fb, both, shared, pending["a"] | pending["b"], coverage)
 
 
-def _set_rows(pairs: list[_Pair], sides: dict[str, Any], universe: Any, mset: str, metrics: list[str],
+def _set_rows(pairs: list[_Pair], universe: Any, mset: str, metrics: list[str],
               higher: dict[str, bool], by: str, n_resamples: int, seed: int, test: str) -> list[dict]:
     """Rows of every pair of one metric set: overall, then per group when `by`. Within a group, the (pair, metric)
     differences defined on the same queries are bootstrapped together with one draw of resampled queries, so adding
@@ -182,7 +180,6 @@ def _set_rows(pairs: list[_Pair], sides: dict[str, Any], universe: Any, mset: st
     if by:
         labels = universe[GROUP_COLUMN[by]].to_numpy()
         groups += [(by, str(g), labels == g) for g in sorted(set(labels))]
-    ids = universe["query_id"]
     stats: dict[tuple[int, str, str], dict[str, Any]] = {}  # (pair, group, metric) -> statistics
     for by_value, group, in_group in groups:
         # the seed ignores the runs, so each pair's interval depends only on its own data and swapping A and B
@@ -200,9 +197,8 @@ def _set_rows(pairs: list[_Pair], sides: dict[str, Any], universe: Any, mset: st
         for items in jobs.values():
             low, high = bootstrap_mean_ci(np.stack([d for _, _, d in items], axis=1), n_resamples, gseed, LEVEL)
             ci |= {(i, m): (float(lo), float(hi)) for (i, m, _), lo, hi in zip(items, low, high, strict=True)}
-        group_ids = set(ids[in_group])
         for i, p in enumerate(pairs):
-            done = sum(_not_done(sides[f.key][sides[f.key]["query_id"].isin(group_ids)]) for f in (p.fa, p.fb))
+            done = int((p.not_done & in_group).sum())
             for m in metrics:
                 stats[i, group, m] = _stats(*diffs[i, m], ci[i, m], higher[m], n_resamples, gseed, test) | {
                     "by": by_value, "complete": done == 0}
@@ -328,7 +324,7 @@ def compare_runs(results: Path, runs: Sequence[str] | None = None, *, queryset: 
                 notes.append(f"metric set {mset}: pair not compared, {why}")
                 continue
             pairs.append(_pair(sides[fa.key], sides[fb.key], fa, fb, mset, universe[["query_id"]]))
-        rows += _set_rows(pairs, sides, universe, mset, names, higher, by_value, n_resamples, seed, test)
+        rows += _set_rows(pairs, universe, mset, names, higher, by_value, n_resamples, seed, test)
         coverage += [p.coverage for p in pairs]
     unknown = [m for m in (metrics or ()) if m not in compared]
     if unknown:
@@ -343,9 +339,10 @@ def compare_runs(results: Path, runs: Sequence[str] | None = None, *, queryset: 
     for c in coverage:
         for s in "ab":
             if c[f"{s}_not_done"]:
-                partial.setdefault((c[f"run_{s}"], c["metric_set"]), f"PARTIAL: {c[f'run_{s}']} has {c[f'{s}_not_done']} of its "
-                                   f"{c[f'n_total_{s}']} queries ({c['metric_set']}) not yet edited or scored; its "
-                                   "comparisons cover only the finished queries, not the whole set")
+                partial.setdefault((c[f"run_{s}"], c["metric_set"]),
+                                   f"PARTIAL: {c[f'run_{s}']} has {c[f'{s}_not_done']} of its {c[f'n_total_{s}']} "
+                                   f"queries ({c['metric_set']}) not yet edited or scored; its comparisons cover only "
+                                   "the finished queries, not the whole set")
     notes = [*partial.values(), *notes]
     df.attrs.update({"notes": notes, "coverage": coverage, "n_resamples": n_resamples, "seed": seed,
                      "test": TESTS[test], "level": LEVEL, "queryset": chosen[0].queryset})
