@@ -383,6 +383,7 @@ def format_comparison(df) -> str:
     """A readable view of `compare_runs`' frame: one table per metric set and pair, arrows for the better direction,
     the interval as [lo, hi], PARTIAL on rows of an incomplete run, the notes and how to read the columns."""
     attrs = df.attrs
+    df = df.assign(by=df["by"].fillna("").astype(str))  # a table read back from CSV has NaN for ""
     lines: list[str] = [w for n in attrs.get("notes", []) if n.startswith("PARTIAL")
                         for w in textwrap.wrap(n, 110, subsequent_indent="  ")]
     coverage = {(c["metric_set"], c["run_a"], c["run_b"]): c for c in attrs.get("coverage", [])}
@@ -422,10 +423,11 @@ def format_comparison(df) -> str:
     grouped = bool(df["by"].astype(bool).any())
     if grouped:
         lines.append("NOTE: groups where a metric is defined for no shared query are not shown (they are in the CSV)")
-    n_res, seed = attrs.get("n_resamples", "?"), attrs.get("seed", "?")
+    resampling = (f"{attrs['n_resamples']} resamples of queries, seed {attrs['seed']}" if "n_resamples" in attrs
+                  else "queries resampled")
+    test = attrs.get("test") or (str(df["test"].iloc[0]) if len(df) else "paired")
     legend = (f"diff: mean A - mean B over the n queries both runs edited ok where the metric is defined for both. "
-              f"{pct}% CI: paired bootstrap percentile interval ({n_res} resamples of queries, seed {seed}). p: "
-              f"two-sided {attrs.get('test', 'paired test')} test; p_holm: Holm-adjusted within one metric set over "
+              f"{pct}% CI: paired bootstrap percentile interval ({resampling}). p: two-sided {test} test; p_holm: Holm-adjusted within one metric set over "
               "the overall rows (pairs x metrics)" + (" and, separately, over the group rows (pairs x metrics x "
               "groups)" if grouped else "") + ". Wins: queries where that run is better in the metric's direction "
               f"(↑ higher, ↓ lower); ties (equal values) counted apart; win rate = A wins / n, Wilson {pct}% "

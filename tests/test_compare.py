@@ -175,6 +175,19 @@ def test_groups_split_the_shared_queries_and_form_their_own_holm_family(tmp_path
         assert (family["p_adjusted"].to_numpy() == holm(family["p_value"].to_numpy())).all()
 
 
+def test_a_pairs_numbers_do_not_depend_on_the_other_runs_compared(tmp_path):
+    a, b = planted(n=50)
+    make_run(tmp_path, "alpha", {"m": a})
+    make_run(tmp_path, "beta", {"m": b}, status=["ok"] * 45 + ["failed"] * 5)
+    make_run(tmp_path, "gamma", {"m": a - b}, status=["failed"] * 5 + ["ok"] * 45)
+    two = compare_runs(tmp_path, ["alpha", "beta"], n_resamples=500)
+    three = compare_runs(tmp_path, ["alpha", "beta", "gamma"], n_resamples=500)
+    same = three[(three["editor_a"] == "alpha") & (three["editor_b"] == "beta")].reset_index(drop=True)
+    # only the multiple-comparison adjustment sees the larger family
+    pd.testing.assert_frame_equal(two.drop(columns="p_adjusted"), same.drop(columns="p_adjusted"))
+    assert (same["p_adjusted"] >= two["p_adjusted"]).all()
+
+
 def test_refuses_runs_of_different_query_sets(tmp_path, capsys):
     a, b = planted(n=20)
     make_run(tmp_path, "alpha", {"m": a})
@@ -256,6 +269,7 @@ def test_cli_prints_the_table_and_writes_the_csv(tmp_path, capsys):
     assert "A = alpha" in text and "cat" in text and "200 resamples of queries, seed 3" in text
     df = pd.read_csv(out)
     assert list(df.columns) == COLUMNS and set(df["by"].fillna("")) == {"", "class"}
+    assert format_comparison(df).splitlines()[3].startswith("m↑      cat")  # the CSV read back prints the same way
 
 
 def test_holm_and_wilson_against_hand_computed_values():
