@@ -180,8 +180,8 @@ def _set_rows(pairs: list[_Pair], universe: Any, mset: str, metrics: list[str],
     if by:
         labels = universe[GROUP_COLUMN[by]].to_numpy()
         groups += [(by, str(g), labels == g) for g in sorted(set(labels))]
-    stats: dict[tuple[int, str, str], dict[str, Any]] = {}  # (pair, group, metric) -> statistics
-    for by_value, group, in_group in groups:
+    stats: dict[tuple[int, int, str], dict[str, Any]] = {}  # (pair, group number, metric) -> statistics
+    for g, (by_value, group, in_group) in enumerate(groups):
         # the seed ignores the runs, so each pair's interval depends only on its own data and swapping A and B
         # negates it exactly
         gseed = int(stable_hash([seed, mset, by_value, group], 8), 16)
@@ -200,13 +200,13 @@ def _set_rows(pairs: list[_Pair], universe: Any, mset: str, metrics: list[str],
         for i, p in enumerate(pairs):
             done = int((p.not_done & in_group).sum())
             for m in metrics:
-                stats[i, group, m] = _stats(*diffs[i, m], ci[i, m], higher[m], n_resamples, gseed, test) | {
+                stats[i, g, m] = _stats(*diffs[i, m], ci[i, m], higher[m], n_resamples, gseed, test) | {
                     "by": by_value, "complete": done == 0}
     rows = []
     for i, p in enumerate(pairs):
-        for _, group, _ in groups:
+        for g, (_, group, _) in enumerate(groups):
             for m in metrics:
-                st = stats[i, group, m]
+                st = stats[i, g, m]
                 rows.append({"metric_set": mset, "metric": m, "higher_is_better": higher[m], "by": st.pop("by"),
                              "group": group, "run_a": p.fa.name, "run_b": p.fb.name, "editor_a": p.fa.editor,
                              "editor_b": p.fb.editor, **st, "p_adjusted": math.nan})
