@@ -40,6 +40,7 @@ BY_VALUES = {None: "", "": "", "type": "edit_type", "edit_type": "edit_type", "c
 GROUP_COLUMN = {"edit_type": "edit_type", "class": "object_class"}
 TESTS = {"wilcoxon": "Wilcoxon signed-rank", "permutation": "paired sign-flip permutation"}
 LEVEL = 0.95
+TIE_RTOL = 1e-6  # per-query values closer than this (relative to max(1, |a|, |b|)) count as a tie, not a win
 
 
 class CompareError(ValueError):
@@ -218,8 +219,14 @@ def _stats(va: np.ndarray, vb: np.ndarray, ci: tuple[float, float], higher: bool
     """Means, difference, test and wins of one (pair, group, metric) from the paired values `va`, `vb`."""
     n = len(va)
     d = va - vb
-    p = wilcoxon_p(d) if test == "wilcoxon" else sign_flip_p(d, n_resamples, seed)
-    win_a, win_b = int((d > 0 if higher else d < 0).sum()), int((d < 0 if higher else d > 0).sum())
+    # a tie: equal up to TIE_RTOL of the larger magnitude (at least 1), so scorer rounding noise (HATIE's raw scores
+    # move by about 1e-7 with batch composition) never turns identical edits into wins
+    tied = np.abs(d) <= TIE_RTOL * np.maximum(1.0, np.maximum(np.abs(va), np.abs(vb)))
+    a_better = (d > 0 if higher else d < 0) & ~tied
+    b_better = (d < 0 if higher else d > 0) & ~tied
+    win_a, win_b = int(a_better.sum()), int(b_better.sum())
+    d_test = np.where(tied, 0.0, d)  # a tie is no difference for the test either
+    p = wilcoxon_p(d_test) if test == "wilcoxon" else sign_flip_p(d_test, n_resamples, seed)
     mean_a, mean_b = (float(va.mean()), float(vb.mean())) if n else (math.nan, math.nan)
     wlo, whi = wilson_interval(win_a, n, _z(LEVEL))
     return {"n_shared": n, "mean_a": mean_a, "mean_b": mean_b, "diff": mean_a - mean_b, "ci_low": ci[0],
@@ -430,7 +437,7 @@ def format_comparison(df) -> str:
               f"{pct}% CI: paired bootstrap percentile interval ({resampling}). p: two-sided {test} test; p_holm: Holm-adjusted within one metric set over "
               "the overall rows (pairs x metrics)" + (" and, separately, over the group rows (pairs x metrics x "
               "groups)" if grouped else "") + ". Wins: queries where that run is better in the metric's direction "
-              f"(↑ higher, ↓ lower); ties (equal values) counted apart; win rate = A wins / n, Wilson {pct}% "
+              f"(↑ higher, ↓ lower); ties (equal to 1e-6) counted apart; win rate = A wins / n, Wilson {pct}% "
               "interval. better: the run the whole CI favours when p_holm < 0.05. Model-level scores (HATIE's "
               "Total, IQ, FID) exist per run, not per query, and are not paired.")
     lines += ["", *textwrap.wrap(legend, 110)]

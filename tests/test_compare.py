@@ -106,6 +106,14 @@ def test_a_run_against_an_identical_one_differs_by_nothing(tmp_path):
         assert (r["win_a"], r["win_b"], r["ties"], r["win_rate_a"]) == (0, 0, 120, 0.0)
 
 
+def test_rounding_noise_is_a_tie_not_a_win(tmp_path):
+    a, _ = planted()
+    make_run(tmp_path, "alpha", {"m": a})
+    make_run(tmp_path, "noisy", {"m": a + np.random.default_rng(1).normal(scale=1e-8, size=len(a))})
+    r = row(compare_runs(tmp_path, ["alpha", "noisy"], n_resamples=200))
+    assert (r["win_a"], r["win_b"], r["ties"], r["p_value"]) == (0, 0, 120, 1.0) and abs(r["diff"]) < 1e-8
+
+
 def test_swapping_a_and_b_negates_differences_and_swaps_wins(tmp_path):
     a, b = planted(delta=0.1)
     make_run(tmp_path, "alpha", {"m": a})
