@@ -463,7 +463,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--test", choices=tuple(TESTS), default="wilcoxon",
                     help="paired test: wilcoxon signed-rank (default) or a sign-flip permutation test of the mean")
     ap.add_argument("--csv", type=Path, default=None, help="also write the full table to this CSV file")
-    args = ap.parse_args(argv)
+    args = ap.parse_intermixed_args(argv)  # runs may stand between options
     metrics = [m.strip() for m in args.metrics.split(",") if m.strip()] if args.metrics else None
     try:
         df = compare_runs(args.results, args.runs or None, queryset=args.queryset, metric_set=args.metric_set,
