@@ -4,6 +4,7 @@ the library; heavy modules are imported only by the subcommand that needs them.
     editmeter run editor=ip2p queryset=demo profile=tiny      # the Hydra pipeline (also --multirun)
     editmeter score --edits DIR --name LABEL queryset=hatie    # score edits made elsewhere
     editmeter show [--queryset demo]                           # print the leaderboard
+    editmeter compare identity overedit [--by type]            # paired differences, CIs, tests, win rates
     editmeter data NAME                                        # download a query-set source
     editmeter weights ...                                      # prefetch the checkpoints a run needs
     editmeter metaeval <test> ...                              # meta-evaluation of every metric set
@@ -18,7 +19,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 PROG = "editmeter"
-PLANNED = {"report": "an HTML report with image grids and plots", "compare": "two runs side by side"}
+PLANNED = {"report": "an HTML report with image grids and plots"}
 
 
 def _run(argv: list[str]) -> int:
@@ -37,6 +38,12 @@ def _show(argv: list[str]) -> int:
     from benchmark.leaderboard import main
 
     return main(["show", *argv]) or 0
+
+
+def _compare(argv: list[str]) -> int:
+    from benchmark.compare import main
+
+    return main(argv)
 
 
 def _data(argv: list[str]) -> int:
@@ -87,6 +94,7 @@ COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "run": (_run, "edit a query set, score the edits, rebuild the leaderboards (Hydra; --multirun sweeps)"),
     "score": (_score, "score a folder of edits made elsewhere and add them to the leaderboard"),
     "show": (_show, "print the leaderboard (means ± bootstrap SE, arrows for the better direction)"),
+    "compare": (_compare, "paired comparison of runs on their shared queries: differences, CIs, tests, win rates"),
     "data": (_data, "download one query-set source (resumable, verified)"),
     "weights": (_weights, "prefetch every checkpoint a run will touch (editor and metric models)"),
     "launch": (_launch, "shard a run (or a sweep) across N workers: local GPUs/CPUs or Slurm; then aggregate"),
@@ -110,6 +118,7 @@ def usage() -> str:
               f"  {PROG} run --multirun editor=identity,oracle,overedit queryset=demo profile=tiny metrics=hatie",
               f"  {PROG} score --edits path/to/edits --name their-model queryset=demo profile=tiny",
               f"  {PROG} show --queryset demo",
+              f"  {PROG} compare identity overedit --metric-set basic --by type",
               f"  {PROG} data magicbrush",
               "", f"`{PROG} <command> --help` for a command's options and keys; docs/cli.md for everything."]
     return "\n".join(lines)

@@ -1,0 +1,484 @@
+"""Paired comparison of runs on the queries they share: `editmeter compare` (docs/compare.md).
+
+    editmeter compare [--results DIR] [--queryset NAME] [--metric-set hatie] [RUN ...] [--by type|class]
+
+For every unordered pair of the given runs (A before B in the given order) and every per-query metric: the means of
+A and B over the queries both edited successfully and where the metric is defined for both, their difference with
+a paired bootstrap percentile interval (the query is the resampling unit), a paired test (Wilcoxon signed-rank, or
+a sign-flip permutation test), Holm-adjusted p-values and win rates with Wilson intervals. Optionally split by edit
+type or object class.
+
+Trust first: runs of different query sets, runs without a shared query and metrics missing from a run are refused
+(`CompareError`, exit 2, one message). A comparison involving an incomplete run is marked PARTIAL in every row
+(`complete` False). Suite-level scores that do not exist per query (HATIE's Total, IQ, FID) are not compared, and the
+output says so. Runs are read through `benchmark.leaderboard.collect_runs`: nothing under results/ is executed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import math
+import sys
+import textwrap
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmark.hashing import stable_hash
+from benchmark.provenance import PROJECT_ROOT
+from benchmark.stats import bootstrap_mean_ci, holm, sign_flip_p, wilcoxon_p, wilson_interval
+
+COLUMNS = ["metric_set", "metric", "higher_is_better", "by", "group", "run_a", "run_b", "editor_a", "editor_b",
+           "n_shared", "mean_a", "mean_b", "diff", "ci_low", "ci_high", "p_value", "p_adjusted", "test", "win_a",
+           "win_b", "ties", "win_rate_a", "win_ci_low", "win_ci_high", "complete"]
+# --by spellings -> the `by` column's value; that value -> the query index column holding the group
+BY_VALUES = {None: "", "": "", "type": "edit_type", "edit_type": "edit_type", "class": "class", "object_class": "class"}
+GROUP_COLUMN = {"edit_type": "edit_type", "class": "object_class"}
+TESTS = {"wilcoxon": "Wilcoxon signed-rank", "permutation": "paired sign-flip permutation"}
+LEVEL = 0.95
+TIE_RTOL = 1e-6  # per-query values closer than this (relative to max(1, |a|, |b|)) count as a tie, not a win
+
+
+class CompareError(ValueError):
+    """The requested comparison cannot be made; the message says why and what to do (the CLI exits 2)."""
+
+
+@dataclass
+class _Folder:
+    """One run folder and its Run (from collect_runs) per metric set it was scored with."""
+
+    key: str  # "<queryset dir>/<run folder>", unique under results/runs
+    name: str  # "<editor>-<editor signature>"
+    editor: str
+    queryset: str
+    queryset_hash: str
+    prompt_kind: str
+    runs: dict[str, list[Any]] = field(default_factory=dict)  # metric set -> Runs (one per metric signature)
+
+
+def _folders(all_runs: list[Any], queryset: str | None) -> list[_Folder]:
+    out: dict[str, _Folder] = {}
+    for run in all_runs:
+        meta = run.meta
+        if queryset is not None and meta["queryset"] != queryset:
+            continue
+        key = f"{run.path.parent.name}/{run.path.name}"
+        f = out.setdefault(key, _Folder(key, run.path.name, meta["editor"], meta["queryset"], meta["queryset_hash"],
+                                        meta["prompt_kind"]))
+        f.runs.setdefault(meta.get("metric_set") or "", []).append(run)
+    return sorted(out.values(), key=lambda f: (f.queryset, f.editor, f.name))
+
+
+def _resolve(folders: list[_Folder], names: Sequence[str], where: str) -> list[_Folder]:
+    """The run folder each name denotes: a folder name (or <queryset dir>/<folder>), an editor name with one
+    folder, or a unique prefix `<editor>-<signature prefix>`."""
+    chosen = []
+    for name in names:
+        hits = [f for f in folders if name in (f.name, f.key)]
+        hits = hits or [f for f in folders if f.editor == name]
+        hits = hits or ([f for f in folders if f.name.startswith(name)] if "-" in name else [])
+        if not hits:
+            known = ", ".join(sorted({f.editor for f in folders})) or "none"
+            raise CompareError(f"no run named {name!r} {where} (editors there: {known}); name an editor, or a run "
+                               "folder <editor>-<signature> when an editor has several")
+        if len(hits) > 1:
+            raise CompareError(f"{name!r} names {len(hits)} run folders ({', '.join(f.key for f in hits)}); name "
+                               "one by its folder (<editor>-<signature>), or pass --queryset")
+        chosen.append(hits[0])
+    twice = sorted({f.key for f in chosen if chosen.count(f) > 1})
+    if twice:
+        raise CompareError(f"run {twice[0]} is named twice; name each run once")
+    return chosen
+
+
+def _one_scoring(members: list[_Folder], mset: str) -> list[Any]:
+    """The Run of each folder for metric set `mset`, all with one metric signature (else the scores were made by
+    different metric configurations or versions and are not comparable)."""
+    sigs = [{r.meta["metric_sig"] for r in f.runs[mset]} for f in members]
+    common = set.intersection(*sigs)
+    if len(common) != 1:
+        detail = "; ".join(f"{f.name}: {', '.join(sorted(s))}" for f, s in zip(members, sigs, strict=True))
+        raise CompareError(f"metric set {mset!r} was scored with different metric configurations (metric signatures "
+                           f"{detail}); their scores are not comparable. Rescore the runs with one configuration.")
+    sig = common.pop()
+    return [next(r for r in f.runs[mset] if r.meta["metric_sig"] == sig) for f in members]
+
+
+def _metric_columns(runs: list[Any], names: list[_Folder], mset: str, wanted: Sequence[str] | None
+                    ) -> tuple[list[str], list[str]]:
+    """(per-query metrics to compare, model-level columns of the set that cannot be paired)."""
+    per_query = [list(r.meta.get("metric_order") or r.meta["metrics"]) for r in runs]
+    columns = [list(r.meta.get("column_order") or r.meta["metrics"]) for r in runs]
+    model_level = [c for c in dict.fromkeys(itertools.chain(*columns)) if not any(c in p for p in per_query)]
+    known = set(itertools.chain(*per_query, *columns))
+    metrics = list(per_query[0]) if wanted is None else [m for m in wanted if m in known]
+    for m in metrics:
+        if m in model_level:
+            raise CompareError(f"{m!r} ({mset}) is a model-level score of the whole run, not a per-query value: it "
+                               f"cannot be paired per query. Per-query metrics of {mset}: {', '.join(per_query[0])}")
+        for run, f, pq in zip(runs, names, per_query, strict=True):
+            if m not in pq or m not in run.scores.columns:
+                where = "its run.json metrics" if m not in pq else "its score rows"
+                raise CompareError(f"metric {m!r} ({mset}) is missing from run {f.key} ({where}); rescore that run "
+                                   f"with metrics={mset}, or leave {m!r} out (--metrics)")
+    return metrics, model_level
+
+
+def _scope(run: Any, metrics: list[str]):
+    """The queries the run's metrics owe it (not excluded for its editor family) with status and metric values;
+    queries without a score row are `missing`. Group columns come from the query index, as in the leaderboard."""
+    idx = run.index.frame()
+    idx = idx.loc[idx["excluded"] == "", ["query_id", "edit_type", "object_class"]]
+    scores = run.scores[run.scores["status"] != "excluded"][["query_id", "status", *metrics]]
+    df = idx.merge(scores, on="query_id", how="left", sort=False)
+    df["status"] = df["status"].fillna("missing")
+    return df
+
+
+@dataclass
+class _Pair:
+    """Two runs' in-scope rows aligned on the query set (one row per query id of the set, in id order)."""
+
+    fa: _Folder
+    fb: _Folder
+    both: Any  # DataFrame: status_a, status_b, <metric>_a, <metric>_b (NaN / None outside a run's scope)
+    shared: np.ndarray  # bool per query: ok in both runs
+    not_done: np.ndarray  # bool per query: in A's or B's scope but not yet edited or scored there
+    coverage: dict[str, Any]
+
+
+def _pair(sa: Any, sb: Any, fa: _Folder, fb: _Folder, mset: str, ids: Any) -> _Pair:
+    """Align the scopes of A and B on the query ids `ids` (a one-column frame, in id order); count what is shared
+    and what is dropped; refuse a pair without a shared query."""
+    both = ids.merge(sa.drop(columns=["edit_type", "object_class"]), on="query_id", how="left")
+    both = both.merge(sb.drop(columns=["edit_type", "object_class"]), on="query_id", how="left", suffixes=("_a", "_b"))
+    in_a, in_b = both["status_a"].notna().to_numpy(), both["status_b"].notna().to_numpy()
+    shared = ((both["status_a"] == "ok") & (both["status_b"] == "ok")).to_numpy()
+    pending = {x: (both[f"status_{x}"].notna() & ~both[f"status_{x}"].isin(("ok", "failed"))).to_numpy() for x in "ab"}
+    coverage = {
+        "metric_set": mset, "run_a": fa.name, "run_b": fb.name, "n_scope": int((in_a | in_b).sum()),
+        "n_shared": int(shared.sum()),
+        "a_failed": int((both["status_a"] == "failed").sum()), "b_failed": int((both["status_b"] == "failed").sum()),
+        "a_not_done": int(pending["a"].sum()), "b_not_done": int(pending["b"].sum()),
+        "out_of_scope": int((in_a != in_b).sum()), "n_total_a": len(sa), "n_total_b": len(sb),
+    }
+    if not coverage["n_shared"]:
+        raise CompareError(f"runs {fa.key} and {fb.key} share no query that both edited and scored successfully "
+                           f"({mset}): nothing to pair. Finish or rerun them (editmeter run ...) before comparing.")
+    return _Pair(fa, fb, both, shared, pending["a"] | pending["b"], coverage)
+
+
+def _set_rows(pairs: list[_Pair], universe: Any, mset: str, metrics: list[str],
+              higher: dict[str, bool], by: str, n_resamples: int, seed: int, test: str) -> list[dict]:
+    """Rows of every pair of one metric set: overall, then per group when `by`. Within a group, the (pair, metric)
+    differences defined on the same queries are bootstrapped together with one draw of resampled queries, so adding
+    pairs or metrics adds matrix columns, not resamples."""
+    groups: list[tuple[str, str, np.ndarray]] = [("", "all", np.ones(len(universe), bool))]
+    if by:
+        labels = universe[GROUP_COLUMN[by]].to_numpy()
+        groups += [(by, str(g), labels == g) for g in sorted(set(labels))]
+    stats: dict[tuple[int, int, str], dict[str, Any]] = {}  # (pair, group number, metric) -> statistics
+    for g, (by_value, group, in_group) in enumerate(groups):
+        # the seed ignores the runs, so each pair's interval depends only on its own data and swapping A and B
+        # negates it exactly
+        gseed = int(stable_hash([seed, mset, by_value, group], 8), 16)
+        jobs: dict[bytes, list[tuple[int, str, np.ndarray]]] = {}
+        diffs: dict[tuple[int, str], tuple[np.ndarray, np.ndarray]] = {}
+        for i, p in enumerate(pairs):
+            for m in metrics:
+                va, vb = (p.both[f"{m}_{s}"].to_numpy(np.float64) for s in "ab")
+                mask = in_group & p.shared & np.isfinite(va) & np.isfinite(vb)
+                diffs[i, m] = (va[mask], vb[mask])
+                jobs.setdefault(mask.tobytes(), []).append((i, m, va[mask] - vb[mask]))
+        ci: dict[tuple[int, str], tuple[float, float]] = {}
+        for items in jobs.values():
+            low, high = bootstrap_mean_ci(np.stack([d for _, _, d in items], axis=1), n_resamples, gseed, LEVEL)
+            ci |= {(i, m): (float(lo), float(hi)) for (i, m, _), lo, hi in zip(items, low, high, strict=True)}
+        for i, p in enumerate(pairs):
+            done = int((p.not_done & in_group).sum())
+            for m in metrics:
+                stats[i, g, m] = _stats(*diffs[i, m], ci[i, m], higher[m], n_resamples, gseed, test) | {
+                    "by": by_value, "complete": done == 0}
+    rows = []
+    for i, p in enumerate(pairs):
+        for g, (_, group, _) in enumerate(groups):
+            for m in metrics:
+                st = stats[i, g, m]
+                rows.append({"metric_set": mset, "metric": m, "higher_is_better": higher[m], "by": st.pop("by"),
+                             "group": group, "run_a": p.fa.name, "run_b": p.fb.name, "editor_a": p.fa.editor,
+                             "editor_b": p.fb.editor, **st, "p_adjusted": math.nan})
+    return rows
+
+
+def _stats(va: np.ndarray, vb: np.ndarray, ci: tuple[float, float], higher: bool, n_resamples: int, seed: int,
+           test: str) -> dict[str, Any]:
+    """Means, difference, test and wins of one (pair, group, metric) from the paired values `va`, `vb`."""
+    n = len(va)
+    d = va - vb
+    # a tie: equal up to TIE_RTOL of the larger magnitude (at least 1), so scorer rounding noise (HATIE's raw scores
+    # move by about 1e-7 with batch composition) never turns identical edits into wins
+    tied = np.abs(d) <= TIE_RTOL * np.maximum(1.0, np.maximum(np.abs(va), np.abs(vb)))
+    a_better = (d > 0 if higher else d < 0) & ~tied
+    b_better = (d < 0 if higher else d > 0) & ~tied
+    win_a, win_b = int(a_better.sum()), int(b_better.sum())
+    d_test = np.where(tied, 0.0, d)  # a tie is no difference for the test either
+    p = wilcoxon_p(d_test) if test == "wilcoxon" else sign_flip_p(d_test, n_resamples, seed)
+    mean_a, mean_b = (float(va.mean()), float(vb.mean())) if n else (math.nan, math.nan)
+    wlo, whi = wilson_interval(win_a, n, _z(LEVEL))
+    return {"n_shared": n, "mean_a": mean_a, "mean_b": mean_b, "diff": mean_a - mean_b, "ci_low": ci[0],
+            "ci_high": ci[1], "p_value": p, "test": TESTS[test], "win_a": win_a, "win_b": win_b,
+            "ties": n - win_a - win_b, "win_rate_a": win_a / n if n else math.nan, "win_ci_low": wlo,
+            "win_ci_high": whi}
+
+
+def _z(level: float) -> float:
+    from statistics import NormalDist
+
+    return NormalDist().inv_cdf(0.5 + level / 2)
+
+
+def compare_runs(results: Path, runs: Sequence[str] | None = None, *, queryset: str | None = None,
+                 metric_set: str | None = None, by: str | None = None, metrics: Sequence[str] | None = None,
+                 n_resamples: int = 10000, seed: int = 0, test: str = "wilcoxon"):
+    """Paired comparison of every unordered pair of `runs` (editor names or run folder names; default: every run
+    of the query set), one row per (metric_set, metric, by, group, run_a, run_b); columns `COLUMNS`.
+
+    `by`: None (overall rows only) or "type" / "class" (overall rows, then one row per edit type / object class).
+    `test`: "wilcoxon" (default) or "permutation". p_adjusted: Holm over every row of one (metric_set, by) table.
+    `df.attrs` holds `notes` (what was left out and why), `coverage` (per pair: queries shared and dropped) and the
+    settings. Raises CompareError when the comparison cannot be made."""
+    import pandas as pd
+
+    from benchmark.leaderboard import collect_runs
+
+    if by not in BY_VALUES:
+        raise CompareError(f"--by {by!r}: use type or class")
+    if test not in TESTS:
+        raise CompareError(f"test {test!r}: use one of {', '.join(TESTS)}")
+    if n_resamples < 2:
+        raise CompareError(f"--resamples {n_resamples}: use at least 2 (default 10000)")
+    by_value = BY_VALUES[by]
+    results = Path(results)
+    where = f"under {results / 'runs'}" + (f" for query set {queryset!r}" if queryset else "")
+    folders = _folders(collect_runs(results), queryset)
+    if not folders:
+        raise CompareError(f"no scored runs {where}; run `make demo` or `editmeter run ...` first")
+    explicit = bool(runs)
+    chosen = _resolve(folders, runs, where) if runs else folders
+    if len(chosen) < 2:
+        raise CompareError(f"a comparison needs two or more runs; {'named' if explicit else 'found'} {len(chosen)} "
+                           f"{where}")
+    hashes = {f.queryset_hash for f in chosen}
+    if len(hashes) > 1:
+        sets = "; ".join(f"{f.key}: {f.queryset} {f.queryset_hash[:10]}" for f in chosen)
+        raise CompareError(f"the runs are of different query sets ({sets}); a paired comparison needs the same "
+                           "queries. Name runs of one set, or pass --queryset.")
+    notes: list[str] = []
+    have = [set(f.runs) for f in chosen]
+    if metric_set is not None:
+        lacking = [f for f in chosen if metric_set not in f.runs]
+        if lacking and (explicit or len(lacking) > len(chosen) - 2):
+            f = lacking[0]
+            raise CompareError(f"run {f.key} was not scored with metric set {metric_set!r} (it has: "
+                               f"{', '.join(sorted(f.runs)) or 'none'}); score it with metrics={metric_set}, or "
+                               "leave it out")
+        msets = [metric_set]
+    elif explicit:
+        msets = sorted(set.intersection(*have))
+        if not msets:
+            raise CompareError("the runs share no metric set (" + "; ".join(
+                f"{f.key}: {', '.join(sorted(f.runs))}" for f in chosen) + "); score them with one metrics=...")
+        for mset in sorted(set.union(*have) - set(msets)):
+            notes.append(f"metric set {mset}: not compared, not every named run was scored with it")
+    else:
+        msets = sorted(set.union(*have))
+    rows: list[dict] = []
+    coverage: list[dict] = []
+    compared: set[str] = set()
+    for mset in msets:
+        members = [f for f in chosen if mset in f.runs]
+        left_out = [f.key for f in chosen if mset not in f.runs]
+        if left_out:
+            notes.append(f"metric set {mset}: {', '.join(left_out)} not scored with it, left out")
+        if len(members) < 2:
+            continue
+        set_runs = _one_scoring(members, mset)
+        names, model_level = _metric_columns(set_runs, members, mset, metrics)
+        if not names:
+            continue
+        compared.update(names)
+        if model_level:
+            notes.append(f"metric set {mset}: {', '.join(model_level)} are model-level scores of a whole run, not "
+                         "per-query values: they cannot be paired per query and are not compared here (editmeter "
+                         "show prints them with unpaired bootstrap SEs)")
+        higher = {m: bool(set_runs[0].meta["metrics"][m]["higher_is_better"]) for m in names}
+        suite = set_runs[0].meta.get("suite")
+        sides = {f.key: _scope(r, names) for f, r in zip(members, set_runs, strict=True)}
+        # the query set's ids in id order, with their groups (every run of the set has the same index)
+        universe = set_runs[0].index.frame()[["query_id", "edit_type", "object_class"]].fillna("(none)")
+        universe = universe.sort_values("query_id", kind="stable").reset_index(drop=True)
+        pairs = []
+        for fa, fb in itertools.combinations(members, 2):
+            if suite and fa.prompt_kind != fb.prompt_kind:
+                why = (f"{fa.key} is {fa.prompt_kind}-based and {fb.key} {fb.prompt_kind}-based: {suite['name']}'s "
+                       "scores of the two editor families are not comparable")
+                if explicit:
+                    raise CompareError(f"metric set {mset}: {why}; name editors of one family")
+                notes.append(f"metric set {mset}: pair not compared, {why}")
+                continue
+            pairs.append(_pair(sides[fa.key], sides[fb.key], fa, fb, mset, universe[["query_id"]]))
+        rows += _set_rows(pairs, universe, mset, names, higher, by_value, n_resamples, seed, test)
+        coverage += [p.coverage for p in pairs]
+    unknown = [m for m in (metrics or ()) if m not in compared]
+    if unknown:
+        raise CompareError(f"metric {unknown[0]!r} is not a per-query metric of any compared metric set ("
+                           f"{', '.join(msets)}); see leaderboard_metrics.csv for the names")
+    if not rows:
+        raise CompareError(f"nothing to compare {where}: " + ("; ".join(notes) or "no pair of runs shares a metric set"))
+    df = pd.DataFrame(rows, columns=COLUMNS)
+    for _, part in df.groupby(["metric_set", "by"], sort=False):
+        df.loc[part.index, "p_adjusted"] = holm(part["p_value"].to_numpy())
+    partial: dict[tuple[str, str], str] = {}  # (run folder, metric set) -> its PARTIAL note, in pair order
+    for c in coverage:
+        for s in "ab":
+            if c[f"{s}_not_done"]:
+                partial.setdefault((c[f"run_{s}"], c["metric_set"]),
+                                   f"PARTIAL: {c[f'run_{s}']} has {c[f'{s}_not_done']} of its {c[f'n_total_{s}']} "
+                                   f"queries ({c['metric_set']}) not yet edited or scored; its comparisons cover only "
+                                   "the finished queries, not the whole set")
+    notes = [*partial.values(), *notes]
+    df.attrs.update({"notes": notes, "coverage": coverage, "n_resamples": n_resamples, "seed": seed,
+                     "test": TESTS[test], "level": LEVEL, "queryset": chosen[0].queryset})
+    return df
+
+
+# -- terminal output ------------------------------------------------------------------------------------------------
+
+def _decimals(values: Sequence[float]) -> int:
+    """Decimals that give the largest of `values` four significant digits (0..6)."""
+    finite = [abs(v) for v in values if isinstance(v, float | int) and math.isfinite(v) and v != 0]
+    if not finite:
+        return 3
+    return int(min(6, max(0, 3 - math.floor(math.log10(max(finite))))))
+
+
+def _num(v: float, dec: int) -> str:
+    if not isinstance(v, float | int) or not math.isfinite(v):
+        return "-"
+    s = f"{v:.{dec}f}"
+    return s[1:] if s.startswith("-") and float(s) == 0 else s  # no "-0.000"
+
+
+def _p(v: float) -> str:
+    return "-" if not math.isfinite(v) else "<1e-4" if v < 1e-4 else f"{v:.2g}"
+
+
+def _verdict(r: Any) -> str:
+    """'A' / 'B' when the Holm-adjusted p is below 0.05 and the whole interval favours that run, else ''."""
+    if not (math.isfinite(r.p_adjusted) and r.p_adjusted < 0.05 and math.isfinite(r.ci_low)):
+        return ""
+    favours_a = r.ci_low > 0 if r.higher_is_better else r.ci_high < 0
+    favours_b = r.ci_high < 0 if r.higher_is_better else r.ci_low > 0
+    return "A" if favours_a else "B" if favours_b else ""
+
+
+def format_comparison(df) -> str:
+    """A readable view of `compare_runs`' frame: one table per metric set and pair, arrows for the better direction,
+    the interval as [lo, hi], PARTIAL on rows of an incomplete run, the notes and how to read the columns."""
+    attrs = df.attrs
+    df = df.assign(by=df["by"].fillna("").astype(str))  # a table read back from CSV has NaN for ""
+    lines: list[str] = [w for n in attrs.get("notes", []) if n.startswith("PARTIAL")
+                        for w in textwrap.wrap(n, 110, subsequent_indent="  ")]
+    coverage = {(c["metric_set"], c["run_a"], c["run_b"]): c for c in attrs.get("coverage", [])}
+    pct = int(round(100 * attrs.get("level", LEVEL)))
+    for (mset, ra, rb), part in df.groupby(["metric_set", "run_a", "run_b"], sort=False):
+        ea, eb = part["editor_a"].iloc[0], part["editor_b"].iloc[0]
+        lines.append(f"\nmetrics={mset}  A = {ea} ({ra})  B = {eb} ({rb})")
+        c = coverage.get((mset, ra, rb))
+        if c:
+            dropped = c["n_scope"] - c["n_shared"]
+            why = ", ".join(f"{k} {c[v]}" for k, v in (("A failed", "a_failed"), ("A not done", "a_not_done"),
+                                                     ("B failed", "b_failed"), ("B not done", "b_not_done"),
+                                                     ("in one run's scope only", "out_of_scope")) if c[v])
+            lines.append(f"shared: {c['n_shared']} of {c['n_scope']} queries ok in both; dropped {dropped}"
+                         + (f" ({why})" if why else ""))
+        header = ["metric", "group", "n", "mean A", "mean B", "diff A-B", f"{pct}% CI", "p", "p_holm", "A wins",
+                  "B wins", "ties", f"A win rate [{pct}% CI]", "better", ""]
+        table = [header]
+        for m, mrows in part.groupby("metric", sort=False):
+            dec = _decimals([*mrows["mean_a"], *mrows["mean_b"]])
+            arrow = "↑" if mrows["higher_is_better"].iloc[0] else "↓"
+            for r in mrows.itertuples():
+                if r.by and r.n_shared == 0:
+                    continue
+                win = ("-" if not math.isfinite(r.win_rate_a) else
+                       f"{100 * r.win_rate_a:.0f}% [{100 * r.win_ci_low:.0f}, {100 * r.win_ci_high:.0f}]")
+                table.append([f"{m}{arrow}", r.group, str(r.n_shared), _num(r.mean_a, dec), _num(r.mean_b, dec),
+                              _num(r.diff, dec), f"[{_num(r.ci_low, dec)}, {_num(r.ci_high, dec)}]", _p(r.p_value),
+                              _p(r.p_adjusted), str(r.win_a), str(r.win_b), str(r.ties), win, _verdict(r),
+                              "" if r.complete else "PARTIAL"])
+        if not part["by"].astype(bool).any():  # no groups: drop the all-"all" column
+            table = [row[:1] + row[2:] for row in table]
+        widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+        lines += ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in table]
+    lines += [w for n in attrs.get("notes", []) if not n.startswith("PARTIAL")
+              for w in textwrap.wrap(f"NOTE: {n}", 110, subsequent_indent="  ")]
+    grouped = bool(df["by"].astype(bool).any())
+    if grouped:
+        lines.append("NOTE: groups where a metric is defined for no shared query are not shown (they are in the CSV)")
+    resampling = (f"{attrs['n_resamples']} resamples of queries, seed {attrs['seed']}" if "n_resamples" in attrs
+                  else "queries resampled")
+    test = attrs.get("test") or (str(df["test"].iloc[0]) if len(df) else "paired")
+    legend = (f"diff: mean A - mean B over the n queries both runs edited ok where the metric is defined for both. "
+              f"{pct}% CI: paired bootstrap percentile interval ({resampling}). p: two-sided {test} test; p_holm: Holm-adjusted within one metric set over "
+              "the overall rows (pairs x metrics)" + (" and, separately, over the group rows (pairs x metrics x "
+              "groups)" if grouped else "") + ". Wins: queries where that run is better in the metric's direction "
+              f"(↑ higher, ↓ lower); ties (equal to 1e-6) counted apart; win rate = A wins / n, Wilson {pct}% "
+              "interval. better: the run the whole CI favours when p_holm < 0.05. Model-level scores (HATIE's "
+              "Total, IQ, FID) exist per run, not per query, and are not paired.")
+    lines += ["", *textwrap.wrap(legend, 110)]
+    return "\n".join(lines).lstrip("\n")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`editmeter compare`: print (and optionally write) the paired comparison; exit 2 when it is refused."""
+    ap = argparse.ArgumentParser(prog="editmeter compare", description="Paired comparison of two or more runs on "
+                                 "the queries they share: mean differences with bootstrap CIs, a paired test, win "
+                                 "rates. docs/compare.md names every statistic.")
+    ap.add_argument("runs", nargs="*", metavar="RUN", help="editor names, or run folders <editor>-<signature> when an "
+                    "editor has several (default: every run of the query set)")
+    ap.add_argument("--results", type=Path, default=PROJECT_ROOT / "results",
+                    help="results folder (default: <checkout>/results)")
+    ap.add_argument("--queryset", default=None, help="only runs of this query set")
+    ap.add_argument("--metric-set", default=None, help="only this metric set (basic, hatie, ...; default: every set "
+                    "the runs share)")
+    ap.add_argument("--by", choices=("type", "class"), default=None, help="also split by edit type / object class")
+    ap.add_argument("--metrics", default=None, help="comma-separated per-query metrics (default: all of the set)")
+    ap.add_argument("--resamples", type=int, default=10000, help="bootstrap resamples (default 10000)")
+    ap.add_argument("--seed", type=int, default=0, help="resampling seed (default 0)")
+    ap.add_argument("--test", choices=tuple(TESTS), default="wilcoxon",
+                    help="paired test: wilcoxon signed-rank (default) or a sign-flip permutation test of the mean")
+    ap.add_argument("--csv", type=Path, default=None, help="also write the full table to this CSV file")
+    args = ap.parse_intermixed_args(argv)  # runs may stand between options
+    metrics = [m.strip() for m in args.metrics.split(",") if m.strip()] if args.metrics else None
+    try:
+        df = compare_runs(args.results, args.runs or None, queryset=args.queryset, metric_set=args.metric_set,
+                          by=args.by, metrics=metrics, n_resamples=args.resamples, seed=args.seed, test=args.test)
+    except CompareError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(format_comparison(df))
+    if args.csv is not None:
+        from benchmark.fileio import atomic_write_text
+
+        atomic_write_text(args.csv, df.to_csv(index=False, float_format="%.6g"))
+        print(f"wrote {args.csv}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
