@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -141,6 +142,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         return int(COMMANDS[name][0](rest) or 0)
+    except BrokenPipeError:  # `editmeter show | head`: the reader stopped early, which is not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the final flush does not raise again
+        return 0
     except SystemExit as exc:  # argparse and Hydra exit this way (--help, usage errors)
         if isinstance(exc.code, str):
             print(exc.code, file=sys.stderr)

@@ -270,8 +270,20 @@ def editor_signature(editor_cfg: dict[str, Any], info: dict[str, Any], seed: int
 
     target = editor_cfg.get("_target_")
     code = [list(item) for item in editor_code(target)] if isinstance(target, str) else []
-    return stable_hash({"config": portable(editor_cfg), "info": portable(info), "seed": int(seed), "profile": profile,
-                        "code": code})
+    return stable_hash({"config": _same_numbers(portable(editor_cfg)), "info": _same_numbers(portable(info)),
+                        "seed": int(seed), "profile": profile, "code": code})
+
+
+def _same_numbers(obj: Any) -> Any:
+    """Integral floats as ints, so `editor.guidance_scale=5` and `=5.0` (one setting written two ways, e.g. in a
+    sweep) key one run folder instead of two."""
+    if isinstance(obj, dict):
+        return {k: _same_numbers(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_same_numbers(v) for v in obj]
+    if isinstance(obj, float) and obj.is_integer():
+        return int(obj)
+    return obj
 
 
 # Settings that change speed, not scores: left out of the metric signature so shards run with different batch

@@ -273,3 +273,13 @@ def test_show_reads_the_checkout_results_from_any_folder(tmp_path, monkeypatch, 
     monkeypatch.setattr("benchmark.leaderboard.format_table", lambda results, queryset=None: seen.append(results) or "")
     assert show_main(["show"]) == 0
     assert seen == [ROOT / "results"]
+
+
+def test_output_piped_into_head_is_not_an_error(tmp_path):
+    """`editmeter --help | head -1`: the reader closes the pipe early; no BrokenPipeError traceback."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run(f"{sys.executable} -m benchmark.cli compare --help | head -c 10", shell=True,
+                          capture_output=True, text=True, timeout=120)
+    assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr

@@ -168,3 +168,14 @@ def test_slurm_code_path_with_submitit_local(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     assert sorted(s["shard"][0] for s in _statuses(res)) == [0, 1]
     assert bool(_overall(res)["complete"].iloc[0])
+
+
+def test_one_setting_written_two_ways_keys_one_run_folder():
+    """`editor.guidance_scale=5` and `=5.0` are one setting: one editor signature, one run folder."""
+    from benchmark.config import editor_signature
+
+    cfg = {"_target_": "editors.identity.IdentityEditor", "guidance_scale": 5.0, "steps": [1.0, 2.5]}
+    same = {"_target_": "editors.identity.IdentityEditor", "guidance_scale": 5, "steps": [1, 2.5]}
+    other = {"_target_": "editors.identity.IdentityEditor", "guidance_scale": 5.5, "steps": [1, 2.5]}
+    assert editor_signature(cfg, {}, 0, "tiny") == editor_signature(same, {}, 0, "tiny")
+    assert editor_signature(cfg, {}, 0, "tiny") != editor_signature(other, {}, 0, "tiny")
