@@ -433,62 +433,13 @@ def write_leaderboards(results: Path, metric_sig: str | None, n_resamples: int, 
     return written
 
 
-def format_table(results: Path, queryset: str | None = None) -> str:
-    """A readable view of `leaderboard.csv`: means with SE, arrows for the better direction; partial rows in their
-    own block after the complete ones, each with its `PARTIAL done/total` mark."""
-    import pandas as pd
+def format_table(results: Path, queryset: str | None = None, **options: Any) -> str:
+    """A readable view of the leaderboard (`benchmark.show.render`: `by`, `sort`, `columns`, `digits`): means with
+    SE, arrows for the better direction; partial rows in their own block after the complete ones, each with its
+    `PARTIAL done/total` mark."""
+    from benchmark.show import render
 
-    path = results / "leaderboard.csv"
-    if not path.is_file():
-        return f"no leaderboard yet at {path}; run `make demo` or `make bench`"
-    # signatures and hashes are hex strings: never numbers (an all-digit one would lose its leading zeros)
-    df = pd.read_csv(path, keep_default_na=False, na_values=["", "nan", "NaN"],
-                     dtype={c: str for c in ("editor_sig", "metric_sig", "queryset_hash", "git_sha")})
-    meta = pd.read_csv(results / "leaderboard_metrics.csv") if (results / "leaderboard_metrics.csv").is_file() else None
-    if queryset:
-        df = df[df["queryset"] == queryset]
-    newer = _scored_since(results, path, set(df["metric_sig"]) if "metric_sig" in df else set())
-    stale = ([f"NOTE: {len(newer)} score part(s) were written after {path.name} (e.g. {newer[0]}): these tables may "
-              "be stale. Rebuild them: rerun that run's command with stages=[aggregate]."] if newer else [])
-    if meta is None:  # the metric directions live there: without it no metric column can be shown
-        stale.append(f"NOTE: {results / 'leaderboard_metrics.csv'} is missing, so no metric column is shown. Rebuild "
-                     "the tables: rerun a run's command with stages=[aggregate].")
-    better = dict(zip(meta["metric"], meta["higher_is_better"], strict=True)) if meta is not None else {}
-    metric_set = (dict(zip(meta["metric"], meta["metric_set"].fillna(""), strict=True))
-                  if meta is not None and "metric_set" in meta else {})
-    if "complete" not in df:  # a leaderboard written before completeness was recorded: nothing is known complete
-        df = df.assign(complete=False, mark="completeness unknown")
-    if "metric_set" not in df:  # written before one table held every metric set
-        df = df.assign(metric_set="")
-    df["metric_set"] = df["metric_set"].fillna("")
-    lines = stale
-    for (qs, mset, kind, profile), part in df.groupby(["queryset", "metric_set", "prompt_kind", "profile"], sort=True):
-        # each metric set's own columns (the CSV holds the union of every set's columns)
-        metrics = [m for m in better if m in part and metric_set.get(m, mset) == mset]
-        lines.append(f"\nqueryset={qs}  metrics={mset or '?'}  {kind}-based editors  profile={profile}")
-        header = ["editor", "sig", "n_ok", "fail", "miss", "coverage"] + [f"{m}{'↑' if better[m] else '↓'}" for m in metrics]
-        done = part["complete"].astype(str).str.lower() == "true"
-        blocks = [(part[done], None), (part[~done], "partial runs (not comparable with the rows above):")]
-        body: list[list[str] | str] = []
-        for rows, title in blocks:
-            if not len(rows):
-                continue
-            if title:
-                body.append(title)
-            for _, r in rows.iterrows():
-                mark = r.get("mark")
-                cells = [str(r["editor"]), str(r["editor_sig"])[:8], str(r["n_ok"]), str(r["n_failed"]),
-                         str(r.get("n_missing", "?")), str(mark) if isinstance(mark, str) and mark else "complete"]
-                for m in metrics:
-                    v, se = r[m], r.get(f"{m}_se", float("nan"))
-                    cells.append("nan" if pd.isna(v) else f"{v:.4g}±{se:.2g}" if pd.notna(se) else f"{v:.4g}")
-                body.append(cells)
-        table = [header, *[c for c in body if isinstance(c, list)]]
-        widths = [max(len(c[i]) for c in table) for i in range(len(header))]
-        for cells in [header, *body]:
-            lines.append(cells if isinstance(cells, str) else
-                         "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip())
-    return "\n".join(lines)
+    return render(results, queryset, **options)
 
 
 def _scored_since(results: Path, table: Path, metric_sigs: set[str]) -> list[Path]:
@@ -500,6 +451,10 @@ def _scored_since(results: Path, table: Path, metric_sigs: set[str]) -> list[Pat
 
 def main(argv: Sequence[str] | None = None) -> int:
     """`editmeter show` (also `python -m benchmark.leaderboard show`): print the leaderboard."""
+    import sys
+
+    from benchmark.show import ShowError
+
     ap = argparse.ArgumentParser(prog="editmeter show", description="Print the leaderboard: means ± bootstrap SE, "
                                  "arrows for the better direction, one section per editor family.")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -508,8 +463,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     show.add_argument("--results", type=Path, default=PROJECT_ROOT / "results",
                       help="results folder (default: <checkout>/results, the default paths.results)")
     show.add_argument("--queryset", default=None, help="only this query set")
+    show.add_argument("--by", choices=("type", "class"), default=None,
+                      help="the per edit type or per object class table instead of the overall one")
+    show.add_argument("--sort", default=None, metavar="COLUMN",
+                      help="sort each section by this column, best first for a metric (default: the headline "
+                           "column, e.g. HATIE's Total or score, else the metric set's first metric)")
+    show.add_argument("--columns", default=None, metavar="A,B,C",
+                      help="show only these metric / setting / count columns (editor, sig and coverage always show)")
+    show.add_argument("--digits", type=int, default=None, metavar="N",
+                      help="significant digits of the means (default 3; SEs get 2, one below display precision is ±0)")
     args = ap.parse_args(argv)
-    print(format_table(args.results, args.queryset))
+    options = {"by": args.by, "sort": args.sort, "digits": args.digits,
+               "columns": [c.strip() for c in args.columns.split(",") if c.strip()] if args.columns else None}
+    try:
+        print(format_table(args.results, args.queryset, **{k: v for k, v in options.items() if v is not None}))
+    except ShowError as err:
+        print(f"editmeter show: error: {err}", file=sys.stderr)
+        return 2
     return 0
 
 
