@@ -47,8 +47,12 @@ def flat_settings(info: dict[str, Any], config: dict[str, Any] | None = None) ->
 
 
 def _same(a: Scalar, b: Scalar) -> bool:
-    # 1 and 1.0 are one setting; True and 1 are not
-    return type(a) is type(b) and a == b if isinstance(a, bool) or isinstance(b, bool) else a == b
+    # 1 and 1.0 are one setting; True and 1 are not; NaN is NaN
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    return a == b
 
 
 def varying_settings(settings: Iterable[Mapping[str, Scalar]]) -> list[str]:

@@ -35,19 +35,21 @@ def _fixed_decimals(v: float, sig: int) -> int:
     return max(0, sig - 1 - math.floor(math.log10(abs(v)))) if v else max(sig - 1, 0)
 
 
-def format_number(v: float, sig: int) -> tuple[str, float]:
+def format_number(v: float, sig: int, fixed: bool | None = None) -> tuple[str, float]:
     """(`v` rounded to `sig` significant digits, the value of its last shown digit). Fixed notation between 1e-3
-    and 1e6, scientific outside."""
+    and 1e6, scientific outside, unless `fixed` says which."""
     a = abs(v)
-    if a and (a < 1e-3 or a >= 1e6):
+    if fixed is None:
+        fixed = not a or 1e-3 <= a < 1e6
+    if not fixed and a:
         return _sci(v, sig), 10.0 ** (math.floor(math.log10(a)) - sig + 1)
     d = _fixed_decimals(v, sig)
     return f"{v:.{d}f}", 10.0 ** -d
 
 
 def format_mean_se(v: Any, se: Any, digits: int = 3) -> str:
-    """`mean±se`: the mean with `digits` significant digits, the SE with 2; an SE smaller than half the mean's last
-    shown digit is `±0` (below display precision), so no `1.00±7.3e-09`."""
+    """`mean±se`: the mean with `digits` significant digits, the SE with 2 in the mean's notation; an SE smaller
+    than half the mean's last shown digit is `±0` (below display precision), so no `1.00±7.3e-09`."""
     if v is None or not isinstance(v, (int, float)) or math.isnan(v):
         return "nan"
     if math.isinf(v):
@@ -57,7 +59,7 @@ def format_mean_se(v: Any, se: Any, digits: int = 3) -> str:
         return mean
     if se < quantum / 2:
         return f"{mean}±0"
-    return f"{mean}±{format_number(float(se), 2)[0]}"
+    return f"{mean}±{format_number(float(se), 2, fixed='e' not in mean)[0]}"
 
 
 def format_setting(v: Any) -> str:

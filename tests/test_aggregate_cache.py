@@ -81,9 +81,9 @@ def test_a_deleted_run_leaves_the_tables_and_the_cache(five):
 
 def test_changed_resamples_or_seed_recompute_every_run(five):
     rebuild(five)
-    assert rebuild(five, n=R + 1).computed == 6
-    assert rebuild(five, n=R + 1, seed=1).computed == 6
-    assert rebuild(five, n=R + 1, seed=1).computed == 0
+    assert summarise(five, None, R + 1, SEED)[1].computed == 6
+    assert summarise(five, None, R + 1, SEED + 1)[1].computed == 6
+    assert rebuild(five, n=R + 1, seed=SEED + 1).computed == 0
 
 
 def test_changed_code_or_run_json_recomputes_but_a_new_timestamp_does_not(five, monkeypatch):
@@ -91,11 +91,11 @@ def test_changed_code_or_run_json_recomputes_but_a_new_timestamp_does_not(five, 
     meta_path = sorted((five / "runs").glob("*/ed-*/run.json"))[0]
     meta = json.loads(meta_path.read_text())
     meta_path.write_text(json.dumps(meta | {"updated_at": "2027-01-01T00:00:00"}))
-    assert rebuild(five).computed == 0
-    meta_path.write_text(json.dumps(meta | {"git_sha": "def"}))
-    assert rebuild(five).computed == 1
+    assert summarise(five, None, R, SEED)[1].computed == 0
+    meta_path.write_text(json.dumps(meta | {"editor_info": meta["editor_info"] | {"guidance_scale": 1.0}}))
+    assert summarise(five, None, R, SEED)[1].computed == 1
     monkeypatch.setattr(aggregate_cache, "code_version", lambda: "another version of the code")
-    assert rebuild(five).computed == 6
+    assert summarise(five, None, R, SEED)[1].computed == 6
 
 
 def _entry(results):
