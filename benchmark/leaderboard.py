@@ -67,7 +67,8 @@ def completeness(df, n_total: int | None = None) -> dict[str, Any]:
     """Counts of one group: its score rows `df` (any status) against the `n_total` queries it should cover."""
     status = df["status"]
     n_ok, n_failed = int((status == "ok").sum()), int((status == "failed").sum())
-    n_selected = int(status.isin(("ok", "failed", "missing")).sum())
+    # not `isin`: on Arrow-backed strings it costs ~30 ms per call at 50k rows, once per group
+    n_selected = n_ok + n_failed + int((status == "missing").sum())
     n_total = n_selected if n_total is None else n_total
     n_missing = n_total - n_ok - n_failed
     complete = n_missing == 0
@@ -222,9 +223,12 @@ def _run_rows(run: Run, group_cols: tuple[str, ...], fname: str, n_resamples: in
     meta = run.meta
     idx = run.index.frame()
     idx = idx[idx["excluded"] == ""]  # queries the metrics do not score for this editor family are not owed
-    in_scope = set(idx["query_id"])
+    in_scope = set(idx["query_id"].to_numpy(dtype=object))
+    # a set lookup per row, not `isin`: on Arrow-backed strings `isin` boxes every value (0.9 s at 50k ids)
+    qids = run.scores["query_id"].to_numpy(dtype=object)
+    scoped = np.fromiter((q in in_scope for q in qids), dtype=bool, count=len(qids))
     # group membership from the index (the query set), so groups nobody selected yet still show up as missing
-    scores = run.scores[run.scores["query_id"].isin(in_scope) & (run.scores["status"] != "excluded")]
+    scores = run.scores[scoped & (run.scores["status"] != "excluded").to_numpy()]
     scores = scores.drop(columns=[c for c in group_cols if c in scores]).merge(
         idx[["query_id", *group_cols]], on="query_id", how="left", sort=False) if group_cols else scores
     metric_names = meta.get("metric_order") or list(meta["metrics"])
