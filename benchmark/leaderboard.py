@@ -1,6 +1,6 @@
 """Aggregation: per-sample score rows -> leaderboard tables with completeness, failures, bootstrap SE, provenance.
 
-    python -m benchmark.leaderboard show [--results results] [--queryset demo]
+    python -m benchmark.leaderboard show [--results results] [--queryset demo] [--by type|class] [--sort COL]
 
 Every row says what it covers: `n_total` queries of the full set (those its metrics score), `n_selected` of them
 ever selected into the run (shards, limit), `n_ok`, `n_failed` (edit failed or unscorable), `n_missing` (not edited
@@ -14,6 +14,10 @@ split of the Parquet parts (shards, interruptions).
 
 Nothing under results/ is executed: suite summaries come from `benchmark.summaries`; run.json, the query index
 and every score part are validated, and a bad file is skipped or quarantined with a warning naming it.
+
+Each run's rows are cached by `benchmark.aggregate_cache` under a key of their inputs (adding one run computes one);
+editor settings that differ among one editor's rows become `set.<key>` columns (`benchmark.settings`) and feed
+`leaderboard_sweeps.csv`; `show` is rendered by `benchmark.show`.
 """
 
 from __future__ import annotations
@@ -462,7 +466,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="editmeter show", description="Print the leaderboard: means ± bootstrap SE, "
                                  "arrows for the better direction, one section per editor family.")
     sub = ap.add_subparsers(dest="cmd", required=True)
-    show = sub.add_parser("show", help="print results/leaderboard.csv readably")
+    show = sub.add_parser("show", prog="editmeter show", help="print results/leaderboard.csv readably",
+                          description="Print the leaderboard: mean±SE per metric, arrows for the better direction, "
+                          "one section per query set, metric set, editor family and profile; partial rows last.")
     # the folder runs write to by default (paths.results), wherever the command is started from
     show.add_argument("--results", type=Path, default=PROJECT_ROOT / "results",
                       help="results folder (default: <checkout>/results, the default paths.results)")
