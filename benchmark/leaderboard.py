@@ -210,6 +210,9 @@ def collect_run(meta_path: Path, meta: dict[str, Any]) -> Run | None:
     return Run(meta, index, scores.sort_values("query_id", kind="stable").reset_index(drop=True), meta_path.parent)
 
 
+_collect_run = collect_run  # the name before it was public (kept for callers written against it)
+
+
 def plain(value: Any) -> Any:
     """A table cell as a plain Python scalar (numpy scalars unwrapped), so fresh and cached rows are identical."""
     return value.item() if isinstance(value, np.generic) else value

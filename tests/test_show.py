@@ -51,6 +51,8 @@ def test_setting_columns_tell_rows_of_one_editor_apart(results):
                                      "profile", "seed", "set.guidance_scale", "set.steps"]
     for name in ("leaderboard_by_type.csv", "leaderboard_by_class.csv"):
         assert [c for c in pd.read_csv(results / name).columns if c.startswith("set.")] == set_cols
+    metrics = pd.read_csv(results / "leaderboard_metrics.csv").set_index("metric")
+    assert list(metrics.loc[["Total", "IQ", "score", "OF", "psnr"], "summary"]) == [True, True, True, False, False]
 
 
 def test_sweeps_hold_one_row_per_editor_setting_and_metric(results):
