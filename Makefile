@@ -39,7 +39,7 @@ TINY        := queryset=demo profile=tiny
 # them erratic.
 ONE_THREAD  := OMP_NUM_THREADS=1
 
-.PHONY: help install demo demo-hatie demo-diffusion demo-diffusion-run bench sweep score weights bench-hatie bench-backbones bench-editors data test test-all lint clean-results
+.PHONY: help install demo demo-hatie demo-editval demo-diffusion demo-diffusion-run bench sweep score weights bench-hatie bench-backbones bench-editors bench-aggregate data test test-all lint clean-results
 
 # Offline by design: the demos and benchmarks use tiny random-weight models and bundled data; tests never touch
 # the network. (Target-specific: `make bench`, `make weights` and `make data` stay online.)
@@ -97,6 +97,9 @@ bench-hatie: ## time the HATIE scoring stage, batched vs batch size 1 (real-size
 
 bench-backbones: ## per-image forward time of each HATIE model by batch size (what batching alone can gain here)
 	$(PY) scripts/bench_backbones.py $(ARGS)
+
+bench-aggregate: ## leaderboard rebuild at 50 runs x 50k rows vs adding the 51st with the aggregate cache: make bench-aggregate [ARGS="--resamples 200"]
+	$(PY) scripts/bench_aggregate.py $(ARGS)
 
 bench-editors: ## edit-stage overhead vs the bare diffusers loop, batch sizes 1/2/4/8 (tiny profile, one CPU thread for the model)
 	$(ONE_THREAD) $(PY) scripts/bench_editors.py $(ARGS)

@@ -1,6 +1,6 @@
 """Aggregation: per-sample score rows -> leaderboard tables with completeness, failures, bootstrap SE, provenance.
 
-    python -m benchmark.leaderboard show [--results results] [--queryset demo]
+    python -m benchmark.leaderboard show [--results results] [--queryset demo] [--by type|class] [--sort COL]
 
 Every row says what it covers: `n_total` queries of the full set (those its metrics score), `n_selected` of them
 ever selected into the run (shards, limit), `n_ok`, `n_failed` (edit failed or unscorable), `n_missing` (not edited
@@ -14,6 +14,10 @@ split of the Parquet parts (shards, interruptions).
 
 Nothing under results/ is executed: suite summaries come from `benchmark.summaries`; run.json, the query index
 and every score part are validated, and a bad file is skipped or quarantined with a warning naming it.
+
+Each run's rows are cached by `benchmark.aggregate_cache` under a key of their inputs (adding one run computes one);
+editor settings that differ among one editor's rows become `set.<key>` columns (`benchmark.settings`) and feed
+`leaderboard_sweeps.csv`; `show` is rendered by `benchmark.show`.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from __future__ import annotations
 import argparse
 import inspect
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +38,7 @@ from benchmark.stages.score_cache import SCORES_DIR, BadCacheFile, QueryIndex, w
 
 BOOTSTRAP_CHUNK = 500  # resamples drawn at once (bounds memory at chunk * n indices)
 RUN_META = "run.json"
+FLOAT_FORMAT = "%.6g"  # the CSVs' precision
 TABLES = {"leaderboard.csv": (), "leaderboard_by_type.csv": ("edit_type",), "leaderboard_by_class.csv": ("object_class",)}
 ID_COLUMNS = ("queryset", "queryset_hash", "metric_set", "editor", "editor_sig", "prompt_kind", "profile", "seed")
 COUNT_COLUMNS = ("n_selected", "n_total", "n_ok", "n_failed", "n_missing", "complete", "mark")
@@ -67,7 +72,8 @@ def completeness(df, n_total: int | None = None) -> dict[str, Any]:
     """Counts of one group: its score rows `df` (any status) against the `n_total` queries it should cover."""
     status = df["status"]
     n_ok, n_failed = int((status == "ok").sum()), int((status == "failed").sum())
-    n_selected = int(status.isin(("ok", "failed", "missing")).sum())
+    # not `isin`: on Arrow-backed strings it costs ~30 ms per call at 50k rows, once per group
+    n_selected = n_ok + n_failed + int((status == "missing").sum())
     n_total = n_selected if n_total is None else n_total
     n_missing = n_total - n_ok - n_failed
     complete = n_missing == 0
@@ -150,13 +156,9 @@ def scorings(meta: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {sig: {**meta, **entry, "metric_sig": sig} for sig, entry in sorted(entries.items())}
 
 
-def collect_runs(results: Path, metric_sig: str | None = None) -> list[Run]:
-    """Every (run folder, metric set) under `results/runs` with valid scores, for `metric_sig` only when given
-    (default: every metric set each run folder was scored with, so the tables do not depend on command order).
-
-    A run whose run.json or query index is bad is skipped with a warning naming the file; bad score parts are
-    quarantined (their rows then count as missing)."""
-    out = []
+def iter_scorings(results: Path, metric_sig: str | None = None) -> Iterator[tuple[Path, dict[str, Any]]]:
+    """(run.json path, validated view) of every (run folder, metric set) under `results/runs`, for `metric_sig` only
+    when given; a bad run.json or `scored` entry is skipped with a warning naming the file."""
     for meta_path in sorted((results / "runs").glob(f"*/*/{RUN_META}")):
         try:
             meta = load_run_meta(meta_path)
@@ -166,23 +168,31 @@ def collect_runs(results: Path, metric_sig: str | None = None) -> list[Run]:
         for sig, view in scorings(meta).items():
             if metric_sig is not None and sig != metric_sig:
                 continue
-            run = _collect_run(meta_path, view)
-            if run is not None:
-                out.append(run)
-    return out
+            try:
+                check_run_meta(view)
+            except BadCacheFile as err:
+                warn(f"{meta_path}: metric set {sig}: {err}; skipped (rescore it to rewrite the entry)")
+                continue
+            yield meta_path, view
 
 
-def _collect_run(meta_path: Path, meta: dict[str, Any]) -> Run | None:
-    """One run folder's scores for the metric set `meta` describes (a view from `scorings`), or None."""
+def collect_runs(results: Path, metric_sig: str | None = None) -> list[Run]:
+    """Every (run folder, metric set) under `results/runs` with valid scores, for `metric_sig` only when given
+    (default: every metric set each run folder was scored with, so the tables do not depend on command order).
+
+    A run whose run.json or query index is bad is skipped with a warning naming the file; bad score parts are
+    quarantined (their rows then count as missing)."""
+    runs = (collect_run(meta_path, view) for meta_path, view in iter_scorings(results, metric_sig))
+    return [run for run in runs if run is not None]
+
+
+def collect_run(meta_path: Path, meta: dict[str, Any]) -> Run | None:
+    """One run folder's scores for the metric set `meta` describes (a validated view from `iter_scorings`), or
+    None when it has no scores (a bad query index: with a warning)."""
     from benchmark.stages.score import read_scores, scores_dir
     from benchmark.stages.score_cache import INDEX_FILE, read_query_index
 
     sig = meta["metric_sig"]
-    try:
-        check_run_meta(meta)
-    except BadCacheFile as err:
-        warn(f"{meta_path}: metric set {sig}: {err}; skipped (rescore it to rewrite the entry)")
-        return None
     folder = scores_dir(meta_path.parent, sig)
     if not folder.is_dir():
         return None
@@ -201,15 +211,32 @@ def _collect_run(meta_path: Path, meta: dict[str, Any]) -> Run | None:
     return Run(meta, index, scores.sort_values("query_id", kind="stable").reset_index(drop=True), meta_path.parent)
 
 
+_collect_run = collect_run  # the name before it was public (kept for callers written against it)
+
+
+def plain(value: Any) -> Any:
+    """A table cell as a plain Python scalar (numpy scalars unwrapped), so fresh and cached rows are identical."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def run_rows(run: Run, n_resamples: int, seed: int) -> dict[str, list[dict[str, Any]]]:
+    """One run's rows of every table (file name -> rows): what the aggregate cache stores per run and metric set."""
+    return {fname: [{k: plain(v) for k, v in row.items()} for row in _run_rows(run, group_cols, fname, n_resamples, seed)]
+            for fname, group_cols in TABLES.items()}
+
+
 def _run_rows(run: Run, group_cols: tuple[str, ...], fname: str, n_resamples: int, seed: int) -> list[dict]:
     from benchmark.summaries import suite_summary
 
     meta = run.meta
     idx = run.index.frame()
     idx = idx[idx["excluded"] == ""]  # queries the metrics do not score for this editor family are not owed
-    in_scope = set(idx["query_id"])
+    in_scope = set(idx["query_id"].to_numpy(dtype=object))
+    # a set lookup per row, not `isin`: on Arrow-backed strings `isin` boxes every value (0.9 s at 50k ids)
+    qids = run.scores["query_id"].to_numpy(dtype=object)
+    scoped = np.fromiter((q in in_scope for q in qids), dtype=bool, count=len(qids))
     # group membership from the index (the query set), so groups nobody selected yet still show up as missing
-    scores = run.scores[run.scores["query_id"].isin(in_scope) & (run.scores["status"] != "excluded")]
+    scores = run.scores[scoped & (run.scores["status"] != "excluded").to_numpy()]
     scores = scores.drop(columns=[c for c in group_cols if c in scores]).merge(
         idx[["query_id", *group_cols]], on="query_id", how="left", sort=False) if group_cols else scores
     metric_names = meta.get("metric_order") or list(meta["metrics"])
@@ -246,20 +273,74 @@ def _run_rows(run: Run, group_cols: tuple[str, ...], fname: str, n_resamples: in
     return rows
 
 
-def build_tables(runs: list[Run], n_resamples: int, seed: int) -> dict[str, Any]:
-    """The three leaderboard DataFrames (overall, per edit type, per object class); complete rows first."""
-    import pandas as pd
+@dataclass
+class RunSummary:
+    """One (run folder, metric set): its run.json view (`scorings`), folder and rows of every table (`run_rows`)."""
 
+    meta: dict[str, Any]
+    path: Path
+    rows: dict[str, list[dict[str, Any]]]
+
+
+def warn_unknown_suites(metas: Sequence[tuple[dict[str, Any], Path]]) -> None:
     from benchmark.summaries import known_suites
 
-    for run in runs:
-        suite = run.meta.get("suite")
+    for meta, path in metas:
+        suite = meta.get("suite")
         if suite and suite["name"] not in known_suites():
-            warn(f"{run.path / RUN_META}: unknown suite {suite['name']!r} (known: {known_suites()}); its rows get no "
+            warn(f"{path / RUN_META}: unknown suite {suite['name']!r} (known: {known_suites()}); its rows get no "
                  "model-level summary and are marked")
+
+
+def build_tables(runs: list[Run], n_resamples: int, seed: int) -> dict[str, Any]:
+    """The three leaderboard DataFrames (overall, per edit type, per object class); complete rows first."""
+    warn_unknown_suites([(run.meta, run.path) for run in runs])
+    return tables_from_summaries([RunSummary(run.meta, run.path, run_rows(run, n_resamples, seed)) for run in runs])
+
+
+def run_settings(meta: dict[str, Any]) -> dict[str, Any]:
+    """The flat editor settings of a run (`benchmark.settings.flat_settings` of its info and config)."""
+    from benchmark.settings import flat_settings
+
+    info, config = meta.get("editor_info"), meta.get("editor_config")
+    return flat_settings(info if isinstance(info, dict) else {}, config if isinstance(config, dict) else {})
+
+
+def setting_columns(summaries: Sequence[RunSummary]) -> tuple[list[str], list[dict[str, Any]], dict[int, list[str]]]:
+    """(setting keys that become columns, each summary's flat settings, summary index -> the keys that vary within
+    its editor's rows). Rows are compared within one query set, metric set, profile and editor: settings that differ
+    only across those are already told apart by the identity columns."""
+    from benchmark.settings import varying_settings
+
+    flat = [run_settings(s.meta) for s in summaries]
+    groups: dict[tuple, list[int]] = {}
+    for i, s in enumerate(summaries):
+        key = (s.meta["queryset"], s.meta.get("metric_set", ""), s.meta["profile"], s.meta["editor"])
+        groups.setdefault(key, []).append(i)
+    varying: dict[int, list[str]] = {}
+    for members in groups.values():
+        keys = varying_settings([flat[i] for i in members]) if len(members) > 1 else []
+        for i in members:
+            varying[i] = keys
+    return sorted({k for keys in varying.values() for k in keys}), flat, varying
+
+
+def tables_from_summaries(summaries: Sequence[RunSummary]) -> dict[str, Any]:
+    """The three leaderboard DataFrames from per-run rows, with a `set.<key>` column for every editor setting that
+    differs among rows of one editor; sorted so the order of `summaries` does not matter, complete rows first."""
+    import pandas as pd
+
+    from benchmark.settings import column
+
+    keys, flat, _ = setting_columns(summaries)
     tables: dict[str, Any] = {}
     for fname, group_cols in TABLES.items():
-        rows = [r for run in runs for r in _run_rows(run, group_cols, fname, n_resamples, seed)]
+        rows = []
+        for s, settings in zip(summaries, flat, strict=True):
+            extra = {column(k): settings.get(k) for k in keys}
+            for row in s.rows[fname]:
+                ident = {c: row[c] for c in ID_COLUMNS}
+                rows.append(ident | extra | {k: v for k, v in row.items() if k not in ident})
         df = pd.DataFrame(rows)
         if len(df):
             df["_partial"] = ~df["complete"].astype(bool)
@@ -269,91 +350,111 @@ def build_tables(runs: list[Run], n_resamples: int, seed: int) -> dict[str, Any]
     return tables
 
 
-def metric_table(runs: list[Run]):
-    """Metric metadata (higher_is_better, version, description) of every metric in the tables."""
+def metric_table(runs: Sequence[Run | RunSummary]):
+    """Metric metadata (metric_set, version, higher_is_better, description, summary) of every metric in the
+    tables, in each metric set's display order; `summary` marks a suite's model-level columns (HATIE's Total, IQ,
+    FID, score), which are not per-query means."""
     import pandas as pd
 
     seen: dict[str, dict] = {}
     for run in runs:
         meta = run.meta
+        per_query = set(meta.get("metric_order") or meta["metrics"])
         for name in meta.get("column_order") or meta["metrics"]:
-            seen.setdefault(name, {"metric": name, "metric_set": meta.get("metric_set", "")} | meta["metrics"][name])
+            seen.setdefault(name, {"metric": name, "metric_set": meta.get("metric_set", "")} | meta["metrics"][name]
+                            | {"summary": name not in per_query})
     return pd.DataFrame(list(seen.values()))
 
 
-def write_leaderboards(results: Path, metric_sig: str | None, n_resamples: int, seed: int) -> dict[str, Path]:
+SWEEP_TABLES = {"leaderboard.csv": None, "leaderboard_by_type.csv": "edit_type"}
+SWEEP_FILE = "leaderboard_sweeps.csv"
+
+
+def _order_key(value: Any) -> tuple:
+    """Sort key of a setting value: numbers by value, then text, then missing (mixed types never compare)."""
+    if value is None or (isinstance(value, float) and np.isnan(value)):
+        return (2, 0.0, "")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return (0, float(value), "")
+    return (1, 0.0, str(value))
+
+
+def sweep_table(summaries: Sequence[RunSummary], tables: dict[str, Any]):
+    """Score-vs-setting data (HATIE Fig. 6 style): for each editor whose rows differ in settings, one row per
+    setting combination, edit type ('' = all) and metric, with value, se, n and completeness."""
+    import pandas as pd
+
+    from benchmark.settings import column
+
+    keys, flat, varying = setting_columns(summaries)
+    metrics = metric_table(summaries)
+    def ident(r: dict) -> tuple:
+        return tuple(str(r[c]) for c in ("queryset_hash", "editor", "editor_sig", "metric_sig"))
+
+    by_ident = {ident(s.meta): i for i, s in enumerate(summaries)}
+    out = []
+    for fname, group_col in SWEEP_TABLES.items():
+        for row in tables[fname].to_dict("records") if len(tables[fname]) else []:
+            i = by_ident[ident(row)]
+            if not varying[i]:
+                continue
+            names = [m for m, mset in zip(metrics["metric"], metrics["metric_set"], strict=True)
+                     if mset == row["metric_set"] and m in row and pd.notna(row[m])] if len(metrics) else []
+            for m in names:
+                out.append({c: row[c] for c in ("queryset", "metric_set", "prompt_kind", "profile", "editor")}
+                           | {"varying": ";".join(varying[i])} | {column(k): flat[i].get(k) for k in keys}
+                           | {"edit_type": row[group_col] if group_col else "", "metric": m, "value": row[m],
+                              "se": row.get(f"{m}_se", float("nan")), "n": row.get(f"{m}_n", float("nan")),
+                              "complete": row["complete"], "mark": row["mark"], "editor_sig": row["editor_sig"],
+                              "seed": row["seed"], "_i": i})
+    cols = ["queryset", "metric_set", "prompt_kind", "profile", "editor", "varying", *[column(k) for k in keys],
+            "edit_type", "metric", "value", "se", "n", "complete", "mark", "editor_sig", "seed"]
+
+    def order(r: dict) -> tuple:
+        return (r["queryset"], r["metric_set"], r["prompt_kind"], r["profile"], r["editor"], r["metric"],
+                r["edit_type"], *[_order_key(flat[r["_i"]].get(k)) for k in varying[r["_i"]]], r["editor_sig"])
+
+    out.sort(key=order)
+    return pd.DataFrame([{c: r[c] for c in cols} for r in out], columns=cols)
+
+
+def write_leaderboards(results: Path, metric_sig: str | None, n_resamples: int, seed: int, *,
+                       cache: bool = True) -> dict[str, Path]:
     """Rebuild the leaderboard CSVs from every run under `results`: one row per run folder and metric set it was
-    scored with (`metric_sig` None), so the tables never depend on which command ran last; or only `metric_sig`."""
+    scored with (`metric_sig` None), so the tables never depend on which command ran last; or only `metric_sig`.
+
+    Each run's rows come from the aggregate cache (`benchmark.aggregate_cache`) when none of their inputs changed,
+    so adding one run recomputes one; `cache=False` recomputes every run. Either way the files are the same bytes."""
+    import time
+
+    from benchmark.aggregate_cache import describe, summarise
     from benchmark.fileio import atomic_write_text
 
-    runs = collect_runs(results, metric_sig)
+    t0 = time.perf_counter()
+    summaries, stats = summarise(results, metric_sig, n_resamples, seed, cache=cache)
+    tables = tables_from_summaries(summaries)
     written = {}
-    for fname, df in build_tables(runs, n_resamples, seed).items():
+    for fname, df in tables.items():
         path = results / fname
-        atomic_write_text(path, df.to_csv(index=False, float_format="%.6g"))
+        atomic_write_text(path, df.to_csv(index=False, float_format=FLOAT_FORMAT))
         written[fname] = path
     path = results / "leaderboard_metrics.csv"
-    atomic_write_text(path, metric_table(runs).to_csv(index=False))
+    atomic_write_text(path, metric_table(summaries).to_csv(index=False))
     written["leaderboard_metrics.csv"] = path
+    path = results / SWEEP_FILE  # always written (header only when no editor has a sweep): never a stale one
+    atomic_write_text(path, sweep_table(summaries, tables).to_csv(index=False, float_format=FLOAT_FORMAT))
+    written[SWEEP_FILE] = path
+    print(f"[editmeter] aggregate: {describe(stats, len(summaries), time.perf_counter() - t0)}")
     return written
 
 
-def format_table(results: Path, queryset: str | None = None) -> str:
-    """A readable view of `leaderboard.csv`: means with SE, arrows for the better direction; partial rows in their
-    own block after the complete ones, each with its `PARTIAL done/total` mark."""
-    import pandas as pd
+def format_table(results: Path, queryset: str | None = None, **options: Any) -> str:
+    """A readable view of the leaderboard (`benchmark.show.render`: `by`, `sort`, `columns`, `digits`): means with
+    SE, arrows for the better direction; partial rows in their own block after the complete ones, each with its
+    `PARTIAL done/total` mark."""
+    from benchmark.show import render
 
-    path = results / "leaderboard.csv"
-    if not path.is_file():
-        return f"no leaderboard yet at {path}; run `make demo` or `make bench`"
-    # signatures and hashes are hex strings: never numbers (an all-digit one would lose its leading zeros)
-    df = pd.read_csv(path, keep_default_na=False, na_values=["", "nan", "NaN"],
-                     dtype={c: str for c in ("editor_sig", "metric_sig", "queryset_hash", "git_sha")})
-    meta = pd.read_csv(results / "leaderboard_metrics.csv") if (results / "leaderboard_metrics.csv").is_file() else None
-    if queryset:
-        df = df[df["queryset"] == queryset]
-    newer = _scored_since(results, path, set(df["metric_sig"]) if "metric_sig" in df else set())
-    stale = ([f"NOTE: {len(newer)} score part(s) were written after {path.name} (e.g. {newer[0]}): these tables may "
-              "be stale. Rebuild them: rerun that run's command with stages=[aggregate]."] if newer else [])
-    if meta is None:  # the metric directions live there: without it no metric column can be shown
-        stale.append(f"NOTE: {results / 'leaderboard_metrics.csv'} is missing, so no metric column is shown. Rebuild "
-                     "the tables: rerun a run's command with stages=[aggregate].")
-    better = dict(zip(meta["metric"], meta["higher_is_better"], strict=True)) if meta is not None else {}
-    metric_set = (dict(zip(meta["metric"], meta["metric_set"].fillna(""), strict=True))
-                  if meta is not None and "metric_set" in meta else {})
-    if "complete" not in df:  # a leaderboard written before completeness was recorded: nothing is known complete
-        df = df.assign(complete=False, mark="completeness unknown")
-    if "metric_set" not in df:  # written before one table held every metric set
-        df = df.assign(metric_set="")
-    df["metric_set"] = df["metric_set"].fillna("")
-    lines = stale
-    for (qs, mset, kind, profile), part in df.groupby(["queryset", "metric_set", "prompt_kind", "profile"], sort=True):
-        # each metric set's own columns (the CSV holds the union of every set's columns)
-        metrics = [m for m in better if m in part and metric_set.get(m, mset) == mset]
-        lines.append(f"\nqueryset={qs}  metrics={mset or '?'}  {kind}-based editors  profile={profile}")
-        header = ["editor", "sig", "n_ok", "fail", "miss", "coverage"] + [f"{m}{'↑' if better[m] else '↓'}" for m in metrics]
-        done = part["complete"].astype(str).str.lower() == "true"
-        blocks = [(part[done], None), (part[~done], "partial runs (not comparable with the rows above):")]
-        body: list[list[str] | str] = []
-        for rows, title in blocks:
-            if not len(rows):
-                continue
-            if title:
-                body.append(title)
-            for _, r in rows.iterrows():
-                mark = r.get("mark")
-                cells = [str(r["editor"]), str(r["editor_sig"])[:8], str(r["n_ok"]), str(r["n_failed"]),
-                         str(r.get("n_missing", "?")), str(mark) if isinstance(mark, str) and mark else "complete"]
-                for m in metrics:
-                    v, se = r[m], r.get(f"{m}_se", float("nan"))
-                    cells.append("nan" if pd.isna(v) else f"{v:.4g}±{se:.2g}" if pd.notna(se) else f"{v:.4g}")
-                body.append(cells)
-        table = [header, *[c for c in body if isinstance(c, list)]]
-        widths = [max(len(c[i]) for c in table) for i in range(len(header))]
-        for cells in [header, *body]:
-            lines.append(cells if isinstance(cells, str) else
-                         "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip())
-    return "\n".join(lines)
+    return render(results, queryset, **options)
 
 
 def _scored_since(results: Path, table: Path, metric_sigs: set[str]) -> list[Path]:
@@ -365,16 +466,37 @@ def _scored_since(results: Path, table: Path, metric_sigs: set[str]) -> list[Pat
 
 def main(argv: Sequence[str] | None = None) -> int:
     """`editmeter show` (also `python -m benchmark.leaderboard show`): print the leaderboard."""
+    import sys
+
+    from benchmark.show import ShowError
+
     ap = argparse.ArgumentParser(prog="editmeter show", description="Print the leaderboard: means ± bootstrap SE, "
                                  "arrows for the better direction, one section per editor family.")
     sub = ap.add_subparsers(dest="cmd", required=True)
-    show = sub.add_parser("show", help="print results/leaderboard.csv readably")
+    show = sub.add_parser("show", prog="editmeter show", help="print results/leaderboard.csv readably",
+                          description="Print the leaderboard: mean±SE per metric, arrows for the better direction, "
+                          "one section per query set, metric set, editor family and profile; partial rows last.")
     # the folder runs write to by default (paths.results), wherever the command is started from
     show.add_argument("--results", type=Path, default=PROJECT_ROOT / "results",
                       help="results folder (default: <checkout>/results, the default paths.results)")
     show.add_argument("--queryset", default=None, help="only this query set")
+    show.add_argument("--by", choices=("type", "class"), default=None,
+                      help="the per edit type or per object class table instead of the overall one")
+    show.add_argument("--sort", default=None, metavar="COLUMN",
+                      help="sort each section by this column, best first for a metric (default: the headline "
+                           "column, e.g. HATIE's Total or score, else the metric set's first metric)")
+    show.add_argument("--columns", default=None, metavar="A,B,C",
+                      help="show only these metric / setting / count columns (editor, sig and coverage always show)")
+    show.add_argument("--digits", type=int, default=None, metavar="N",
+                      help="significant digits of the means (default 3; SEs get 2, one below display precision is ±0)")
     args = ap.parse_args(argv)
-    print(format_table(args.results, args.queryset))
+    options = {"by": args.by, "sort": args.sort, "digits": args.digits,
+               "columns": [c.strip() for c in args.columns.split(",") if c.strip()] if args.columns else None}
+    try:
+        print(format_table(args.results, args.queryset, **{k: v for k, v in options.items() if v is not None}))
+    except ShowError as err:
+        print(f"editmeter show: error: {err}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -1,0 +1,203 @@
+"""`editmeter show`: a readable view of the leaderboard CSVs (overall, by edit type, by object class).
+
+One section per query set, metric set, editor family and profile, each with its own metric columns; complete
+rows first, partial ones after them under their own title with their `PARTIAL done/total` mark (always shown,
+whatever `--columns` says). Rows are sorted by the section's headline column (a suite's model-level summary such
+as HATIE's Total or per-type score, else the metric set's first metric), best first, or by `--sort`. Means are
+rounded to `digits` significant digits and SEs to 2; an SE below the mean's last shown digit prints as `±0`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from benchmark.settings import PREFIX
+
+TABLE_FILES = {None: "leaderboard.csv", "type": "leaderboard_by_type.csv", "class": "leaderboard_by_class.csv"}
+GROUP_COLUMNS = {"type": "edit_type", "class": "object_class"}
+COUNT_COLUMNS = ("n_ok", "n_failed", "n_missing")
+COUNT_HEADERS = {"n_ok": "n_ok", "n_failed": "fail", "n_missing": "miss"}
+HEX_COLUMNS = ("editor_sig", "metric_sig", "queryset_hash", "git_sha", "metric_set")
+
+
+class ShowError(ValueError):
+    """A `show` option names something the tables do not have; the message lists what they have."""
+
+
+def _sci(v: float, sig: int) -> str:
+    return f"{v:.{max(sig - 1, 0)}e}"
+
+
+def _fixed_decimals(v: float, sig: int) -> int:
+    return max(0, sig - 1 - math.floor(math.log10(abs(v)))) if v else max(sig - 1, 0)
+
+
+def format_number(v: float, sig: int, fixed: bool | None = None) -> tuple[str, float]:
+    """(`v` rounded to `sig` significant digits, the value of its last shown digit). Fixed notation between 1e-3
+    and 1e6, scientific outside, unless `fixed` says which."""
+    a = abs(v)
+    if fixed is None:
+        fixed = not a or 1e-3 <= a < 1e6
+    if not fixed and a:
+        return _sci(v, sig), 10.0 ** (math.floor(math.log10(a)) - sig + 1)
+    d = _fixed_decimals(v, sig)
+    return f"{v:.{d}f}", 10.0 ** -d
+
+
+def format_mean_se(v: Any, se: Any, digits: int = 3) -> str:
+    """`mean±se`: the mean with `digits` significant digits, the SE with 2 in the mean's notation; an SE smaller
+    than half the mean's last shown digit is `±0` (below display precision), so no `1.00±7.3e-09`."""
+    if v is None or not isinstance(v, (int, float)) or math.isnan(v):
+        return "nan"
+    if math.isinf(v):
+        return str(v)
+    mean, quantum = format_number(float(v), digits)
+    if se is None or not isinstance(se, (int, float)) or math.isnan(se):
+        return mean
+    if se < quantum / 2:
+        return f"{mean}±0"
+    return f"{mean}±{format_number(float(se), 2, fixed='e' not in mean)[0]}"
+
+
+def format_setting(v: Any) -> str:
+    """A setting cell: integers without a decimal point (a CSV column with blanks reads back as floats)."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    if isinstance(v, float) and v.is_integer() and abs(v) < 1e15:
+        return str(int(v))
+    return str(v)
+
+
+def _read(path: Path):
+    import pandas as pd
+
+    # signatures and hashes are hex strings: never numbers (an all-digit one would lose its leading zeros)
+    return pd.read_csv(path, keep_default_na=False, na_values=["", "nan", "NaN"], dtype={c: str for c in HEX_COLUMNS})
+
+
+def _metric_info(results: Path):
+    """metric -> (higher_is_better, metric_set, summary) from leaderboard_metrics.csv, or None when it is missing."""
+    import pandas as pd
+
+    path = results / "leaderboard_metrics.csv"
+    if not path.is_file():
+        return None
+    meta = pd.read_csv(path, keep_default_na=False, dtype={"metric_set": str})
+    summary = meta["summary"].astype(str).str.lower() == "true" if "summary" in meta else [False] * len(meta)
+    mset = meta["metric_set"] if "metric_set" in meta else [""] * len(meta)
+    better = meta["higher_is_better"].astype(str).str.lower() == "true"
+    return {m: (bool(b), str(s), bool(x)) for m, b, s, x in zip(meta["metric"], better, mset, summary, strict=True)}
+
+
+def _varying_settings(part) -> list[str]:
+    """Setting columns whose values differ among one editor's rows of this section."""
+    cols = [c for c in part.columns if c.startswith(PREFIX)]
+    out = []
+    for c in cols:
+        for _, rows in part.groupby("editor", sort=False):
+            if rows[c].astype(str).nunique(dropna=False) > 1:
+                out.append(c)
+                break
+    return out
+
+
+def _sorted(rows, col: str | None, descending: bool, group: str | None):
+    """Rows best first by `col` (NaN last), grouped by `group` when given; ties by editor and signature."""
+    import numpy as np
+
+    keys = [group] if group else []
+    frame = rows.assign(_nan=1, _v=0.0)
+    if col is not None:
+        numeric = frame[col].apply(lambda x: isinstance(x, (int, float, np.number)) and not isinstance(x, bool))
+        if numeric.all():
+            v = frame[col].astype(float)
+            frame = frame.assign(_nan=v.isna().astype(int), _v=-v if descending else v)
+            keys += ["_nan", "_v"]
+        else:
+            frame = frame.assign(_v=frame[col].astype(str))
+            keys += ["_v"]
+    keys += ["editor", "editor_sig"]
+    return frame.sort_values(keys, kind="stable").drop(columns=["_nan", "_v"])
+
+
+def render(results: Path, queryset: str | None = None, *, by: str | None = None, sort: str | None = None,
+           columns: Sequence[str] | None = None, digits: int = 3) -> str:
+    """The text of `editmeter show`. ShowError when `by`, `sort` or `columns` name something the tables lack."""
+    if by not in TABLE_FILES:
+        raise ShowError(f"--by {by!r}: valid values are 'type' and 'class'")
+    if digits < 1:
+        raise ShowError(f"--digits {digits}: want 1 or more")
+    path = results / TABLE_FILES[by]
+    if not path.is_file():
+        return f"no leaderboard yet at {path}; run `make demo` or `make bench`"
+    df = _read(path)
+    info = _metric_info(results)
+    if queryset:
+        df = df[df["queryset"] == queryset]
+    from benchmark.leaderboard import _scored_since
+
+    newer = _scored_since(results, path, set(df["metric_sig"]) if "metric_sig" in df else set())
+    lines = ([f"NOTE: {len(newer)} score part(s) were written after {path.name} (e.g. {newer[0]}): these tables may "
+              "be stale. Rebuild them: rerun that run's command with stages=[aggregate]."] if newer else [])
+    if info is None:  # the metric directions live there: without it no metric column can be shown
+        lines.append(f"NOTE: {results / 'leaderboard_metrics.csv'} is missing, so no metric column is shown. Rebuild "
+                     "the tables: rerun a run's command with stages=[aggregate].")
+        info = {}
+    if "complete" not in df:  # a leaderboard written before completeness was recorded: nothing is known complete
+        df = df.assign(complete=False, mark="completeness unknown")
+    df = df.assign(metric_set=df["metric_set"].fillna("") if "metric_set" in df else "")  # older tables lack it
+    metrics_in = [m for m in info if m in df]
+    settings_in = [c for c in df.columns if c.startswith(PREFIX)]
+    choosable = [*COUNT_COLUMNS, *settings_in, *metrics_in]
+    if columns is not None:
+        unknown = [c for c in columns if c not in choosable]
+        if unknown:
+            raise ShowError(f"--columns: unknown column(s) {', '.join(map(repr, unknown))}; valid: {', '.join(choosable)}")
+    if sort is not None and sort not in [*choosable, "editor"]:
+        raise ShowError(f"--sort: unknown column {sort!r}; valid: editor, {', '.join(choosable)}")
+    group = GROUP_COLUMNS.get(by or "")
+    for (qs, mset, kind, profile), part in df.groupby(["queryset", "metric_set", "prompt_kind", "profile"], sort=True):
+        # each metric set's own columns (the CSV holds the union of every set's columns)
+        own = [m for m in metrics_in if info[m][1] in (mset, "")]
+        valued = [m for m in own if part[m].notna().any()]
+        headline = next((m for m in valued if info[m][2]), valued[0] if valued else None)
+        key = sort if sort is not None and sort in part and (sort not in info or sort in own) else headline
+        descending = bool(info[key][0]) if key in info else key in COUNT_COLUMNS[:1]
+        shown = [*COUNT_COLUMNS, *_varying_settings(part), *own]
+        if columns is not None:
+            shown = [c for c in columns if c in shown]
+        order = f"sorted by {key}{' (best first)' if key in info else ''}" if key else "sorted by editor"
+        lines.append(f"\nqueryset={qs}  metrics={mset or '?'}  {kind}-based editors  profile={profile}  ({order})")
+        header = ["editor", "sig", *([group] if group else []),
+                  *[f"{c}{'↑' if info[c][0] else '↓'}" if c in info else COUNT_HEADERS.get(c, c) for c in shown],
+                  "coverage"]
+        done = part["complete"].astype(str).str.lower() == "true"
+        body: list[list[str] | str] = []
+        for rows, title in ((part[done], None), (part[~done], "partial runs (not comparable with the rows above):")):
+            if not len(rows):
+                continue
+            if title:
+                body.append(title)
+            for _, r in _sorted(rows, key, descending, group).iterrows():
+                mark = r.get("mark")
+                cells = [str(r["editor"]), str(r["editor_sig"])[:8], *([str(r[group])] if group else [])]
+                for c in shown:
+                    if c in info:
+                        cells.append(format_mean_se(r[c], r.get(f"{c}_se", float("nan")), digits))
+                    elif c in COUNT_COLUMNS:
+                        cells.append(str(r.get(c, "?")))
+                    else:
+                        cells.append(format_setting(r[c]))
+                cells.append(str(mark) if isinstance(mark, str) and mark else "complete")
+                body.append(cells)
+        table = [header, *[c for c in body if isinstance(c, list)]]
+        widths = [max(len(c[i]) for c in table) for i in range(len(header))]
+        for cells in [header, *body]:
+            lines.append(cells if isinstance(cells, str) else
+                         "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip())
+    if not len(df) and not lines:
+        lines.append(f"{path} has no rows{f' for query set {queryset!r}' if queryset else ''}")
+    return "\n".join(lines)
