@@ -6,6 +6,7 @@ the library; heavy modules are imported only by the subcommand that needs them.
     editmeter show [--queryset demo]                           # print the leaderboard
     editmeter data NAME                                        # download a query-set source
     editmeter weights ...                                      # prefetch the checkpoints a run needs
+    editmeter report [--results DIR] [--out DIR]               # static HTML report
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 PROG = "editmeter"
-PLANNED = {"report": "an HTML report with image grids and plots", "compare": "two runs side by side"}
+PLANNED = {"compare": "two runs side by side"}
 
 
 def _run(argv: list[str]) -> int:
@@ -64,6 +65,12 @@ def _data(argv: list[str]) -> int:
     return 0
 
 
+def _report(argv: list[str]) -> int:
+    from benchmark.report import main
+
+    return main(argv)
+
+
 def _weights(argv: list[str]) -> int:
     from benchmark.weights import main
 
@@ -76,6 +83,7 @@ COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "show": (_show, "print the leaderboard (means ± bootstrap SE, arrows for the better direction)"),
     "data": (_data, "download one query-set source (resumable, verified)"),
     "weights": (_weights, "prefetch every checkpoint a run will touch (editor and metric models)"),
+    "report": (_report, "write a static HTML report: leaderboards, charts, image grid, failures, provenance"),
 }
 
 
