@@ -31,9 +31,14 @@ from typing import Any
 
 from benchmark.report.collect import dumps, read_leaderboards, read_runs, resolve_queryset
 from benchmark.report.grid import build_grid, drop_failed_thumbs, write_chunks
-from benchmark.report.html import (chart_specs, comparison_html, criteria_html, leaderboards_html,
-                                   provenance_html)
-from benchmark.report.thumbs import THUMB_DIR, ensure_thumbnails
+from benchmark.report.html import (
+    chart_specs,
+    comparison_html,
+    criteria_html,
+    leaderboards_html,
+    provenance_html,
+)
+from benchmark.report.thumbs import ensure_thumbnails
 
 ASSETS = Path(__file__).parent / "assets"
 MARKER = ".editmeter-report"  # a folder with this file was written by this command and may be rewritten

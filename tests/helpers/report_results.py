@@ -24,7 +24,7 @@ def report_results(base: Path) -> Path:
         return _BUILT["results"]
     results = base / "report-results"
     _run(results, "editor=identity", "metrics=basic")
-    _run(results, "editor=overedit", "metrics=basic", "limit=6")  # PARTIAL 6/14
+    _run(results, "editor=overedit", "metrics=basic", "limit=10")  # PARTIAL 10/14
     _run(results, "editor=identity", "editor._target_=failing_editor.FailsEvery", "+editor.every=4",
          "metrics=basic", "max_failed_fraction=1", "batch_size=1")  # 4 of 14 failed, with tracebacks
     _BUILT["results"] = results
