@@ -72,7 +72,10 @@ def ensure_thumbnails(out: Path, wanted: Iterable[tuple[str, Path]], workers: in
     if workers > 1 and len(items) > 200:
         size = 256
         chunks = [items[i:i + size] for i in range(0, len(items), size)]
-        with ProcessPoolExecutor(workers) as pool:
+        import multiprocessing
+
+        # spawn: the parent may hold torch's threads (score readers import it); the children need only PIL
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
             for chunk, errors in zip(chunks, pool.map(_batch, [[v for _, v in c] for c in chunks]), strict=True):
                 failed.update({sha: e for (sha, _), e in zip(chunk, errors, strict=True) if e})
     else:
