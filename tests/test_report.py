@@ -272,3 +272,13 @@ def test_criteria_breakdown_and_charts_carry_errors_and_partial_marks():
     by_type = specs["by_type"]
     assert by_type["metric"] == "score" and by_type["groups"] == ["bg_chg", "obj_add"]
     assert [v[0] for v in by_type["series"][0]["v"]] == [0.4, 0.5]
+
+
+def test_grid_values_keep_four_significant_digits_and_never_invent_numbers():
+    from benchmark.report.grid import round_sig
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=500) * 10.0 ** rng.integers(-8, 8, 500)
+    out = round_sig(np.concatenate([x, [0.0, np.nan, np.inf, -np.inf]]))
+    assert all(abs(a - b) <= 5e-4 * abs(b) for a, b in zip(out[:500], x, strict=True))
+    assert list(out[500:]) == [0.0, None, None, None]

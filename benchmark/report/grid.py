@@ -32,7 +32,7 @@ class GridData:
 
     meta: dict[str, Any]
     rows: list[dict[str, Any]]
-    thumbs: list[tuple[str, Path]] = field(default_factory=list)
+    thumbs: list[tuple[str, str]] = field(default_factory=list)
     failures: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -42,13 +42,18 @@ def href(path: Path, out: Path) -> str:
     return "/".join(quote(part) for part in rel.split(os.sep))
 
 
-def num(v: Any) -> float | None:
-    """A score for the page: 4 significant digits, None for NaN or missing."""
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return None if not math.isfinite(f) else float(f"{f:.4g}")
+def round_sig(values: Any):
+    """`values` (a float array) to 4 significant digits as an object array, None where not finite (for JSON)."""
+    import numpy as np
+
+    x = np.asarray(values, dtype=np.float64)
+    finite = np.isfinite(x) & (x != 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        scale = np.where(finite, 10.0 ** (3 - np.floor(np.log10(np.abs(np.where(finite, x, 1.0))))), 1.0)
+        rounded = np.where(finite, np.round(x * scale) / scale, x)
+    out = rounded.astype(object)
+    out[~np.isfinite(rounded)] = None
+    return out
 
 
 def _edit_shas(run: RunData) -> dict[str, str]:
@@ -67,7 +72,7 @@ def build_grid(key: str, queryset: str, qhash: str, runs: list[RunData], qs: Any
     """The grid of the runs of one query set (`qs` the loaded set, or None with `qs_note` saying why)."""
     queries: dict[str, dict[str, Any]] = {}
     src_sha: dict[str, str] = {}
-    thumbs: list[tuple[str, Path]] = []
+    thumbs: list[tuple[str, str]] = []
     if qs is not None:
         from benchmark.querysets.io import file_digests
 
@@ -80,7 +85,7 @@ def build_grid(key: str, queryset: str, qhash: str, runs: list[RunData], qs: Any
                 if rel:
                     sha = src_sha[rel]
                     row[slot] = [thumb_rel(sha), f"{root_href}/{quote(rel)}"]
-                    thumbs.append((sha, qs.root / rel))
+                    thumbs.append((sha, os.path.join(qs.root, rel)))
             queries[q.id] = row
     else:
         for run in runs:
@@ -100,8 +105,9 @@ def build_grid(key: str, queryset: str, qhash: str, runs: list[RunData], qs: Any
         sc_status = [s.rows["status"].to_numpy() for s in run.scorings]
         sc_reason = [s.rows["reason"].fillna("").to_numpy() for s in run.scorings]
         sc_sha = [s.rows["edit_sha256"].fillna("").to_numpy() for s in run.scorings]
-        sc_vals = [s.rows.reindex(columns=s.columns).to_numpy(dtype="float64", na_value=float("nan"))
+        sc_vals = [round_sig(s.rows.reindex(columns=s.columns).to_numpy(dtype="float64", na_value=float("nan")))
                    for s in run.scorings]
+        edits_dir = os.path.join(run.path, "edits")
         reasons: Counter[str] = Counter()
         fails: list[dict[str, Any]] = []
         counts: Counter[str] = Counter()
@@ -122,7 +128,7 @@ def build_grid(key: str, queryset: str, qhash: str, runs: list[RunData], qs: Any
                 elif st == "excluded" and not status:
                     status, reason = "excluded", str(sc_reason[k][p])
                 if st == "ok":
-                    vals.append([num(v) for v in sc_vals[k][p]])
+                    vals.append(sc_vals[k][p].tolist())
                     stale.append(0 if now == sc_sha[k][p] else 1)
                 else:
                     vals.append(None)
@@ -139,7 +145,7 @@ def build_grid(key: str, queryset: str, qhash: str, runs: list[RunData], qs: Any
                 cell["r"] = reason
             if now is not None:
                 cell["t"] = thumb_rel(now)
-                thumbs.append((now, run.path / "edits" / f"{qid}.png"))
+                thumbs.append((now, os.path.join(edits_dir, qid + ".png")))  # strings: 300k Paths cost seconds
             if any(v is not None for v in vals):
                 cell["v"] = vals
             if any(stale):

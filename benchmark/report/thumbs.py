@@ -50,22 +50,35 @@ def _batch(items: list[tuple[str, str]]) -> list[str]:
     return [make_thumbnail(s, d) for s, d in items]
 
 
-def ensure_thumbnails(out: Path, wanted: Iterable[tuple[str, Path]], workers: int = 0) -> dict[str, object]:
+def existing_thumbnails(out: Path) -> set[str]:
+    """Relative paths of the thumbnails already under `out` (one directory listing per prefix, not one stat each)."""
+    have: set[str] = set()
+    root = out / THUMB_DIR
+    if root.is_dir():
+        for sub in os.scandir(root):
+            if sub.is_dir():
+                have.update(f"{THUMB_DIR}/{sub.name}/{e.name}" for e in os.scandir(sub.path) if e.name.endswith(".jpg"))
+    return have
+
+
+def ensure_thumbnails(out: Path, wanted: Iterable[tuple[str, str | Path]], workers: int = 0) -> dict[str, object]:
     """Make the thumbnails of `(sha256, image path)` pairs under `out` that do not exist yet.
 
     Returns counts (`made`, `reused`) and `failed`: sha -> reason for images that could not be read."""
     todo: dict[str, tuple[str, str]] = {}
     reused = 0
     seen: set[str] = set()
+    have = existing_thumbnails(out)
+    base = str(out)
     for sha, path in wanted:
         if sha in seen:
             continue
         seen.add(sha)
-        dest = out / thumb_rel(sha)
-        if dest.is_file():
+        rel = thumb_rel(sha)
+        if rel in have:
             reused += 1
         else:
-            todo[sha] = (str(path), str(dest))
+            todo[sha] = (str(path), os.path.join(base, rel))
     failed: dict[str, str] = {}
     items = list(todo.items())
     workers = workers or min(8, os.cpu_count() or 1)
