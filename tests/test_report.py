@@ -282,3 +282,16 @@ def test_grid_values_keep_four_significant_digits_and_never_invent_numbers():
     out = round_sig(np.concatenate([x, [0.0, np.nan, np.inf, -np.inf]]))
     assert all(abs(a - b) <= 5e-4 * abs(b) for a, b in zip(out[:500], x, strict=True))
     assert list(out[500:]) == [0.0, None, None, None]
+
+
+def test_an_unreadable_image_gets_no_thumbnail_link_but_its_reason(own_results, tmp_path, no_compare):
+    edit = next(own_results.glob("runs/*/overedit-*/edits/*.png"))
+    edit.write_bytes(b"not a png")
+    out = tmp_path / "report"
+    summary = build_report(own_results, out)
+    assert summary["thumbnails_failed"] == 1
+    grid = _meta(out)["grids"][0]
+    col = next(i for i, r in enumerate(grid["runs"]) if r["editor"] == "overedit")
+    cell = next(r for r in _chunks(out) if r["id"] == edit.stem)["c"][col]
+    assert "t" not in cell and cell["tr"].startswith("unreadable image: UnidentifiedImageError")
+    assert cell["x"] == [1]  # and its scores are for other bytes
