@@ -2,12 +2,13 @@
 
     python scripts/bench_report.py [--queries 50000] [--editors 6] [--size 64] [--work /tmp/report-bench]
 
-Synthesises, under --work: a query set (one source image per 3 queries, HATIE's seven edit types, 80 classes, a
+Synthesises, under --work (once; --reuse keeps a synthesised folder): a query set (one source image per 3 queries, HATIE's seven edit types, 80 classes, a
 ground-truth edit for 10% of the queries), E run folders with one edit PNG per query (1% failed, with a traceback
 in failures.log), score parts with four per-query metrics and their edit sha256s, and the leaderboard CSVs
 (aggregation with 200 bootstrap resamples: the tables are not what is timed). Then builds the report twice, cold
 (every thumbnail and file hash made) and warm (a rebuild: thumbnails and hashes reused), and prints the times and
-the output size. The file-hash cache goes to <work>/cache, not the shared one. Synthesis is not timed.
+the output size. Each invocation writes a new <work>/report-<time> with its own file-hash cache <work>/cache-<time>
+(not the shared one), so the cold build hashes every file. Synthesis is not timed.
 """
 
 from __future__ import annotations
@@ -159,7 +160,10 @@ def main() -> None:
     ap.add_argument("--work", type=Path, default=Path("/tmp/report-bench"))
     ap.add_argument("--reuse", action="store_true", help="reuse a synthesised --work folder of the same size")
     args = ap.parse_args()
-    os.environ["EDITMETER_CACHE"] = str(args.work / "cache")
+    # a fresh report folder and file-hash cache per invocation (deleting 300k thumbnails takes minutes)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    out, cache = args.work / f"report-{stamp}", args.work / f"cache-{stamp}"
+    os.environ["EDITMETER_CACHE"] = str(cache)
     from benchmark.report import build_report
 
     marker = args.work / f"synth-{args.queries}-{args.editors}-{args.size}"
@@ -169,14 +173,10 @@ def main() -> None:
         synthesise(args.work, args.queries, args.editors, args.size)
         marker.write_text("")
         print(f"synthesised {args.queries} queries x {args.editors} editors ({args.size}px) in "
-              f"{time.perf_counter() - t:.0f} s (not part of the timing)")
-    else:
-        shutil.rmtree(args.work / "report", ignore_errors=True)
-        shutil.rmtree(args.work / "cache", ignore_errors=True)
+              f"{time.perf_counter() - t:.0f} s (not part of the timing)", flush=True)
     from benchmark.querysets.io import load_queryset
 
     qs = load_queryset(args.work / "queryset", name="bench")
-    out = args.work / "report"
     for label in ("cold build", "rebuild"):
         t = time.perf_counter()
         s = build_report(args.work / "results", out, page_size=args.page_size, querysets={"bench": qs},
@@ -184,13 +184,13 @@ def main() -> None:
         wall = time.perf_counter() - t
         steps = ", ".join(f"{k} {v:.1f} s" for k, v in s["timings"].items() if k != "total")
         print(f"{label}: {wall:.1f} s ({steps}); thumbnails made {s['thumbnails_made']}, reused "
-              f"{s['thumbnails_reused']}")
+              f"{s['thumbnails_reused']}", flush=True)
     thumbs, data = du(out / "thumbs"), du(out / "data")
     chunks = list((out / "data" / "grid").glob("*/chunk-*.js"))
     print(f"output: {du(out) / 1e6:.1f} MB in total: thumbnails {thumbs / 1e6:.1f} MB, data {data / 1e6:.1f} MB "
           f"({len(chunks)} grid chunks, largest {max(p.stat().st_size for p in chunks) / 1e3:.0f} kB), "
           f"meta.js {(out / 'data' / 'meta.js').stat().st_size / 1e3:.0f} kB, "
-          f"index.html {(out / 'index.html').stat().st_size / 1e3:.0f} kB")
+          f"index.html {(out / 'index.html').stat().st_size / 1e3:.0f} kB; in {out} (delete it when done)")
 
 
 if __name__ == "__main__":
