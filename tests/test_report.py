@@ -220,7 +220,10 @@ def _comparison_frame() -> pd.DataFrame:
 
 
 def test_comparison_matrix_mirrors_pairs_and_marks_significance_and_partial_pairs():
-    html = comparison_html(_comparison_frame())
+    df = _comparison_frame()
+    df.attrs["notes"] = ["PARTIAL: sdedit has 3 of its 14 queries not yet edited"]
+    html = comparison_html(df)
+    assert '<p class="note warn">PARTIAL: sdedit has 3 of its 14 queries not yet edited</p>' in html
     matrix = html[html.index('<table class="matrix">'):html.index("</table>")]
     rows = re.findall(r"<tr><th>([^<]*)</th>(.*?)</tr>", matrix[matrix.index("<tbody>"):], re.S)
     assert [r[0] for r in rows] == ["identity (r1)", "overedit (r2)", "sdedit (r3)"]
@@ -295,3 +298,15 @@ def test_an_unreadable_image_gets_no_thumbnail_link_but_its_reason(own_results, 
     cell = next(r for r in _chunks(out) if r["id"] == edit.stem)["c"][col]
     assert "t" not in cell and cell["tr"].startswith("unreadable image: UnidentifiedImageError")
     assert cell["x"] == [1]  # and its scores are for other bytes
+
+
+def test_report_with_the_real_compare_runs(results, tmp_path):
+    """Where benchmark.compare exists, the matrix is built from it: one matrix per compared metric, the partial
+    run's note and PARTIAL cells, and the per-type rows."""
+    pytest.importorskip("benchmark.compare")
+    build_report(results, tmp_path / "r")
+    page = (tmp_path / "r" / "index.html").read_text(encoding="utf-8")
+    assert "comparison not available" not in page
+    assert page.count('<table class="matrix">') == 10  # the ten basic metrics; hatie has no second run
+    assert re.search(r'<p class="note warn">PARTIAL: overedit-\w+ has 4 of its 14 queries', page)
+    assert '<span class="badge partial">PARTIAL</span>' in page and "per edit type / object class" in page

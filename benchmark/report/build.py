@@ -60,20 +60,22 @@ def check_out(out: Path, results: Path) -> None:
                           " pick a new or empty folder, so nothing of yours is overwritten")
 
 
-def comparison(results: Path, queryset: str | None) -> tuple[Any, str]:
-    """compare_runs's DataFrame, or (None, why not): the report is still built without it, with that note."""
+def comparison(results: Path, queryset: str | None, by: str | None = "type") -> tuple[Any, str]:
+    """compare_runs's DataFrame (overall rows, and per edit type / object class with `by`), or (None, why not):
+    the report is still built without it, with that note."""
     try:
         from benchmark.compare import compare_runs
     except ImportError as err:
         return None, f"comparison not available: benchmark.compare could not be imported ({err})"
     try:
-        return compare_runs(results, queryset=queryset), ""
+        return compare_runs(results, queryset=queryset, by=by), ""
     except Exception as err:  # the other sections stay useful; the failure is shown where the matrix would be
         return None, f"comparison not available: compare_runs failed ({type(err).__name__}: {err})"
 
 
 def build_report(results: Path, out: Path, *, queryset: str | None = None, page_size: int = DEFAULT_PAGE_SIZE,
-                 querysets: dict[str, Any] | None = None, compare: bool = True, workers: int = 0) -> dict[str, Any]:
+                 querysets: dict[str, Any] | None = None, compare: bool = True, compare_by: str | None = "type",
+                 workers: int = 0) -> dict[str, Any]:
     """Write the report folder `out` from the results folder `results`; returns what was written and timings.
 
     `querysets` maps query-set names to loaded sets (default: load each through its config); a set whose content
@@ -111,7 +113,8 @@ def build_report(results: Path, out: Path, *, queryset: str | None = None, page_
     timings["thumbnails"] = time.perf_counter() - t
 
     t = time.perf_counter()
-    cmp_df, cmp_note = comparison(results, queryset) if compare else (None, "comparison skipped (--no-compare)")
+    cmp_df, cmp_note = (comparison(results, queryset, compare_by) if compare
+                        else (None, "comparison skipped (--no-compare)"))
     timings["compare"] = time.perf_counter() - t
 
     t = time.perf_counter()
@@ -219,12 +222,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--page-size", type=int, default=DEFAULT_PAGE_SIZE,
                     help=f"queries per grid page (default {DEFAULT_PAGE_SIZE})")
     ap.add_argument("--no-compare", action="store_true", help="skip the comparison matrix")
+    ap.add_argument("--compare-by", choices=("none", "type", "class"), default="type",
+                    help="comparison rows per edit type (default) or object class besides the overall matrix")
     ap.add_argument("--workers", type=int, default=0, help="thumbnail processes (default: CPU count, at most 8)")
     args = ap.parse_args(argv)
     out = args.out or args.results / "report"
     try:
         summary = build_report(args.results, out, queryset=args.queryset, page_size=args.page_size,
-                               compare=not args.no_compare, workers=args.workers)
+                               compare=not args.no_compare,
+                               compare_by=None if args.compare_by == "none" else args.compare_by, workers=args.workers)
     except ReportError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

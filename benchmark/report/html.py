@@ -21,7 +21,8 @@ def fmt(v: Any, se: Any = None) -> str:
         return "" if v is None else str(v)
     if not math.isfinite(f):
         return "–"
-    text = f"{f:.4g}"
+    text = f"{f + 0.0:.4g}"  # + 0.0: no "-0"
+    text = "0" if text == "-0" else text
     try:
         s = float(se)
     except (TypeError, ValueError):
@@ -205,6 +206,7 @@ def comparison_html(df: Any, note: str = "") -> str:
     if not len(df):
         return '<p class="note">No pairs to compare (a comparison needs two runs of one query set and metric set).</p>'
     out = [f'<p class="note warn">{escape(note)}</p>'] if note else []
+    out += [f'<p class="note warn">{escape(str(n))}</p>' for n in (df.attrs.get("notes") or [])]
     out.append('<p class="note">Each cell: mean paired difference <b>row − column</b> on the queries both answered, '
                "its bootstrap 95% interval, the adjusted p-value, and wins / losses / ties of the row. Green: the row "
                "is significantly better (adjusted p &lt; 0.05), red: worse.</p>")
