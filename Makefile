@@ -108,6 +108,10 @@ data: ## download one query-set source (resumable, verified): make data NAME=gqa
 	@test -n "$(NAME)" || { echo "usage: make data NAME=<set>  (sets: $$(ls datasets/manifests | sed 's/\.json//' | tr '\n' ' '))"; exit 2; }
 	$(EDITMETER) data $(NAME) $(ARGS)
 
+.PHONY: report
+report: ## static HTML report of RESULTS (opens offline): make report [RESULTS=results] [OUT=<RESULTS>/report] [ARGS="--queryset demo"]
+	$(EDITMETER) report --results $(RESULTS) $(if $(OUT),--out $(OUT)) $(ARGS)
+
 test: ## offline test suite (HF_HUB_OFFLINE=1)
 	$(PY) -m pytest -q $(ARGS)
 

@@ -8,6 +8,7 @@ the library; heavy modules are imported only by the subcommand that needs them.
     editmeter data NAME                                        # download a query-set source
     editmeter weights ...                                      # prefetch the checkpoints a run needs
     editmeter metaeval <test> ...                              # meta-evaluation of every metric set
+    editmeter report [--results DIR] [--out DIR]               # static HTML report
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 PROG = "editmeter"
-PLANNED = {"report": "an HTML report with image grids and plots"}
+PLANNED: dict[str, str] = {}  # subcommands announced in the help before they exist
 
 
 def _run(argv: list[str]) -> int:
@@ -73,6 +74,12 @@ def _data(argv: list[str]) -> int:
     return 0
 
 
+def _report(argv: list[str]) -> int:
+    from benchmark.report import main
+
+    return main(argv)
+
+
 def _weights(argv: list[str]) -> int:
     from benchmark.weights import main
 
@@ -101,6 +108,7 @@ COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "launch": (_launch, "shard a run (or a sweep) across N workers: local GPUs/CPUs or Slurm; then aggregate"),
     "metaeval": (_metaeval, "how far each metric agrees with ground truth and people (gt-selection, 2afc, winrate, "
                             "fit-weights)"),
+    "report": (_report, "write a static HTML report: leaderboards, charts, image grid, failures, provenance"),
 }
 
 

@@ -1,0 +1,310 @@
+// editmeter report: charts, image grid and failure gallery, drawn from the data scripts (no libraries).
+// Data come as scripts (data/meta.js, data/failures.js, data/grid/<set>/chunk-<n>.js) because Chromium blocks
+// fetch() of file:// URLs. Text from the data is always set with textContent, never parsed as HTML.
+(function () {
+  "use strict";
+  var EM = (window.EM = { meta: null, failures: null, chunks: {}, state: null });
+  var SVG = "http://www.w3.org/2000/svg";
+  var COLORS = ["#2455a4", "#d9822b", "#2a9d5c", "#c23b5a", "#7a4fb0", "#1f9bb0", "#8c6d1f", "#555f6e"];
+
+  function el(tag, attrs, text) {
+    var e = document.createElement(tag);
+    if (attrs) Object.keys(attrs).forEach(function (k) { e.setAttribute(k, attrs[k]); });
+    if (text !== undefined && text !== null) e.textContent = String(text);
+    return e;
+  }
+  function svg(tag, attrs, text) {
+    var e = document.createElementNS(SVG, tag);
+    Object.keys(attrs || {}).forEach(function (k) { e.setAttribute(k, attrs[k]); });
+    if (text !== undefined) e.textContent = String(text);
+    return e;
+  }
+  function fmt(v) {
+    if (v === null || v === undefined) return "–";
+    return Number(v).toPrecision(4).replace(/\.?0+$/, "").replace(/\.?0+e/, "e");
+  }
+  function badge(cls, text) { return el("span", { "class": "badge " + cls }, text); }
+
+  // ---- called by the chunk scripts ------------------------------------------------------------------------
+  EM.chunk = function (key, n, rows) { EM.chunks[key + "/" + n] = rows; };
+
+  function loadChunk(key, n) {
+    var id = key + "/" + n;
+    if (EM.chunks[id]) return Promise.resolve(EM.chunks[id]);
+    return new Promise(function (resolve, reject) {
+      var s = document.createElement("script");
+      s.src = "data/grid/" + encodeURIComponent(key) + "/chunk-" + String(n).padStart(5, "0") + ".js";
+      s.onload = function () { EM.chunks[id] ? resolve(EM.chunks[id]) : reject(new Error("chunk " + id + " empty")); };
+      s.onerror = function () { reject(new Error("cannot load " + s.src)); };
+      document.body.appendChild(s);
+    });
+  }
+
+  // ---- bar charts with error bars -------------------------------------------------------------------------
+  // spec: {groups: [name], series: [{label, v: [[mean, se, n, mark] | null per group]}], hib, metric, stale}
+  function barChart(spec) {
+    var nS = spec.series.length, nG = spec.groups.length;
+    var barH = 12, gap = 10, left = 170, right = 80, width = 900, top = 24 + 16 * Math.ceil(nS / 3);
+    var bandH = nS * barH + gap, height = top + nG * bandH + 30;
+    var lo = 0, hi = 0;
+    spec.series.forEach(function (s) {
+      s.v.forEach(function (c) {
+        if (!c || c[0] === null) return;
+        var se = c[1] || 0;
+        lo = Math.min(lo, c[0] - se); hi = Math.max(hi, c[0] + se);
+      });
+    });
+    if (hi === lo) hi = lo + 1;
+    var x = function (v) { return left + (v - lo) / (hi - lo) * (width - left - right); };
+    var root = svg("svg", { width: width, height: height, viewBox: "0 0 " + width + " " + height, "class": "barchart" });
+    root.appendChild(svg("title", {}, spec.metric + (spec.hib ? " (higher is better)" : " (lower is better)")));
+    spec.series.forEach(function (s, i) {  // legend
+      var lx = left + (i % 3) * 230, ly = 14 + 16 * Math.floor(i / 3);
+      root.appendChild(svg("rect", { x: lx, y: ly - 9, width: 10, height: 10, fill: COLORS[i % COLORS.length] }));
+      var partial = s.v.some(function (c) { return c && c[3]; });
+      root.appendChild(svg("text", { x: lx + 14, y: ly }, s.label + (partial ? " (has PARTIAL values)" : "")));
+    });
+    root.appendChild(svg("line", { x1: x(0), x2: x(0), y1: top - 4, y2: height - 24, stroke: "#888" }));
+    spec.groups.forEach(function (g, gi) {
+      var y0 = top + gi * bandH;
+      root.appendChild(svg("text", { x: left - 6, y: y0 + nS * barH / 2 + 4, "text-anchor": "end" }, g));
+      spec.series.forEach(function (s, si) {
+        var c = s.v[gi];
+        if (!c || c[0] === null) return;
+        var y = y0 + si * barH, m = c[0], se = c[1];
+        var bar = svg("rect", { x: Math.min(x(0), x(m)), y: y + 1, width: Math.max(1, Math.abs(x(m) - x(0))),
+          height: barH - 2, fill: COLORS[si % COLORS.length], "class": "bar" + (c[3] ? " partial" : "") });
+        bar.appendChild(svg("title", {}, s.label + " · " + g + ": " + fmt(m) + (se !== null ? " ± " + fmt(se) : "") +
+          (c[2] !== null ? " (n=" + c[2] + ")" : "") + (c[3] ? " · " + c[3] : "")));
+        root.appendChild(bar);
+        if (se !== null && se > 0) {
+          var ym = y + barH / 2;
+          root.appendChild(svg("line", { x1: x(m - se), x2: x(m + se), y1: ym, y2: ym, "class": "err" }));
+          root.appendChild(svg("line", { x1: x(m - se), x2: x(m - se), y1: ym - 3, y2: ym + 3, "class": "err" }));
+          root.appendChild(svg("line", { x1: x(m + se), x2: x(m + se), y1: ym - 3, y2: ym + 3, "class": "err" }));
+        }
+        if (c[3]) root.appendChild(svg("text", { x: Math.max(x(m), x(0)) + 4, y: y + barH - 2, "class": "pmark" }, "PARTIAL"));
+      });
+    });
+    [lo, (lo + hi) / 2, hi].forEach(function (t) {
+      root.appendChild(svg("text", { x: x(t), y: height - 8, "text-anchor": "middle" }, fmt(t)));
+    });
+    return root;
+  }
+
+  function chartBox(spec) {
+    var box = el("div");
+    box.appendChild(el("h3", null, spec.section + " · " + spec.table.replace("_", " ") + " · " + spec.metric +
+      (spec.hib ? " ↑" : " ↓")));
+    if (spec.stale) box.appendChild(badge("stale", "STALE: the leaderboard is older than some score parts"));
+    box.appendChild(barChart(spec));
+    return box;
+  }
+
+  function initCharts() {
+    var sel = document.getElementById("chart-select"), box = document.getElementById("chart");
+    var charts = EM.meta.charts.filter(function (c) { return c.table !== "criteria"; });
+    if (!charts.length) { box.appendChild(el("p", { "class": "note" }, "No per-type or per-class rows.")); sel.disabled = true; }
+    charts.forEach(function (c, i) {
+      sel.appendChild(el("option", { value: i }, c.section + " · " + c.table.replace("_", " ") + " · " + c.metric));
+    });
+    var draw = function () { box.textContent = ""; if (charts.length) box.appendChild(chartBox(charts[+sel.value])); };
+    sel.addEventListener("change", draw);
+    draw();
+    var crit = document.getElementById("criteria-chart");
+    EM.meta.charts.filter(function (c) { return c.table === "criteria"; }).forEach(function (c) {
+      crit.appendChild(chartBox(c));
+    });
+  }
+
+  // ---- image grid ---------------------------------------------------------------------------------------------
+  function grid() { return EM.meta.grids[EM.state.set]; }
+
+  function matchingRanges(g) {
+    var t = EM.state.type, c = EM.state.cls;
+    return g.ranges.filter(function (r) {
+      return (t === "" || r[0] === +t) && (c === "" || r[1] === +c);
+    });
+  }
+
+  function fillSelect(sel, values, allLabel) {
+    sel.textContent = "";
+    sel.appendChild(el("option", { value: "" }, allLabel));
+    values.forEach(function (v) { sel.appendChild(el("option", { value: v[0] }, v[1])); });
+  }
+
+  function fillClasses() {
+    var g = grid(), seen = {}, t = EM.state.type;
+    g.ranges.forEach(function (r) { if (t === "" || r[0] === +t) seen[r[1]] = (seen[r[1]] || 0) + r[3]; });
+    var opts = Object.keys(seen).map(Number).sort(function (a, b) { return a - b; })
+      .map(function (i) { return [i, g.classes[i] + " (" + seen[i] + ")"]; });
+    fillSelect(document.getElementById("grid-class"), opts, "all classes");
+    if (EM.state.cls !== "" && !(EM.state.cls in seen)) EM.state.cls = "";
+    document.getElementById("grid-class").value = EM.state.cls;
+  }
+
+  function fillTypes() {
+    var g = grid(), count = {};
+    g.ranges.forEach(function (r) { count[r[0]] = (count[r[0]] || 0) + r[3]; });
+    fillSelect(document.getElementById("grid-type"), g.types.map(function (t, i) {
+      return [i, t + " (" + (count[i] || 0) + ")"];
+    }), "all types");
+    document.getElementById("grid-type").value = EM.state.type;
+  }
+
+  function imgLink(thumb, full, alt) {
+    var a = el("a", { href: full, target: "_blank" });
+    a.appendChild(el("img", { src: thumb, alt: alt, loading: "lazy" }));
+    return a;
+  }
+
+  function imageCell(pair, alt) {
+    var td = el("td");
+    if (!pair) { td.appendChild(el("span", { "class": "note" }, "—")); return td; }
+    if (pair[0]) td.appendChild(imgLink(pair[0], pair[1], alt));
+    else td.appendChild(el("div", { "class": "reason" }, pair[2] || "no thumbnail"));
+    return td;
+  }
+
+  function editCell(g, run, row, cell) {
+    var td = el("td", { "class": "cell s-" + cell.s.replace(" ", "") });
+    if (cell.t) td.appendChild(imgLink(cell.t, run.edits + encodeURIComponent(row.id) + ".png", run.label + " " + row.id));
+    if (cell.tr) td.appendChild(el("div", { "class": "reason" }, cell.tr));
+    if (cell.s !== "ok") td.appendChild(badge(cell.s.replace(" ", ""), cell.s.toUpperCase()));
+    if (cell.r) td.appendChild(el("div", { "class": "reason" }, cell.r));
+    (cell.v || []).forEach(function (vals, k) {
+      if (!vals) return;
+      var sc = run.scorings[k], div = el("div", { "class": "scores" });
+      div.appendChild(el("b", null, (sc.set || sc.sig) + ": "));
+      if (cell.x && cell.x[k]) div.appendChild(badge("stale", "STALE: edit changed since scored"));
+      sc.cols.forEach(function (col, j) { if (vals[j] !== null) div.appendChild(el("span", null, col + " " + fmt(vals[j]))); });
+      td.appendChild(div);
+    });
+    return td;
+  }
+
+  function renderGrid() {
+    var g = grid(), ps = g.chunk, ranges = matchingRanges(g);
+    var total = ranges.reduce(function (a, r) { return a + r[3]; }, 0);
+    var pages = Math.max(1, Math.ceil(total / ps));
+    EM.state.page = Math.min(Math.max(0, EM.state.page), pages - 1);
+    var first = EM.state.page * ps, last = Math.min(total, first + ps), positions = [], skip = first;
+    ranges.forEach(function (r) {  // positions of this page's queries in the global order
+      var take = r[3];
+      if (skip >= take) { skip -= take; return; }
+      for (var p = r[2] + skip; p < r[2] + take && positions.length < last - first; p++) positions.push(p);
+      skip = 0;
+    });
+    document.getElementById("grid-page").textContent = "page " + (EM.state.page + 1) + " of " + pages +
+      " (" + total + " queries)";
+    document.getElementById("grid-prev").disabled = EM.state.page === 0;
+    document.getElementById("grid-next").disabled = EM.state.page >= pages - 1;
+    var need = {};
+    positions.forEach(function (p) { need[Math.floor(p / ps)] = 1; });
+    var token = (EM.renderToken = (EM.renderToken || 0) + 1);
+    return Promise.all(Object.keys(need).map(function (n) { return loadChunk(g.key, +n); })).then(function () {
+      if (token !== EM.renderToken) return;  // a newer page was asked for meanwhile
+      var table = el("table", { "class": "grid" }), head = el("tr");
+      ["query", "source"].concat(g.has_gt ? ["ground truth"] : []).forEach(function (h) { head.appendChild(el("th", null, h)); });
+      g.runs.forEach(function (r) {
+        var th = el("th", null, r.label);
+        th.appendChild(el("div", { "class": "note" }, Object.keys(r.counts).sort().map(function (k) {
+          return k + " " + r.counts[k];
+        }).join(" · ")));
+        head.appendChild(th);
+      });
+      var thead = el("thead"); thead.appendChild(head); table.appendChild(thead);
+      var body = el("tbody");
+      positions.forEach(function (p) {
+        var row = EM.chunks[g.key + "/" + Math.floor(p / ps)][p % ps], tr = el("tr", { "data-type": row.ty });
+        var q = el("td", { "class": "q" });
+        q.appendChild(el("b", null, row.id));
+        q.appendChild(el("div", null, row.ty + " · " + row.cl));
+        if (row.in) q.appendChild(el("div", null, "“" + row.in + "”"));
+        if (row.cap) q.appendChild(el("div", { "class": "note" }, row.cap));
+        tr.appendChild(q);
+        tr.appendChild(imageCell(row.src, "source " + row.id));
+        if (g.has_gt) tr.appendChild(imageCell(row.gt, "ground truth " + row.id));
+        g.runs.forEach(function (run, i) { tr.appendChild(editCell(g, run, row, row.c[i])); });
+        body.appendChild(tr);
+      });
+      table.appendChild(body);
+      var box = document.getElementById("grid-table");
+      box.textContent = "";
+      box.appendChild(table);
+      box.setAttribute("data-rendered", String(EM.renderToken));
+    }).catch(function (err) {
+      document.getElementById("grid-note").textContent = "could not load the grid data: " + err.message;
+    });
+  }
+
+  function initGrid() {
+    var grids = EM.meta.grids, setSel = document.getElementById("grid-set");
+    if (!grids.length) {
+      document.getElementById("grid-table").appendChild(el("p", { "class": "note" }, "No run folders to show."));
+      return;
+    }
+    EM.state = { set: 0, type: "", cls: "", page: 0 };
+    grids.forEach(function (g, i) { setSel.appendChild(el("option", { value: i }, g.queryset + " (" + g.hash.slice(0, 10) + ")")); });
+    var reset = function () {
+      var g = grid();
+      document.getElementById("grid-note").textContent = g.note || "";
+      document.getElementById("grid-note").className = g.note ? "note warn" : "note";
+      fillTypes(); fillClasses(); EM.state.page = 0; renderGrid();
+    };
+    setSel.addEventListener("change", function () { EM.state.set = +setSel.value; EM.state.type = ""; EM.state.cls = ""; reset(); });
+    document.getElementById("grid-type").addEventListener("change", function (e) {
+      EM.state.type = e.target.value; EM.state.page = 0; fillClasses(); renderGrid();
+    });
+    document.getElementById("grid-class").addEventListener("change", function (e) {
+      EM.state.cls = e.target.value; EM.state.page = 0; renderGrid();
+    });
+    document.getElementById("grid-prev").addEventListener("click", function () { EM.state.page -= 1; renderGrid(); });
+    document.getElementById("grid-next").addEventListener("click", function () { EM.state.page += 1; renderGrid(); });
+    reset();
+  }
+
+  // ---- failure gallery ----------------------------------------------------------------------------------------
+  function initFailures() {
+    var box = document.getElementById("failure-list"), any = false;
+    (EM.failures || []).forEach(function (f) {
+      if (!f.n) return;
+      any = true;
+      var sec = el("div", { "class": "fail-run" });
+      sec.appendChild(el("h3", null, f.run + ": " + f.n + " failed"));
+      var ul = el("ul");
+      f.reasons.forEach(function (r) { ul.appendChild(el("li", null, r[1] + " × " + (r[0] || "(no reason recorded)"))); });
+      sec.appendChild(ul);
+      if (f.shown.length < f.n) sec.appendChild(el("p", { "class": "note" }, "showing the first " + f.shown.length + " of " + f.n));
+      if (f.log) { var a = el("a", { href: f.log, target: "_blank" }, "failures.log (every traceback)"); sec.appendChild(a); }
+      var cards = el("div");
+      f.shown.forEach(function (item) {
+        var card = el("div", { "class": "fail-card" });
+        if (item.src && item.src[0]) card.appendChild(el("img", { src: item.src[0], alt: "source " + item.id, loading: "lazy" }));
+        if (item.t) card.appendChild(el("img", { src: item.t, alt: "edit " + item.id, loading: "lazy" }));
+        card.appendChild(el("div", null, item.id));
+        if (item.e) card.appendChild(el("div", null, item.e));
+        card.appendChild(el("div", { "class": "reason" }, item.r || "(no reason recorded)"));
+        if (item.tb) {
+          var d = el("details"); d.appendChild(el("summary", null, "traceback")); d.appendChild(el("pre", null, item.tb));
+          card.appendChild(d);
+        }
+        cards.appendChild(card);
+      });
+      sec.appendChild(cards);
+      box.appendChild(sec);
+    });
+    if (!any) box.appendChild(el("p", { "class": "note" }, "No failed queries."));
+  }
+
+  document.addEventListener("DOMContentLoaded", function () {
+    if (!EM.meta) {
+      document.body.insertBefore(el("p", { "class": "note warn" }, "data/meta.js did not load: rebuild the report"), document.body.firstChild);
+      return;
+    }
+    initCharts();
+    initGrid();
+    initFailures();
+    document.body.setAttribute("data-ready", "1");
+  });
+})();

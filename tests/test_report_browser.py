@@ -1,0 +1,137 @@
+"""The HTML report in a real browser: Debian's headless Chromium driven by selenium, page opened from file://.
+It loads without console errors, its tables and grid render with every image loaded, the type filter changes the
+grid, paging works, and a screenshot is taken. Skipped only where chromium or chromedriver is not installed (CI
+installs both: .ci/run)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from report_results import report_results
+
+CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
+pytestmark = pytest.mark.skipif(not (CHROMIUM.is_file() and CHROMEDRIVER.is_file()),
+                                reason="needs Debian's chromium and chromium-driver (/usr/bin/chromium, "
+                                       "/usr/bin/chromedriver): apt-get install chromium chromium-driver")
+PAGE_SIZE = 5
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory) -> Path:
+    import sys
+
+    from benchmark.report import build_report
+
+    results = report_results(tmp_path_factory.getbasetemp())
+    out = tmp_path_factory.mktemp("browser") / "report"
+    saved = sys.modules.get("benchmark.compare", False)
+    sys.modules["benchmark.compare"] = None  # type: ignore[assignment]  # the guarded path: a note, no matrix
+    try:
+        build_report(results, out, page_size=PAGE_SIZE)
+    finally:
+        if saved is False:
+            del sys.modules["benchmark.compare"]
+        else:
+            sys.modules["benchmark.compare"] = saved
+    return out
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from selenium import webdriver
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+
+    options = Options()
+    options.binary_location = str(CHROMIUM)
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                "--window-size=1400,1800", "--allow-file-access-from-files"):
+        options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(options=options, service=Service(str(CHROMEDRIVER)))
+    driver.set_page_load_timeout(30)
+    yield driver
+    driver.quit()
+
+
+def _open(browser, report: Path):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser.get((report / "index.html").resolve().as_uri())
+    wait = WebDriverWait(browser, 10)
+    wait.until(lambda d: d.find_element("tag name", "body").get_attribute("data-ready") == "1")
+    wait.until(lambda d: d.find_elements("css selector", "#grid-table table.grid tbody tr"))
+    return wait
+
+
+def _grid_ids(browser) -> list[str]:
+    return [td.text for td in browser.find_elements("css selector", "#grid-table table.grid tbody td.q > b")]
+
+
+def _errors(browser) -> list[dict]:
+    return [e for e in browser.get_log("browser") if e["level"] in ("SEVERE", "ERROR")]
+
+
+def _all_images_loaded(browser) -> bool:
+    return browser.execute_script(
+        "const imgs = [...document.querySelectorAll('#grid-table img')];"
+        "imgs.forEach(i => i.loading = 'eager');"
+        "return imgs.length > 0 && imgs.every(i => i.complete && i.naturalWidth > 0);")
+
+
+def test_page_loads_offline_without_console_errors_and_renders(browser, report, tmp_path):
+    wait = _open(browser, report)
+    assert _errors(browser) == []
+    tables = browser.find_elements("css selector", "#leaderboards table.lb")
+    assert tables and browser.find_elements("css selector", "#leaderboards tr.partial")
+    assert "PARTIAL 10/14" in browser.find_element("id", "leaderboards").text
+    assert browser.find_elements("css selector", "#chart svg rect.bar")  # a chart with bars ...
+    assert browser.find_elements("css selector", "#chart svg line.err")  # ... and error bars
+    assert "comparison not available" in browser.find_element("id", "comparison").text
+    assert len(_grid_ids(browser)) == PAGE_SIZE
+    wait.until(lambda d: _all_images_loaded(d))  # every thumbnail the grid links exists
+    failures = browser.find_element("id", "failures").text
+    assert "4 failed" in failures and "ValueError: bad query" in failures
+    assert browser.find_element("id", "provenance").find_elements("css selector", "tbody tr")
+    shot = tmp_path / "report.png"
+    assert browser.save_screenshot(str(shot)) and shot.stat().st_size > 10_000
+    assert _errors(browser) == []
+
+
+def test_type_filter_and_paging_change_the_grid(browser, report):
+    from selenium.webdriver.support.ui import Select
+
+    wait = _open(browser, report)
+    first_page = _grid_ids(browser)
+    assert browser.find_element("id", "grid-page").text == "page 1 of 3 (14 queries)"
+    browser.find_element("id", "grid-next").click()
+    wait.until(lambda d: d.find_element("id", "grid-page").text.startswith("page 2 of 3"))
+    wait.until(lambda d: _grid_ids(d) and _grid_ids(d)[0] not in first_page)
+    second = _grid_ids(browser)
+    assert len(second) == PAGE_SIZE and not set(second) & set(first_page)
+    browser.find_element("id", "grid-next").click()
+    wait.until(lambda d: d.find_element("id", "grid-page").text.startswith("page 3 of 3"))
+    wait.until(lambda d: len(_grid_ids(d)) == 14 - 2 * PAGE_SIZE)
+    assert browser.find_element("id", "grid-next").get_attribute("disabled")
+
+    select = Select(browser.find_element("id", "grid-type"))
+    label = next(o.text for o in select.options if o.text.startswith("obj_add"))
+    select.select_by_visible_text(label)
+    wait.until(lambda d: d.find_element("id", "grid-page").text == "page 1 of 1 (2 queries)")
+    wait.until(lambda d: len(_grid_ids(d)) == 2)
+    types = {tr.get_attribute("data-type") for tr in browser.find_elements("css selector", "#grid-table tbody tr")}
+    assert types == {"obj_add"}
+    classes = [o.text for o in Select(browser.find_element("id", "grid-class")).options]
+    assert classes[0] == "all classes" and all("(" in c for c in classes[1:])  # only obj_add's classes
+    wait.until(lambda d: _all_images_loaded(d))
+    assert _errors(browser) == []
+
+
+def test_report_folder_moved_keeps_page_and_thumbnails(browser, report, tmp_path):
+    """Full-size images are links into results/; the page and its thumbnails live in the folder itself."""
+    moved = Path(shutil.copytree(report, tmp_path / "moved"))
+    wait = _open(browser, moved)
+    wait.until(lambda d: _all_images_loaded(d))
+    assert _errors(browser) == []
