@@ -7,6 +7,7 @@ the library; heavy modules are imported only by the subcommand that needs them.
     editmeter compare identity overedit [--by type]            # paired differences, CIs, tests, win rates
     editmeter data NAME                                        # download a query-set source
     editmeter weights ...                                      # prefetch the checkpoints a run needs
+    editmeter launch --workers 8 editor=ip2p queryset=hatie    # shard a run across local GPUs or Slurm
     editmeter metaeval <test> ...                              # meta-evaluation of every metric set
     editmeter report [--results DIR] [--out DIR]               # static HTML report
 """

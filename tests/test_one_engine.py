@@ -81,7 +81,7 @@ def runs(tmp_path_factory, single_thread_torch):
     its full-image CLIP inputs equal the conventional suite's)."""
     from benchmark.querysets.demo import build
 
-    qs = build(tmp_path_factory.mktemp("qs512"), n_images=1, size=512)
+    qs = build(tmp_path_factory.mktemp("qs512"), n_images=1, size=512, editval=False)
     common = ("oracle", f"queryset.root={qs}", f"editor.scene_graphs={qs}/scene_graphs.json")
     no_lpips = "metrics.conventional.lpips=null"  # LPIPS: a full-size AlexNet at 512 px, slow on CPU
     cache = shared_cache()
