@@ -19,8 +19,14 @@ def _hatie() -> SummaryFn:
     return summarize
 
 
+def _augclip() -> SummaryFn:
+    from benchmark.metrics.augclip.summary import summarize
+
+    return summarize
+
+
 # suite name -> loader of its summary function (lazy: the HATIE summary imports scipy / torch helpers)
-_REGISTRY: dict[str, Callable[[], SummaryFn]] = {"hatie": _hatie}
+_REGISTRY: dict[str, Callable[[], SummaryFn]] = {"hatie": _hatie, "augclip": _augclip}
 
 
 def known_suites() -> list[str]:

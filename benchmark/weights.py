@@ -175,6 +175,12 @@ def _vqa(node: dict[str, Any]) -> list[Checkpoint]:
     return _hf_model(VQA_ID, VQA_REVISION)(node)
 
 
+def _augclip_llm(node: dict[str, Any]) -> list[Checkpoint]:
+    from benchmark.metrics.augclip.llm import LLM_ID, LLM_REVISION
+
+    return _hf_model(LLM_ID, LLM_REVISION)(node)
+
+
 def _torchvision(weights: Any, note: str) -> Checkpoint:
     mib = weights.meta.get("_file_size")
     return Checkpoint("", "url", weights.url, size=int(mib * 2**20) if mib else None, note=note)
@@ -219,6 +225,7 @@ RESOLVERS: dict[str, Callable[[dict[str, Any]], list[Checkpoint]]] = {
     "benchmark.models.inception.load_fid_extractor": _fid,
     "benchmark.models.segmenter.build_segmenter": _segmenter,
     "benchmark.models.segmenter.load_torchvision_segmenter": _segmenter,
+    "benchmark.metrics.augclip.llm.load_llm_extractor": _augclip_llm,
 }
 
 

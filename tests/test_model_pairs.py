@@ -424,3 +424,41 @@ def test_dino_v1_features_follow_the_recipe():
     y[..., :5, :] = 0
     assert torch.allclose(enc.embed_images(y), f, atol=1e-5)
     assert load_dino_v1("tiny", recipe="resize224").embed_images(y).sub(f).abs().max() > 1e-4
+
+
+# -- AugCLIP: CLIP ViT-B/16 and the attribute LLM -------------------------------------------------------------
+
+def test_augclip_clip_pair():
+    """AugCLIP's CLIP (the paper's ViT-B/16, OpenAI weights): the tiny model keeps patch size 16 and QuickGELU."""
+    import open_clip
+
+    from benchmark.config import CONFIG_DIR
+    from benchmark.models.clip import TINY_CLIP_SIZES, load_clip, tiny_clip_config
+
+    cfg = __import__("yaml").safe_load((CONFIG_DIR / "metrics" / "augclip.yaml").read_text())["augclip"]["clip"]
+    arch, tag = cfg["arch"], cfg["tag"]
+    real = meta(lambda: open_clip.create_model(arch, pretrained=None, force_quick_gelu=tag == "openai", device="meta"))
+    tiny = load_clip("tiny", arch, tag).model
+    sizes = {"embed_dim", *(f"{k}.{s}" for k, v in TINY_CLIP_SIZES.items() if isinstance(v, dict) for s in v)}
+    real_cfg = {**open_clip.get_model_config(arch), **({"quick_gelu": True} if tag == "openai" else {})}
+    assert config_diff(real_cfg, tiny_clip_config(arch, tag), sizes) == []
+    assert switch_diff(real, tiny) == []
+    assert real.visual.patch_size == tiny.visual.patch_size == (16, 16)
+
+
+def test_augclip_llm_pair():
+    """Qwen2.5-0.5B-Instruct vs its tiny stand-in. Deliberately different besides widths: the vocabulary (256 byte
+    symbols + Qwen's special tokens instead of 151,936 tokens, which cannot be fetched offline) and so the special
+    token ids; the tokenizer class, its byte-level pre-tokenisation and the ChatML prompt format are Qwen's."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from benchmark.metrics.augclip.llm import BASE_LLM_CONFIG, TINY_LLM_SIZES, load_causal_lm
+
+    real = meta(lambda: Qwen2ForCausalLM(Qwen2Config(**BASE_LLM_CONFIG)))
+    tiny, tok, _ = load_causal_lm("tiny")
+    sizes = set(TINY_LLM_SIZES) | {"vocab_size", "bos_token_id", "eos_token_id", "pad_token_id", "head_dim",
+                                   "layer_types"}
+    assert config_diff(real.config.to_dict(), tiny.config.to_dict(), sizes) == []
+    assert switch_diff(real, tiny) == []
+    assert type(tok).__name__ == "Qwen2Tokenizer" and "<|im_start|>" in tok.apply_chat_template(
+        [{"role": "user", "content": "x"}], tokenize=False, add_generation_prompt=True)
