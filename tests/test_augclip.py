@@ -199,15 +199,18 @@ def test_suite_on_the_demo_set(tmp_path):
     assert (ok["n_target_set"] > 1).all() and (ok["n_source_set"] > 1).all()
 
 
+FILE_EXTRACTOR = "benchmark.metrics.augclip.attributes.FileExtractor"
+
+
 def test_extractor_is_part_of_the_signature(tmp_path):
     from benchmark.run import compose
 
     p = tmp_path / "a.json"
     p.write_text(json.dumps({"extractor": "x", "queries": {}}))
     sigs = set()
-    for extra in ([], ["metrics=augclip_file", f"metrics.augclip.extractor.path={p}"],
-                  ["metrics=augclip_llm"]):
-        cfg, _ = compose(["metrics=augclip", "profile=tiny", *extra] if not extra else ["profile=tiny", *extra])
+    for extra in (["metrics=augclip"], ["metrics=augclip", f"metrics.augclip.extractor._target_={FILE_EXTRACTOR}",
+                                        f"+metrics.augclip.extractor.path={p}"], ["metrics=augclip_llm"]):
+        cfg, _ = compose(["profile=tiny", *extra])
         from hydra.utils import instantiate
 
         suite = instantiate(cfg.metrics.augclip)
