@@ -25,8 +25,14 @@ def _augclip() -> SummaryFn:
     return summarize
 
 
+def _bpm() -> SummaryFn:
+    from benchmark.metrics.bpm.summary import summarize
+
+    return summarize
+
+
 # suite name -> loader of its summary function (lazy: the HATIE summary imports scipy / torch helpers)
-_REGISTRY: dict[str, Callable[[], SummaryFn]] = {"hatie": _hatie, "augclip": _augclip}
+_REGISTRY: dict[str, Callable[[], SummaryFn]] = {"hatie": _hatie, "augclip": _augclip, "bpm": _bpm}
 
 
 def known_suites() -> list[str]:

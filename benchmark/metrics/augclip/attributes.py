@@ -198,29 +198,12 @@ class LLMExtractor:
         target = q.target_caption or q.instruction
         return SOURCE_PROMPT.format(text=source), TARGET_PROMPT.format(source=source, target=target)
 
-    def _chat(self, prompt: str) -> str:
-        if getattr(self.tokenizer, "chat_template", None):
-            return self.tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
-                                                      add_generation_prompt=True)
-        return prompt
-
     def _generate(self, prompts: list[str]) -> list[str]:
         """Greedy completions of `prompts` (the new text only)."""
-        import torch
+        from benchmark.metrics.augclip.llm import generate_greedy
 
-        tok = self.tokenizer
-        tok.padding_side = "left"  # decoder-only: pad on the left so every prompt ends where generation starts
-        if tok.pad_token is None:
-            tok.pad_token = tok.eos_token
-        out: list[str] = []
-        for i in range(0, len(prompts), self.batch_size):
-            enc = tok([self._chat(p) for p in prompts[i : i + self.batch_size]], return_tensors="pt", padding=True)
-            enc = {k: v.to(self.device) for k, v in enc.items()}
-            with torch.inference_mode():
-                gen = self.model.generate(**enc, do_sample=False, max_new_tokens=self.max_new_tokens,
-                                          pad_token_id=tok.pad_token_id)
-            out += tok.batch_decode(gen[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
-        return out
+        return generate_greedy(self.model, self.tokenizer, prompts, max_new_tokens=self.max_new_tokens,
+                               batch_size=self.batch_size, device=self.device)
 
     def extract(self, queries: Sequence[Query]) -> list[Attributes | str]:
         pairs = [self.prompts(q) for q in queries]

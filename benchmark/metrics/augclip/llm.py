@@ -104,6 +104,32 @@ def load_causal_lm(weights: str = "pretrained", model_id: str = LLM_ID, revision
     return model.to(device).eval(), tok, llm_name(weights, model_id, revision)
 
 
+def generate_greedy(model: Any, tokenizer: Any, prompts: list[str], *, max_new_tokens: int, batch_size: int = 8,
+                    device: str = "cpu") -> list[str]:
+    """Greedy completions (the new text only) of `prompts`, each wrapped in the tokenizer's chat template when it
+    has one; left padding so every prompt ends where generation starts."""
+    import torch
+
+    tok = tokenizer
+    tok.padding_side = "left"
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+
+    def chat(p: str) -> str:
+        if getattr(tok, "chat_template", None):
+            return tok.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
+        return p
+
+    out: list[str] = []
+    for i in range(0, len(prompts), batch_size):
+        enc = tok([chat(p) for p in prompts[i : i + batch_size]], return_tensors="pt", padding=True)
+        enc = {k: v.to(device) for k, v in enc.items()}
+        with torch.inference_mode():
+            gen = model.generate(**enc, do_sample=False, max_new_tokens=max_new_tokens, pad_token_id=tok.pad_token_id)
+        out += tok.batch_decode(gen[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+    return out
+
+
 def load_llm_extractor(weights: str = "pretrained", model_id: str = LLM_ID, revision: str = LLM_REVISION, *,
                        max_new_tokens: int = 128, max_attributes: int = 16, batch_size: int = 8,
                        device: str = "cpu") -> Any:
