@@ -141,8 +141,12 @@ def test_structured_extractor_uses_the_query_fields():
     assert "a vase" in a.target and "a red vase on a table" in a.target
     b = ex.attributes(q_(edit_type="attr_chg", new_class=None, attribute_before="red", attribute_after="blue"))
     assert "a red cup" in b.source and "a blue cup" in b.target
-    c = ex.attributes(Query(id="m", image="i.png", edit_type="free_form", instruction="make the dog bigger"))
-    assert c.target == ("make the dog bigger",) and c.source == ()
+    c = ex.attributes(Query(id="m", image="i.png", edit_type="free_form", instruction="turn the dog into a cat"))
+    assert c.source == ("a dog",) and c.target == ("a cat", "turn the dog into a cat")  # BPM's rule parser
+    bare = StructuredExtractor(use_instruction_parser=False)
+    assert bare.attributes(Query(id="m", image="i.png", edit_type="free_form", instruction="make it pop")).target == \
+        ("make it pop",)
+    assert bare.signature != ex.signature and "rules-v1" in ex.signature
     assert ex.attributes(q_()) == a  # deterministic
 
 

@@ -462,3 +462,60 @@ def test_augclip_llm_pair():
     assert switch_diff(real, tiny) == []
     assert type(tok).__name__ == "Qwen2Tokenizer" and "<|im_start|>" in tok.apply_chat_template(
         [{"role": "user", "content": "x"}], tokenize=False, add_generation_prompt=True)
+
+
+# -- BPM: open-vocabulary detectors and SAM (benchmark/models/grounding.py) ----------------------------------
+
+def _flat_sizes(tiny: dict[str, Any], prefix: str = "") -> set[str]:
+    out = set()
+    for k, v in tiny.items():
+        if isinstance(v, dict) and k != "model_type":
+            out |= _flat_sizes(v, f"{prefix}{k}.")
+        elif k != "model_type":
+            out.add(f"{prefix}{k}")
+    return out
+
+
+# Follow from the sizes: Swin's per-stage lists and derived widths, text vocabulary / positions.
+GDINO_DERIVED = {"backbone_config.hidden_size", "backbone_config.stage_names", "backbone_config.num_layers",
+                 "text_config.vocab_size", "backbone_config.out_features", "backbone_config.out_indices"}
+
+
+def test_grounding_dino_pair():
+    """Grounding DINO (transformers' default config = grounding-dino-tiny's architecture) vs the tiny stand-in;
+    the tokenizer is deliberately a character-level WordPiece vocabulary (bert-base-uncased's is not offline)."""
+    from transformers import GroundingDinoConfig, GroundingDinoForObjectDetection
+
+    from benchmark.models.grounding import TINY_GDINO, load_detector
+
+    real = meta(lambda: GroundingDinoForObjectDetection(GroundingDinoConfig()))
+    det = load_detector("grounding-dino", "tiny")
+    sizes = _flat_sizes(TINY_GDINO) | GDINO_DERIVED
+    assert config_diff(real.config.to_dict(), det.model.config.to_dict(), sizes) == []
+    assert switch_diff(real, det.model) == []
+    assert det.processor.image_processor.do_normalize and type(det.processor.tokenizer).__name__ == "BertTokenizer"
+
+
+def test_owlv2_pair():
+    from transformers import Owlv2Config, Owlv2ForObjectDetection
+
+    from benchmark.models.grounding import TINY_OWLV2, load_detector
+
+    real = meta(lambda: Owlv2ForObjectDetection(Owlv2Config()))
+    det = load_detector("owlv2", "tiny")
+    assert config_diff(real.config.to_dict(), det.model.config.to_dict(), _flat_sizes(TINY_OWLV2)) == []
+    assert switch_diff(real, det.model) == []
+    assert det.processor.tokenizer.model_max_length == real.config.text_config.max_position_embeddings
+
+
+def test_sam_pair():
+    from transformers import SamConfig, SamModel
+
+    from benchmark.models.grounding import TINY_SAM, load_sam
+
+    real = meta(lambda: SamModel(SamConfig()))
+    seg = load_sam("tiny")
+    derived = {"prompt_encoder_config.image_embedding_size", "vision_config.scale"}  # follow from sizes
+    assert config_diff(real.config.to_dict(), seg.model.config.to_dict(), _flat_sizes(TINY_SAM) | derived) == [], \
+        config_diff(real.config.to_dict(), seg.model.config.to_dict(), _flat_sizes(TINY_SAM) | derived)
+    assert switch_diff(real, seg.model) == []

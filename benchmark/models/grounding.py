@@ -50,9 +50,9 @@ TINY_OWLV2 = {"text_config": {"hidden_size": 32, "intermediate_size": 64, "num_h
                                 "num_attention_heads": 2, "image_size": 64, "patch_size": 16},
               "projection_dim": 32}
 TINY_SAM = {"vision_config": {"hidden_size": 32, "output_channels": 16, "num_hidden_layers": 2,
-                              "num_attention_heads": 2, "image_size": 64, "patch_size": 8, "mlp_dim": 64,
-                              "window_size": 4, "global_attn_indexes": [1], "num_pos_feats": 8},
-            "prompt_encoder_config": {"hidden_size": 16, "image_size": 64, "patch_size": 8, "mask_input_channels": 4},
+                              "num_attention_heads": 2, "image_size": 64, "patch_size": 16, "mlp_dim": 64,
+                              "window_size": 2, "global_attn_indexes": [1], "num_pos_feats": 8},
+            "prompt_encoder_config": {"hidden_size": 16, "image_size": 64, "patch_size": 16, "mask_input_channels": 4},
             "mask_decoder_config": {"hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 2,
                                     "mlp_dim": 32, "iou_head_hidden_dim": 16}}
 _WORDPIECE = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", ",", "'", "-",

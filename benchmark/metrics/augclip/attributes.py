@@ -72,13 +72,19 @@ def _a(word: str) -> str:
 class StructuredExtractor:
     """D_S / D_T from the query's fields, no model (docs/augclip.md lists the phrase for each field).
 
-    `parse_instruction` (optional) maps a free-form instruction to (source object, target object) so that
-    MagicBrush-style queries get object attributes too (BPM's rule-based parser when BPM is installed)."""
+    Free-form queries (MagicBrush) carry only an instruction: `parse_instruction` maps it to (source object,
+    target object); by default BPM's rule-based parser (`benchmark.metrics.bpm.instructions.parse_objects`), so
+    "turn the dog into a cat" gives "a dog" to D_S and "a cat" to D_T. Pass `use_instruction_parser=False` to
+    skip it."""
 
     version = "structured-v1"
 
     def __init__(self, max_attributes: int = 16, parse_instruction: Callable[[str], Any] | None = None,
-                 device: str = "cpu") -> None:
+                 use_instruction_parser: bool = True, device: str = "cpu") -> None:
+        if parse_instruction is None and use_instruction_parser:
+            from benchmark.metrics.bpm.instructions import parse_objects
+
+            parse_instruction = parse_objects
         self.max_attributes = max_attributes
         self.parse_instruction = parse_instruction
         self.signature = f"{self.version}|max{max_attributes}|parser:{getattr(parse_instruction, 'signature', None)}"
