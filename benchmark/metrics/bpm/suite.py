@@ -130,8 +130,11 @@ class BpmSuite:
 
     def components(self) -> dict[str, str]:
         def ident(f: Any) -> str:
+            """`name(key=value, ...)` of a factory (partial), nested factories described the same way."""
+            func = getattr(f, "func", f)
             kw = getattr(f, "keywords", {})
-            return ",".join(f"{k}={v}" for k, v in sorted(kw.items()) if not callable(v)) or getattr(f, "__name__", "?")
+            args = ",".join(f"{k}={ident(v) if callable(v) else v}" for k, v in sorted(kw.items()))
+            return f"{getattr(func, '__name__', type(func).__name__)}({args})"
 
         return {"locator": ident(self._factories["locator"]), "clip": ident(self._factories["clip"]),
                 "parser": self.rules.signature + ("+llm" if self._factories["llm_parser"] is not None else ""),
