@@ -279,3 +279,29 @@ def test_box_of():
     m = np.zeros((5, 6), dtype=bool)
     m[1:3, 2:5] = True
     assert box_of(m) == (2, 1, 5, 3) and box_of(np.zeros((2, 2), bool)) is None
+
+
+def test_ground_truth_masks_of_the_original_are_used_by_role():
+    """`original_masks: queryset`: o1 and the reference come from the query set's masks (nothing is registered
+    with the oracle for the original), matched by role even when the target and anchor share a class."""
+    from benchmark.models.clip import load_clip
+
+    oracle = OracleLocator()
+    s = BpmSuite(clip=lambda device: load_clip("tiny", "ViT-B-16-quickgelu", "openai"), locator=lambda device: oracle,
+                 device="cpu", original_masks="queryset")
+    bg = scene()
+    orig, m_t = square(bg, C, (200, 30, 30))
+    edit, m_e = square(bg, (34, 34, 94, 94), (200, 30, 30))
+    oracle.register(edit, "cup", m_e)
+    cup = ObjectRef("1", "cup", mask="m.png")
+    q = Query(id="g1", image="g.png", edit_type="obj_resize", target=cup, size_change="enlarge")
+    r = score(s, _Loaded(q, original=orig, edit=edit, gt={"target": m_t}))["g1"]
+    assert (r["status"], r["orig_from_gt"], r["S_size"]) == ("ok", 1, 1)
+    # positional addition of a cup left of another cup: the reference is the anchor's mask, not the target's
+    _, m_anchor = square(bg, (84, 44, 124, 84), (0, 0, 0))
+    add_edit, m_new = square(bg, (4, 44, 44, 84), (200, 30, 30))
+    oracle.register(add_edit, "cup", m_new)
+    q2 = Query(id="g2", image="g.png", edit_type="obj_add", new_class="cup", relation="to the left of",
+               anchor=ObjectRef("2", "cup", mask="a.png"), target=None)
+    r2 = score(s, _Loaded(q2, original=bg, edit=add_edit, gt={"anchor": m_anchor, "target": m_new}))["g2"]
+    assert (r2["status"], r2["S_position"]) == ("ok", 1)

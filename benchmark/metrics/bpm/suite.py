@@ -48,7 +48,7 @@ class _Loaded:
     query: Query
     original: Any = None     # uint8 (H, W, 3)
     edit: Any = None
-    gt: dict[str, Any] = field(default_factory=dict)  # object id -> bool mask (query set ground truth)
+    gt: dict[str, Any] = field(default_factory=dict)  # "target" / "anchor" -> bool mask (query set ground truth)
     error: str = ""
 
 
@@ -72,10 +72,10 @@ class _Samples:
             if edit.size != src.size:  # judged at the original's size
                 edit = edit.resize(src.size, Image.Resampling.BICUBIC)
             out.original, out.edit = np.asarray(src, dtype=np.uint8), np.asarray(edit, dtype=np.uint8)
-            if self.gt_original:
-                for o in (q.target, q.anchor):
+            if self.gt_original:  # keyed by role: the target and the anchor may share a class name
+                for role, o in (("target", q.target), ("anchor", q.anchor)):
                     if o is not None and o.mask:
-                        out.gt[o.name] = load_mask(self.queryset.path(o.mask), src.size)
+                        out.gt[role] = load_mask(self.queryset.path(o.mask), src.size)
         except (ImageInputError, OSError) as err:
             out.error = str(err)
         return out
@@ -193,17 +193,25 @@ class BpmSuite:
     def _locate(self, jobs: list[_Job]) -> None:
         """Fill each job's original / reference / edit regions (ground truth where allowed, else the locator)."""
         requests: list[tuple[_Job, str, np.ndarray, str]] = []
+        def truth(it: _Loaded, name: str, roles: tuple[str, ...]) -> Any:
+            """The query set's mask of the first role whose object is `name` (None when there is none)."""
+            for role in roles:
+                o = getattr(it.query, role)
+                if o is not None and o.name == name and role in it.gt and box_of(it.gt[role]) is not None:
+                    return it.gt[role]
+            return None
+
         for j in jobs:
             p, it = j.parse, j.item
             if p.source_object is not None:
-                gt = it.gt.get(p.source_object) if p.source_object == getattr(it.query.target, "name", None) else None
-                if gt is not None and box_of(gt) is not None:
+                gt = truth(it, p.source_object, ("target",))
+                if gt is not None:
                     j.orig, j.orig_from_gt = (box_of(gt), gt), 1
                 else:
                     requests.append((j, "orig", it.original, p.source_object))
             if p.reference is not None and p.position != "unchanged":
-                gt = it.gt.get(p.reference)
-                if gt is not None and box_of(gt) is not None:
+                gt = truth(it, p.reference, ("anchor", "target"))
+                if gt is not None:
                     j.ref = (box_of(gt), gt)
                 else:
                     requests.append((j, "ref", it.original, p.reference))
