@@ -234,3 +234,29 @@ def test_a_corrupt_cache_fails_before_any_work(tmp_path):
         instantiate(cfg.metrics.augclip)
     cause = info.value if isinstance(info.value, AttributeFileError) else info.value.__cause__
     assert isinstance(cause, AttributeFileError) and "c.json: unreadable attribute cache" in str(cause)
+
+
+def test_summary_counts_clipped_weights():
+    import pandas as pd
+
+    from benchmark.metrics.augclip.summary import summarize
+
+    out = summarize(pd.DataFrame({"AugCLIP": [0.1, 0.2, 0.3], "clipped_weights": [0, 2, 1]}), {}, {}, overall=True)
+    assert out == {"clipped_queries": 2, "clipped_weights": 3}
+
+
+def test_target_anchor_edit_puts_the_edit_in_the_target_set():
+    """`target_anchor: edit` (the paper's App. B code) uses E(edit) instead of E(target text) in the target set."""
+    from benchmark.metrics.augclip.suite import AugClipSuite
+
+    def suite(anchor):
+        return AugClipSuite(clip=lambda device: None, extractor=StructuredExtractor, target_anchor=anchor,
+                            device="cpu")
+
+    s, text, d_s, d_t = features(seed=3)
+    e = unit(s + 0.3 * text)
+    a, b = suite("text").score_features(s, e, text, d_s, d_t), suite("edit").score_features(s, e, text, d_s, d_t)
+    assert a["AugCLIP"] != pytest.approx(b["AugCLIP"])
+    assert b["AugCLIP"] == pytest.approx(core.augclip(s, e, e, d_s, d_t).score)
+    with pytest.raises(ValueError, match="target_anchor"):
+        suite("caption")
