@@ -224,7 +224,9 @@ class BpmSuite:
         masks = self._segment([r[2] for r, _ in hits], [b for _, b in hits]) if hits else []
         for (r, box), mask in zip(hits, masks, strict=True):
             mask = np.asarray(mask, dtype=bool)
-            setattr(r[0], r[1], (box_of(mask) or box, mask))
+            if not mask.any():  # the mask model found nothing inside the detected box: the box is the region
+                mask = box_mask(box, mask.shape)
+            setattr(r[0], r[1], (box_of(mask), mask))
         for j, role, _, name in requests:
             if role == "orig" and j.orig is None:
                 j.error = f"the source object {name!r} was not found in the original image"
