@@ -55,7 +55,7 @@ def measure(suite: Any, qs: Any, warm: list, queries: list, work: Path) -> dict[
     failed = sum(r["status"] != "ok" for r in rows)
     forward = sum(v for k, v in suite.timings.items() if "forward" in k)
     return {"queries": len(rows), "seconds": sec, "queries_per_s": len(rows) / sec, "failed": failed,
-            "model_forward_s": forward}
+            "model_forward_s": forward, "breakdown_s": {k: round(v, 3) for k, v in suite.timings.items()}}
 
 
 def main() -> None:
@@ -96,6 +96,7 @@ def main() -> None:
             print(f"{name:8s} {size:7s} {r['queries']:3d} queries  {r['queries_per_s']:8.2f} queries/s  "
                   f"({r['seconds']:.1f} s, model forward {r['model_forward_s']:.1f} s, {r['failed']} failed rows)",
                   flush=True)
+            print("         " + ", ".join(f"{k} {v:.2f} s" for k, v in r["breakdown_s"].items()), flush=True)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({"device": "cpu", "torch_threads": args.threads, "results": results},
