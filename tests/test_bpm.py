@@ -305,3 +305,19 @@ def test_ground_truth_masks_of_the_original_are_used_by_role():
                anchor=ObjectRef("2", "cup", mask="a.png"), target=None)
     r2 = score(s, _Loaded(q2, original=bg, edit=add_edit, gt={"anchor": m_anchor, "target": m_new}))["g2"]
     assert (r2["status"], r2["S_position"]) == ("ok", 1)
+
+
+@pytest.mark.parametrize("metrics", ["bpm", "augclip_llm"])
+def test_weights_resolves_every_checkpoint_pinned(metrics):
+    """`editmeter weights` lists the detector, SAM, CLIP and LLM checkpoints, hub models at pinned commits."""
+    from omegaconf import OmegaConf
+
+    from benchmark import weights as W
+    from benchmark.run import compose
+
+    cfg, _ = compose(["editor=identity", f"metrics={metrics}", "profile=pretrained"])
+    found = W.resolve(cfg, "identity")
+    nodes = {f"metrics {p}" for p, n in W._walk(OmegaConf.to_container(cfg.metrics, resolve=True), "")
+             if n.get("weights") == "pretrained"}
+    assert {c.component for c in found} == nodes and all(c.kind != "unknown" for c in found)
+    assert all(W._COMMIT.fullmatch(c.revision) for c in found if c.kind == "hf-model")
