@@ -6,8 +6,11 @@ run does. Models are loaded and one chunk is scored before timing (warm-up), so 
 throughput. Real-size random models (CLIP ViT-B/16, Grounding DINO Swin-T, SAM ViT-B) are built once into
 `--cache` (about 1.5 GB; kept out of the shared tiny-model cache).
 
-    python scripts/bench_augbpm.py [--sizes tiny random] [--queries 16] [--real-queries 4] [--threads 2]
-                                   [--out results/bench_augbpm.json]
+    OMP_NUM_THREADS=1 python scripts/bench_augbpm.py [--sizes tiny random] [--queries 16] [--real-queries 4]
+                                                     [--threads 1] [--out results/bench_augbpm.json]
+
+One torch thread by default: on a shared machine, two OpenMP threads spin at their barriers while a neighbour holds
+a core, which made the same tiny run 20-100x slower (measured here) and the numbers meaningless.
 """
 
 from __future__ import annotations
@@ -63,7 +66,7 @@ def main() -> None:
     ap.add_argument("--sizes", nargs="+", default=["tiny", "random"], choices=["tiny", "random"])
     ap.add_argument("--queries", type=int, default=16, help="queries timed with tiny models")
     ap.add_argument("--real-queries", type=int, default=4, help="queries timed with real-size random models")
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (see the module docstring)")
     ap.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "editmeter-bench-augbpm-cache",
                     help="where real-size random models are built (tiny ones use $EDITMETER_CACHE)")
     ap.add_argument("--out", type=Path, default=None, help="write the numbers as JSON here")
