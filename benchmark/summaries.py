@@ -25,14 +25,27 @@ def _conventional() -> SummaryFn:
     return summarize
 
 
+def _augclip() -> SummaryFn:
+    from benchmark.metrics.augclip.summary import summarize
+
+    return summarize
+
+
 def _editval() -> SummaryFn:
     from benchmark.metrics.editval.summary import summarize
 
     return summarize
 
 
+def _bpm() -> SummaryFn:
+    from benchmark.metrics.bpm.summary import summarize
+
+    return summarize
+
+
 # suite name -> loader of its summary function (lazy: the HATIE summary imports scipy / torch helpers)
-_REGISTRY: dict[str, Callable[[], SummaryFn]] = {"hatie": _hatie, "conventional": _conventional, "editval": _editval}
+_REGISTRY: dict[str, Callable[[], SummaryFn]] = {"hatie": _hatie, "conventional": _conventional, "editval": _editval,
+                                                  "augclip": _augclip, "bpm": _bpm}
 
 
 def known_suites() -> list[str]:

@@ -181,6 +181,25 @@ def _vqa(node: dict[str, Any]) -> list[Checkpoint]:
     return _hf_model(VQA_ID, VQA_REVISION)(node)
 
 
+def _augclip_llm(node: dict[str, Any]) -> list[Checkpoint]:
+    from benchmark.metrics.augclip.llm import LLM_ID, LLM_REVISION
+
+    return _hf_model(LLM_ID, LLM_REVISION)(node)
+
+
+def _grounding_detector(node: dict[str, Any]) -> list[Checkpoint]:
+    from benchmark.models.grounding import DETECTORS
+
+    default_id, default_rev = DETECTORS.get(node.get("kind", "grounding-dino"), DETECTORS["grounding-dino"])
+    return [Checkpoint("", "hf-model", node.get("model_id") or default_id, node.get("revision") or default_rev)]
+
+
+def _sam(node: dict[str, Any]) -> list[Checkpoint]:
+    from benchmark.models.grounding import SAM_ID, SAM_REVISION
+
+    return _hf_model(SAM_ID, SAM_REVISION)(node)
+
+
 def _torchvision(weights: Any, note: str) -> Checkpoint:
     mib = weights.meta.get("_file_size")
     return Checkpoint("", "url", weights.url, size=int(mib * 2**20) if mib else None, note=note)
@@ -226,6 +245,10 @@ RESOLVERS: dict[str, Callable[[dict[str, Any]], list[Checkpoint]]] = {
     "benchmark.models.inception.load_fid_extractor": _fid,
     "benchmark.models.segmenter.build_segmenter": _segmenter,
     "benchmark.models.segmenter.load_torchvision_segmenter": _segmenter,
+    "benchmark.metrics.augclip.llm.load_llm_extractor": _augclip_llm,
+    "benchmark.metrics.bpm.instructions.LLMInstructionParser": _augclip_llm,
+    "benchmark.models.grounding.load_detector": _grounding_detector,
+    "benchmark.models.grounding.load_sam": _sam,
 }
 
 

@@ -424,3 +424,98 @@ def test_dino_v1_features_follow_the_recipe():
     y[..., :5, :] = 0
     assert torch.allclose(enc.embed_images(y), f, atol=1e-5)
     assert load_dino_v1("tiny", recipe="resize224").embed_images(y).sub(f).abs().max() > 1e-4
+
+
+# -- AugCLIP: CLIP ViT-B/16 and the attribute LLM -------------------------------------------------------------
+
+def test_augclip_clip_pair():
+    """AugCLIP's CLIP (the paper's ViT-B/16, OpenAI weights): the tiny model keeps patch size 16 and QuickGELU."""
+    import open_clip
+
+    from benchmark.config import CONFIG_DIR
+    from benchmark.models.clip import TINY_CLIP_SIZES, load_clip, tiny_clip_config
+
+    cfg = __import__("yaml").safe_load((CONFIG_DIR / "metrics" / "augclip.yaml").read_text())["augclip"]["clip"]
+    arch, tag = cfg["arch"], cfg["tag"]
+    real = meta(lambda: open_clip.create_model(arch, pretrained=None, force_quick_gelu=tag == "openai", device="meta"))
+    tiny = load_clip("tiny", arch, tag).model
+    sizes = {"embed_dim", *(f"{k}.{s}" for k, v in TINY_CLIP_SIZES.items() if isinstance(v, dict) for s in v)}
+    real_cfg = {**open_clip.get_model_config(arch), **({"quick_gelu": True} if tag == "openai" else {})}
+    assert config_diff(real_cfg, tiny_clip_config(arch, tag), sizes) == []
+    assert switch_diff(real, tiny) == []
+    assert real.visual.patch_size == tiny.visual.patch_size == (16, 16)
+
+
+def test_augclip_llm_pair():
+    """Qwen2.5-0.5B-Instruct vs its tiny stand-in. Deliberately different besides widths: the vocabulary (256 byte
+    symbols + Qwen's special tokens instead of 151,936 tokens, which cannot be fetched offline) and so the special
+    token ids; the tokenizer class, its byte-level pre-tokenisation and the ChatML prompt format are Qwen's."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from benchmark.metrics.augclip.llm import BASE_LLM_CONFIG, TINY_LLM_SIZES, load_causal_lm
+
+    real = meta(lambda: Qwen2ForCausalLM(Qwen2Config(**BASE_LLM_CONFIG)))
+    tiny, tok, _ = load_causal_lm("tiny")
+    sizes = set(TINY_LLM_SIZES) | {"vocab_size", "bos_token_id", "eos_token_id", "pad_token_id", "head_dim",
+                                   "layer_types"}
+    assert config_diff(real.config.to_dict(), tiny.config.to_dict(), sizes) == []
+    assert switch_diff(real, tiny) == []
+    assert type(tok).__name__ == "Qwen2Tokenizer" and "<|im_start|>" in tok.apply_chat_template(
+        [{"role": "user", "content": "x"}], tokenize=False, add_generation_prompt=True)
+
+
+# -- BPM: open-vocabulary detectors and SAM (benchmark/models/grounding.py) ----------------------------------
+
+def _flat_sizes(tiny: dict[str, Any], prefix: str = "") -> set[str]:
+    out = set()
+    for k, v in tiny.items():
+        if isinstance(v, dict) and k != "model_type":
+            out |= _flat_sizes(v, f"{prefix}{k}.")
+        elif k != "model_type":
+            out.add(f"{prefix}{k}")
+    return out
+
+
+# Follow from the sizes: Swin's per-stage lists and derived widths, text vocabulary / positions.
+GDINO_DERIVED = {"backbone_config.hidden_size", "backbone_config.stage_names", "backbone_config.num_layers",
+                 "text_config.vocab_size", "backbone_config.out_features", "backbone_config.out_indices"}
+
+
+def test_grounding_dino_pair():
+    """Grounding DINO (transformers' default config = grounding-dino-tiny's architecture) vs the tiny stand-in;
+    the tokenizer is deliberately a character-level WordPiece vocabulary (bert-base-uncased's is not offline)."""
+    from transformers import GroundingDinoConfig, GroundingDinoForObjectDetection
+
+    from benchmark.models.grounding import TINY_GDINO, load_detector
+
+    real = meta(lambda: GroundingDinoForObjectDetection(GroundingDinoConfig()))
+    det = load_detector("grounding-dino", "tiny")
+    sizes = _flat_sizes(TINY_GDINO) | GDINO_DERIVED
+    assert config_diff(real.config.to_dict(), det.model.config.to_dict(), sizes) == []
+    assert switch_diff(real, det.model) == []
+    assert det.processor.image_processor.do_normalize and type(det.processor.tokenizer).__name__ == "BertTokenizer"
+
+
+def test_owlv2_pair():
+    from transformers import Owlv2Config, Owlv2ForObjectDetection
+
+    from benchmark.models.grounding import TINY_OWLV2, load_detector
+
+    real = meta(lambda: Owlv2ForObjectDetection(Owlv2Config()))
+    det = load_detector("owlv2", "tiny")
+    assert config_diff(real.config.to_dict(), det.model.config.to_dict(), _flat_sizes(TINY_OWLV2)) == []
+    assert switch_diff(real, det.model) == []
+    assert det.processor.tokenizer.model_max_length == real.config.text_config.max_position_embeddings
+
+
+def test_sam_pair():
+    from transformers import SamConfig, SamModel
+
+    from benchmark.models.grounding import TINY_SAM, load_sam
+
+    real = meta(lambda: SamModel(SamConfig()))
+    seg = load_sam("tiny")
+    derived = {"prompt_encoder_config.image_embedding_size", "vision_config.scale"}  # follow from sizes
+    assert config_diff(real.config.to_dict(), seg.model.config.to_dict(), _flat_sizes(TINY_SAM) | derived) == [], \
+        config_diff(real.config.to_dict(), seg.model.config.to_dict(), _flat_sizes(TINY_SAM) | derived)
+    assert switch_diff(real, seg.model) == []
