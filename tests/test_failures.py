@@ -128,3 +128,22 @@ def test_score_edits_exits_1_only_when_no_edit_could_be_scored(tmp_path, capsys)
     (tmp_path / "none").mkdir()
     assert main([f"edits={tmp_path / 'none'}", *args]) == 1
     assert "3 of 3 failed" in capsys.readouterr().err
+
+
+def test_a_run_error_raised_while_hydra_builds_a_metric_is_a_message_not_a_traceback():
+    """A suite that checks its input files when it is built raises a RunError inside Hydra's
+    InstantiationException: the entry point still prints one message and returns the RunError's status."""
+    from hydra.errors import InstantiationException
+
+    from benchmark.errors import RunError
+    from benchmark.run import _run_error
+
+    cause = RunError("attrs.json: not valid JSON")
+    try:
+        try:
+            raise cause
+        except RunError as err:
+            raise InstantiationException("Error in call to target 'FileExtractor'") from err
+    except InstantiationException as wrapped:
+        assert _run_error(wrapped) is cause
+    assert _run_error(ValueError("a bug")) is None
