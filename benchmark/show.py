@@ -169,6 +169,8 @@ def render(results: Path, queryset: str | None = None, *, by: str | None = None,
         shown = [*COUNT_COLUMNS, *_varying_settings(part), *own]
         if columns is not None:
             shown = [c for c in columns if c in shown]
+            if not any(c in own for c in shown) and any(c in info for c in columns):
+                continue  # the metrics asked for are another metric set's: this section would show none of them
         order = f"sorted by {key}{' (best first)' if key in info else ''}" if key else "sorted by editor"
         lines.append(f"\nqueryset={qs}  metrics={mset or '?'}  {kind}-based editors  profile={profile}  ({order})")
         header = ["editor", "sig", *([group] if group else []),

@@ -137,3 +137,10 @@ def test_show_unknown_column_is_one_clear_error_listing_the_valid_ones(results, 
     assert "Traceback" not in err
     assert main(["show", "--results", str(results), "--by", "class", "--columns", "psnr", "--digits", "2"]) == 0
     assert "object_class" in capsys.readouterr().out
+
+
+def test_show_columns_of_one_metric_set_leave_out_the_other_sets_sections(results):
+    text = format_table(results, columns=["l1"])
+    assert "metrics=basic" in text and "metrics=hatie" not in text
+    both = format_table(results, columns=["l1", "Total"])
+    assert "metrics=basic" in both and "metrics=hatie" in both
