@@ -310,3 +310,20 @@ def test_report_with_the_real_compare_runs(results, tmp_path):
     assert page.count('<table class="matrix">') == 10  # the ten basic metrics; hatie has no second run
     assert re.search(r'<p class="note warn">PARTIAL: overedit-\w+ has 4 of its 14 queries', page)
     assert '<span class="badge partial">PARTIAL</span>' in page and "per edit type / object class" in page
+
+
+def test_runs_of_two_query_sets_get_one_comparison_each(own_results, tmp_path):
+    """A results folder holding two query sets (as after `make demo`) is compared set by set, never refused as a
+    whole for mixing sets."""
+    pytest.importorskip("benchmark.compare")
+    from benchmark.run import compose, run_pipeline
+
+    for editor in ("identity", "overedit"):
+        cfg, choices = compose(["queryset=demo_editval", "profile=tiny", f"paths.results={own_results}",
+                                "progress=false", "aggregate.bootstrap_resamples=50", f"editor={editor}",
+                                "metrics=basic", "limit=4"])
+        run_pipeline(cfg, choices["editor"])
+    build_report(own_results, tmp_path / "r")
+    page = (tmp_path / "r" / "index.html").read_text(encoding="utf-8")
+    assert "comparison not available" not in page and "different query sets" not in page
+    assert "queryset=demo_mini · metrics=basic" in page and "queryset=demo_editval · metrics=basic" in page

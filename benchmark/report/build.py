@@ -67,10 +67,26 @@ def comparison(results: Path, queryset: str | None, by: str | None = "type") -> 
         from benchmark.compare import compare_runs
     except ImportError as err:
         return None, f"comparison not available: benchmark.compare could not be imported ({err})"
-    try:
-        return compare_runs(results, queryset=queryset, by=by), ""
-    except Exception as err:  # the other sections stay useful; the failure is shown where the matrix would be
-        return None, f"comparison not available: compare_runs failed ({type(err).__name__}: {err})"
+    import pandas as pd
+
+    # pairs exist only within one query set: one comparison per set (a results folder usually holds several)
+    names = [queryset] if queryset else sorted({m.parent.parent.name.rsplit("-", 1)[0]
+                                               for m in (results / "runs").glob("*/*/run.json")})
+    frames, notes = [], []
+    for name in names:
+        try:
+            df = compare_runs(results, queryset=name, by=by)
+        except Exception as err:  # the other sections stay useful; the failure is shown where the matrix would be
+            where = f" for {name}" if len(names) > 1 else ""
+            notes.append(f"comparison not available{where}: compare_runs failed ({type(err).__name__}: {err})")
+            continue
+        notes += [f"{name}: {n}" if len(names) > 1 else n for n in df.attrs.get("notes") or []]
+        frames.append(df.assign(queryset=name))
+    if not frames:
+        return None, "; ".join(notes) or "comparison not available: no scored runs"
+    out = pd.concat(frames, ignore_index=True)
+    out.attrs["notes"] = notes
+    return out, ""
 
 
 def build_report(results: Path, out: Path, *, queryset: str | None = None, page_size: int = DEFAULT_PAGE_SIZE,

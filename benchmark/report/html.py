@@ -212,7 +212,9 @@ def comparison_html(df: Any, note: str = "") -> str:
                "is significantly better (adjusted p &lt; 0.05), red: worse.</p>")
     is_overall = df["by"].map(_overall) if "by" in df else [True] * len(df)
     top, groups = df[is_overall], df[~is_overall] if "by" in df else df.iloc[0:0]
-    for (ms, metric), part in top.groupby(["metric_set", "metric"], sort=True):
+    qs_col = ["queryset"] if "queryset" in top else []
+    for key, part in top.groupby([*qs_col, "metric_set", "metric"], sort=True):
+        qs_name, ms, metric = key if qs_col else ("", *key)
         hib = str(part["higher_is_better"].iloc[0]).lower() == "true"
         labels: dict[str, str] = {}
         for _, r in part.iterrows():
@@ -228,10 +230,11 @@ def comparison_html(df: Any, note: str = "") -> str:
         body = "".join(f"<tr><th>{escape(labels[a])}</th>"
                        + "".join(cells.get((a, b), '<td class="diag">—</td>' if a == b else "<td>n/a</td>")
                                  for b in keys) + "</tr>" for a in keys)
-        out.append(f'<h3>metrics={escape(str(ms))} · {escape(str(metric))}{"↑" if hib else "↓"}</h3>'
+        where = f"queryset={escape(str(qs_name))} · " if qs_col else ""
+        out.append(f'<h3>{where}metrics={escape(str(ms))} · {escape(str(metric))}{"↑" if hib else "↓"}</h3>'
                    f'<table class="matrix"><thead><tr><th>row − column</th>{th}</tr></thead><tbody>{body}</tbody></table>')
     if len(groups):
-        cols = ["metric_set", "metric", "by", "group", "editor_a", "editor_b", "n_shared", "diff", "ci_low",
+        cols = ["queryset", "metric_set", "metric", "by", "group", "editor_a", "editor_b", "n_shared", "diff", "ci_low",
                 "ci_high", "p_adjusted", "win_rate_a", "complete"]
         cols = [c for c in cols if c in groups]
         head = "".join(f"<th>{escape(c)}</th>" for c in cols)
