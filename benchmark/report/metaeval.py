@@ -39,7 +39,7 @@ def _numeric(series: Any) -> tuple[Any, list[str]]:
     """The column as floats, and the values that are not numbers (kept out: shown as invalid, never guessed)."""
     import pandas as pd
 
-    num = pd.to_numeric(series, errors="coerce")
+    num = pd.to_numeric(series, errors="coerce").astype(float)  # all-integer columns too: one type to render
     bad = [str(v) for v, n in zip(series, num, strict=True) if pd.isna(n) and not pd.isna(v) and str(v).strip()]
     return num, bad
 
