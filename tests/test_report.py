@@ -476,3 +476,22 @@ def test_report_links_sweeps_and_metaeval_sections(own_results, tmp_path, no_com
     assert '<a href="#sweeps">Sweeps</a>' in page and '<a href="#metaeval">Meta-evaluation</a>' in page
     assert '<section id="sweeps">' in page and '<section id="metaeval">' in page
     assert page.count('<svg class="sweep"') == 2 and "0.75 <small>[0.5, 0.9]</small>" in page
+
+
+def test_sweep_of_one_setting_folds_a_curve_per_edit_type(tmp_path):
+    from benchmark.report.sweeps import read_sweeps, sweeps_html
+
+    rows = [{"queryset": "qs", "metric_set": "hatie", "prompt_kind": "instruction", "profile": "tiny", "editor": "p2p",
+             "varying": "tau", "set.tau": tau, "edit_type": et, "metric": "BC", "value": v, "se": "", "n": 2,
+             "complete": True, "mark": "", "editor_sig": f"s{tau}", "seed": 0}
+            for tau, base in ((0.2, 0.5), (0.4, 0.6), (0.8, 0.7))
+            for et, v in (("", base), ("obj_add", base + 0.01), ("bg_chg", base - 0.2))]
+    pd.DataFrame(rows).to_csv(tmp_path / "leaderboard_sweeps.csv", index=False)
+    page = sweeps_html(*read_sweeps(tmp_path))
+    main, folded = page.split('<details class="per-type">')
+    assert main.count('<svg class="sweep"') == 1 and main.count("<circle") == 3 and 'class="err"' not in main
+    assert folded.count('<svg class="sweep"') == 1 and folded.count('<g class="series"') == 2
+    assert folded.count("<circle") == 6 and "obj_add" in folded and "bg_chg" in folded
+    assert "tau=0.4: 0.61" in folded and "tau=0.8: 0.5" in folded  # bg_chg at tau 0.8: 0.7 - 0.2
+    xs = [float(x) for x in re.findall(r'<circle class="pt" cx="([\d.]+)"', main)]
+    assert xs[1] - xs[0] == pytest.approx((xs[2] - xs[1]) / 2, abs=0.2)  # numeric setting placed by value

@@ -80,6 +80,7 @@ def curves(df: Any) -> list[dict[str, Any]]:
         return out
     overall = df[df["edit_type"] == ""]
     keys = ["queryset", "metric_set", "prompt_kind", "profile", "editor", "varying", "metric"]
+    per_type = {k: p for k, p in df[df["edit_type"] != ""].groupby(keys, sort=False)}
     for key, part in overall.groupby(keys, sort=False):
         varying = [v for v in str(key[5]).split(";") if v]
         for setting in varying:
@@ -101,9 +102,17 @@ def curves(df: Any) -> list[dict[str, Any]]:
                 lines.setdefault(name, []).append([x, pos[x], float(r["value"]), _finite(r["se"]), _finite(r["n"]),
                                                    _partial(r), str(r.get("editor_sig", ""))])
             dup = any(len({p[0] for p in pts}) < len(pts) for pts in lines.values())
+            by_type: dict[str, list] = {}
+            if not others and not seeds and key in per_type:  # one line per edit type (one setting varies)
+                for _, r in per_type[key].iterrows():
+                    x = _label(r[col])
+                    if x in pos:
+                        by_type.setdefault(str(r["edit_type"]), []).append(
+                            [x, pos[x], float(r["value"]), _finite(r["se"]), _finite(r["n"]), _partial(r),
+                             str(r.get("editor_sig", ""))])
             out.append({"section": f"queryset={key[0]} · metrics={key[1]} · {key[2]}-based editors · "
                                    f"profile={key[3]}", "metric_set": str(key[1]), "editor": key[4], "setting": setting, "metric": key[6],
-                        "numeric": numeric, "xs": xs, "lines": lines, "duplicates": dup})
+                        "numeric": numeric, "xs": xs, "lines": lines, "duplicates": dup, "by_type": by_type})
     return out
 
 
@@ -195,6 +204,18 @@ def _table(spec: dict[str, Any]) -> str:
             f'<tbody>{"".join(rows)}</tbody></table>')
 
 
+def _per_type(spec: dict[str, Any], hib: dict[tuple[str, str], bool]) -> str:
+    """The same curve per edit type (one line each), folded: only when a single setting varies."""
+    if not spec["by_type"]:
+        return ""
+    sub = spec | {"lines": spec["by_type"], "by_type": {}}
+    legend = "".join(f'<span class="legend-item"><span class="swatch" style="background:{COLORS[i % len(COLORS)]}">'
+                     f"</span>{escape(name)}</span>" for i, name in enumerate(sub["lines"]))
+    return (f'<details class="per-type"><summary>per edit type ({len(sub["lines"])} lines)</summary>'
+            f'{svg(sub, hib.get((spec["metric_set"], spec["metric"])))}<div class="legend">{legend}</div>'
+            f"{_table(sub)}</details>")
+
+
 def sweeps_html(df: Any, notes: list[str], metrics: Any = None, stale: bool = False) -> str:
     """The section's body: one figure per curve (chart, legend, the points as a table), or a note."""
     out = [f'<p class="note warn">{escape(n)}</p>' for n in notes]
@@ -231,5 +252,5 @@ def sweeps_html(df: Any, notes: list[str], metrics: Any = None, stale: bool = Fa
         out.append(f'<figure class="sweep-fig"><figcaption><b>{escape(spec["editor"])}</b>: '
                    f'{escape(spec["metric"])} vs {escape(spec["setting"])}{x_note}</figcaption>'
                    f'{svg(spec, hib.get((spec["metric_set"], spec["metric"])))}<div class="legend">{legend}</div>{dup}'
-                   f"<details><summary>points</summary>{_table(spec)}</details></figure>")
+                   f"<details><summary>points</summary>{_table(spec)}</details>{_per_type(spec, hib)}</figure>")
     return "\n".join(out)
