@@ -405,7 +405,7 @@ def _metaeval_table(folder: Path) -> Path:
 
     from benchmark.metaeval.table import write_table
 
-    rows = [{"metric": "basic/l1", "higher_is_better": False, "n_queries": 12, "n_excluded": 2, "gt_first": 0.75,
+    rows = [{"metric": "basic/l1", "higher_is_better": False, "n_queries": 13500, "n_excluded": 2, "gt_first": 0.75,
              "gt_first_lo": 0.5, "gt_first_hi": 0.9, "pref_gt": 0.8, "pref_gt_lo": float("nan"),
              "pref_gt_hi": float("nan")},
             {"metric": "basic/psnr", "higher_is_better": True, "n_queries": 14, "n_excluded": 0, "gt_first": 0.25,
@@ -430,6 +430,7 @@ def test_metaeval_section_shows_each_table_with_intervals_and_provenance(tmp_pat
     assert "basic/l1↓" in page and "basic/psnr↑" in page
     assert "ab" * 32 in page and "resamples</dt><dd>200" in page and "seed</dt><dd>3" in page
     assert "selected 14" in page and "random weights" in page  # sidecar counts; the tiny-profile warning
+    assert "<td class=\"num\">13500</td>" in page  # a count as written
     assert read_metaeval(tmp_path, queryset="other")[0] == []
 
 

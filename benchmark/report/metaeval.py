@@ -168,21 +168,14 @@ def table_html(t: MetaTable) -> str:
         hib = str(r.get("higher_is_better", "")).lower()
         arrow = "↑" if hib == "true" else "↓" if hib == "false" else ""
         tds = f"<td>{escape(str(r['metric']))}{arrow}</td>" + "".join(_cell(r, s) for s in t.stats)
-        tds += "".join(f'<td class="num">{escape(fmt(r[c]) if _is_num(r[c]) else ("" if r[c] is None or r[c] != r[c] else str(r[c])))}</td>'
+        # counts and other columns as written (a count of 13500 must not become 1.35e+04)
+        tds += "".join(f'<td class="num">{escape("" if r[c] is None or r[c] != r[c] else str(r[c]))}</td>'
                        for c in t.counts)
         if "metric_sig" in t.rows:
             tds += f"<td><code>{escape(str(r['metric_sig'] if isinstance(r['metric_sig'], str) else ''))}</code></td>"
         body.append(f"<tr>{tds}</tr>")
     return (f'{head}<table class="lb metaeval"><thead><tr>{th}</tr></thead>'
             f'<tbody>{"".join(body)}</tbody></table>')
-
-
-def _is_num(v: Any) -> bool:
-    try:
-        float(v)
-    except (TypeError, ValueError):
-        return False
-    return isinstance(v, str) and v.strip() != "" and v.strip().lower() not in ("true", "false")
 
 
 def metaeval_html(tables: list[MetaTable]) -> str:
