@@ -327,3 +327,172 @@ def test_runs_of_two_query_sets_get_one_comparison_each(own_results, tmp_path):
     page = (tmp_path / "r" / "index.html").read_text(encoding="utf-8")
     assert "comparison not available" not in page and "different query sets" not in page
     assert "queryset=demo_mini · metrics=basic" in page and "queryset=demo_editval · metrics=basic" in page
+
+
+# ------------------------------------------------------------------------------ sweeps and meta-evaluation sections
+def _sweep_csv(path: Path) -> None:
+    """A 2 x 2 sweep of one editor (guidance x image guidance), one metric; one point partial; per-type rows too."""
+    rows = []
+    for g in (5.0, 7.5):
+        for ig in (1.0, 1.5):
+            partial = g == 7.5 and ig == 1.5
+            value = 0.2 + g / 100 + ig / 10
+            for et in ("", "obj_add"):
+                rows.append({"queryset": "qs", "metric_set": "basic", "prompt_kind": "instruction", "profile": "tiny",
+                             "editor": "ip2p", "varying": "guidance_scale;image_guidance_scale",
+                             "set.guidance_scale": g, "set.image_guidance_scale": ig, "edit_type": et,
+                             "metric": "clip", "value": value + (0.5 if et else 0.0), "se": 0.01,
+                             "n": 3 if partial else 14, "complete": not partial,
+                             "mark": "PARTIAL 3/14" if partial else "", "editor_sig": f"sig{g}{ig}", "seed": 0})
+    pd.DataFrame(rows).to_csv(path, index=False)
+
+
+def test_sweeps_section_draws_every_curve_with_error_bars_and_hollow_partial_points(tmp_path):
+    from benchmark.report.sweeps import read_sweeps, sweeps_html
+
+    _sweep_csv(tmp_path / "leaderboard_sweeps.csv")
+    metrics = pd.DataFrame([{"metric_set": "basic", "metric": "clip", "higher_is_better": True}])
+    df, notes = read_sweeps(tmp_path)
+    page = sweeps_html(df, notes, metrics)
+    assert not notes
+    svgs = re.findall(r"<svg class=\"sweep\".*?</svg>", page, re.S)
+    assert len(svgs) == 2  # one chart per varying setting (one editor, one metric)
+    assert "clip vs guidance_scale" in page and "clip vs image_guidance_scale" in page and "clip ↑" in page
+    for chart in svgs:
+        assert chart.count('<g class="series"') == 2  # a line per value of the other setting
+        circles = re.findall(r'<circle class="(pt[^"]*)" cx="[\d.]+" cy="([\d.]+)"[^>]*><title>([^<]*)</title>', chart)
+        assert len(circles) == 4  # per-type rows (value + 0.5) are not drawn
+        assert [c[0] for c in circles].count("pt partial") == 1
+        assert all(("PARTIAL 3/14" in t) == (c == "pt partial") for c, _, t in circles)
+        assert chart.count('class="err"') == 4
+        # a higher value is drawn higher (smaller y) in the same chart: the y axis is monotone
+        vals = [float(re.search(r"=[^:]+: ([\d.]+)", t).group(1)) for _, _, t in circles]
+        ys = [float(y) for _, y, _ in circles]
+        assert sorted(range(4), key=lambda i: vals[i]) == sorted(range(4), key=lambda i: -ys[i])
+    assert "0.35±0.01" in page and "0.425±0.01" in page  # 0.2 + 7.5/100 + 1.5/10: the partial point's value
+    assert page.count('<span class="badge partial">PARTIAL 3/14</span>') == 2  # in both charts' point tables
+    assert "0.925" not in page and "0.85±" not in page  # a per-type value never reaches the overall curves
+
+
+def test_sweeps_section_notes_absent_empty_and_malformed_files(tmp_path):
+    from benchmark.report.sweeps import read_sweeps, sweeps_html
+
+    df, notes = read_sweeps(tmp_path)
+    assert df is None and "No sweeps" in sweeps_html(df, notes)
+    path = tmp_path / "leaderboard_sweeps.csv"
+    _sweep_csv(path)
+    header = path.read_text().splitlines()[0]
+    path.write_text(header + "\n")  # what aggregation writes when no editor's rows differ in settings
+    df, notes = read_sweeps(tmp_path)
+    assert not notes and "No sweeps: no editor" in sweeps_html(df, notes)
+    path.write_text("queryset,editor\nqs,ip2p\n")
+    df, notes = read_sweeps(tmp_path)
+    page = sweeps_html(df, notes)
+    assert df is None and str(path) in page and "missing column" in page and "<svg" not in page
+    _sweep_csv(path)
+    lines = path.read_text().splitlines()
+    cells = lines[1].split(",")
+    cells[header.split(",").index("value")] = "oops"
+    path.write_text("\n".join([lines[0], ",".join(cells), *lines[2:]]) + "\n")
+    df, notes = read_sweeps(tmp_path)
+    page = sweeps_html(df, notes)
+    assert "column value holds non-numbers on line(s) 2" in page and str(path) in page
+    assert page.count("<circle") == 6  # the bad point (in both charts) is left out, not drawn as a guess
+
+
+def _metaeval_table(folder: Path) -> Path:
+    from types import SimpleNamespace
+
+    from benchmark.metaeval.table import write_table
+
+    rows = [{"metric": "basic/l1", "higher_is_better": False, "n_queries": 13500, "n_excluded": 2, "gt_first": 0.75,
+             "gt_first_lo": 0.5, "gt_first_hi": 0.9, "pref_gt": 0.8, "pref_gt_lo": float("nan"),
+             "pref_gt_hi": float("nan")},
+            {"metric": "basic/psnr", "higher_is_better": True, "n_queries": 14, "n_excluded": 0, "gt_first": 0.25,
+             "gt_first_lo": 0.125, "gt_first_hi": 0.375, "pref_gt": 0.3, "pref_gt_lo": 0.2, "pref_gt_hi": 0.4}]
+    qs = SimpleNamespace(name="demo_mini", hash="ab" * 32)
+    return write_table(folder, "gt-selection", rows, queryset=qs, profile="tiny", resamples=200, confidence=0.95,
+                       seed=3, inputs={}, extra={"metric_sigs": {"basic": "0123456789ab"}, "counts": {"selected": 14}})
+
+
+def test_metaeval_section_shows_each_table_with_intervals_and_provenance(tmp_path):
+    from benchmark.report.metaeval import metaeval_html, read_metaeval
+
+    assert "No meta-evaluation tables yet" in metaeval_html(read_metaeval(tmp_path)[0])
+    path = _metaeval_table(tmp_path / "metaeval")
+    (tmp_path / "metaeval" / "work").mkdir()  # the scored candidates' folder is not a table
+    tables, _ = read_metaeval(tmp_path)
+    page = metaeval_html(tables)
+    assert len(tables) == 1 and not tables[0].notes
+    assert "gt-selection · queryset=demo_mini" in page and path.name in page
+    assert "0.75 <small>[0.5, 0.9]</small>" in page and "0.25 <small>[0.125, 0.375]</small>" in page
+    assert "0.8 <small>[no interval]</small>" in page  # an empty interval is said, not invented
+    assert "basic/l1↓" in page and "basic/psnr↑" in page
+    assert "ab" * 32 in page and "resamples</dt><dd>200" in page and "seed</dt><dd>3" in page
+    assert "selected 14" in page and "random weights" in page  # sidecar counts; the tiny-profile warning
+    assert "<td class=\"num\">13500</td>" in page  # a count as written
+    assert read_metaeval(tmp_path, queryset="other")[0] == []
+
+
+def test_metaeval_section_notes_malformed_files_and_never_invents_numbers(tmp_path):
+    from benchmark.report.metaeval import metaeval_html, read_metaeval
+
+    folder = tmp_path / "metaeval"
+    good = _metaeval_table(folder)
+    (folder / "binary.csv").write_bytes(b"\xff\xfe\x00garbage\x00")
+    (folder / "nocols.csv").write_text("a,b\n1,2\n")
+    bad_json = good.with_name("bad-json.csv")
+    shutil.copy(good, bad_json)
+    bad_json.with_suffix(".json").write_text("{not json")
+    other = good.with_name("other-sidecar.csv")
+    shutil.copy(good, other)
+    side = json.loads(good.with_suffix(".json").read_text()) | {"queryset_hash": "cd" * 32}
+    other.with_suffix(".json").write_text(json.dumps(side))
+    no_side = good.with_name("no-sidecar.csv")
+    text = good.read_text().replace("0.75,0.5,0.9", "0.75,0.5,lots")
+    assert text != good.read_text()
+    no_side.write_text(text)
+    tables, _ = read_metaeval(tmp_path)
+    page = metaeval_html(tables)
+    assert len(tables) == 6
+    notes = {t.path.name: " ".join(t.notes) for t in tables}
+    assert notes[good.name] == ""
+    assert "not a readable CSV" in notes["binary.csv"] and "missing column(s) metric, test, queryset" in notes["nocols.csv"]
+    assert "not readable JSON" in notes["bad-json.csv"]
+    assert "do not belong together" in notes["other-sidecar.csv"]
+    assert "is missing" in notes["no-sidecar.csv"] and "gt_first_hi holds non-numbers (lots)" in notes["no-sidecar.csv"]
+    for name in notes:
+        if notes[name]:
+            assert str(folder / name) in page or str((folder / name).with_suffix(".json")) in page
+    assert page.count('class="num invalid">invalid</td>') == 1  # the row with the bad bound; not a guessed interval
+    assert page.count("0.75 <small>[0.5, 0.9]</small>") == 3  # good, bad-json and other-sidecar show their rows
+
+
+def test_report_links_sweeps_and_metaeval_sections(own_results, tmp_path, no_compare):
+    _sweep_csv(own_results / "leaderboard_sweeps.csv")
+    _metaeval_table(own_results / "metaeval")
+    out = tmp_path / "report"
+    build_report(own_results, out, page_size=5)
+    page = (out / "index.html").read_text(encoding="utf-8")
+    assert '<a href="#sweeps">Sweeps</a>' in page and '<a href="#metaeval">Meta-evaluation</a>' in page
+    assert '<section id="sweeps">' in page and '<section id="metaeval">' in page
+    assert page.count('<svg class="sweep"') == 2 and "0.75 <small>[0.5, 0.9]</small>" in page
+
+
+def test_sweep_of_one_setting_folds_a_curve_per_edit_type(tmp_path):
+    from benchmark.report.sweeps import read_sweeps, sweeps_html
+
+    rows = [{"queryset": "qs", "metric_set": "hatie", "prompt_kind": "instruction", "profile": "tiny", "editor": "p2p",
+             "varying": "tau", "set.tau": tau, "edit_type": et, "metric": "BC", "value": v, "se": "", "n": 2,
+             "complete": True, "mark": "", "editor_sig": f"s{tau}", "seed": 0}
+            for tau, base in ((0.2, 0.5), (0.4, 0.6), (0.8, 0.7))
+            for et, v in (("", base), ("obj_add", base + 0.01), ("bg_chg", base - 0.2))]
+    pd.DataFrame(rows).to_csv(tmp_path / "leaderboard_sweeps.csv", index=False)
+    page = sweeps_html(*read_sweeps(tmp_path))
+    main, folded = page.split('<details class="per-type">')
+    assert main.count('<svg class="sweep"') == 1 and main.count("<circle") == 3 and 'class="err"' not in main
+    assert folded.count('<svg class="sweep"') == 1 and folded.count('<g class="series"') == 2
+    assert folded.count("<circle") == 6 and "obj_add" in folded and "bg_chg" in folded
+    assert "tau=0.4: 0.61" in folded and "tau=0.8: 0.5" in folded  # bg_chg at tau 0.8: 0.7 - 0.2
+    xs = [float(x) for x in re.findall(r'<circle class="pt" cx="([\d.]+)"', main)]
+    assert xs[1] - xs[0] == pytest.approx((xs[2] - xs[1]) / 2, abs=0.2)  # numeric setting placed by value

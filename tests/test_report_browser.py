@@ -24,7 +24,9 @@ def report(tmp_path_factory) -> Path:
 
     from benchmark.report import build_report
 
-    results = report_results(tmp_path_factory.getbasetemp())
+    results = Path(shutil.copytree(report_results(tmp_path_factory.getbasetemp()),
+                                   tmp_path_factory.mktemp("browser-results") / "results"))
+    _add_sweep_and_metaeval(results)
     out = tmp_path_factory.mktemp("browser") / "report"
     saved = sys.modules.get("benchmark.compare", False)
     sys.modules["benchmark.compare"] = None  # type: ignore[assignment]  # the guarded path: a note, no matrix
@@ -36,6 +38,25 @@ def report(tmp_path_factory) -> Path:
         else:
             sys.modules["benchmark.compare"] = saved
     return out
+
+
+def _add_sweep_and_metaeval(results: Path) -> None:
+    """A two-setting sweep (one point partial) and one meta-evaluation table, so the page draws both sections."""
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from benchmark.metaeval.table import write_table
+
+    pd.DataFrame([{"queryset": "qs", "metric_set": "basic", "prompt_kind": "instruction", "profile": "tiny",
+                   "editor": "overedit", "varying": "noise_std", "set.noise_std": x, "edit_type": "", "metric": "l1",
+                   "value": 0.1 * x, "se": 0.01, "n": n, "complete": n == 14, "mark": "" if n == 14 else "PARTIAL 6/14",
+                   "editor_sig": f"s{x}", "seed": 0} for x, n in ((6, 14), (12, 6))]
+                 ).to_csv(results / "leaderboard_sweeps.csv", index=False)
+    write_table(results / "metaeval", "gt-selection", [{"metric": "basic/l1", "higher_is_better": False,
+                                                         "gt_first": 0.5, "gt_first_lo": 0.25, "gt_first_hi": 0.75}],
+                queryset=SimpleNamespace(name="demo_mini", hash="ab" * 32), profile="tiny", resamples=10,
+                confidence=0.95, seed=0, inputs={}, extra={})
 
 
 @pytest.fixture(scope="module")
@@ -95,6 +116,11 @@ def test_page_loads_offline_without_console_errors_and_renders(browser, report, 
     failures = browser.find_element("id", "failures").text
     assert "4 failed" in failures and "ValueError: bad query" in failures
     assert browser.find_element("id", "provenance").find_elements("css selector", "tbody tr")
+    for section in ("sweeps", "metaeval"):  # the sections drawn in Python are linked from the nav
+        assert browser.find_elements("css selector", f'nav a[href="#{section}"]')
+    assert len(browser.find_elements("css selector", "#sweeps svg.sweep circle.pt")) == 2
+    assert len(browser.find_elements("css selector", "#sweeps svg.sweep circle.pt.partial")) == 1
+    assert "0.5 [0.25, 0.75]" in browser.find_element("id", "metaeval").text
     shot = tmp_path / "report.png"
     assert browser.save_screenshot(str(shot)) and shot.stat().st_size > 10_000
     assert _errors(browser) == []

@@ -38,6 +38,8 @@ from benchmark.report.html import (
     leaderboards_html,
     provenance_html,
 )
+from benchmark.report.metaeval import metaeval_html, read_metaeval
+from benchmark.report.sweeps import read_sweeps, sweeps_html
 from benchmark.report.thumbs import ensure_thumbnails
 
 ASSETS = Path(__file__).parent / "assets"
@@ -157,7 +159,7 @@ def build_report(results: Path, out: Path, *, queryset: str | None = None, page_
         os.replace(new, old)
     shutil.copytree(ASSETS, out / "assets", dirs_exist_ok=True)
     notes = [*run_notes, *[f"{g.meta['queryset']}: {g.meta['note']}" for g in grids if g.meta["note"]]]
-    page = render_page(results, out, lb, runs, grids, cmp_df, cmp_note, notes, generated)
+    page = render_page(results, out, lb, runs, grids, cmp_df, cmp_note, notes, generated, queryset)
     tmp = out / ".index.html.tmp"
     tmp.write_text(page, encoding="utf-8")
     os.replace(tmp, out / "index.html")
@@ -170,14 +172,17 @@ def build_report(results: Path, out: Path, *, queryset: str | None = None, page_
 
 
 def render_page(results: Path, out: Path, lb: Any, runs: list[Any], grids: list[Any], cmp_df: Any, cmp_note: str,
-                notes: list[str], generated: str) -> str:
+                notes: list[str], generated: str, queryset: str | None = None) -> str:
     """index.html: the static sections as HTML; charts, grid and failures are drawn by assets/report.js."""
     from benchmark.provenance import git_sha
 
     note_html = "".join(f'<p class="note warn">{escape(n)}</p>' for n in notes)
     nav = "".join(f'<a href="#{k}">{escape(v)}</a>' for k, v in (
         ("leaderboards", "Leaderboards"), ("charts", "Charts"), ("criteria", "Criteria"), ("comparison", "Comparison"),
-        ("grid", "Image grid"), ("failures", "Failures"), ("provenance", "Provenance")))
+        ("sweeps", "Sweeps"), ("metaeval", "Meta-evaluation"), ("grid", "Image grid"), ("failures", "Failures"),
+        ("provenance", "Provenance")))
+    sweep_df, sweep_notes = read_sweeps(results, queryset)
+    meta_tables, _ = read_metaeval(results, queryset)
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
@@ -202,6 +207,10 @@ marks the better direction. Complete rows first, PARTIAL rows after them.</p>
 {criteria_html(lb)}<div id="criteria-chart" class="chart"></div></section>
 <section id="comparison"><h2>Comparison matrix</h2>
 {comparison_html(cmp_df, cmp_note)}</section>
+<section id="sweeps"><h2>Sweeps: score vs setting</h2>
+{sweeps_html(sweep_df, sweep_notes, lb.metrics, lb.stale)}</section>
+<section id="metaeval"><h2>Meta-evaluation</h2>
+{metaeval_html(meta_tables)}</section>
 <section id="grid"><h2>Image grid</h2>
 <div class="controls">
 <label>query set <select id="grid-set"></select></label>
