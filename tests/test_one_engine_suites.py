@@ -5,6 +5,7 @@ from functools import partial
 
 import numpy as np
 import pandas as pd
+import pytest
 from conftest import ROOT
 
 from benchmark.metrics.features import shared_cache
@@ -90,3 +91,26 @@ def test_augclip_and_conventional_share_clip_texts(single_thread_torch):
     assert 0 < together < separate, (separate, together)
     _assert_same_rows(c1, c2)
     _assert_same_rows(a1, a2)
+
+
+@pytest.mark.parametrize("metrics", ["augclip", "bpm"])
+def test_a_second_suite_instance_encodes_nothing_again(metrics, single_thread_torch):
+    """Every CLIP input of AugCLIP / BPM goes through the shared cache: another instance of the suite (another
+    editor of a sweep, a re-run) scoring the same edits in the process encodes nothing, with equal rows."""
+    from hydra.utils import instantiate
+
+    from benchmark.querysets.io import load_queryset
+    from benchmark.run import compose
+
+    qs = load_queryset(DEMO, name="demo_mini", first=2 * N_QUERIES)
+    queries = list(qs.queries)
+    paths = [qs.path(q.image) for q in queries]
+    make = lambda: instantiate(compose([f"metrics={metrics}", "profile=tiny", "device=cpu"])[0].metrics[metrics])  # noqa: E731
+    (x1, x2), (y1, y2), separate, together, second_new = _apart_and_together(
+        make, make, lambda s: _score(s, qs, queries, paths))
+    assert separate == 2 * together > 0 and second_new == 0, (separate, together, second_new)
+    assert (x1["status"] == "ok").any()
+    for a, b in ((x1, y2), (x1, x2), (y1, y2)):
+        num = [c for c in a.columns if pd.api.types.is_numeric_dtype(a[c])]
+        assert list(a.columns) == list(b.columns) and a["status"].equals(b["status"])
+        assert np.allclose(a[num].to_numpy(float), b[num].to_numpy(float), atol=1e-6, equal_nan=True)
