@@ -2,9 +2,9 @@
 
 Per chunk of queries (sorted by source image): load source and edit (DataLoader workers; centre-cropped to a
 square and resized to CLIP's 224 px), get each query's attributes (cache, else the extractor; an extraction
-failure is that query's failure row), encode images and texts in shared batches through the process-wide feature cache (`_embed_images`,
-`_text_features`: the only backbone calls; an input another suite of the process already gave the same CLIP is not
-encoded again), then fit one weighted SVM per query and score.
+failure is that query's failure row), encode images and texts in shared batches through the process-wide feature
+cache (`_embed_images`, `_text_features`: the only backbone calls; an input another suite of the process already
+gave the same CLIP is not encoded again), then fit one weighted SVM per query and score.
 """
 
 from __future__ import annotations

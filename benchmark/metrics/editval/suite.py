@@ -102,7 +102,8 @@ class _FidEncoder:
 
     def __init__(self, extractor: Any) -> None:
         self.extractor, self.device = extractor, getattr(extractor, "device", "")
-        self.signature = f"fid|{getattr(extractor, 'name', '') or type(extractor).__name__}|{getattr(extractor, 'dims', '')}"
+        cls = f"{type(extractor).__module__}.{type(extractor).__qualname__}"
+        self.signature = f"fid|{cls}|{getattr(extractor, 'name', '')}|{getattr(extractor, 'dims', '')}"
 
     def embed_images(self, images: Any) -> Any:
         return self.extractor.features(images)
