@@ -2,15 +2,15 @@
 
 Per chunk of queries (sorted by source image): load source and edit (DataLoader workers; centre-cropped to a
 square and resized to CLIP's 224 px), get each query's attributes (cache, else the extractor; an extraction
-failure is that query's failure row), encode images and texts in shared batches (`_embed_images`,
-`_embed_texts`: the only backbone calls), then fit one weighted SVM per query and score.
+failure is that query's failure row), encode images and texts in shared batches through the process-wide feature
+cache (`_embed_images`, `_text_features`: the only backbone calls; an input another suite of the process already
+gave the same CLIP is not encoded again), then fit one weighted SVM per query and score.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,7 +107,7 @@ class AugClipSuite:
     def __init__(self, *, clip: Callable[..., Any], extractor: Callable[..., Any], attribute_cache: str | None = None,
                  C: float = 1.0, min_weight: float = 1e-3, target_anchor: str = "text",
                  target_text: Sequence[str] = TEXT_FIELDS, device: str = "auto", batch_size: int = 32,
-                 chunk_size: int = 64, text_cache_size: int = 4096) -> None:
+                 chunk_size: int = 64) -> None:
         if target_anchor not in TARGET_ANCHORS:
             raise ValueError(f"target_anchor must be one of {TARGET_ANCHORS}, not {target_anchor!r}")
         bad = [f for f in target_text if f not in TEXT_FIELDS + ("source_caption",)]
@@ -123,8 +123,6 @@ class AugClipSuite:
         self.cache = AttributeCache(attribute_cache) if attribute_cache else None  # validated now, before any work
         self.extractor_signature, self._extractor = _extractor_signature(extractor)
         self._clip: Any = None
-        self._texts: OrderedDict[str, np.ndarray] = OrderedDict()
-        self._text_cache_size = text_cache_size
         self.timings: dict[str, float] = {}
         self.info = SuiteInfo(AugClipSuite.info.name, VERSION, True, description=AugClipSuite.info.description,
                               identity={"extractor": self.extractor_signature})
@@ -160,36 +158,31 @@ class AugClipSuite:
     def applies_to(self, query: Query, prompt_kind: str) -> bool:
         return True
 
-    # -- backbone calls (the only ones; a shared feature cache may wrap them) ----------------------------------
-    def _embed_images(self, images: Any) -> np.ndarray:
-        """L2-normalised CLIP features of float (B, 3, 224, 224) images."""
-        t0 = time.perf_counter()
-        out = [self.clip.embed_images(images[i : i + self.batch_size]).cpu().numpy()
-               for i in range(0, len(images), self.batch_size)]
-        self.timings["clip image forward"] = self.timings.get("clip image forward", 0.0) + time.perf_counter() - t0
-        return np.concatenate(out).astype(np.float64)
+    # -- backbone calls (the only ones), through the process-wide feature cache ------------------------------
+    def _timer(self, key: str) -> Callable[[Callable[[], Any]], Any]:
+        def run(fn: Callable[[], Any]) -> Any:
+            t0 = time.perf_counter()
+            out = fn()
+            self.timings[key] = self.timings.get(key, 0.0) + time.perf_counter() - t0
+            return out
 
-    def _embed_texts(self, texts: list[str]) -> np.ndarray:
-        """L2-normalised CLIP features of `texts`."""
-        t0 = time.perf_counter()
-        out = [self.clip.embed_texts(texts[i : i + self.batch_size]).cpu().numpy()
-               for i in range(0, len(texts), self.batch_size)]
-        self.timings["clip text forward"] = self.timings.get("clip text forward", 0.0) + time.perf_counter() - t0
-        return np.concatenate(out).astype(np.float64)
+        return run
 
-    # -- scoring ----------------------------------------------------------------------------------------------
+    def _embed_images(self, images: Sequence[Any]) -> np.ndarray:
+        """L2-normalised CLIP features (N, D) of float (3, 224, 224) images; an image any suite of this process
+        already gave the same CLIP is not encoded again (`benchmark.metrics.features`)."""
+        from benchmark.metrics.features import embed_images
+
+        feats = embed_images(self.clip, list(images), batch_size=self.batch_size, timer=self._timer("clip image forward"))
+        return np.stack([f.cpu().numpy() for f in feats]).astype(np.float64)
+
     def _text_features(self, texts: Sequence[str]) -> dict[str, np.ndarray]:
-        need = [t for t in dict.fromkeys(texts) if t not in self._texts]
-        if need:
-            for t, f in zip(need, self._embed_texts(need), strict=True):
-                self._texts[t] = f
-        out = {}
-        for t in texts:
-            self._texts.move_to_end(t)
-            out[t] = self._texts[t]
-        while len(self._texts) > max(self._text_cache_size, len(out)):
-            self._texts.popitem(last=False)
-        return out
+        """L2-normalised CLIP features of `texts`, each distinct text encoded once per process and CLIP."""
+        from benchmark.metrics.features import embed_texts
+
+        uniq = list(dict.fromkeys(texts))
+        feats = embed_texts(self.clip, uniq, batch_size=self.batch_size, timer=self._timer("clip text forward"))
+        return {t: f.cpu().numpy().astype(np.float64) for t, f in zip(uniq, feats, strict=True)}
 
     def _target_text(self, q: Query) -> tuple[int, str]:
         """(position in `target_text` of the field used, its text); (-1, "") when every field is empty."""
@@ -223,8 +216,6 @@ class AugClipSuite:
                 "source_margin": r.source_margin, "n_source_set": r.n_source, "n_target_set": r.n_target}
 
     def _score_chunk(self, items: list[_Loaded]) -> list[dict[str, Any]]:
-        import torch
-
         rows = [{"query_id": it.query.id, "status": "failed", "reason": it.error} for it in items if it.error]
         ok = [it for it in items if not it.error]
         if not ok:
@@ -244,7 +235,7 @@ class AugClipSuite:
             return rows
         srcs = list(dict.fromkeys(it.query.image for it, *_ in good))
         by_img = {it.query.image: it.source for it, *_ in good}
-        feats = self._embed_images(torch.stack([by_img[k] for k in srcs] + [it.edit for it, *_ in good]))
+        feats = self._embed_images([by_img[k] for k in srcs] + [it.edit for it, *_ in good])
         src_f = dict(zip(srcs, feats[: len(srcs)], strict=True))
         edit_f = feats[len(srcs):]
         tf = self._text_features([t for _, a, _, text in good for t in (text, *a.source, *a.target)])

@@ -144,7 +144,7 @@ class BpmSuite:
         """BPM judges object edits: whole-image types (background, style, viewpoint) are excluded."""
         return query.edit_type not in GLOBAL_TYPES
 
-    # -- backbone calls (the only ones; a shared feature cache may wrap them) ----------------------------------
+    # -- backbone calls (the only ones; CLIP through the process-wide feature cache) --------------------------
     def _detect(self, images: list[np.ndarray], names: list[str]) -> list[tuple[Box, float] | None]:
         t0 = time.perf_counter()
         out = self._get("locator").detect(images, names)
@@ -157,21 +157,31 @@ class BpmSuite:
         self.timings["mask model forward"] = self.timings.get("mask model forward", 0.0) + time.perf_counter() - t0
         return out
 
-    def _embed_images(self, images: Any) -> np.ndarray:
-        t0 = time.perf_counter()
-        clip = self._get("clip")
-        out = [clip.embed_images(images[i : i + self.batch_size]).cpu().numpy()
-               for i in range(0, len(images), self.batch_size)]
-        self.timings["clip image forward"] = self.timings.get("clip image forward", 0.0) + time.perf_counter() - t0
-        return np.concatenate(out).astype(np.float64)
+    def _timer(self, key: str) -> Callable[[Callable[[], Any]], Any]:
+        def run(fn: Callable[[], Any]) -> Any:
+            t0 = time.perf_counter()
+            out = fn()
+            self.timings[key] = self.timings.get(key, 0.0) + time.perf_counter() - t0
+            return out
+
+        return run
+
+    def _embed_images(self, images: Sequence[Any]) -> np.ndarray:
+        """CLIP features (N, D) of float (3, 224, 224) crops through the process-wide feature cache
+        (`benchmark.metrics.features`): a crop any suite of this process already gave the same CLIP is not
+        encoded again."""
+        from benchmark.metrics.features import embed_images
+
+        feats = embed_images(self._get("clip"), list(images), batch_size=self.batch_size,
+                             timer=self._timer("clip image forward"))
+        return np.stack([f.cpu().numpy() for f in feats]).astype(np.float64)
 
     def _embed_texts(self, texts: list[str]) -> np.ndarray:
-        t0 = time.perf_counter()
-        clip = self._get("clip")
-        out = [clip.embed_texts(texts[i : i + self.batch_size]).cpu().numpy()
-               for i in range(0, len(texts), self.batch_size)]
-        self.timings["clip text forward"] = self.timings.get("clip text forward", 0.0) + time.perf_counter() - t0
-        return np.concatenate(out).astype(np.float64)
+        """CLIP features of `texts`, each distinct text encoded once per process and CLIP."""
+        from benchmark.metrics.features import embed_texts
+
+        feats = embed_texts(self._get("clip"), texts, batch_size=self.batch_size, timer=self._timer("clip text forward"))
+        return np.stack([f.cpu().numpy() for f in feats]).astype(np.float64)
 
     # -- steps ------------------------------------------------------------------------------------------------
     def parse(self, queries: Sequence[Query]) -> list[ParsedEdit | str]:
@@ -293,8 +303,6 @@ class BpmSuite:
         return 1.0 - float(np.mean(d**2))
 
     def _score_chunk(self, items: list[_Loaded]) -> list[dict[str, Any]]:
-        import torch
-
         rows = [{"query_id": it.query.id, "status": "failed", "reason": it.error} for it in items if it.error]
         ok = [it for it in items if not it.error]
         jobs: list[_Job] = []
@@ -314,7 +322,7 @@ class BpmSuite:
             return rows
         crops = [c for j, r in done for c in (self._crop(j.item.original, r["_orig"][0]),
                                                self._crop(j.item.edit, r["_edit"][0]))]
-        feats = self._embed_images(torch.stack(crops))
+        feats = self._embed_images(crops)
         texts = [t for j, _ in done for t in (j.parse.o1_text or self.none_text, j.parse.o2_text or self.none_text)]
         uniq = list(dict.fromkeys(texts))
         tf = dict(zip(uniq, self._embed_texts(uniq), strict=True))

@@ -6,8 +6,10 @@ Per query: `accuracy` (1 / 0 from the type's detector rule; NaN for the seven ty
 `benchmark.metrics.editval.summary`), from Inception features carried in every row so shards merge.
 
 Work is batched across a chunk of queries and deduplicated by image content: an original shared by many queries
-(or an edit identical to its original) is detected / embedded once. Every backbone call goes through one small
-method (`_detect`, `_embed_dino`, `_fid_features`) so a shared feature cache can take them over.
+(or an edit identical to its original) is detected / embedded once. DINO and FID features go through the
+process-wide feature cache (`benchmark.metrics.features`), so an input another suite of the process already gave
+the same encoder (the conventional suite's DINO ViT-B/16 with the same recipe) is not encoded again; detections are
+memoised here (a bounded LRU keyed by image content and name).
 """
 
 from __future__ import annotations
@@ -95,6 +97,18 @@ def _digest(img: Any) -> str:
     return hashlib.blake2b(arr.tobytes() + repr(arr.shape).encode(), digest_size=16).hexdigest()
 
 
+class _FidEncoder:
+    """The FID extractor seen as an encoder of the shared feature cache (`embed_images` = its `features`)."""
+
+    def __init__(self, extractor: Any) -> None:
+        self.extractor, self.device = extractor, getattr(extractor, "device", "")
+        cls = f"{type(extractor).__module__}.{type(extractor).__qualname__}"
+        self.signature = f"fid|{cls}|{getattr(extractor, 'name', '')}|{getattr(extractor, 'dims', '')}"
+
+    def embed_images(self, images: Any) -> Any:
+        return self.extractor.features(images)
+
+
 def _factory_label(factory: Callable[..., Any] | None) -> str:
     """What a component factory builds (function and its settings), for `components()`; "off" for None."""
     if factory is None:
@@ -129,7 +143,7 @@ class EditValSuite:
         self.device = resolve_device(device)
         self.batch_size, self.chunk_size = batch_size, chunk_size
         self._models: dict[str, Any] = {}
-        self._caches = {k: _LRU(cache_size) for k in ("detect", "dino", "fid")}
+        self._detections_seen = _LRU(cache_size)  # DINO / FID features live in the shared feature cache
         self.timings: dict[str, float] = {}
 
     # -- components -------------------------------------------------------------------------------------------
@@ -156,7 +170,7 @@ class EditValSuite:
     def _tick(self, key: str, t0: float) -> None:
         self.timings[key] = self.timings.get(key, 0.0) + time.perf_counter() - t0
 
-    # -- backbone calls (one method each: the integration point of a shared feature cache) ---------------------
+    # -- backbone calls ---------------------------------------------------------------------------------------
     def _detect(self, images: list[Any], names: list[list[str]]) -> list[dict[str, Any] | None]:
         """Per image: name -> (best score, best corner box in its pixels), or None when the detector cannot read
         the image (the oracle, on anything but an exact render of the demo world)."""
@@ -165,48 +179,34 @@ class EditValSuite:
         self._tick("detector forward", t0)
         return out
 
-    def _embed_dino(self, images: list[Any]) -> np.ndarray:
-        """DINO CLS features (N, D) of float (3, H, W) tensors, batched by size."""
-        return self._batched("dino", lambda x: self._get("dino").embed_images(x), images)
+    def _timer(self, what: str) -> Callable[[Callable[[], Any]], Any]:
+        def run(fn: Callable[[], Any]) -> Any:
+            t0 = time.perf_counter()
+            out = fn()
+            self._tick(f"{what} forward", t0)
+            return out
 
-    def _fid_features(self, images: list[Any]) -> np.ndarray:
-        """Inception (FID) features (N, D) of float (3, H, W) tensors, batched by size."""
-        return self._batched("fid", lambda x: self._get("fid").features(x), images)
+        return run
 
-    def _batched(self, what: str, fn: Callable[[Any], Any], images: list[Any]) -> np.ndarray:
-        import torch
+    def _embed(self, what: str, images: list[Any]) -> list[np.ndarray]:
+        """DINO CLS (`dino`) or Inception (`fid`) features of float (3, H, W) tensors, through the process-wide
+        feature cache (benchmark/metrics/features.py): an input any suite of this process already gave the same
+        encoder (the conventional suite's `dino_ev` with EditVal's recipe, say) is not encoded again."""
+        from benchmark.metrics.features import embed_images
 
-        t0 = time.perf_counter()
-        out: list[Any] = [None] * len(images)
-        by_shape: dict[tuple[int, ...], list[int]] = {}
-        for i, im in enumerate(images):
-            by_shape.setdefault(tuple(im.shape), []).append(i)
-        for idx in by_shape.values():
-            for s in range(0, len(idx), self.batch_size):
-                part = idx[s : s + self.batch_size]
-                feats = fn(torch.stack([images[i] for i in part])).detach().cpu().double().numpy()
-                for i, f in zip(part, feats, strict=True):
-                    out[i] = f
-        self._tick(f"{what} forward", t0)
-        return np.stack(out) if out else np.zeros((0, 0))
+        enc = self._get("dino") if what == "dino" else _FidEncoder(self._get("fid"))
+        feats = embed_images(enc, images, batch_size=self.batch_size, timer=self._timer(what))
+        return [f.detach().cpu().double().numpy() for f in feats]
 
     # -- scoring ----------------------------------------------------------------------------------------------
     def _features(self, what: str, keyed: dict[str, Any]) -> dict[str, np.ndarray]:
-        """Features of each unique image (content key -> tensor), computing only those not cached."""
-        cache = self._caches[what]
-        out = {k: cache.get_touch(k) for k in keyed}
-        need = [k for k, v in out.items() if v is None]
-        if need:
-            fn = self._embed_dino if what == "dino" else self._fid_features
-            for k, f in zip(need, fn([keyed[k] for k in need]), strict=True):
-                cache.put(k, f)
-                out[k] = f
-        return out
+        """Features of each unique image (content key -> tensor); the shared cache skips those already encoded."""
+        return dict(zip(keyed, self._embed(what, list(keyed.values())), strict=True))
 
     def _detections(self, wanted: dict[str, tuple[Any, set[str]]]) -> dict[tuple[str, str], Any]:
         """(content key, name) -> (score, box) or None (image unreadable by the detector), detecting only the
         names of each image that are not cached."""
-        cache = self._caches["detect"]
+        cache = self._detections_seen
         out = {(k, n): cache.get_touch((k, n)) for k, (_, names) in wanted.items() for n in names}
         todo: dict[str, list[str]] = {}
         for (k, n), v in out.items():
