@@ -346,26 +346,12 @@ class BpmSuite:
     def score_queries(self, queryset: Any, queries: Sequence[Query], edit_paths: Sequence[Path], *, work_dir: Path,
                       num_workers: int = 0, progress: bool = True) -> Iterator[list[dict[str, Any]]]:
         """Yield lists of result rows (one dict per query)."""
-        from torch.utils.data import DataLoader
-        from tqdm import tqdm
+        from benchmark.metrics.chunking import by_source, score_in_chunks
 
-        order = sorted(range(len(queries)), key=lambda i: (queries[i].image, queries[i].id))
-        qs = [queries[i] for i in order]
-        paths = [edit_paths[i] for i in order]
-        loader = DataLoader(_Samples(queryset, qs, paths, self.original_masks == "queryset"), batch_size=None,
-                            shuffle=False, num_workers=num_workers)
-        bar = tqdm(total=len(qs), desc="bpm", unit="query", disable=not progress, leave=False)
-        chunk: list[_Loaded] = []
-        for item in loader:
-            chunk.append(item)
-            if len(chunk) >= self.chunk_size:
-                yield self._score_chunk(chunk)
-                bar.update(len(chunk))
-                chunk = []
-        if chunk:
-            yield self._score_chunk(chunk)
-            bar.update(len(chunk))
-        bar.close()
+        qs, paths = by_source(queries, edit_paths)
+        samples = _Samples(queryset, qs, paths, self.original_masks == "queryset")
+        yield from score_in_chunks(samples, self._score_chunk, chunk_size=self.chunk_size, desc="bpm",
+                                   num_workers=num_workers, progress=progress)
 
     def model_seconds(self) -> dict[str, float]:
         return {k: v for k, v in self.timings.items() if "forward" in k}

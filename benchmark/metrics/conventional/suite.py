@@ -336,25 +336,11 @@ class ConventionalSuite:
     def score_queries(self, queryset: Any, queries: Sequence[Query], edit_paths: Sequence[Path], *, work_dir: Path,
                       num_workers: int = 0, progress: bool = True) -> Iterator[list[dict[str, Any]]]:
         """Yield lists of result rows (one dict per query), chunk by chunk."""
-        from torch.utils.data import DataLoader
-        from tqdm import tqdm
+        from benchmark.metrics.chunking import by_source, score_in_chunks
 
-        order = sorted(range(len(queries)), key=lambda i: (queries[i].image, queries[i].id))
-        qs = [queries[i] for i in order]
-        paths = [edit_paths[i] for i in order]
-        loader = DataLoader(_Samples(queryset, qs, paths), batch_size=None, shuffle=False, num_workers=num_workers)
-        bar = tqdm(total=len(qs), desc="conventional", unit="query", disable=not progress, leave=False)
-        chunk: list[_Loaded] = []
-        for item in loader:
-            chunk.append(item)
-            if len(chunk) >= self.chunk_size:
-                yield self.score_items(chunk)
-                bar.update(len(chunk))
-                chunk = []
-        if chunk:
-            yield self.score_items(chunk)
-            bar.update(len(chunk))
-        bar.close()
+        qs, paths = by_source(queries, edit_paths)
+        yield from score_in_chunks(_Samples(queryset, qs, paths), self.score_items, chunk_size=self.chunk_size,
+                                   desc="conventional", num_workers=num_workers, progress=progress)
 
 
 def _outside(it: _Loaded) -> Any:
