@@ -20,6 +20,7 @@ import numpy as np
 
 from benchmark.metrics.augclip.attributes import AttributeCache, Attributes
 from benchmark.metrics.augclip.core import AugClipError, augclip
+from benchmark.metrics.components import LazyComponents
 from benchmark.models.common import resolve_device
 from benchmark.types import MetricInfo, Query
 
@@ -96,7 +97,7 @@ class _Samples:
         return out
 
 
-class AugClipSuite:
+class AugClipSuite(LazyComponents):
     """AugCLIP (specification: docs/augclip.md). `clip(device=)` -> ClipEncoder; `extractor(device=)` -> an
     attribute extractor (`benchmark.metrics.augclip.attributes`)."""
 
@@ -159,15 +160,6 @@ class AugClipSuite:
         return True
 
     # -- backbone calls (the only ones), through the process-wide feature cache ------------------------------
-    def _timer(self, key: str) -> Callable[[Callable[[], Any]], Any]:
-        def run(fn: Callable[[], Any]) -> Any:
-            t0 = time.perf_counter()
-            out = fn()
-            self.timings[key] = self.timings.get(key, 0.0) + time.perf_counter() - t0
-            return out
-
-        return run
-
     def _embed_images(self, images: Sequence[Any]) -> np.ndarray:
         """L2-normalised CLIP features (N, D) of float (3, 224, 224) images; an image any suite of this process
         already gave the same CLIP is not encoded again (`benchmark.metrics.features`)."""

@@ -23,6 +23,7 @@ import numpy as np
 from benchmark.metrics.bpm.instructions import GLOBAL_TYPES, ParsedEdit, ParseError, RuleParser, from_query
 from benchmark.metrics.bpm.locate import Box, box_mask, box_of
 from benchmark.metrics.bpm.rules import PositionRule, SizeRule, iou
+from benchmark.metrics.components import LazyComponents
 from benchmark.models.common import resolve_device
 from benchmark.types import MetricInfo, Query
 
@@ -94,7 +95,7 @@ class _Job:
     error: str = ""
 
 
-class BpmSuite:
+class BpmSuite(LazyComponents):
     """BPM (specification: docs/bpm.md). `clip(device=)` -> ClipEncoder; `locator(device=)` -> a Locator
     (detector + mask model); `llm_parser(device=)` -> optional LLMInstructionParser for what the rules miss."""
 
@@ -119,14 +120,6 @@ class BpmSuite:
         self.batch_size, self.chunk_size = batch_size, chunk_size
         self.rules = RuleParser()
         self.timings: dict[str, float] = {}
-
-    def _get(self, name: str) -> Any:
-        if name not in self._models:
-            f = self._factories[name]
-            t0 = time.perf_counter()
-            self._models[name] = f(device=self.device) if f is not None else None
-            self.timings[f"load {name}"] = time.perf_counter() - t0
-        return self._models[name]
 
     def components(self) -> dict[str, str]:
         def ident(f: Any) -> str:
@@ -156,15 +149,6 @@ class BpmSuite:
         out = self._get("locator").segment(images, boxes)
         self.timings["mask model forward"] = self.timings.get("mask model forward", 0.0) + time.perf_counter() - t0
         return out
-
-    def _timer(self, key: str) -> Callable[[Callable[[], Any]], Any]:
-        def run(fn: Callable[[], Any]) -> Any:
-            t0 = time.perf_counter()
-            out = fn()
-            self.timings[key] = self.timings.get(key, 0.0) + time.perf_counter() - t0
-            return out
-
-        return run
 
     def _embed_images(self, images: Sequence[Any]) -> np.ndarray:
         """CLIP features (N, D) of float (3, 224, 224) crops through the process-wide feature cache

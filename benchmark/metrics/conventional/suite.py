@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmark.metrics.components import LazyComponents
 from benchmark.metrics.conventional.columns import ALIASES, COLUMN_INFO, NEEDS, SUMMARY_INFO, VERSION
 from benchmark.models.common import resolve_device
 from benchmark.types import MetricInfo, Query
@@ -156,7 +157,7 @@ def _component_id(factory: Callable[..., Any] | None) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted(kw.items())) or getattr(factory, "__name__", "custom")
 
 
-class ConventionalSuite:
+class ConventionalSuite(LazyComponents):
     """CLIP-T, CLIP-I, directional CLIP (= MD), DINO (EditVal's and MagicBrush's), LPIPS and pixel statistics,
     with masked (outside the edit mask) and ground-truth-target variants. Learned components are factories
     (called once, lazily, with `device=`); a component set to None drops the columns that need it.
@@ -187,14 +188,6 @@ class ConventionalSuite:
         self.timings: dict[str, float] = {}
 
     # -- components -------------------------------------------------------------------------------------------
-    def _get(self, name: str) -> Any:
-        if name not in self._models:
-            f = self._factories[name]
-            t0 = time.perf_counter()
-            self._models[name] = None if f is None else f(device=self.device)
-            self.timings[f"load {name}"] = time.perf_counter() - t0
-        return self._models[name]
-
     def components(self) -> dict[str, str]:
         """The configured components (recorded in every leaderboard row)."""
         return {name: _component_id(f) for name, f in self._factories.items()} | {"clip_t_text": self.clip_t_text}
@@ -205,16 +198,6 @@ class ConventionalSuite:
 
     def model_seconds(self) -> dict[str, float]:
         return {k: v for k, v in self.timings.items() if "forward" in k}
-
-    def _timer(self, name: str) -> Callable[[Callable[[], Any]], Any]:
-        def run(fn: Callable[[], Any]) -> Any:
-            t0 = time.perf_counter()
-            out = fn()
-            key = f"{name} forward"
-            self.timings[key] = self.timings.get(key, 0.0) + time.perf_counter() - t0
-            return out
-
-        return run
 
     def clip_text(self, q: Query) -> tuple[str, str]:
         """(CLIP-T's text, the query field it comes from); ('', '') when the query has none."""
@@ -237,7 +220,7 @@ class ConventionalSuite:
                 slots.append(len(inputs) if img is not None else None)
                 if img is not None:
                     inputs.append(prepare(img))
-        feats = embed_images(enc, inputs, batch_size=self.batch_size, timer=self._timer(name))
+        feats = embed_images(enc, inputs, batch_size=self.batch_size, timer=self._timer(f"{name} forward"))
         got = [feats[s] if s is not None else None for s in slots]
         return got[0::3], got[1::3], got[2::3]
 
@@ -251,7 +234,7 @@ class ConventionalSuite:
             q = it.query
             texts += [self.clip_text(q)[0], q.source_caption, q.target_caption]
         wanted = [t for t in dict.fromkeys(texts) if t]
-        tf = dict(zip(wanted, embed_texts(clip, wanted, timer=self._timer("clip")), strict=True))
+        tf = dict(zip(wanted, embed_texts(clip, wanted, timer=self._timer("clip forward")), strict=True))
         for it, row, e, s, t in zip(items, rows, fe, fs, ft, strict=True):
             q = it.query
             text, field = self.clip_text(q)
@@ -285,7 +268,7 @@ class ConventionalSuite:
                 a = torch.stack([items[i].edit for i in chunk])
                 b = torch.stack([items[i].source for i in chunk])
                 valid = torch.stack([_outside(items[i]) for i in chunk])
-                full, out = self._timer("lpips")(lambda a=a, b=b, v=valid: lpips_full_and_outside(lp, a, b, v))
+                full, out = self._timer("lpips forward")(lambda a=a, b=b, v=valid: lpips_full_and_outside(lp, a, b, v))
                 for i, f, o in zip(chunk, full, out, strict=True):
                     rows[i]["lpips"] = float(f)
                     rows[i]["lpips_out"] = float(o)

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmark.metrics.components import LazyComponents
 from benchmark.metrics.editval.rules import RuleSettings, judge, requests, scale_box
 from benchmark.models.common import resolve_device
 from benchmark.types import EDITVAL_TYPES, MetricInfo, Query
@@ -121,7 +122,7 @@ def _factory_label(factory: Callable[..., Any] | None) -> str:
     return f"{getattr(func, '__qualname__', type(func).__name__)}({args})"
 
 
-class EditValSuite:
+class EditValSuite(LazyComponents):
     """EditVal's automatic evaluation. Learned components are factories called once, lazily:
 
     detector(device=) -> object with `detect(images, names) -> [ {name: (score, box)} or None ]` (OWL-ViT, or the
@@ -147,14 +148,6 @@ class EditValSuite:
         self.timings: dict[str, float] = {}
 
     # -- components -------------------------------------------------------------------------------------------
-    def _get(self, name: str) -> Any:
-        if name not in self._models:
-            f = self._factories[name]
-            t0 = time.perf_counter()
-            self._models[name] = None if f is None else f(device=self.device)
-            self.timings[f"load {name}"] = time.perf_counter() - t0
-        return self._models[name]
-
     def components(self) -> dict[str, str]:
         """The detector, DINO and FID components and the rule settings (recorded in every leaderboard row)."""
         s = self.settings
@@ -179,15 +172,6 @@ class EditValSuite:
         self._tick("detector forward", t0)
         return out
 
-    def _timer(self, what: str) -> Callable[[Callable[[], Any]], Any]:
-        def run(fn: Callable[[], Any]) -> Any:
-            t0 = time.perf_counter()
-            out = fn()
-            self._tick(f"{what} forward", t0)
-            return out
-
-        return run
-
     def _embed(self, what: str, images: list[Any]) -> list[np.ndarray]:
         """DINO CLS (`dino`) or Inception (`fid`) features of float (3, H, W) tensors, through the process-wide
         feature cache (benchmark/metrics/features.py): an input any suite of this process already gave the same
@@ -195,7 +179,7 @@ class EditValSuite:
         from benchmark.metrics.features import embed_images
 
         enc = self._get("dino") if what == "dino" else _FidEncoder(self._get("fid"))
-        feats = embed_images(enc, images, batch_size=self.batch_size, timer=self._timer(what))
+        feats = embed_images(enc, images, batch_size=self.batch_size, timer=self._timer(f"{what} forward"))
         return [f.detach().cpu().double().numpy() for f in feats]
 
     # -- scoring ----------------------------------------------------------------------------------------------

@@ -1,0 +1,37 @@
+"""What every metric suite does with its learned components: build each from its factory once, on first use, and
+account load and forward-pass time in `timings` (the score stage reports `model_seconds` from it)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+
+class LazyComponents:
+    """Mixin for suites that hold `_factories` (name -> factory(device=) or None), `_models` (a dict), `device` and
+    `timings` (a dict of seconds)."""
+
+    _factories: dict[str, Callable[..., Any] | None]
+    _models: dict[str, Any]
+    device: str
+    timings: dict[str, float]
+
+    def _get(self, name: str) -> Any:
+        """The component `name`, built on first use (None when its factory is None: the component is off)."""
+        if name not in self._models:
+            f = self._factories[name]
+            t0 = time.perf_counter()
+            self._models[name] = None if f is None else f(device=self.device)
+            self.timings[f"load {name}"] = time.perf_counter() - t0
+        return self._models[name]
+
+    def _timer(self, key: str) -> Callable[[Callable[[], Any]], Any]:
+        """A wrapper that runs a forward call and adds its time to `timings[key]`."""
+        def run(fn: Callable[[], Any]) -> Any:
+            t0 = time.perf_counter()
+            out = fn()
+            self.timings[key] = self.timings.get(key, 0.0) + time.perf_counter() - t0
+            return out
+
+        return run
