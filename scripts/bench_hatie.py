@@ -142,11 +142,11 @@ def main() -> None:
                                              args.repeat)))
         return
     results = {}
-    root = tempfile.mkdtemp(prefix="bench-hatie-")  # per-mode work dirs (segmentation caches)
     modes = args.modes.split(",")
     for mode in modes:
         if mode not in MODES or MODES[mode].get("seg_from", mode) not in modes[: modes.index(mode) + 1]:
             sys.exit(f"unknown mode {mode!r} or its segmentation source not run before it (modes: {', '.join(MODES)})")
+    root = tempfile.mkdtemp(prefix="bench-hatie-")  # per-mode work dirs (segmentation caches)
     for mode in modes:
         cmd = [sys.executable, __file__, "--worker", mode, "--per-type", str(args.per_type), "--device", args.device,
                "--root", root, "--repeat", str(args.repeat)]
@@ -154,6 +154,7 @@ def main() -> None:
                              check=False)
         line = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")]
         if out.returncode or not line:
+            shutil.rmtree(root, ignore_errors=True)
             sys.exit(f"{mode} failed:\n{out.stderr[-3000:]}")
         results[mode] = json.loads(line[0][7:])
     shutil.rmtree(root, ignore_errors=True)
