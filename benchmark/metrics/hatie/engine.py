@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from benchmark.metrics.features import embed_images, embed_texts
+from benchmark.metrics.features import embed_images, embed_texts, encoder_signature, shared_cache
 from benchmark.metrics.hatie.primitives import (
     DEG_A_LEVELS,
     DEG_A_MIN_SIZE,
@@ -112,6 +112,16 @@ class SimilarityEngine:
         self._text_cache: dict[str, Any] = {}
         self.model_seconds: dict[str, float] = {"clip": 0.0, "dino": 0.0, "lpips": 0.0, "vqa": 0.0}
         self.forward_calls: dict[str, int] = {"clip": 0, "dino": 0, "lpips": 0, "vqa": 0}
+        # inputs that actually went through a backbone (after dedup by key and by content): the work done
+        self.forward_items: dict[str, int] = {"clip image": 0, "clip text": 0, "dino": 0, "lpips pair": 0, "vqa": 0}
+
+    def _count(self, item: str, encoder: Any, fn: Callable[[], Any]) -> Any:
+        """Run `fn` (an embed call through the shared cache) and add the inputs it encoded to `item`'s count."""
+        cache, sig = shared_cache(), encoder_signature(encoder)
+        before = cache.forward_items[sig]
+        out = fn()
+        self.forward_items[item] += cache.forward_items[sig] - before
+        return out
 
     def _timed(self, name: str, fn: Callable[[], Any]) -> Any:
         t0 = time.perf_counter()
@@ -130,8 +140,9 @@ class SimilarityEngine:
             else:
                 out[k] = hit
         if todo:  # the process-wide cache (benchmark.metrics.features) shares features with other suites
-            feats = embed_images(encoder, [prepare(images[k]) for k in todo], batch_size=self.batch_size,
-                                 timer=lambda fn: self._timed(name, fn))
+            inputs = [prepare(images[k]) for k in todo]
+            feats = self._count("clip image" if name == "clip" else name, encoder, lambda: embed_images(
+                encoder, inputs, batch_size=self.batch_size, timer=lambda fn: self._timed(name, fn)))
             for k, f in zip(todo, feats, strict=True):
                 out[k] = f
                 cache.put(k, f)
@@ -155,6 +166,7 @@ class SimilarityEngine:
             a = torch.stack([resize(images[x], (LPIPS_SIZE, LPIPS_SIZE)) for x, _ in chunk])
             b = torch.stack([resize(images[y], (LPIPS_SIZE, LPIPS_SIZE)) for _, y in chunk])
             d = self._timed("lpips", lambda a=a, b=b: self.lpips.distance(a, b))
+            self.forward_items["lpips pair"] += len(chunk)
             lp.update({pk: 1.0 - float(v) for pk, v in zip(chunk, d, strict=True)})
         return {pk: {"clip": _cos01(clip_f[pk[0]], clip_f[pk[1]]), "lpips": lp[pk],
                      "dino": _cos01(dino_f[pk[0]], dino_f[pk[1]]), "l2": l2_sim(images[pk[0]], images[pk[1]])}
@@ -198,7 +210,8 @@ class SimilarityEngine:
                             lambda im: _square_resize(im, self.clip.image_size, "bicubic"), self.clip)
         new_texts = [t for t in dict.fromkeys(t for _, t in texts) if t not in self._text_cache]
         if new_texts:
-            tf = embed_texts(self.clip, new_texts, batch_size=len(new_texts), timer=lambda fn: self._timed("clip", fn))
+            tf = self._count("clip text", self.clip, lambda: embed_texts(
+                self.clip, new_texts, batch_size=len(new_texts), timer=lambda fn: self._timed("clip", fn)))
             self._text_cache.update(zip(new_texts, tf, strict=True))
         text_res = {tk: _cos01(img_f[tk[0]], self._text_cache[tk[1]]) for tk in texts}
         vqa_res: dict[TextKey, float] = {}
@@ -209,6 +222,7 @@ class SimilarityEngine:
                 chunk = vqas[start : start + self.batch_size]
                 ims = [images[k] for k, _ in chunk]
                 ps = self._timed("vqa", lambda ims=ims, chunk=chunk: self.vqa_model.score(ims, [t for _, t in chunk]))
+                self.forward_items["vqa"] += len(chunk)
                 vqa_res.update({tk: float(p) for tk, p in zip(chunk, ps, strict=True)})
         res = Results(pair_res, text_res, vqa_res)
         return [p.finish(res) for p in plans]  # type: ignore[misc]

@@ -170,6 +170,7 @@ class HatieSuite:
         self.add_relation_text = add_relation_text
         self._models: dict[str, Any] = {}
         self.timings: dict[str, float] = {}
+        self.fid_items = 0  # images through the FID extractor (edits + originals not in the source cache)
         self._seg_identity = _segmenter_identity(segmenter)
         # the resolved segmenter (auto -> detectron2 or torchvision, and its weights) keys the metric signature
         self.info = SuiteInfo(HatieSuite.info.name, HatieSuite.info.version, True,
@@ -253,12 +254,14 @@ class HatieSuite:
         edit_f = []
         for s in range(0, len(items), self.batch_size):
             edit_f.extend(ext.features(torch.stack([it.edit for it in items[s : s + self.batch_size]])).cpu().numpy())
+        self.fid_items += len(items)
         need = list(dict.fromkeys(it.query.image for it in items if src_cache.get_touch(it.query.image) is None))
         by_img = {it.query.image: it.original for it in items}
         for s in range(0, len(need), self.batch_size):
             chunk = need[s : s + self.batch_size]
             feats = ext.features(torch.stack([by_img[k] for k in chunk])).cpu().numpy()
             src_cache.update(zip(chunk, feats, strict=True))
+            self.fid_items += len(chunk)
         self.timings["fid forward"] = self.timings.get("fid forward", 0.0) + time.perf_counter() - t0
         return edit_f, [src_cache[it.query.image] for it in items]
 
@@ -305,10 +308,13 @@ class HatieSuite:
             chunk.clear()
             return rows
 
-        for item in loader:
+        it_loader, t0 = iter(loader), time.perf_counter()
+        for item in it_loader:
+            self.timings["load images"] = self.timings.get("load images", 0.0) + time.perf_counter() - t0
             chunk.append(item)
             if len(chunk) >= self.chunk_size:
                 yield flush()
+            t0 = time.perf_counter()
         if chunk:
             yield flush()
         bar.close()
