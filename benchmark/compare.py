@@ -264,7 +264,7 @@ def compare_runs(results: Path, runs: Sequence[str] | None = None, *, queryset: 
     by_value = BY_VALUES[by]
     results = Path(results)
     where = f"under {results / 'runs'}" + (f" for query set {queryset!r}" if queryset else "")
-    folders = _folders(collect_runs(results), queryset)
+    folders = _folders(collect_runs(results, per_query_only=True), queryset)  # not the per-row FID features
     if not folders:
         raise CompareError(f"no scored runs {where}; run `make demo` or `editmeter run ...` first")
     explicit = bool(runs)

@@ -176,20 +176,22 @@ def iter_scorings(results: Path, metric_sig: str | None = None) -> Iterator[tupl
             yield meta_path, view
 
 
-def collect_runs(results: Path, metric_sig: str | None = None) -> list[Run]:
+def collect_runs(results: Path, metric_sig: str | None = None, *, per_query_only: bool = False) -> list[Run]:
     """Every (run folder, metric set) under `results/runs` with valid scores, for `metric_sig` only when given
     (default: every metric set each run folder was scored with, so the tables do not depend on command order).
 
     A run whose run.json or query index is bad is skipped with a warning naming the file; bad score parts are
     quarantined (their rows then count as missing)."""
-    runs = (collect_run(meta_path, view) for meta_path, view in iter_scorings(results, metric_sig))
+    runs = (collect_run(meta_path, view, per_query_only=per_query_only)
+            for meta_path, view in iter_scorings(results, metric_sig))
     return [run for run in runs if run is not None]
 
 
-def collect_run(meta_path: Path, meta: dict[str, Any]) -> Run | None:
+def collect_run(meta_path: Path, meta: dict[str, Any], *, per_query_only: bool = False) -> Run | None:
     """One run folder's scores for the metric set `meta` describes (a validated view from `iter_scorings`), or
-    None when it has no scores (a bad query index: with a warning)."""
-    from benchmark.stages.score import read_scores, scores_dir
+    None when it has no scores (a bad query index: with a warning). `per_query_only` reads only the row keys and
+    the per-query metric columns (not e.g. HATIE's per-row FID features: hundreds of MB per run at full scale)."""
+    from benchmark.stages.score import ROW_KEYS, read_scores, scores_dir
     from benchmark.stages.score_cache import INDEX_FILE, read_query_index
 
     sig = meta["metric_sig"]
@@ -205,7 +207,8 @@ def collect_run(meta_path: Path, meta: dict[str, Any]) -> Run | None:
     if why:
         warn(f"{folder}: {why}; this run is skipped (rerun its score stage)")
         return None
-    scores = read_scores(meta_path.parent, sig, valid_ids=index.ids)
+    columns = [*ROW_KEYS, *(meta.get("metric_order") or meta["metrics"])] if per_query_only else None
+    scores = read_scores(meta_path.parent, sig, columns=columns, valid_ids=index.ids)
     if not len(scores):
         return None
     return Run(meta, index, scores.sort_values("query_id", kind="stable").reset_index(drop=True), meta_path.parent)

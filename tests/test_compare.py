@@ -306,3 +306,21 @@ def test_compares_real_run_folders_of_the_pipeline(tmp_path):
         r = overall.loc[m]
         assert r["win_a"] == r["n_shared"] and r["ties"] == 0 and (r["diff"] > 0) == r["higher_is_better"]
         assert not (r["ci_low"] <= 0 <= r["ci_high"])
+
+
+def test_compare_reads_only_the_per_query_columns(tmp_path):
+    """HATIE-like per-row feature columns (`_`-prefixed lists) are never read by a comparison: at full scale they
+    are hundreds of MB per run; the scores it pairs are the same either way."""
+    from benchmark.leaderboard import collect_runs
+
+    res = tmp_path / "res"
+    run_dir = make_run(res, "A", {"m": np.linspace(0, 1, 20)})
+    part = next(run_dir.glob("scores/*/part-*.parquet"))
+    rows = pd.read_parquet(part)
+    rows["_fid_edit"] = [np.full(8, 0.5, dtype=np.float32)] * len(rows)  # like HATIE's per-row features
+    rows.to_parquet(part, index=False)
+    full = collect_runs(res)[0].scores
+    lean = collect_runs(res, per_query_only=True)[0].scores
+    assert any(c.startswith("_") for c in full.columns)
+    assert not any(c.startswith("_") for c in lean.columns)
+    assert lean["m"].tolist() == full["m"].tolist()
