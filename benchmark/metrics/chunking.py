@@ -36,3 +36,34 @@ def score_in_chunks(samples: Any, score: Callable[[list[Any]], list[dict[str, An
         yield score(chunk)
         bar.update(len(chunk))
     bar.close()
+
+
+class QuerySamples:
+    """Map-style dataset of the loaded inputs of each query (read in DataLoader workers). Subclasses say what an
+    item holds (`item`) and how it is filled (`load`); a file that cannot be read or decoded becomes the item's
+    `error` (a failure row with the reason), never an exception that ends the run."""
+
+    def __init__(self, queryset: Any, queries: Sequence[Query], edit_paths: Sequence[Path]) -> None:
+        self.queryset, self.queries, self.edit_paths = queryset, queries, edit_paths
+
+    def __len__(self) -> int:
+        return len(self.queries)
+
+    def __getitem__(self, i: int) -> Any:
+        from benchmark.imageio import ImageInputError
+
+        q = self.queries[i]
+        out = self.item(q)
+        try:
+            self.load(out, q, Path(self.edit_paths[i]))
+        except (ImageInputError, OSError) as err:
+            out.error = str(err)
+        return out
+
+    def item(self, query: Query) -> Any:
+        """An empty item for `query` (a dataclass with at least `query` and `error`)."""
+        raise NotImplementedError
+
+    def load(self, out: Any, query: Query, edit_path: Path) -> None:
+        """Fill `out` from the query set's files and the edit at `edit_path`."""
+        raise NotImplementedError

@@ -20,6 +20,7 @@ import numpy as np
 
 from benchmark.metrics.augclip.attributes import AttributeCache, Attributes
 from benchmark.metrics.augclip.core import AugClipError, augclip
+from benchmark.metrics.chunking import QuerySamples
 from benchmark.metrics.components import LazyComponents
 from benchmark.models.common import resolve_device
 from benchmark.types import MetricInfo, Query
@@ -77,24 +78,15 @@ def clip_square(img: Any) -> Any:
     return to_float_tensor(img)
 
 
-class _Samples:
-    def __init__(self, queryset: Any, queries: Sequence[Query], edit_paths: Sequence[Path]) -> None:
-        self.queryset, self.queries, self.edit_paths = queryset, queries, edit_paths
+class _Samples(QuerySamples):
+    def item(self, query: Query) -> _Loaded:
+        return _Loaded(query)
 
-    def __len__(self) -> int:
-        return len(self.queries)
+    def load(self, out: _Loaded, q: Query, edit_path: Path) -> None:
+        from benchmark.imageio import load_rgb
 
-    def __getitem__(self, i: int) -> _Loaded:
-        from benchmark.imageio import ImageInputError, load_rgb
-
-        q = self.queries[i]
-        out = _Loaded(q)
-        try:
-            out.source = clip_square(load_rgb(self.queryset.path(q.image)))
-            out.edit = clip_square(load_rgb(self.edit_paths[i]))
-        except (ImageInputError, OSError) as err:
-            out.error = str(err)
-        return out
+        out.source = clip_square(load_rgb(self.queryset.path(q.image)))
+        out.edit = clip_square(load_rgb(edit_path))
 
 
 class AugClipSuite(LazyComponents):

@@ -23,6 +23,7 @@ import numpy as np
 from benchmark.metrics.bpm.instructions import GLOBAL_TYPES, ParsedEdit, ParseError, RuleParser, from_query
 from benchmark.metrics.bpm.locate import Box, box_mask, box_of
 from benchmark.metrics.bpm.rules import PositionRule, SizeRule, iou
+from benchmark.metrics.chunking import QuerySamples
 from benchmark.metrics.components import LazyComponents
 from benchmark.models.common import resolve_device
 from benchmark.types import MetricInfo, Query
@@ -53,33 +54,28 @@ class _Loaded:
     error: str = ""
 
 
-class _Samples:
+class _Samples(QuerySamples):
     def __init__(self, queryset: Any, queries: Sequence[Query], edit_paths: Sequence[Path], gt_original: bool):
-        self.queryset, self.queries, self.edit_paths, self.gt_original = queryset, queries, edit_paths, gt_original
+        super().__init__(queryset, queries, edit_paths)
+        self.gt_original = gt_original
 
-    def __len__(self) -> int:
-        return len(self.queries)
+    def item(self, query: Query) -> _Loaded:
+        return _Loaded(query)
 
-    def __getitem__(self, i: int) -> _Loaded:
+    def load(self, out: _Loaded, q: Query, edit_path: Path) -> None:
         from PIL import Image
 
-        from benchmark.imageio import ImageInputError, load_mask, load_rgb
+        from benchmark.imageio import load_mask, load_rgb
 
-        q = self.queries[i]
-        out = _Loaded(q)
-        try:
-            src = load_rgb(self.queryset.path(q.image))
-            edit = load_rgb(self.edit_paths[i])
-            if edit.size != src.size:  # judged at the original's size
-                edit = edit.resize(src.size, Image.Resampling.BICUBIC)
-            out.original, out.edit = np.asarray(src, dtype=np.uint8), np.asarray(edit, dtype=np.uint8)
-            if self.gt_original:  # keyed by role: the target and the anchor may share a class name
-                for role, o in (("target", q.target), ("anchor", q.anchor)):
-                    if o is not None and o.mask:
-                        out.gt[role] = load_mask(self.queryset.path(o.mask), src.size)
-        except (ImageInputError, OSError) as err:
-            out.error = str(err)
-        return out
+        src = load_rgb(self.queryset.path(q.image))
+        edit = load_rgb(edit_path)
+        if edit.size != src.size:  # judged at the original's size
+            edit = edit.resize(src.size, Image.Resampling.BICUBIC)
+        out.original, out.edit = np.asarray(src, dtype=np.uint8), np.asarray(edit, dtype=np.uint8)
+        if self.gt_original:  # keyed by role: the target and the anchor may share a class name
+            for role, o in (("target", q.target), ("anchor", q.anchor)):
+                if o is not None and o.mask:
+                    out.gt[role] = load_mask(self.queryset.path(o.mask), src.size)
 
 
 @dataclass

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmark.metrics.chunking import QuerySamples
 from benchmark.metrics.components import LazyComponents
 from benchmark.metrics.conventional.columns import ALIASES, COLUMN_INFO, NEEDS, SUMMARY_INFO, VERSION
 from benchmark.models.common import resolve_device
@@ -34,39 +35,30 @@ class _Loaded:
     error: str = ""
 
 
-class _Samples:
+class _Samples(QuerySamples):
     """Loads one query's images (runs in DataLoader workers)."""
 
-    def __init__(self, queryset: Any, queries: Sequence[Query], edit_paths: Sequence[Path]) -> None:
-        self.queryset, self.queries, self.edit_paths = queryset, queries, edit_paths
+    def item(self, query: Query) -> _Loaded:
+        return _Loaded(query)
 
-    def __len__(self) -> int:
-        return len(self.queries)
-
-    def __getitem__(self, i: int) -> _Loaded:
+    def load(self, out: _Loaded, q: Query, edit_path: Path) -> None:
         import torch
 
         from benchmark.imageio import ImageInputError, load_mask, load_rgb, to_float_tensor
 
-        q = self.queries[i]
-        out = _Loaded(q)
-        try:
-            src = load_rgb(self.queryset.path(q.image))
-            edit = load_rgb(self.edit_paths[i])
-            if edit.size != src.size:  # pixel metrics compare aligned pixels: never resize an edit silently
-                raise ImageInputError(f"edit is {edit.size[0]}x{edit.size[1]}, source is {src.size[0]}x{src.size[1]}")
-            out.source, out.edit = to_float_tensor(src), to_float_tensor(edit)
-            if q.edit_mask:
-                out.mask = torch.from_numpy(load_mask(self.queryset.path(q.edit_mask), src.size))
-            if q.target_image:
-                tgt = load_rgb(self.queryset.path(q.target_image))
-                if tgt.size != src.size:
-                    raise ImageInputError(f"ground-truth target is {tgt.size[0]}x{tgt.size[1]}, source is "
-                                          f"{src.size[0]}x{src.size[1]}")
-                out.target = to_float_tensor(tgt)
-        except (ImageInputError, OSError) as err:
-            out.error = str(err)
-        return out
+        src = load_rgb(self.queryset.path(q.image))
+        edit = load_rgb(edit_path)
+        if edit.size != src.size:  # pixel metrics compare aligned pixels: never resize an edit silently
+            raise ImageInputError(f"edit is {edit.size[0]}x{edit.size[1]}, source is {src.size[0]}x{src.size[1]}")
+        out.source, out.edit = to_float_tensor(src), to_float_tensor(edit)
+        if q.edit_mask:
+            out.mask = torch.from_numpy(load_mask(self.queryset.path(q.edit_mask), src.size))
+        if q.target_image:
+            tgt = load_rgb(self.queryset.path(q.target_image))
+            if tgt.size != src.size:
+                raise ImageInputError(f"ground-truth target is {tgt.size[0]}x{tgt.size[1]}, source is "
+                                      f"{src.size[0]}x{src.size[1]}")
+            out.target = to_float_tensor(tgt)
 
 
 def clip_input(img: Any, size: int) -> Any:

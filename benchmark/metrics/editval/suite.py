@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmark.metrics.chunking import QuerySamples
 from benchmark.metrics.components import LazyComponents
 from benchmark.metrics.editval.rules import RuleSettings, judge, requests, scale_box
 from benchmark.models.common import resolve_device
@@ -50,26 +51,17 @@ class _Loaded:
     error: str = ""
 
 
-class _Samples:
+class _Samples(QuerySamples):
     """Loads one query's original and edit (runs in DataLoader workers)."""
 
-    def __init__(self, queryset: Any, queries: Sequence[Query], edit_paths: Sequence[Path]) -> None:
-        self.queryset, self.queries, self.edit_paths = queryset, queries, edit_paths
+    def item(self, query: Query) -> _Loaded:
+        return _Loaded(query)
 
-    def __len__(self) -> int:
-        return len(self.queries)
+    def load(self, out: _Loaded, q: Query, edit_path: Path) -> None:
+        from benchmark.imageio import load_rgb
 
-    def __getitem__(self, i: int) -> _Loaded:
-        from benchmark.imageio import ImageInputError, load_rgb
-
-        q = self.queries[i]
-        out = _Loaded(q)
-        try:
-            out.original = load_rgb(self.queryset.path(q.image))
-            out.edit = load_rgb(self.edit_paths[i])
-        except (ImageInputError, OSError) as err:
-            out.error = str(err)
-        return out
+        out.original = load_rgb(self.queryset.path(q.image))
+        out.edit = load_rgb(edit_path)
 
 
 class _LRU(OrderedDict):

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmark.metrics.chunking import QuerySamples
 from benchmark.metrics.hatie.primitives import IMAGE_SIZE
 from benchmark.metrics.hatie.weights import CRITERIA, TOTAL_WEIGHTS_KEY, load_weight_profile, query_criteria
 from benchmark.metrics.hatie.workflows import (
@@ -80,16 +81,13 @@ class _Loaded:
     error: str = ""
 
 
-class _HatieSamples:
+class _HatieSamples(QuerySamples):
     """Loads one query's 512 px images and ground-truth masks (runs in DataLoader workers)."""
 
-    def __init__(self, queryset: Any, queries: Sequence[Query], edit_paths: Sequence[Path]) -> None:
-        self.queryset, self.queries, self.edit_paths = queryset, queries, edit_paths
+    def item(self, query: Query) -> _Loaded:
+        return _Loaded(query)
 
-    def __len__(self) -> int:
-        return len(self.queries)
-
-    def __getitem__(self, i: int) -> _Loaded:
+    def load(self, out: _Loaded, q: Query, edit_path: Path) -> None:
         import hashlib
 
         import torch
@@ -97,29 +95,23 @@ class _HatieSamples:
 
         from benchmark.imageio import ImageInputError, load_mask, load_rgb, to_float_tensor
 
-        q = self.queries[i]
-        out = _Loaded(q)
-        try:
-            src = load_rgb(self.queryset.path(q.image))
-            edit_bytes = Path(self.edit_paths[i]).read_bytes()
-            out.edit_sha = hashlib.sha256(edit_bytes).hexdigest()
-            edit = load_rgb(self.edit_paths[i], edit_bytes)  # one read: hashed and decoded
-            out.original, out.edit = to_float_tensor(at512(src)), to_float_tensor(at512(edit))
-            out.edit_u8 = segmenter_input(edit)
-            objs = {o.id: o for o in (q.target, q.anchor, *q.editable_objects) if o is not None}
-            out.gt_masks = {}
-            for oid in needed_masks(q):
-                o = objs[oid]
-                if not o.mask:
-                    raise ImageInputError(f"query {q.id}: object {oid} ({o.name}) has no mask in the query set")
-                m = torch.from_numpy(load_mask(self.queryset.path(o.mask), src.size)).float()
-                m = F.interpolate(m[None, None], size=(IMAGE_SIZE, IMAGE_SIZE), mode="nearest")[0, 0]
-                if not m.any():
-                    raise ImageInputError(f"query {q.id}: the mask of object {oid} ({o.name}) is empty")
-                out.gt_masks[oid] = m
-        except (ImageInputError, OSError) as err:
-            out.error = str(err)
-        return out
+        src = load_rgb(self.queryset.path(q.image))
+        edit_bytes = edit_path.read_bytes()
+        out.edit_sha = hashlib.sha256(edit_bytes).hexdigest()
+        edit = load_rgb(edit_path, edit_bytes)  # one read: hashed and decoded
+        out.original, out.edit = to_float_tensor(at512(src)), to_float_tensor(at512(edit))
+        out.edit_u8 = segmenter_input(edit)
+        objs = {o.id: o for o in (q.target, q.anchor, *q.editable_objects) if o is not None}
+        out.gt_masks = {}
+        for oid in needed_masks(q):
+            o = objs[oid]
+            if not o.mask:
+                raise ImageInputError(f"query {q.id}: object {oid} ({o.name}) has no mask in the query set")
+            m = torch.from_numpy(load_mask(self.queryset.path(o.mask), src.size)).float()
+            m = F.interpolate(m[None, None], size=(IMAGE_SIZE, IMAGE_SIZE), mode="nearest")[0, 0]
+            if not m.any():
+                raise ImageInputError(f"query {q.id}: the mask of object {oid} ({o.name}) is empty")
+            out.gt_masks[oid] = m
 
 
 def at512(img: Any) -> Any:
