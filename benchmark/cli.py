@@ -22,7 +22,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 PROG = "editmeter"
-PLANNED: dict[str, str] = {}  # subcommands announced in the help before they exist
 
 
 def _run(argv: list[str]) -> int:
@@ -120,7 +119,6 @@ def usage() -> str:
     width = max(map(len, COMMANDS)) + 2
     lines = [f"usage: {PROG} <command> [options] [group=option ...] [key=value ...]", "", "commands:"]
     lines += [f"  {name:<{width}}{text}" for name, (_, text) in COMMANDS.items()]
-    lines += [f"  {name:<{width}}(planned) {text}" for name, text in PLANNED.items()]
     lines += ["", "config groups (group=option), for run and score:"]
     lines += [f"  {g}: {', '.join(options(g))}" for g in config_groups()]
     lines += ["", "examples:",
@@ -141,11 +139,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(usage())
         return 0 if args else 2
     name, rest = args[0], args[1:]
-    if name in PLANNED:
-        print(f"error: `{PROG} {name}` ({PLANNED[name]}) is planned, not yet available", file=sys.stderr)
-        return 2
     if name not in COMMANDS:
-        close = difflib.get_close_matches(name, [*COMMANDS, *PLANNED], n=1, cutoff=0.5)
+        close = difflib.get_close_matches(name, list(COMMANDS), n=1, cutoff=0.5)
         hint = f" Did you mean {close[0]!r}?" if close else ""
         print(f"error: unknown command {name!r}.{hint} Commands: {', '.join(COMMANDS)}", file=sys.stderr)
         return 2

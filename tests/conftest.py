@@ -58,3 +58,15 @@ def single_thread_torch():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture
+def restore_logging():
+    """An in-process Hydra run configures logging (handlers on the captured stderr); put it back afterwards."""
+    import logging
+
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)

@@ -28,18 +28,6 @@ def _overall(results: Path) -> pd.DataFrame:
     return pd.read_csv(results / "leaderboard.csv")
 
 
-@pytest.fixture
-def restore_logging():
-    """An in-process Hydra run configures logging; put it back afterwards."""
-    import logging
-
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
-
-
 def test_multirun_arguments_shard_and_keep_the_sweep(tmp_path):
     args = L.build_multirun(["editor=ip2p", "editor.guidance_scale=5,7.5"], workers=3, launcher="local",
                             gpus=["0", "1", "2"], sweep_dir=tmp_path)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import hashlib
 import math
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from benchmark.metrics.chunking import QuerySamples
-from benchmark.metrics.components import LazyComponents
+from benchmark.metrics.components import LazyComponents, LRUCache
 from benchmark.metrics.editval.rules import RuleSettings, judge, requests, scale_box
 from benchmark.models.common import resolve_device
 from benchmark.types import EDITVAL_TYPES, MetricInfo, Query
@@ -62,26 +61,6 @@ class _Samples(QuerySamples):
 
         out.original = load_rgb(self.queryset.path(q.image))
         out.edit = load_rgb(edit_path)
-
-
-class _LRU(OrderedDict):
-    """Bounded memo (memory must not grow with the query set)."""
-
-    def __init__(self, capacity: int) -> None:
-        super().__init__()
-        self.capacity = capacity
-
-    def get_touch(self, key: Any) -> Any:
-        if key in self:
-            self.move_to_end(key)
-            return self[key]
-        return None
-
-    def put(self, key: Any, value: Any) -> None:
-        self[key] = value
-        self.move_to_end(key)
-        while len(self) > self.capacity:
-            self.popitem(last=False)
 
 
 def _digest(img: Any) -> str:
@@ -136,7 +115,7 @@ class EditValSuite(LazyComponents):
         self.device = resolve_device(device)
         self.batch_size, self.chunk_size = batch_size, chunk_size
         self._models: dict[str, Any] = {}
-        self._detections_seen = _LRU(cache_size)  # DINO / FID features live in the shared feature cache
+        self._detections_seen = LRUCache(cache_size)  # DINO / FID features live in the shared feature cache
         self.timings: dict[str, float] = {}
 
     # -- components -------------------------------------------------------------------------------------------

@@ -9,11 +9,11 @@ for all of its queries.
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from benchmark.metrics.components import LRUCache
 from benchmark.metrics.features import embed_images, embed_texts, encoder_signature, shared_cache
 from benchmark.metrics.hatie.primitives import (
     DEG_A_LEVELS,
@@ -81,24 +81,6 @@ class Results:
     pair: dict[PairKey, dict[str, float]]
     clip_it: dict[TextKey, float]
     vqa: dict[TextKey, float]
-
-
-class LRUCache(OrderedDict):
-    def __init__(self, capacity: int) -> None:
-        super().__init__()
-        self.capacity = capacity
-
-    def get_touch(self, key: str) -> Any:
-        if key in self:
-            self.move_to_end(key)
-            return self[key]
-        return None
-
-    def put(self, key: str, value: Any) -> None:
-        self[key] = value
-        self.move_to_end(key)
-        while len(self) > self.capacity:
-            self.popitem(last=False)
 
 
 class SimilarityEngine:

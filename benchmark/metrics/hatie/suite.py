@@ -263,7 +263,8 @@ class HatieSuite:
         from torch.utils.data import DataLoader
         from tqdm import tqdm
 
-        from benchmark.metrics.hatie.engine import LRUCache, SimilarityEngine
+        from benchmark.metrics.components import LRUCache
+        from benchmark.metrics.hatie.engine import SimilarityEngine
         from benchmark.models.segmenter import restrict
 
         order = sorted(range(len(queries)), key=lambda i: (queries[i].image, queries[i].id))
