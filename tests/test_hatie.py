@@ -512,6 +512,55 @@ def test_degradation_test_a_levels(engine):
     assert 0 < fine.scores["l2"] < 1  # passes only after downscaling: (10 - p) / 10 for the first passing level
 
 
+def _deg_a_every_similarity_at_every_level(engine, e_img, o_img):
+    """Reference degradation test A: all four similarities at every level until all have passed."""
+    scores = dict.fromkeys(("clip", "lpips", "dino", "l2"), 0.0)
+    e, o = P.gray3(e_img), P.gray3(o_img)
+    for p in range(P.DEG_A_LEVELS):
+        side = S // 2**p
+        if side < P.DEG_A_MIN_SIZE or all(scores.values()):
+            break
+        e, o = P.resize(e, (side, side)), P.resize(o, (side, side))
+        sims = engine.pair_similarities([("e", "o")], {"e": e, "o": o})[("e", "o")]
+        for name, v in sims.items():
+            if scores[name] == 0 and v > P.DEG_A_THRESHOLD:
+                scores[name] = (P.DEG_A_LEVELS - p) / P.DEG_A_LEVELS
+    return scores
+
+
+def test_degradation_test_a_asks_only_for_similarities_not_yet_passed():
+    """A similarity that passed keeps its score, so the engine stops computing it: same scores as computing all
+    four at every level, fewer backbone inputs when the similarities pass at different levels."""
+    from benchmark.metrics.features import shared_cache
+    from benchmark.metrics.hatie.engine import DegAJob, SimilarityEngine
+    from benchmark.models.clip import load_clip
+    from benchmark.models.dino import load_dino
+    from benchmark.models.perceptual import load_lpips
+
+    img, _ = scene()
+    yy, xx = torch.meshgrid(torch.arange(S), torch.arange(S), indexing="ij")
+    checker = ((yy // 2 + xx // 2) % 2).float().expand(3, S, S)
+    g = torch.Generator().manual_seed(3)
+    noise = torch.rand(3, S, S, generator=g)
+    cases = {"same": (img, img.clone()), "fine": (checker, 1 - checker), "noise": (noise, img),
+             "shift": (torch.roll(img, 40, dims=2), img)}
+    new = lambda: SimilarityEngine(load_clip("tiny"), load_dino("tiny"), load_lpips("tiny"), batch_size=16,  # noqa: E731
+                                   cache_size=0)
+    shared_cache().clear()
+    ref_engine = new()
+    want = {k: _deg_a_every_similarity_at_every_level(ref_engine, *v) for k, v in cases.items()}
+    shared_cache().clear()
+    eng = new()
+    jobs = {k: DegAJob(f"{k}:e", f"{k}:o", *v) for k, v in cases.items()}
+    eng.run_deg_a(list(jobs.values()))
+    for k, job in jobs.items():
+        assert job.scores == want[k], k
+    # the cases pass at different levels per similarity (else the saving below would be vacuous)
+    assert any(len(set(w.values())) > 1 for w in want.values())
+    ref_items, items = sum(ref_engine.forward_items.values()), sum(eng.forward_items.values())
+    assert items < ref_items, (items, ref_items)
+
+
 def test_vqa_on_end_to_end_with_a_tiny_vlm(tmp_path):
     s = run_demo(tmp_path, "identity", "metrics=hatie_vqa", "limit=7")
     df = _scores(s)

@@ -130,32 +130,40 @@ class SimilarityEngine:
                 cache.put(k, f)
         return out
 
-    def pair_similarities(self, pairs: list[PairKey], images: dict[str, Any]) -> dict[PairKey, dict[str, float]]:
-        """clip_ii, lpips_s, dino_s, l2_s of every (edit side, original side) pair, in shared batches."""
+    def pair_similarities(self, pairs: list[PairKey], images: dict[str, Any],
+                          need: dict[PairKey, tuple[str, ...]] | None = None) -> dict[PairKey, dict[str, float]]:
+        """clip_ii, lpips_s, dino_s, l2_s of every (edit side, original side) pair, in shared batches. `need`
+        restricts a pair to some of the four (degradation test A asks only for those that have not passed yet);
+        a backbone then encodes only the images of pairs that need its similarity."""
         import torch
 
         if not pairs:
             return {}
-        keys = [k for pk in pairs for k in pk]
-        clip_f = self._embed("clip", self._clip_cache, keys, images,
+        want = {pk: SIM_NAMES if need is None else need[pk] for pk in pairs}
+        keys = lambda sim: [k for pk in pairs if sim in want[pk] for k in pk]  # noqa: E731
+        clip_f = self._embed("clip", self._clip_cache, keys("clip"), images,
                              lambda im: _square_resize(im, self.clip.image_size, "bicubic"), self.clip)
         # resize each image to the backbone's input size first so differently sized crops stack into one batch
-        dino_f = self._embed("dino", self._dino_cache, keys, images,
+        dino_f = self._embed("dino", self._dino_cache, keys("dino"), images,
                              lambda im: _square_resize(im, DINO_INPUT, "bilinear"), self.dino)
         lp: dict[PairKey, float] = {}
-        for start in range(0, len(pairs), self.batch_size):
-            chunk = pairs[start : start + self.batch_size]
+        lp_pairs = [pk for pk in pairs if "lpips" in want[pk]]
+        for start in range(0, len(lp_pairs), self.batch_size):
+            chunk = lp_pairs[start : start + self.batch_size]
             a = torch.stack([resize(images[x], (LPIPS_SIZE, LPIPS_SIZE)) for x, _ in chunk])
             b = torch.stack([resize(images[y], (LPIPS_SIZE, LPIPS_SIZE)) for _, y in chunk])
             d = self._timed("lpips", lambda a=a, b=b: self.lpips.distance(a, b))
             self.forward_items["lpips pair"] += len(chunk)
             lp.update({pk: 1.0 - float(v) for pk, v in zip(chunk, d, strict=True)})
-        return {pk: {"clip": _cos01(clip_f[pk[0]], clip_f[pk[1]]), "lpips": lp[pk],
-                     "dino": _cos01(dino_f[pk[0]], dino_f[pk[1]]), "l2": l2_sim(images[pk[0]], images[pk[1]])}
-                for pk in pairs}
+        sims = {"clip": lambda pk: _cos01(clip_f[pk[0]], clip_f[pk[1]]), "lpips": lambda pk: lp[pk],
+                "dino": lambda pk: _cos01(dino_f[pk[0]], dino_f[pk[1]]),
+                "l2": lambda pk: l2_sim(images[pk[0]], images[pk[1]])}
+        return {pk: {name: sims[name](pk) for name in want[pk]} for pk in pairs}
 
     def run_deg_a(self, jobs: list[DegAJob]) -> None:
-        """Degradation test A for all jobs, one pyramid level at a time over the jobs still pending."""
+        """Degradation test A for all jobs, one pyramid level at a time over the jobs still pending. At each level a
+        job asks only for the similarities that have not passed yet: a passed one's score is fixed by the level it
+        first passed at, so computing it again could not change any score (it would only cost forward passes)."""
         for job in jobs:
             job.e_img, job.o_img = gray3(job.e_img), gray3(job.o_img)
             job.scores = dict.fromkeys(SIM_NAMES, 0.0)
@@ -164,16 +172,17 @@ class SimilarityEngine:
             pending = [j for j in jobs if not j.done]
             if side < DEG_A_MIN_SIZE or not pending:
                 break
-            images, pairs = {}, []
+            images, pairs, need = {}, [], {}
             for j in pending:
                 j.e_img, j.o_img = resize(j.e_img, (side, side)), resize(j.o_img, (side, side))
                 pk = (f"{j.e_key}:degA{p}", f"{j.o_key}:degA{p}")
                 images[pk[0]], images[pk[1]] = j.e_img, j.o_img
                 pairs.append(pk)
-            sims = self.pair_similarities(pairs, images)
+                need[pk] = tuple(name for name in SIM_NAMES if j.scores[name] == 0)
+            sims = self.pair_similarities(pairs, images, need)
             for j, pk in zip(pending, pairs, strict=True):
                 for name, v in sims[pk].items():
-                    if j.scores[name] == 0 and v > DEG_A_THRESHOLD:
+                    if v > DEG_A_THRESHOLD:
                         j.scores[name] = (DEG_A_LEVELS - p) / DEG_A_LEVELS
                 j.done = all(j.scores.values())
 
