@@ -1,22 +1,29 @@
 """Time HATIE's scoring stage on the demo set with real-size random-weight backbones (CLIP ViT-B/32, DINOv2-base,
-LPIPS-alex, Mask R-CNN R50-FPN v2, Inception-v3), batched vs. every batch size forced to 1 (the release's way:
-one image per forward pass, no feature reuse). Each mode runs in its own process so peak RSS is its own.
+LPIPS-alex, Inception-v3), batched vs. every batch size forced to 1 (the release's way: one image per forward
+pass, no feature reuse). Each mode runs in its own process so peak RSS is its own.
 
     python scripts/bench_hatie.py [--per-type 4] [--device cpu]     (or: make bench-hatie ARGS="--per-type 4")
 
-Edits are the demo set's ground-truth targets, so every workflow branch that real edits reach is exercised.
-Segmentation is timed first, on its own (batched vs. one image per call), and cached; the scoring pass then reads
-it from the cache, so its wall time excludes segmentation. Reported per mode: queries/s, the share of wall time
-inside backbone forward passes (CLIP, DINOv2, LPIPS, Inception), the unique inputs each backbone encoded per query,
-and the time of the non-forward steps the suite times. The batch-size-1 loop reuses no feature across queries
-(EDITMETER_FEATURE_CACHE_MB=0, engine cache 0).
+Edits are the demo set's ground-truth targets. The scoring passes read the `oracle` segmentation (the exact masks
+of those renders, benchmark/metrics/hatie/oracle.py), so the object workflows take their `detected` branches
+(crops, structure tests, degradation pyramids) as for a good editor and segmenter; random-weight Mask R-CNN finds
+almost nothing, which would time only the cheap not-detected branch (`--segmentation model` does that). The
+oracle segmentation is computed before the timed passes, so their wall time excludes segmentation.
+
+Segmentation itself is timed apart, in its own process per mode: real-size random-weight Mask R-CNN R50-FPN v2
+over the same edits, 4 images per call vs. one.
+
+Reported per mode: queries/s, the share of wall time inside backbone forward passes (CLIP, DINOv2, LPIPS,
+Inception), the unique inputs each backbone encoded per query and its forward seconds per input, the non-forward
+steps the suite times, and peak RSS. The batch-size-1 loop reuses no feature across queries
+(EDITMETER_FEATURE_CACHE_MB=0, engine cache 0). The summary splits batched / per-query into what cross-query reuse
+gains (fewer inputs), what batching gains (cheaper inputs) and the non-forward remainder; their product is the ratio.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import resource
 import shutil
@@ -37,27 +44,58 @@ MODES = {
 }
 
 
-def worker(mode: str, per_type: int, device: str, root: Path, by_type_pass: bool = False, repeat: int = 1) -> dict:
+def _queries(per_type: int) -> tuple:
+    from benchmark.querysets.io import load_queryset
+    from benchmark.types import HATIE_TYPES
+
+    qs = load_queryset(ROOT / "datasets" / "demo")
+    by_type = {t: [q for q in qs.queries if q.edit_type == t][:per_type] for t in HATIE_TYPES}
+    return qs, by_type, [q for t in HATIE_TYPES for q in by_type[t]]
+
+
+def segmentation_worker(mode: str, per_type: int, device: str) -> dict:
+    """Seconds to segment the edits with real-size random-weight Mask R-CNN (the mode's images per call)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    sys.path.insert(0, str(ROOT))
+    from benchmark.metrics.hatie.suite import _HatieSamples
+    from benchmark.models.segmenter import build_segmenter
+
+    qs, _, queries = _queries(per_type)
+    samples = _HatieSamples(qs, queries, [qs.path(q.target_image) for q in queries])
+    images = [it.edit_u8 for it in (samples[i] for i in range(len(queries))) if not it.error]
+    batch = MODES[mode]["seg_batch"]
+    seg = build_segmenter(backend="torchvision", weights="random", batch_size=batch, device=device)
+    seg.segment(images[:1])  # warm-up (first-call allocations)
+    t0 = time.perf_counter()
+    for s in range(0, len(images), batch):
+        seg.segment(images[s : s + batch])
+    return {"mode": mode, "segmentation_s": time.perf_counter() - t0, "segmented_images": len(images),
+            "seg_batch": batch}
+
+
+def worker(mode: str, per_type: int, device: str, root: Path, by_type_pass: bool = False, repeat: int = 1,
+           segmentation: str = "oracle") -> dict:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     if mode == "batch1":  # the per-query loop reuses no feature across queries: no process-wide feature cache
         os.environ["EDITMETER_FEATURE_CACHE_MB"] = "0"
     sys.path.insert(0, str(ROOT))
     from benchmark.metrics.features import shared_cache
+    from benchmark.metrics.hatie.oracle import load_oracle_segmenter
     from benchmark.metrics.hatie.suite import SEGMENTATIONS_DIR, HatieSuite, _HatieSamples
     from benchmark.models.clip import load_clip
     from benchmark.models.dino import load_dino
     from benchmark.models.inception import load_fid_extractor
     from benchmark.models.perceptual import load_lpips
     from benchmark.models.segmenter import build_segmenter
-    from benchmark.querysets.io import load_queryset
     from benchmark.types import HATIE_TYPES
 
     m = MODES[mode]
-    qs = load_queryset(ROOT / "datasets" / "demo")
-    by_type = {t: [q for q in qs.queries if q.edit_type == t][:per_type] for t in HATIE_TYPES}
+    qs, by_type, queries = _queries(per_type)
     qs_type = {q.id: q.edit_type for q in qs.queries}
+    segmenter = (partial(load_oracle_segmenter, root=str(ROOT / "datasets" / "demo")) if segmentation == "oracle"
+                 else partial(build_segmenter, backend="torchvision", weights="random", batch_size=m["seg_batch"]))
     suite = HatieSuite(
-        segmenter=partial(build_segmenter, backend="torchvision", weights="random", batch_size=m["seg_batch"]),
+        segmenter=segmenter,
         clip=partial(load_clip, weights="random"), dino=partial(load_dino, weights="random"),
         lpips=partial(load_lpips, weights="random"), fid=partial(load_fid_extractor, weights="random"),
         device=device, batch_size=m["batch_size"], chunk_size=m["chunk_size"], cache_size=m["cache_size"])
@@ -65,19 +103,17 @@ def worker(mode: str, per_type: int, device: str, root: Path, by_type_pass: bool
     for name in ("segmenter", "clip", "dino", "lpips", "fid"):
         suite._get(name)
     load_s = time.perf_counter() - t0
-    queries = [q for t in HATIE_TYPES for q in by_type[t]]
     edits = [qs.path(q.target_image) for q in queries]
     work = root / m.get("seg_from", mode)
-    # segmentation first, timed on its own (batched: the segmenter's batch; batch1: one image per call); the
-    # scoring pass below then reads every segmentation from this cache, so its wall time excludes segmentation
+    # segmentation first (cached); the scoring passes below read every segmentation from this cache, so their
+    # wall time excludes segmentation
     samples = _HatieSamples(qs, queries, edits)
     items = [samples[i] for i in range(len(queries))]
     items = [it for it in items if not it.error]
     step = m["chunk_size"]
-    t0 = time.perf_counter()
     for s in range(0, len(items), step):
         suite._segment(items[s : s + step], work / SEGMENTATIONS_DIR)
-    seg_s = math.nan if "seg_from" in m else time.perf_counter() - t0
+    branches: dict[str, int] = {}
     suite.timings.clear()
     # throughput: one scoring call over the mixed set, as a real run does; repeated from cold caches, the fastest
     # repeat kept (the machine may be shared: other load only ever slows a repeat down)
@@ -91,6 +127,10 @@ def worker(mode: str, per_type: int, device: str, root: Path, by_type_pass: bool
         t1 = time.perf_counter()
         for rows in suite.score_queries(qs, queries, edits, work_dir=work, progress=False):
             n += len(rows)
+            for r in rows:
+                b = str(r.get("branch", r.get("status")))
+                b = "detected" if b.endswith(" detected") and not b.startswith("0/") else b
+                branches[b] = branches.get(b, 0) + 1
             if len(rows) == 1:  # batch-size-1 mode: each chunk is one query, timed exactly
                 per_query[qs_type[rows[0]["query_id"]]].append(time.perf_counter() - t1)
             t1 = time.perf_counter()
@@ -118,7 +158,8 @@ def worker(mode: str, per_type: int, device: str, root: Path, by_type_pass: bool
                 pass
             per_type_s[t] = (time.perf_counter() - t1) / max(1, len(qt))
     return {"mode": mode, "queries": n, "wall_s": wall, "walls_s": walls, "load_s": load_s, "queries_per_s": n / wall,
-            "segmentation_s": seg_s, "segmented_images": len(items), "segmentation_in_wall_s": seg_left,
+            "segmentation": segmentation, "branches": {k: v // max(1, repeat) for k, v in branches.items()},
+            "sources": len({q.image for q in queries}), "segmentation_in_wall_s": seg_left,
             "s_per_query_by_type": per_type_s, "forward_s": forward,
             "forward_share": (sum(forward.values()) - seg_left) / wall, "other_s": non_forward,
             "forward_calls": dict(eng.forward_calls), "forward_items_per_query": items_per_query,
@@ -127,43 +168,90 @@ def worker(mode: str, per_type: int, device: str, root: Path, by_type_pass: bool
             "threads": __import__("torch").get_num_threads()}
 
 
+# backbone -> (forward-seconds key, forward-input keys) of a scoring worker's result
+BACKBONES = {"CLIP": ("clip forward", ("clip image", "clip text")), "DINOv2": ("dino forward", ("dino",)),
+             "LPIPS": ("lpips forward", ("lpips pair",)), "Inception": ("fid forward", ("fid image",)),
+             "VQA": ("vqa forward", ("vqa",))}
+
+
+def _per_backbone(r: dict) -> dict[str, tuple[float, float]]:
+    """backbone -> (unique inputs per query, forward seconds per input) of one mode."""
+    out = {}
+    for name, (sec_key, item_keys) in BACKBONES.items():
+        items = sum(r["forward_items_per_query"].get(k, 0.0) for k in item_keys)
+        if items:
+            out[name] = (items, r["forward_s"].get(sec_key, 0.0) / (items * r["queries"]))
+    return out
+
+
+def decompose(batched: dict, loop: dict) -> dict[str, float]:
+    """batched / per-query throughput as a product of three factors (exact up to rounding):
+    reuse = the loop's inputs at batched cost / batched inputs at batched cost (fewer inputs);
+    batching = the loop's inputs at the loop's cost / the loop's inputs at batched cost (cheaper inputs);
+    rest = the batched forward share / the loop's (the non-forward remainder)."""
+    b, one = _per_backbone(batched), _per_backbone(loop)
+    names = [n for n in one if n in b]
+    cost = lambda items, at: sum(items[n][0] * at[n][1] for n in names)  # noqa: E731  (seconds per query)
+    return {"reuse": cost(one, b) / cost(b, b), "batching": cost(one, one) / cost(one, b),
+            "rest": batched["forward_share"] / loop["forward_share"],
+            "total": batched["queries_per_s"] / loop["queries_per_s"]}
+
+
+def _run_worker(args: list[str]) -> dict:
+    out = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, check=False)
+    line = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")]
+    if out.returncode or not line:
+        sys.exit(f"worker {' '.join(args)} failed:\n{out.stderr[-3000:]}")
+    return json.loads(line[0][7:])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--per-type", type=int, default=4, help="queries per edit type (demo has 16 of each)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--modes", default="batched,batch1,batch1_reuse")
     ap.add_argument("--repeat", type=int, default=2, help="scoring passes per mode (cold caches); the fastest is kept")
+    ap.add_argument("--segmentation", choices=("oracle", "model"), default="oracle",
+                    help="what the scoring passes read: the demo's exact masks (oracle: detected branches) or "
+                         "random-weight Mask R-CNN's (model: almost all not-detected)")
+    ap.add_argument("--no-seg-timing", action="store_true", help="skip timing Mask R-CNN segmentation")
     ap.add_argument("--by-type", action="store_true", help="batched mode: also time a type-pure pass per type")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--seg-worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--root", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.seg_worker:
+        print("RESULT " + json.dumps(segmentation_worker(args.seg_worker, args.per_type, args.device)))
+        return
     if args.worker:
         print("RESULT " + json.dumps(worker(args.worker, args.per_type, args.device, Path(args.root), args.by_type,
-                                             args.repeat)))
+                                             args.repeat, args.segmentation)))
         return
-    results = {}
     modes = args.modes.split(",")
     for mode in modes:
         if mode not in MODES or MODES[mode].get("seg_from", mode) not in modes[: modes.index(mode) + 1]:
             sys.exit(f"unknown mode {mode!r} or its segmentation source not run before it (modes: {', '.join(MODES)})")
+    common = ["--per-type", str(args.per_type), "--device", args.device]
+    seg = {} if args.no_seg_timing else {
+        mode: _run_worker(["--seg-worker", mode, *common]) for mode in modes if "seg_from" not in MODES[mode]}
     root = tempfile.mkdtemp(prefix="bench-hatie-")  # per-mode work dirs (segmentation caches)
-    for mode in modes:
-        cmd = [sys.executable, __file__, "--worker", mode, "--per-type", str(args.per_type), "--device", args.device,
-               "--root", root, "--repeat", str(args.repeat)]
-        out = subprocess.run(cmd + (["--by-type"] if args.by_type else []), capture_output=True, text=True,
-                             check=False)
-        line = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")]
-        if out.returncode or not line:
-            shutil.rmtree(root, ignore_errors=True)
-            sys.exit(f"{mode} failed:\n{out.stderr[-3000:]}")
-        results[mode] = json.loads(line[0][7:])
-    shutil.rmtree(root, ignore_errors=True)
+    try:
+        results = {mode: _run_worker(["--worker", mode, *common, "--root", root, "--repeat", str(args.repeat),
+                                      "--segmentation", args.segmentation, *(["--by-type"] if args.by_type else [])])
+                   for mode in modes}
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
     print(f"load average (1, 5, 15 min) at the end: {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    first = next(iter(results.values()))
+    print(f"{first['queries']} queries over {first['sources']} source images; segmentation read by the scoring "
+          f"passes: {first['segmentation']}; branches: "
+          + ", ".join(f"{k} {v}" for k, v in sorted(first["branches"].items())))
+    for mode, r in seg.items():
+        print(f"segmentation ({mode}: {r['seg_batch']} per call), real-size random Mask R-CNN, not in any wall below: "
+              f"{r['segmentation_s']:.1f} s for {r['segmented_images']} images, "
+              f"{r['segmentation_s'] / max(1, r['segmented_images']):.2f} s/image")
     for mode, r in results.items():
         print(f"\n== {mode}: {r['queries']} queries on {r['device']} ({r['threads']} threads)")
-        if not math.isnan(r["segmentation_s"]):
-            print(f"  segmentation (precomputed, not in the wall below): {r['segmentation_s']:.1f} s for "
-                  f"{r['segmented_images']} images, {r['segmentation_s'] / max(1, r['segmented_images']):.2f} s/image")
         print(f"  scoring, segmentation excluded: {r['queries_per_s']:.3f} queries/s, wall {r['wall_s']:.1f} s "
               f"(+ model load {r['load_s']:.1f} s), peak RSS {r['peak_rss_gb']:.2f} GB, "
               f"{100 * r['forward_share']:.0f}% of wall in backbone forward passes; walls of the repeats: "
@@ -174,17 +262,22 @@ def main() -> None:
         print("  other seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in r["other_s"].items()))
         print("  unique forward inputs per query: " + ", ".join(
             f"{k} {v:.1f}" for k, v in r["forward_items_per_query"].items()))
+        print("  forward seconds per input: " + ", ".join(
+            f"{k} {v[1]:.3f}" for k, v in _per_backbone(r).items()))
     if {"batched", "batch1"} <= set(results):
         b, one = results["batched"], results["batch1"]
-        print(f"\nbatched / per-query (batch size 1) scoring throughput, segmentation excluded: "
-              f"{b['queries_per_s'] / one['queries_per_s']:.2f}x")
+        d = decompose(b, one)
+        print(f"\nbatched / per-query (batch size 1) scoring throughput, segmentation excluded: {d['total']:.2f}x")
+        print(f"  = {d['reuse']:.2f}x from cross-query reuse (fewer unique inputs) x {d['batching']:.2f}x from "
+              f"batching (cheaper inputs) x {d['rest']:.2f}x from the non-forward remainder")
         if "batch1_reuse" in results:
-            print(f"of which batching alone (vs batch size 1 with the same feature reuse): "
+            print(f"batched / batch size 1 with the same feature reuse: "
                   f"{b['queries_per_s'] / results['batch1_reuse']['queries_per_s']:.2f}x")
-        seg = lambda r: r["segmentation_s"] / max(1, r["segmented_images"])  # noqa: E731
-        print(f"segmentation, batched ({MODES['batched']['seg_batch']} per call) / per image: "
-              f"{seg(one) / seg(b):.2f}x")
-    print("JSON " + json.dumps(results))
+        if {"batched", "batch1"} <= set(seg):
+            per = lambda r: r["segmentation_s"] / max(1, r["segmented_images"])  # noqa: E731
+            print(f"segmentation, batched ({MODES['batched']['seg_batch']} per call) / per image: "
+                  f"{per(seg['batch1']) / per(seg['batched']):.2f}x")
+    print("JSON " + json.dumps({"scoring": results, "segmentation": seg}))
 
 
 if __name__ == "__main__":
