@@ -36,10 +36,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 MODES = {
-    # what a run does (configs/metrics/hatie.yaml): batches of 32, or of 8 on a CPU; chunks of 32 queries; caches on
-    "batched": {"batch_size": 32, "cpu_batch_size": 8, "chunk_size": 32, "cache_size": 4096, "seg_batch": 4},
-    # the same with batches of 32 on a CPU too (what cpu_batch_size changes: speed and peak memory)
-    "batched32": {"batch_size": 32, "chunk_size": 32, "cache_size": 4096, "seg_batch": 4, "seg_from": "batched"},
+    "batched": {"batch_size": 32, "chunk_size": 32, "cache_size": 4096, "seg_batch": 4},
     "batch1": {"batch_size": 1, "chunk_size": 1, "cache_size": 0, "seg_batch": 1},
     # batch size 1 but with feature reuse across queries: separates what batching gains from what reuse gains;
     # scores on batch1's cached segmentations (its segmentation is not timed)
@@ -101,8 +98,7 @@ def worker(mode: str, per_type: int, device: str, root: Path, by_type_pass: bool
         segmenter=segmenter,
         clip=partial(load_clip, weights="random"), dino=partial(load_dino, weights="random"),
         lpips=partial(load_lpips, weights="random"), fid=partial(load_fid_extractor, weights="random"),
-        device=device, batch_size=m["batch_size"], cpu_batch_size=m.get("cpu_batch_size"), chunk_size=m["chunk_size"],
-        cache_size=m["cache_size"])
+        device=device, batch_size=m["batch_size"], chunk_size=m["chunk_size"], cache_size=m["cache_size"])
     t0 = time.perf_counter()
     for name in ("segmenter", "clip", "dino", "lpips", "fid"):
         suite._get(name)
@@ -162,7 +158,7 @@ def worker(mode: str, per_type: int, device: str, root: Path, by_type_pass: bool
                 pass
             per_type_s[t] = (time.perf_counter() - t1) / max(1, len(qt))
     return {"mode": mode, "queries": n, "wall_s": wall, "walls_s": walls, "load_s": load_s, "queries_per_s": n / wall,
-            "batch_size": suite.batch_size, "segmentation": segmentation, "branches": {k: v // max(1, repeat) for k, v in branches.items()},
+            "segmentation": segmentation, "branches": {k: v // max(1, repeat) for k, v in branches.items()},
             "sources": len({q.image for q in queries}), "segmentation_in_wall_s": seg_left,
             "s_per_query_by_type": per_type_s, "forward_s": forward,
             "forward_share": (sum(forward.values()) - seg_left) / wall, "other_s": non_forward,
@@ -213,7 +209,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--per-type", type=int, default=4, help="queries per edit type (demo has 16 of each)")
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--modes", default="batched,batched32,batch1,batch1_reuse")
+    ap.add_argument("--modes", default="batched,batch1,batch1_reuse")
     ap.add_argument("--repeat", type=int, default=2, help="scoring passes per mode (cold caches); the fastest is kept")
     ap.add_argument("--segmentation", choices=("oracle", "model"), default="oracle",
                     help="what the scoring passes read: the demo's exact masks (oracle: detected branches) or "
@@ -255,8 +251,7 @@ def main() -> None:
               f"{r['segmentation_s']:.1f} s for {r['segmented_images']} images, "
               f"{r['segmentation_s'] / max(1, r['segmented_images']):.2f} s/image")
     for mode, r in results.items():
-        print(f"\n== {mode}: {r['queries']} queries on {r['device']} ({r['threads']} threads, backbone batch "
-              f"{r['batch_size']})")
+        print(f"\n== {mode}: {r['queries']} queries on {r['device']} ({r['threads']} threads)")
         print(f"  scoring, segmentation excluded: {r['queries_per_s']:.3f} queries/s, wall {r['wall_s']:.1f} s "
               f"(+ model load {r['load_s']:.1f} s), peak RSS {r['peak_rss_gb']:.2f} GB, "
               f"{100 * r['forward_share']:.0f}% of wall in backbone forward passes; walls of the repeats: "
@@ -278,11 +273,6 @@ def main() -> None:
         if "batch1_reuse" in results:
             print(f"batched / batch size 1 with the same feature reuse: "
                   f"{b['queries_per_s'] / results['batch1_reuse']['queries_per_s']:.2f}x")
-        if "batched32" in results:
-            b32 = results["batched32"]
-            print(f"batched (backbone batch {b['batch_size']}) / backbone batch 32: "
-                  f"{b['queries_per_s'] / b32['queries_per_s']:.2f}x; peak RSS {b['peak_rss_gb']:.2f} vs "
-                  f"{b32['peak_rss_gb']:.2f} GB")
         if {"batched", "batch1"} <= set(seg):
             per = lambda r: r["segmentation_s"] / max(1, r["segmented_images"])  # noqa: E731
             print(f"segmentation, batched ({MODES['batched']['seg_batch']} per call) / per image: "

@@ -752,27 +752,3 @@ def test_a_segmenter_that_loads_as_something_else_than_resolved_is_an_error(monk
                         lambda *a, **k: SimpleNamespace(signature="torchvision/other/t0.1"))
     with pytest.raises(RuntimeError, match="keyed as"):
         suite._get("segmenter")
-
-
-def test_cpu_batch_size_applies_on_cpu_only_and_is_not_part_of_the_signature():
-    """`cpu_batch_size` replaces `batch_size` on a CPU (speed and memory only): the metric signature, and so every
-    existing run's freshness, does not depend on it."""
-    from hydra.utils import instantiate
-    from omegaconf import OmegaConf
-
-    from benchmark.config import metric_signature
-    from benchmark.run import compose
-
-    def built(*overrides):
-        cfg, _ = compose(["metrics=hatie", "profile=tiny", *overrides])
-        suite = instantiate(cfg.metrics.hatie)
-        return suite, metric_signature(OmegaConf.to_container(cfg.metrics, resolve=True), {"hatie": suite.info})
-
-    default, sig = built("device=cpu")
-    assert default.batch_size == 8  # configs/metrics/hatie.yaml's cpu_batch_size
-    other, other_sig = built("device=cpu", "metrics.hatie.cpu_batch_size=3", "metrics.hatie.batch_size=5")
-    assert other.batch_size == 3 and other_sig == sig
-    gpu, _ = built("device=cuda")
-    assert gpu.batch_size == 32  # resolving the device loads nothing; no GPU is needed to build the suite
-    with pytest.raises(Exception, match="batch sizes"):
-        built("device=cpu", "metrics.hatie.cpu_batch_size=0")

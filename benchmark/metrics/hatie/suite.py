@@ -151,21 +151,14 @@ class HatieSuite:
     def __init__(self, *, segmenter: Callable[..., Any], clip: Callable[..., Any], dino: Callable[..., Any],
                  lpips: Callable[..., Any], fid: Callable[..., Any] | None = None, vqa: Callable[..., Any] | None = None,
                  device: str = "auto", batch_size: int = 32, chunk_size: int = 32,
-                 add_relation_text: str = ADD_RELATION_TEXT, cache_size: int = 4096, weights: str | None = None,
-                 cpu_batch_size: int | None = None) -> None:
+                 add_relation_text: str = ADD_RELATION_TEXT, cache_size: int = 4096, weights: str | None = None) -> None:
         if add_relation_text not in ("anchor", "target"):
             raise ValueError(f"add_relation_text must be 'anchor' or 'target', not {add_relation_text!r}")
         # Total's weight profile (docs/metaeval.md): validated now, before any work; applied at aggregation
         self.weight_profile = load_weight_profile(weights)
         self._factories = {"segmenter": segmenter, "clip": clip, "dino": dino, "lpips": lpips, "fid": fid, "vqa": vqa}
         self.device = resolve_device(device)
-        # on a CPU the backbones gain nothing from batches beyond a few images, while activations grow with the
-        # batch: `cpu_batch_size` (when given) replaces `batch_size` there; scores do not depend on either
-        on_cpu = cpu_batch_size is not None and str(self.device).split(":")[0] == "cpu"
-        self.batch_size = cpu_batch_size if on_cpu else batch_size
-        if self.batch_size < 1 or chunk_size < 1:
-            raise ValueError(f"batch sizes and chunk_size must be >= 1 (got {self.batch_size}, {chunk_size})")
-        self.chunk_size, self.cache_size = chunk_size, cache_size
+        self.batch_size, self.chunk_size, self.cache_size = batch_size, chunk_size, cache_size
         self.add_relation_text = add_relation_text
         self._models: dict[str, Any] = {}
         self.timings: dict[str, float] = {}
