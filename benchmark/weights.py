@@ -445,7 +445,7 @@ def _portable(path: str) -> str:
     return "`" + (("~" + path[len(home):]) if path.startswith(home) else path) + "`"
 
 
-USAGE = """usage: editmeter weights [--list | --markdown] [editor=NAME] [metrics=NAME] [profile=pretrained|tiny] ...
+USAGE = """usage: editmeter weights [--list | --markdown] [editor=NAME] [metrics=NAME] [profile=pretrained|tiny|random] ...
 
 Download (default), list, or tabulate every checkpoint a run with these overrides will load: the editor's weights
 and every metric model's. Downloads are idempotent: a second call fetches nothing.

@@ -1,4 +1,5 @@
-"""Harness overhead and batch-size scaling of the diffusion editors (tiny profile, CPU).
+"""Harness overhead and batch-size scaling of the diffusion editors (tiny profile on CPU by default; `--profile
+random` on a GPU gives the real-size architectures with random weights and the real settings).
 
 For each batch size, images per second of
 - bare: the plain diffusers pipeline called in a loop on in-memory inputs already at model resolution, same batch
@@ -93,6 +94,8 @@ def main() -> None:
     ap.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 2, 4, 8])
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--num-workers", type=int, default=0, help="the stage's DataLoader workers reading sources")
+    ap.add_argument("--profile", default="tiny", choices=("tiny", "random"),
+                    help="tiny: small random models, small settings; random: real size (a GPU; about 4 GB per model)")
     args = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("EDITMETER_CACHE", str(ROOT / ".cache"))
@@ -106,14 +109,14 @@ def main() -> None:
     from benchmark.run import compose
 
     qs = load_queryset(ROOT / "datasets" / "demo").subset(args.queries)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} CPU thread(s), {len(qs)} demo queries, profile=tiny")
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} CPU thread(s), {len(qs)} demo queries, profile={args.profile}")
     header = (f"{'editor':<10} {'batch':>5} | wall img/s: {'bare':>6} {'editor':>7} {'stage':>6} {'no-png':>6} | "
               f"CPU img/s: {'bare':>6} {'editor':>7} {'stage':>6} {'no-png':>6} | "
               f"wall overhead: {'stage':>6} {'paired (min-max)':>20} {'best':>6} | "
               f"CPU overhead: {'editor':>7} {'stage':>6} {'no-png':>6}")
     rows = []
     for name in args.editors:
-        cfg, _ = compose([f"editor={name}", "queryset=demo", "profile=tiny"])
+        cfg, _ = compose([f"editor={name}", "queryset=demo", f"profile={args.profile}"])
         editor = instantiate(cfg.editor)
         text = [q.instruction if editor.prompt_kind == "instruction" else q.target_caption for q in qs.queries]
         sources = [load_rgb(qs.path(q.image)) for q in qs.queries]

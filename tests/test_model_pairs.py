@@ -379,6 +379,43 @@ def test_diffusion_text_encoder_pair():
     assert switch_diff(meta(lambda: CLIPTextModel(CLIPTextConfig(**SD_TEXT))), built) == []
 
 
+def test_random_source_is_sd_v1_at_real_size():
+    """`profile=random` builds SD v1's components exactly: every setting of the checkpoint's config files, sizes
+    included (its throughput and memory are the real model's), through the builder the tiny ones use."""
+    from diffusers import AutoencoderKL, UNet2DConditionModel
+    from transformers import CLIPTextConfig, CLIPTextModel
+
+    from benchmark.models import diffusion as D
+
+    plain = lambda cfg: {k: list(v) if isinstance(v, tuple) else v for k, v in dict(cfg).items()}  # noqa: E731
+    unet = meta(lambda: UNet2DConditionModel(**{"in_channels": 4, **D.SD_UNET}))
+    assert config_diff(plain(meta(lambda: UNet2DConditionModel(**SD_UNET)).config), plain(unet.config), set()) == []
+    assert 859e6 < sum(p.numel() for p in unet.parameters()) < 860e6  # SD v1's UNet: 859.5M parameters
+    vae = meta(lambda: AutoencoderKL(**D.SD_VAE))
+    assert config_diff(plain(meta(lambda: AutoencoderKL(**SD_VAE)).config), plain(vae.config), set()) == []
+    known = set(CLIPTextConfig().to_dict())
+    want = {k: v for k, v in CLIPTextConfig(**SD_TEXT).to_dict().items() if k in known}
+    got = {k: v for k, v in CLIPTextConfig(**D.SD_TEXT).to_dict().items() if k in known}
+    assert config_diff(want, got, set()) == []
+    assert switch_diff(meta(lambda: CLIPTextModel(CLIPTextConfig(**SD_TEXT))),
+                       meta(lambda: CLIPTextModel(CLIPTextConfig(**D.SD_TEXT)))) == []
+
+
+def test_random_pipelines_load_through_the_tiny_builder(monkeypatch, tmp_path):
+    """`weights=random` reads the folder `random_pipeline_dir` builds (here: with the tiny configs swapped in, so the
+    test stays small) and records itself as random, never as pretrained."""
+    from benchmark.models import diffusion as D
+
+    monkeypatch.setenv("EDITMETER_CACHE", str(tmp_path))
+    for name in ("SD_UNET", "SD_VAE", "SD_TEXT"):
+        monkeypatch.setattr(D, name, {"SD_UNET": D.TINY_UNET, "SD_VAE": D.TINY_VAE, "SD_TEXT": D.TINY_TEXT}[name])
+    pipe, prov = D.load_pipeline("ip2p", weights="random", model_id="timbrooks/instruct-pix2pix", revision="x",
+                                 device="cpu")
+    assert prov["weights"] == "random" and prov["model_id"] == "random-ip2p"
+    assert pipe.unet.config.in_channels == 8
+    assert D.random_pipeline_dir("ip2p").is_relative_to(tmp_path)
+
+
 def test_diffusion_scheduler_pair():
     """The noise schedule every SD v1 checkpoint ships; the scheduler class itself is the editor's choice
     (`set_scheduler`) and the same for both profiles."""

@@ -1,6 +1,8 @@
 """Stable Diffusion components from one of two weight sources, through one `from_pretrained(path_or_id)` call.
 
 - `pretrained`: a Hugging Face id at a pinned revision (users; needs the hub or a local cache).
+- `random`: SD v1's real-size components with random weights, built and loaded the same way as `tiny` (speed and
+  memory at real size, e.g. `profile=random` on a GPU; the edits are noise).
 - `tiny`: random-weight components of the same classes (UNet2DConditionModel, AutoencoderKL, CLIPTextModel, a real
   CLIP tokenizer, the SD scheduler), saved once with `save_pretrained` into a content-keyed cache folder, then loaded
   with the very same `from_pretrained` call. Sizes follow diffusers' own fast-test components (the UNet with one
@@ -58,6 +60,27 @@ FAMILIES = {
     "ip2p": {"pipeline": "StableDiffusionInstructPix2PixPipeline", "unet_in_channels": 8},
 }
 TINY_SEED = 0  # random weights are seeded so the tiny cache folder's content is a function of its key
+
+# SD v1's component configs (CompVis/stable-diffusion-v1-4's unet/, vae/ and text_encoder/ config.json; InstructPix2Pix
+# and MagicBrush share them with 8 UNet input channels): what the `random` source builds. Settings left out are the
+# classes' defaults, which equal the checkpoint's (tests/test_model_pairs.py compares them with the files).
+SD_UNET = {
+    "block_out_channels": [320, 640, 1280, 1280], "layers_per_block": 2, "sample_size": 64, "out_channels": 4,
+    "down_block_types": ["CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "DownBlock2D"],
+    "up_block_types": ["UpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D"],
+    "cross_attention_dim": 768, "attention_head_dim": 8, "norm_num_groups": 32,
+}
+SD_VAE = {
+    "block_out_channels": [128, 256, 512, 512], "in_channels": 3, "out_channels": 3, "latent_channels": 4,
+    "down_block_types": ["DownEncoderBlock2D"] * 4, "up_block_types": ["UpDecoderBlock2D"] * 4,
+    "layers_per_block": 2, "norm_num_groups": 32, "sample_size": 512,
+}
+SD_TEXT = {
+    **SD_TEXT_TOKEN_IDS,
+    "hidden_size": 768, "intermediate_size": 3072, "layer_norm_eps": 1e-5, "num_attention_heads": 12,
+    "num_hidden_layers": 12, "vocab_size": CLIP_VOCAB_SIZE, "max_position_embeddings": CLIP_MAX_LENGTH,
+    "projection_dim": 768, "hidden_act": "quick_gelu",
+}
 
 
 # The component configs an editor may override for its tiny pipeline (`DiffusionEditor.tiny_overrides`), and the
@@ -175,6 +198,13 @@ def tiny_pipeline_dir(family: str, scheduler: str = "PNDMScheduler",
     return tiny_model_dir(f"diffusion-{family}", config, lambda p: _build_tiny(family, scheduler, configs, p))
 
 
+def random_pipeline_dir(family: str, scheduler: str = "PNDMScheduler") -> Path:
+    """Cache folder of SD v1's real-size pipeline of `family` with random weights (about 4 GB), built on first use."""
+    configs = {"unet": SD_UNET, "vae": SD_VAE, "text": SD_TEXT, "scheduler": SD_SCHEDULER}
+    config = {"family": family, "scheduler": scheduler, **configs, "seed": TINY_SEED, "pipeline": FAMILIES[family]}
+    return tiny_model_dir(f"diffusion-{family}-random", config, lambda p: _build_tiny(family, scheduler, configs, p))
+
+
 def resolve_device(device: str) -> str:
     """'auto' -> 'cuda' when available, else 'cpu'."""
     if device != "auto":
@@ -204,9 +234,10 @@ def load_pipeline(
     what: str = "a diffusion editor",
     tiny_overrides: dict[str, dict[str, Any]] | None = None,
 ) -> tuple[Any, dict[str, Any]]:
-    """Load the base pipeline of `family` from `weights` ('pretrained' | 'tiny'); returns (pipeline, provenance).
+    """Load the base pipeline of `family` from `weights` ('pretrained' | 'tiny' | 'random'); returns (pipeline,
+    provenance).
 
-    Both sources go through `PipelineClass.from_pretrained(source)`. A missing pretrained checkpoint raises
+    Every source goes through `PipelineClass.from_pretrained(source)`. A missing pretrained checkpoint raises
     `WeightsUnavailableError` naming it and the `PROFILE=tiny` fallback. `tiny_overrides` (see `tiny_configs`)
     change the tiny components only; the pretrained checkpoint is what it is. The safety checker is not loaded: a
     benchmark must score what the model made, and a blanked image would be recorded as a failure anyway.
@@ -223,6 +254,9 @@ def load_pipeline(
         prov = {"weights": "tiny", "model_id": f"tiny-{family}", "revision": Path(source).name}
         if overrides:  # only then: the provenance (and run folder) of editors without overrides is unchanged
             prov["tiny_overrides"] = overrides
+    elif weights == "random":  # real size: an editor's tiny_overrides do not apply
+        source, kwargs = str(random_pipeline_dir(family)), {}
+        prov = {"weights": "random", "model_id": f"random-{family}", "revision": Path(source).name}
     else:
         source, kwargs = model_id, {"revision": revision}
         prov = {"weights": "pretrained", "model_id": model_id, "revision": revision}
@@ -230,7 +264,7 @@ def load_pipeline(
         pipe = cls.from_pretrained(source, dtype=torch_dtype, safety_checker=None, requires_safety_checker=False,
                                    **kwargs)
     except (OSError, ValueError) as err:  # hub unreachable / not cached / incomplete snapshot
-        if weights == "tiny":
+        if weights != "pretrained":
             raise
         raise WeightsUnavailableError(what, f"{model_id}@{revision}", err) from err
     pipe = pipe.to(dev)

@@ -108,6 +108,7 @@ class SimilarityEngine:
     def _timed(self, name: str, fn: Callable[[], Any]) -> Any:
         t0 = time.perf_counter()
         out = fn()
+        _sync_cuda()  # GPU kernels run asynchronously: without this the time would land in whoever reads the result
         self.model_seconds[name] += time.perf_counter() - t0
         self.forward_calls[name] += 1
         return out
@@ -217,6 +218,13 @@ class SimilarityEngine:
                 vqa_res.update({tk: float(p) for tk, p in zip(chunk, ps, strict=True)})
         res = Results(pair_res, text_res, vqa_res)
         return [p.finish(res) for p in plans]  # type: ignore[misc]
+
+
+def _sync_cuda() -> None:
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
 
 
 def _cos01(u: Any, v: Any) -> float:
