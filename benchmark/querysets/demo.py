@@ -702,3 +702,35 @@ def build(out_dir: Path, n_images: int = DEMO_IMAGES, size: int = DEMO_SIZE, see
 
 def load_scene_graphs(path: Path) -> dict[str, Any]:
     return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def pixels_key(arr: np.ndarray) -> str:
+    """Content key of a uint8 image array (its bytes and shape)."""
+    import hashlib
+
+    arr = np.ascontiguousarray(arr, dtype=np.uint8)
+    return hashlib.blake2b(arr.tobytes() + repr(arr.shape).encode(), digest_size=16).hexdigest()
+
+
+def render_index(root: Path, pixels: Any, *, who: str, instead: str) -> tuple[dict[str, Any], dict[str, tuple]]:
+    """The demo world's exact renders, for the oracle test doubles: (scene graphs, pixel key -> (image id, query or
+    None for the source)) over every source image and ground-truth target of the set in `root`, each keyed as
+    `pixels(PIL image)` makes it (the array the oracle will be shown). `who` and `instead` word the error for a set
+    without scene graphs."""
+    from benchmark.imageio import load_rgb
+    from benchmark.querysets.io import load_queryset
+
+    root = Path(root)
+    qs = load_queryset(root)
+    graphs_file = qs.meta.get("scene_graphs")
+    if not graphs_file or not (root / graphs_file).is_file():
+        raise FileNotFoundError(f"{who}: {root} has no scene graphs (it reads the demo world only; {instead})")
+    graphs = load_scene_graphs(root / graphs_file)
+    index: dict[str, tuple] = {}
+    for q in qs.queries:
+        if q.image_id not in graphs:
+            continue
+        index.setdefault(pixels_key(pixels(load_rgb(qs.path(q.image)))), (q.image_id, None))
+        if q.target_image:
+            index.setdefault(pixels_key(pixels(load_rgb(qs.path(q.target_image)))), (q.image_id, q))
+    return graphs, index

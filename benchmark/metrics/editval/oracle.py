@@ -10,18 +10,12 @@ rather than inventing boxes.
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 Detection = tuple[float, "tuple[float, float, float, float] | None"]
-
-
-def _pixels_key(arr: np.ndarray) -> str:
-    arr = np.ascontiguousarray(arr, dtype=np.uint8)
-    return hashlib.blake2b(arr.tobytes() + repr(arr.shape).encode(), digest_size=16).hexdigest()
 
 
 def graph_boxes(graph: dict[str, Any]) -> dict[str, Detection]:
@@ -61,23 +55,10 @@ class OracleDetector:
         """pixel key -> (image id, query or None for the source) of every source image and ground-truth target
         of the set. The bundled targets are the renders of the queries' exact edits (the demo generator's tests
         check them against fresh renders); decoding them is much cheaper than rendering every graph."""
-        from benchmark.imageio import load_rgb
-        from benchmark.querysets import demo
-        from benchmark.querysets.io import load_queryset
+        from benchmark.querysets.demo import render_index
 
-        qs = load_queryset(self.root)
-        graphs_file = qs.meta.get("scene_graphs")
-        if not graphs_file or not (self.root / graphs_file).is_file():
-            raise FileNotFoundError(f"oracle detector: {self.root} has no scene graphs (it reads the demo world only; "
-                                    "use the OWL-ViT detector (metrics=editval) for other query sets)")
-        self._graphs = demo.load_scene_graphs(self.root / graphs_file)
-        index: dict[str, tuple[str, Any]] = {}
-        for q in qs.queries:
-            if q.image_id not in self._graphs:
-                continue
-            index.setdefault(_pixels_key(np.asarray(load_rgb(qs.path(q.image)))), (q.image_id, None))
-            if q.target_image:
-                index.setdefault(_pixels_key(np.asarray(load_rgb(qs.path(q.target_image)))), (q.image_id, q))
+        self._graphs, index = render_index(self.root, np.asarray, who="oracle detector",
+                                           instead="use the OWL-ViT detector (metrics=editval) for other query sets")
         return index
 
     def _boxes(self, key: str) -> dict[str, Detection] | None:
@@ -94,11 +75,13 @@ class OracleDetector:
 
     def detect(self, images: list[Any], names: list[list[str]]) -> list[dict[str, Detection] | None]:
         """Per image: name -> (score, box) for the asked names, or None when the image is not an exact render."""
+        from benchmark.querysets.demo import pixels_key
+
         if self._index is None:
             self._index = self._build()
         out: list[dict[str, Detection] | None] = []
         for img, asked in zip(images, names, strict=True):
-            found = self._boxes(_pixels_key(np.asarray(img.convert("RGB"))))
+            found = self._boxes(pixels_key(np.asarray(img.convert("RGB"))))
             out.append(None if found is None else {n: found.get(n, (0.0, None)) for n in asked})
         return out
 

@@ -12,7 +12,6 @@ never invented.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -22,11 +21,6 @@ import numpy as np
 from benchmark.models.segmenter import Segmentation, bbox_from_mask
 
 ORACLE_SIGNATURE = "oracle-demo-render"
-
-
-def _pixels_key(arr: np.ndarray) -> str:
-    arr = np.ascontiguousarray(arr, dtype=np.uint8)
-    return hashlib.blake2b(arr.tobytes() + repr(arr.shape).encode(), digest_size=16).hexdigest()
 
 
 def graph_segmentation(graph: dict[str, Any], size: int) -> Segmentation:
@@ -67,24 +61,11 @@ class OracleSegmenter:
         self._graphs: dict[str, Any] = {}
 
     def _build(self) -> dict[str, tuple[str, Any]]:
-        from benchmark.imageio import load_rgb
         from benchmark.metrics.hatie.suite import segmenter_input
-        from benchmark.querysets import demo
-        from benchmark.querysets.io import load_queryset
+        from benchmark.querysets.demo import render_index
 
-        qs = load_queryset(self.root)
-        graphs_file = qs.meta.get("scene_graphs")
-        if not graphs_file or not (self.root / graphs_file).is_file():
-            raise FileNotFoundError(f"oracle segmenter: {self.root} has no scene graphs (it reads the demo world "
-                                    "only; use a real segmenter, metrics.hatie.segmenter.backend=auto, elsewhere)")
-        self._graphs = demo.load_scene_graphs(self.root / graphs_file)
-        index: dict[str, tuple[str, Any]] = {}
-        for q in qs.queries:
-            if q.image_id not in self._graphs:
-                continue
-            index.setdefault(_pixels_key(segmenter_input(load_rgb(qs.path(q.image)))), (q.image_id, None))
-            if q.target_image:
-                index.setdefault(_pixels_key(segmenter_input(load_rgb(qs.path(q.target_image)))), (q.image_id, q))
+        self._graphs, index = render_index(self.root, segmenter_input, who="oracle segmenter",
+                                           instead="use a real segmenter, metrics.hatie.segmenter.backend=auto, elsewhere")
         return index
 
     def segment(self, images: Sequence[np.ndarray]) -> list[Segmentation]:
@@ -95,7 +76,7 @@ class OracleSegmenter:
             self._index = self._build()
         out = []
         for i, img in enumerate(images):
-            hit = self._index.get(_pixels_key(np.asarray(img)))
+            hit = self._index.get(demo.pixels_key(np.asarray(img)))
             if hit is None:
                 raise ValueError(f"oracle segmenter: image {i} of the batch is not an exact render of a demo source "
                                  f"or ground-truth target under {self.root}; the oracle reads only those (use a "
