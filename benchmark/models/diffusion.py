@@ -1,4 +1,4 @@
-"""Stable Diffusion components from one of two weight sources, through one `from_pretrained(path_or_id)` call.
+"""Stable Diffusion components from one of three weight sources, through one `from_pretrained(path_or_id)` call.
 
 - `pretrained`: a Hugging Face id at a pinned revision (users; needs the hub or a local cache).
 - `random`: SD v1's real-size components with random weights, built and loaded the same way as `tiny` (speed and
