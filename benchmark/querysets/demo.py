@@ -151,6 +151,18 @@ def object_masks(graph: dict[str, Any]) -> dict[str, np.ndarray]:
     return masks
 
 
+def largest_visible(graph: dict[str, Any]) -> dict[str, tuple[str, np.ndarray]]:
+    """name -> (object id, visible mask) of the object of that name with the most visible pixels (the first one on a
+    tie); fully hidden objects are left out. What the oracle test doubles report for a class."""
+    best: dict[str, tuple[int, str, np.ndarray]] = {}
+    for oid, mask in object_masks(graph).items():
+        visible = int(mask.sum())
+        name = graph["objects"][oid]["name"]
+        if visible and (name not in best or visible > best[name][0]):
+            best[name] = (visible, oid, mask)
+    return {name: (oid, mask) for name, (_, oid, mask) in best.items()}
+
+
 def render(graph: dict[str, Any], style: str | None = None) -> np.ndarray:
     """Render a scene graph to an (H, W, 3) uint8 array; `style` applies one of `STYLES` afterwards."""
     w, h = graph["width"], graph["height"]

@@ -20,18 +20,13 @@ Detection = tuple[float, "tuple[float, float, float, float] | None"]
 
 def graph_boxes(graph: dict[str, Any]) -> dict[str, Detection]:
     """name -> (1.0, corner box (x, y, x + w, y + h)) of the largest visible object of each name in `graph`."""
-    from benchmark.querysets.demo import object_masks
+    from benchmark.querysets.demo import largest_visible
 
-    best: dict[str, tuple[int, Detection]] = {}
-    for oid, mask in object_masks(graph).items():
-        visible = int(mask.sum())
-        if not visible:
-            continue
+    out: dict[str, Detection] = {}
+    for name, (oid, _) in largest_visible(graph).items():
         o = graph["objects"][oid]
-        box = (float(o["x"]), float(o["y"]), float(o["x"] + o["w"]), float(o["y"] + o["h"]))
-        if o["name"] not in best or visible > best[o["name"]][0]:
-            best[o["name"]] = (visible, (1.0, box))
-    return {name: det for name, (_, det) in best.items()}
+        out[name] = (1.0, (float(o["x"]), float(o["y"]), float(o["x"] + o["w"]), float(o["y"] + o["h"])))
+    return out
 
 
 class OracleDetector:

@@ -30,16 +30,10 @@ def graph_segmentation(graph: dict[str, Any], size: int) -> Segmentation:
     import torch.nn.functional as F
 
     from benchmark.models.segmenter import Detection
-    from benchmark.querysets.demo import object_masks
+    from benchmark.querysets.demo import largest_visible
 
-    best: dict[str, tuple[int, np.ndarray]] = {}
-    for oid, mask in object_masks(graph).items():
-        visible = int(mask.sum())
-        name = graph["objects"][oid]["name"]
-        if visible and (name not in best or visible > best[name][0]):
-            best[name] = (visible, mask)
     out: Segmentation = {}
-    for name, (_, mask) in best.items():
+    for name, (_, mask) in largest_visible(graph).items():
         m = F.interpolate(torch.from_numpy(mask).float()[None, None], size=(size, size), mode="nearest")[0, 0]
         big = m.numpy().astype(bool)
         out[name] = Detection(name, 1.0, bbox_from_mask(big), big)
