@@ -1,9 +1,10 @@
 """Preflight: before the first edit, check every component of a run, so a missing piece fails in seconds with one
 message naming it and the command that fixes it (instead of after hours of edits, with a traceback).
 
-Checked: the query set's first source files exist; the results folder is writable; every checkpoint the editor and
+Checked: the query set's first source files exist (read through the edit stage's loader: an unusable one is
+reported, it becomes a failure row); the results folder is writable; every checkpoint the editor and
 the metric models will load (`benchmark.weights.resolve`) is cached, or, when online, its host answers; free disk
-space covers an estimate from the set size. Reads files and headers only: no model is loaded, nothing downloaded.
+space covers an estimate from the set size. Reads files only: no model is loaded, nothing downloaded.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from benchmark.errors import PreflightError
 
@@ -57,15 +58,15 @@ def run_preflight(cfg: Any, qs: Any, *, editor: str, metrics: str) -> str:
     t0 = time.perf_counter()
     opts = cfg.get("preflight_opts") or {}
     sample = int(opts.get("sample", DEFAULT_SAMPLE))
-    mean_bytes, n_sampled = _check_sources(cfg, qs, sample)
+    src = _check_sources(cfg, qs, sample)
     results = Path(cfg.paths.results)
     _check_writable(results)
     weights_note, download_bytes = _check_weights(cfg, editor, metrics, float(opts.get("probe_timeout_s",
                                                                                         DEFAULT_PROBE_TIMEOUT_S)))
-    disk_note = _check_disk(results, len(qs), mean_bytes, n_sampled, float(opts.get("disk_factor", DEFAULT_DISK_FACTOR)),
-                            download_bytes)
-    return (f"[editmeter] preflight ok in {time.perf_counter() - t0:.1f} s: {len(qs)} queries ({n_sampled} sources "
-            f"checked), results writable, {weights_note}, {disk_note}")
+    disk_note = _check_disk(results, len(qs), src.mean_bytes, src.n_sampled - len(src.unusable),
+                            float(opts.get("disk_factor", DEFAULT_DISK_FACTOR)), download_bytes)
+    return (f"[editmeter] preflight ok in {time.perf_counter() - t0:.1f} s: {len(qs)} queries ({_sources_note(src)}), "
+            f"results writable, {weights_note}, {disk_note}")
 
 
 def _fix_queryset(cfg: Any, qs: Any) -> str:
@@ -78,25 +79,56 @@ def _fix_queryset(cfg: Any, qs: Any) -> str:
     return f"make data NAME={qs.name}"
 
 
-def _check_sources(cfg: Any, qs: Any, sample: int) -> tuple[float, int]:
-    """The first `sample` queries' sources are still there and readable; returns their mean raw RGB bytes
-    (w x h x 3). Loading the set already hashed every referenced file, so this only catches files that vanished
-    since, and samples the sizes for the disk estimate."""
-    from PIL import Image
+class SourceSample(NamedTuple):
+    """What the preflight learnt from the first sources: their mean raw RGB size and the unusable ones."""
+
+    mean_bytes: float  # w x h x 3, over the usable sampled sources (0 when none is usable)
+    n_sampled: int
+    unusable: tuple[str, ...]  # the loader's message per unusable source: each becomes a failure row
+
+
+def _check_sources(cfg: Any, qs: Any, sample: int) -> SourceSample:
+    """Read the first `sample` queries' sources through the edit stage's loader (`load_rgb`, same limits).
+
+    A file gone since the set was loaded (and hashed) means the set is incomplete: PreflightError naming the rebuild.
+    A file that is there but unusable (empty, not an image, a decompression bomb, too small) is bad input, which the
+    edit stage records as that query's failure row (docs/inputs.md): it is reported here, never a refusal or a crash.
+    """
+    from benchmark.imageio import LIMITS, ImageInputError, load_rgb
 
     queries = list(qs.queries[:sample])
-    missing, sizes = [], []
+    missing: list[str] = []
+    unusable: list[str] = []
+    sizes: list[int] = []
     for q in queries:
+        path = qs.path(q.image)
+        if not path.is_file():
+            missing.append(str(path))
+            continue
         try:
-            with Image.open(qs.path(q.image)) as im:  # header only
+            with load_rgb(path, min_side=LIMITS.min_source_side) as im:
                 sizes.append(im.width * im.height * 3)
-        except OSError as err:
-            missing.append(str(qs.path(q.image)) if isinstance(err, FileNotFoundError) else f"{qs.path(q.image)} (unreadable)")
+        except ImageInputError as err:
+            unusable.append(str(err))
     if missing:
         raise PreflightError(
-            f"preflight: query set {qs.name}: {len(missing)} file(s) of its first {len(queries)} queries are missing "
-            f"or unreadable, e.g. {missing[0]}. The set is incomplete; rebuild it: {_fix_queryset(cfg, qs)}")
-    return (sum(sizes) / len(sizes) if sizes else 0.0), len(queries)
+            f"preflight: query set {qs.name}: {len(missing)} source file(s) of its first {len(queries)} queries are "
+            f"missing since the set was loaded, e.g. {missing[0]}. The set is incomplete; rebuild it: "
+            f"{_fix_queryset(cfg, qs)}")
+    return SourceSample(sum(sizes) / len(sizes) if sizes else 0.0, len(queries), tuple(unusable))
+
+
+def _sources_note(src: SourceSample) -> str:
+    """'14 sources checked' plus, when some are unusable, how many and the first reason (they become failure rows)."""
+    note = f"{src.n_sampled} sources checked"
+    if src.unusable:
+        note += (f"; {len(src.unusable)} unusable, their queries will be failure rows, e.g. "
+                 f"{_shorten(src.unusable[0])}")
+    return note
+
+
+def _shorten(text: str, limit: int = 300) -> str:
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _check_writable(results: Path) -> None:
