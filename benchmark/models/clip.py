@@ -10,8 +10,11 @@ cannot drift apart in activation, normalisation or patch size.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
+import logging
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +96,31 @@ class ClipEncoder:
         return torch.nn.functional.normalize(feats.float(), dim=-1)
 
 
+class _DropMessage(logging.Filter):
+    """Drops the one log record whose message starts with `prefix`; lets everything else through."""
+
+    def __init__(self, prefix: str) -> None:
+        super().__init__()
+        self.prefix = prefix
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(self.prefix)
+
+
+@contextlib.contextmanager
+def expected_random_init(model_name: str) -> Iterator[None]:
+    """Silence open_clip's "No pretrained weights loaded for model '<model_name>'" while building a model that is
+    random on purpose (tiny / random profiles): the user asked for it, so the warning only alarms. open_clip logs it
+    on the root logger; other messages, and that message for any other model, still pass."""
+    root = logging.getLogger()
+    drop = _DropMessage(f"No pretrained weights loaded for model '{model_name}'")
+    root.addFilter(drop)
+    try:
+        yield
+    finally:
+        root.removeFilter(drop)
+
+
 def _builder(config: dict[str, Any]):
     def build(path: Path) -> None:
         import open_clip
@@ -101,7 +129,7 @@ def _builder(config: dict[str, Any]):
         cfg_file = path / "editmeter-tiny-clip.json"
         cfg_file.write_text(json.dumps(config))
         open_clip.add_model_config(cfg_file)
-        with torch.random.fork_rng(devices=[]):
+        with torch.random.fork_rng(devices=[]), expected_random_init("editmeter-tiny-clip"):
             torch.manual_seed(TINY_SEED)
             model = open_clip.create_model("editmeter-tiny-clip", pretrained=None)
         torch.save(model.state_dict(), path / "open_clip_model.pt")
@@ -127,7 +155,8 @@ def load_clip(weights: str = "pretrained", arch: str = CLIP_ARCH, tag: str = CLI
     else:
         pretrained = tag if source == "pretrained" else None
     try:
-        with torch.random.fork_rng(devices=[]):
+        quiet = expected_random_init(arch) if pretrained is None else contextlib.nullcontext()
+        with torch.random.fork_rng(devices=[]), quiet:
             torch.manual_seed(TINY_SEED)  # `random` weights are reproducible too
             model = open_clip.create_model(arch, pretrained=pretrained, device=device, force_quick_gelu=quick_gelu)
     except Exception as err:  # hub/network errors have many types; all mean the same to the user
