@@ -17,6 +17,7 @@ output says so. Runs are read through `benchmark.leaderboard.collect_runs`: noth
 from __future__ import annotations
 
 import argparse
+import difflib
 import itertools
 import math
 import sys
@@ -73,21 +74,69 @@ def _folders(all_runs: list[Any], queryset: str | None) -> list[_Folder]:
     return sorted(out.values(), key=lambda f: (f.queryset, f.editor, f.name))
 
 
-def _resolve(folders: list[_Folder], names: Sequence[str], where: str) -> list[_Folder]:
+def _hits(folders: list[_Folder], name: str) -> list[_Folder]:
+    """The run folders `name` denotes: a folder name (or <queryset dir>/<folder>), else an editor's folders, else
+    the folders whose name starts with `name` when it has the form `<editor>-<signature prefix>`."""
+    hits = [f for f in folders if name in (f.name, f.key)]
+    hits = hits or [f for f in folders if f.editor == name]
+    return hits or ([f for f in folders if f.name.startswith(name)] if "-" in name else [])
+
+
+def _set_dir(f: _Folder) -> str:
+    """The query-set folder `<queryset>-<hash prefix>` under results/runs that holds the run."""
+    return f.key.split("/", 1)[0]
+
+
+def _command(names: Sequence[str], folders: list[_Folder], set_dir: str) -> str:
+    """The exact `editmeter compare` command that names `names` within query-set folder `set_dir`: --queryset when
+    that name picks this folder alone, else each run by its <queryset dir>/<folder> key."""
+    inside = [f for f in folders if _set_dir(f) == set_dir]
+    name = inside[0].queryset
+    if {_set_dir(f) for f in folders if f.queryset == name} == {set_dir}:
+        return f"editmeter compare {' '.join(names)} --queryset {name}"
+    keys = [_hits(inside, n)[0].key if len(_hits(inside, n)) == 1 else n for n in names]
+    return f"editmeter compare {' '.join(keys)}"
+
+
+def _narrow_to_one_set(folders: list[_Folder], names: Sequence[str], where: str, scoped: bool) -> list[_Folder]:
+    """When a name matches runs of several query sets (`make demo` runs identity on demo_mini and demo_editval),
+    keep the one query set that holds a run of every name; several such sets are refused with the exact command
+    for each, a name that matches no run at all is reported as unknown (`scoped`: `folders` are one --queryset's
+    only, so the name may have runs elsewhere)."""
+    per_name = {n: _hits(folders, n) for n in names}
+    for n, hits in per_name.items():
+        if not hits:
+            known = sorted({f.editor for f in folders})
+            close = difflib.get_close_matches(n, known, n=1)
+            guess = f" Did you mean {close[0]!r}?" if close else ""
+            what = f"no run of {n!r}" if scoped else f"unknown editor {n!r}: no run of it"  # elsewhere, maybe
+            raise CompareError(f"{what} {where} (editors there: "
+                               f"{', '.join(known) or 'none'}).{guess} Name an editor, or a run folder "
+                               "<editor>-<signature> when an editor has several.")
+    common = set.intersection(*({_set_dir(f) for f in hits} for hits in per_name.values()))
+    if len(common) == 1:
+        return [f for f in folders if _set_dir(f) in common]
+    if not common:
+        held = "; ".join(f"{n}: {', '.join(sorted({_set_dir(f) for f in hits}))}" for n, hits in per_name.items())
+        raise CompareError(f"the runs are of different query sets ({held}) and no query set holds runs of all of "
+                           f"{', '.join(names)}; a paired comparison needs the same queries: run the missing editors "
+                           "on one set, or name runs of one set")
+    options = "; ".join(f"{d}: `{_command(names, folders, d)}`" for d in sorted(common))
+    raise CompareError(f"{len(common)} query sets hold runs of all of {', '.join(names)}; pick one: {options}")
+
+
+def _resolve(folders: list[_Folder], names: Sequence[str], where: str, scoped: bool = False) -> list[_Folder]:
     """The run folder each name denotes: a folder name (or <queryset dir>/<folder>), an editor name with one
-    folder, or a unique prefix `<editor>-<signature prefix>`."""
+    folder, or a unique prefix `<editor>-<signature prefix>`; within the one query set holding all the names."""
+    folders = _narrow_to_one_set(folders, names, where, scoped)
     chosen = []
     for name in names:
-        hits = [f for f in folders if name in (f.name, f.key)]
-        hits = hits or [f for f in folders if f.editor == name]
-        hits = hits or ([f for f in folders if f.name.startswith(name)] if "-" in name else [])
-        if not hits:
-            known = ", ".join(sorted({f.editor for f in folders})) or "none"
-            raise CompareError(f"no run named {name!r} {where} (editors there: {known}); name an editor, or a run "
-                               "folder <editor>-<signature> when an editor has several")
+        hits = _hits(folders, name)
         if len(hits) > 1:
+            # folder names repeat across query sets (same editor signature), so name those by their full key
+            labels = [f.name for f in hits] if len({f.name for f in hits}) == len(hits) else [f.key for f in hits]
             raise CompareError(f"{name!r} names {len(hits)} run folders ({', '.join(f.key for f in hits)}); name "
-                               "one by its folder (<editor>-<signature>), or pass --queryset")
+                               f"one of {', '.join(labels)} instead")
         chosen.append(hits[0])
     twice = sorted({f.key for f in chosen if chosen.count(f) > 1})
     if twice:
@@ -268,7 +317,7 @@ def compare_runs(results: Path, runs: Sequence[str] | None = None, *, queryset: 
     if not folders:
         raise CompareError(f"no scored runs {where}; run `make demo` or `editmeter run ...` first")
     explicit = bool(runs)
-    chosen = _resolve(folders, runs, where) if runs else folders
+    chosen = _resolve(folders, runs, where, scoped=queryset is not None) if runs else folders
     if len(chosen) < 2:
         raise CompareError(f"a comparison needs two or more runs; {'named' if explicit else 'found'} {len(chosen)} "
                            f"{where}")
@@ -377,6 +426,17 @@ def _p(v: float) -> str:
     return "-" if not math.isfinite(v) else "<1e-4" if v < 1e-4 else f"{v:.2g}"
 
 
+def _win_cell(r: Any) -> str:
+    """A's win rate with its interval, and the tied share when there are ties: a 0% win rate where every query
+    ties must not read as a loss."""
+    if not math.isfinite(r.win_rate_a):
+        return "-"
+    if r.n_shared and r.ties == r.n_shared:
+        return f"all {r.ties} tied"
+    cell = f"{100 * r.win_rate_a:.0f}% [{100 * r.win_ci_low:.0f}, {100 * r.win_ci_high:.0f}]"
+    return cell + (f", {100 * r.ties / r.n_shared:.0f}% tied" if r.ties else "")
+
+
 def _verdict(r: Any) -> str:
     """'A' / 'B' when the Holm-adjusted p is below 0.05 and the whole interval favours that run, else ''."""
     if not (math.isfinite(r.p_adjusted) and r.p_adjusted < 0.05 and math.isfinite(r.ci_low)):
@@ -415,8 +475,7 @@ def format_comparison(df) -> str:
             for r in mrows.itertuples():
                 if r.by and r.n_shared == 0:
                     continue
-                win = ("-" if not math.isfinite(r.win_rate_a) else
-                       f"{100 * r.win_rate_a:.0f}% [{100 * r.win_ci_low:.0f}, {100 * r.win_ci_high:.0f}]")
+                win = _win_cell(r)
                 table.append([f"{m}{arrow}", r.group, str(r.n_shared), _num(r.mean_a, dec), _num(r.mean_b, dec),
                               _num(r.diff, dec), f"[{_num(r.ci_low, dec)}, {_num(r.ci_high, dec)}]", _p(r.p_value),
                               _p(r.p_adjusted), str(r.win_a), str(r.win_b), str(r.ties), win, _verdict(r),
@@ -475,7 +534,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.csv is not None:
         from benchmark.fileio import atomic_write_text
 
-        atomic_write_text(args.csv, df.to_csv(index=False, float_format="%.6g"))
+        # no float_format: pandas writes the shortest repr that reads back to the same float (full precision)
+        atomic_write_text(args.csv, df.to_csv(index=False))
         print(f"wrote {args.csv}")
     return 0
 

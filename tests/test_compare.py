@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 import json
+import re
+import shlex
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -22,7 +25,7 @@ TYPES = ("obj_add", "bg_chg", "style_chg")
 def make_run(results: Path, editor: str, values: dict[str, np.ndarray], *, sig: str | None = None,
              status: list[str] | None = None, qhash: str = QHASH, metric_set: str = "basic", metric_sig: str = "m" * 12,
              higher: dict[str, bool] | None = None, model_level: dict[str, bool] | None = None,
-             prompt_kind: str = "instruction", drop_columns: tuple[str, ...] = ()) -> Path:
+             prompt_kind: str = "instruction", drop_columns: tuple[str, ...] = (), queryset: str = "toy") -> Path:
     """A scored run folder as the pipeline writes it: run.json, scores/<sig>/queries.json and one Parquet part.
     Query i has edit type TYPES[i % 3]; `status[i]` 'missing' leaves query i without a score row."""
     n = len(next(iter(values.values())))
@@ -30,10 +33,10 @@ def make_run(results: Path, editor: str, values: dict[str, np.ndarray], *, sig: 
     model_level = model_level or {}
     queries = [SimpleNamespace(id=f"q{i:04d}", image_id=f"img{i // 3}", edit_type=TYPES[i % 3],
                                object_class="cat" if i % 2 else "dog") for i in range(n)]
-    run_dir = results / "runs" / f"toy-{qhash[:10]}" / f"{editor}-{sig or editor[:1] * 12}"
+    run_dir = results / "runs" / f"{queryset}-{qhash[:10]}" / f"{editor}-{sig or editor[:1] * 12}"
     folder = run_dir / "scores" / metric_sig
     folder.mkdir(parents=True)
-    write_query_index(folder, SimpleNamespace(name="toy", hash=qhash, queries=queries))
+    write_query_index(folder, SimpleNamespace(name=queryset, hash=qhash, queries=queries))
     status = status or ["ok"] * n
     rows = pd.DataFrame({"query_id": [q.id for q in queries], "image_id": [q.image_id for q in queries],
                          "edit_type": [q.edit_type for q in queries], "object_class": [q.object_class for q in queries],
@@ -48,7 +51,7 @@ def make_run(results: Path, editor: str, values: dict[str, np.ndarray], *, sig: 
     meta_metrics |= {m: {"higher_is_better": h, "version": "1", "description": m} for m, h in model_level.items()}
     scoring = {"metric_set": metric_set, "metric_order": list(values), "column_order": [*model_level, *values],
                "metrics": meta_metrics, "suite": {"name": "toysuite", "components": {}} if model_level else None}
-    meta = {"queryset": "toy", "queryset_hash": qhash, "queryset_size": n, "editor": editor,
+    meta = {"queryset": queryset, "queryset_hash": qhash, "queryset_size": n, "editor": editor,
             "editor_sig": run_dir.name.split("-", 1)[1], "prompt_kind": prompt_kind, "profile": "tiny", "seed": 0,
             "metric_sig": metric_sig, **scoring, "scored": {metric_sig: scoring}, "git_sha": "x", "versions": {},
             "device": "cpu"}
@@ -260,7 +263,7 @@ def test_runs_are_named_by_editor_or_by_folder_when_an_editor_has_several(tmp_pa
         compare_runs(tmp_path, ["alpha", "alpha-1111"])
     df = compare_runs(tmp_path, ["alpha-1111", "alpha-222222222222"], n_resamples=100)
     assert (df["run_a"].iloc[0], df["run_b"].iloc[0]) == ("alpha-111111111111", "alpha-222222222222")
-    with pytest.raises(CompareError, match="no run named 'zeta'"):
+    with pytest.raises(CompareError, match="unknown editor 'zeta'"):
         compare_runs(tmp_path, ["zeta", "alpha-1111"])
     with pytest.raises(CompareError, match="named twice"):
         compare_runs(tmp_path, ["alpha-1111", "alpha-111111111111"])
@@ -324,3 +327,96 @@ def test_compare_reads_only_the_per_query_columns(tmp_path):
     assert any(c.startswith("_") for c in full.columns)
     assert not any(c.startswith("_") for c in lean.columns)
     assert lean["m"].tolist() == full["m"].tolist()
+
+
+# ------------------------------------------------------------------------------- issue 22 item 9, issue 23
+def _exact_signed_rank_p(d: np.ndarray) -> float:
+    """Wilcoxon's two-sided exact p by enumerating every sign pattern, zero differences dropped first (Wilcoxon's
+    own rule); the magnitudes must be distinct. Written from the definition, independent of scipy and the code."""
+    nz = d[d != 0]
+    ranks = np.argsort(np.argsort(np.abs(nz))) + 1
+    t = ranks[nz > 0].sum()
+    null = np.array([sum(r for r, s in zip(ranks, signs, strict=True) if s)
+                     for signs in itertools.product((0, 1), repeat=len(nz))])
+    return min(1.0, 2 * min((null <= t).mean(), (null >= t).mean()))
+
+
+def test_wilcoxon_drops_the_zero_differences_when_only_some_are_zero(tmp_path):
+    # 8 differences of distinct sizes and 5 exact zeros: zero_method "pratt" or "zsplit" (or keeping the zeros in
+    # the ranking) gives another p-value than Wilcoxon's rule of dropping them
+    d = np.array([0.9, -0.2, 1.3, 0.5, 0.7, -1.1, 1.6, 0.3, 0, 0, 0, 0, 0])
+    base = np.random.default_rng(5).normal(size=len(d))
+    make_run(tmp_path, "alpha", {"m": base + d})
+    make_run(tmp_path, "beta", {"m": base})
+    r = row(compare_runs(tmp_path, ["alpha", "beta"], n_resamples=100))
+    expected = _exact_signed_rank_p(d)
+    assert expected == pytest.approx(19 / 128)  # T+ = 29 of 36 over 2^8 sign patterns, by hand
+    assert r["p_value"] == pytest.approx(expected, rel=1e-12)
+    assert (r["win_a"], r["win_b"], r["ties"]) == (6, 2, 5)
+    assert wilcoxon_p(d) == pytest.approx(expected, rel=1e-12)
+
+
+def test_the_csv_keeps_full_precision(tmp_path, capsys):
+    a, b = planted(n=30)
+    make_run(tmp_path, "alpha", {"m": a})
+    make_run(tmp_path, "beta", {"m": b})
+    out = tmp_path / "cmp.csv"
+    assert cli.main(["compare", "--results", str(tmp_path), "alpha", "beta", "--resamples", "200",
+                     "--csv", str(out)]) == 0
+    back = pd.read_csv(out)
+    r = back.iloc[0]
+    # the means straight from the planted values, not from the code's own frame: 6 significant digits lose them
+    assert (r["mean_a"], r["mean_b"]) == (float(np.mean(a)), float(np.mean(b)))
+    fresh = row(compare_runs(tmp_path, ["alpha", "beta"], n_resamples=200))
+    for c in ("diff", "ci_low", "ci_high", "p_value", "win_ci_low", "win_ci_high"):
+        assert r[c] == fresh[c], c
+
+
+def test_ties_show_in_the_win_rate_so_an_all_tie_never_reads_as_a_loss(tmp_path):
+    a, b = planted(n=20)
+    b = b.copy()
+    b[:5] = a[:5]  # 5 of 20 tied
+    make_run(tmp_path, "alpha", {"m": a})
+    make_run(tmp_path, "clone", {"m": a})
+    make_run(tmp_path, "beta", {"m": b})
+    same = format_comparison(compare_runs(tmp_path, ["alpha", "clone"], n_resamples=100))
+    line = next(x for x in same.splitlines() if x.startswith("m↑"))
+    assert "all 20 tied" in line and "0% [" not in line
+    some = format_comparison(compare_runs(tmp_path, ["alpha", "beta"], n_resamples=100))
+    line = next(x for x in some.splitlines() if x.startswith("m↑"))
+    assert "25% tied" in line
+
+
+def test_an_editor_run_on_two_query_sets_is_taken_from_the_one_holding_both(tmp_path, capsys):
+    """`make demo` runs identity on demo_mini and demo_editval, overedit on demo_mini only: `compare identity
+    overedit` means demo_mini."""
+    a, b = planted(n=12)
+    make_run(tmp_path, "identity", {"m": a}, queryset="mini", qhash="1" * 64)
+    make_run(tmp_path, "overedit", {"m": b}, queryset="mini", qhash="1" * 64)
+    make_run(tmp_path, "identity", {"m": a}, queryset="editval", qhash="2" * 64)
+    make_run(tmp_path, "oracle", {"m": b}, queryset="editval", qhash="2" * 64)
+    df = compare_runs(tmp_path, ["identity", "overedit"], n_resamples=100)
+    assert df.attrs["queryset"] == "mini" and row(df)["n_shared"] == 12
+    assert compare_runs(tmp_path, ["oracle", "identity"], n_resamples=100).attrs["queryset"] == "editval"
+    with pytest.raises(CompareError, match=r"unknown editor 'overedt'.*Did you mean 'overedit'"):
+        compare_runs(tmp_path, ["identity", "overedt"])  # unknown, even beside a name that spans two sets
+    with pytest.raises(CompareError, match=r"different query sets .*no query set holds runs of all"):
+        compare_runs(tmp_path, ["overedit", "oracle"])
+
+
+def test_two_query_sets_holding_both_editors_are_listed_with_a_command_that_works(tmp_path, capsys):
+    a, b = planted(n=12)
+    for qs, h in (("mini", "1"), ("editval", "2")):
+        make_run(tmp_path, "identity", {"m": a}, queryset=qs, qhash=h * 64)
+        make_run(tmp_path, "overedit", {"m": b}, queryset=qs, qhash=h * 64)
+    # a query set rebuilt from other files: the same name, another hash, so --queryset cannot tell them apart
+    make_run(tmp_path, "identity", {"m": a}, queryset="mini", qhash="3" * 64)
+    make_run(tmp_path, "overedit", {"m": b}, queryset="mini", qhash="3" * 64)
+    assert cli.main(["compare", "--results", str(tmp_path), "identity", "overedit"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "3 query sets hold runs of all of identity, overedit" in err
+    commands = re.findall(r"`(editmeter compare [^`]+)`", err)
+    assert "editmeter compare identity overedit --queryset editval" in commands and len(commands) == 3
+    for command in commands:  # each suggestion runs, on its own query set
+        assert cli.main(["compare", "--results", str(tmp_path), *shlex.split(command)[2:], "--resamples", "50"]) == 0
+        assert "shared: 12 of 12" in capsys.readouterr().out
