@@ -99,6 +99,42 @@ def hub_offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
 
 
+PROBE_TIMEOUT_S = 5.0  # one HEAD request per host before any download: no answer in this time means unreachable
+
+
+def hub_endpoint() -> str:
+    """The hub URL huggingface_hub downloads from ($HF_ENDPOINT as read at its import, else huggingface.co)."""
+    from huggingface_hub import constants
+
+    return constants.ENDPOINT
+
+
+def host_of(ck: Checkpoint) -> str:
+    """`scheme://host/` that serves `ck`: the hub endpoint for hub repos, the URL's server for URL weights."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(hub_endpoint() if ck.kind in HF_KINDS else ck.source)
+    return f"{parts.scheme}://{parts.netloc}/"
+
+
+def unreachable_hosts(checkpoints: list[Checkpoint], timeout: float = PROBE_TIMEOUT_S) -> dict[str, str]:
+    """host -> why, for each host of `checkpoints` that does not answer one HEAD request within `timeout` (any HTTP
+    status is an answer). Probed once each, so an unreachable hub costs seconds, not huggingface_hub's retries."""
+    import urllib.error
+    import urllib.request
+
+    bad: dict[str, str] = {}
+    for host in dict.fromkeys(host_of(c) for c in checkpoints):
+        try:
+            with urllib.request.urlopen(urllib.request.Request(host, method="HEAD"), timeout=timeout):
+                pass
+        except urllib.error.HTTPError:
+            pass  # the server answered
+        except (OSError, ValueError) as err:
+            bad[host] = f"{type(err).__name__}: {getattr(err, 'reason', err)}"
+    return bad
+
+
 def _snapshot(repo_dir: Path, revision: str | None) -> Path | None:
     rev = revision or "main"
     if not _COMMIT.fullmatch(rev):
@@ -487,17 +523,20 @@ def main(argv: list[str] | None = None) -> int:
         print(markdown(checkpoints))
         return 0
     if "--list" in flags:
-        for r in table_rows(checkpoints, online_sizes=not hub_offline()):
+        missing = [c for c in checkpoints if c.fetchable and c.location() is None]
+        # sizes are asked from the hosts only when they answer (an unreachable hub would retry for a minute)
+        online = not hub_offline() and not (missing and unreachable_hosts(missing))
+        for r in table_rows(checkpoints, online_sizes=online):
             print(f"{r['status']:<8} {r['component']}: {r['id']} @ {r['revision']}  [{r['size']}]\n"
                   f"         -> {r['cache']}" + (f"  ({r['note']})" if r["note"] else ""))
         n_missing = sum(c.fetchable and c.location() is None for c in checkpoints)
         print(f"{len(checkpoints)} checkpoints, {n_missing} missing"
               + (f"; download them with: {fix_command(editor, metrics, profile)}" if n_missing else ""))
         return 0
-    return _fetch_missing(checkpoints, where)
+    return _fetch_missing(checkpoints, where, fix_command(editor, metrics, profile))
 
 
-def _fetch_missing(checkpoints: list[Checkpoint], where: str) -> int:
+def _fetch_missing(checkpoints: list[Checkpoint], where: str, fix: str = "editmeter weights ...") -> int:
     for c in checkpoints:
         if not c.fetchable:
             print(f"note: {c.component}: {c.source} cannot be checked or fetched here ({c.note})")
@@ -507,9 +546,15 @@ def _fetch_missing(checkpoints: list[Checkpoint], where: str) -> int:
         print(f"{where}: all {len(checkpoints)} checkpoints are present; nothing to download.")
         return 0
     if hub_offline():
-        names = ", ".join(f"{c.component} ({c.source})" for c in missing)
-        print(f"error: {len(missing)} checkpoint(s) missing ({names}) and HF_HUB_OFFLINE is set, so nothing can be "
-              "downloaded. Run again with network access and HF_HUB_OFFLINE=0.", file=sys.stderr)
+        _cannot_download(missing, "HF_HUB_OFFLINE is set, so nothing can be downloaded", {},
+                         f"Fix: run again with network access and HF_HUB_OFFLINE=0: HF_HUB_OFFLINE=0 {fix}")
+        return 1
+    bad = unreachable_hosts(missing)
+    if bad:
+        _cannot_download(missing, "their host does not answer (probed once, nothing downloaded)", bad,
+                         f"Fix: restore network access (or set HTTPS_PROXY, or HF_ENDPOINT to a reachable hub "
+                         f"mirror), then rerun: {fix}\n  or: profile=tiny (PROFILE=tiny) for an offline run on "
+                         "random weights of the same architectures")
         return 1
     failed = 0
     progress = sys.stderr.isatty()
@@ -531,6 +576,16 @@ def _fetch_missing(checkpoints: list[Checkpoint], where: str) -> int:
     print(f"{where}: {n_ok} of {len(checkpoints)} checkpoints present ({len(missing) - failed} downloaded now)"
           + (f", {failed} failed" if failed else ""))
     return 1 if failed else 0
+
+
+def _cannot_download(missing: list[Checkpoint], why: str, hosts: dict[str, str], fix: str) -> None:
+    """One line per missing checkpoint (with its host's error, if any), then the fix, on stderr."""
+    print(f"error: {len(missing)} checkpoint(s) missing and {why}:", file=sys.stderr)
+    for c in missing:
+        host = host_of(c)
+        reason = f"  [{host}: {hosts[host]}]" if host in hosts else ""
+        print(f"  - {c.component}: {c.source}" + (f" @ {c.revision}" if c.revision else "") + reason, file=sys.stderr)
+    print(fix, file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -70,7 +70,9 @@ def test_list_names_missing_checkpoints_and_the_fix(empty_caches, capsys):
 def test_fetch_offline_is_one_clear_error(empty_caches, monkeypatch, capsys):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     assert W.main(["editor=ip2p", "metrics=basic"]) == 1
-    assert "HF_HUB_OFFLINE is set" in capsys.readouterr().err
+    err = capsys.readouterr().err.splitlines()
+    assert "HF_HUB_OFFLINE is set" in err[0] and err[1].startswith("  - editor ip2p: timbrooks/instruct-pix2pix @ ")
+    assert err[2] == "Fix: run again with network access and HF_HUB_OFFLINE=0: HF_HUB_OFFLINE=0 editmeter weights editor=ip2p metrics=basic"
 
 
 def test_url_fetch_checks_the_hash_and_is_idempotent(empty_caches, monkeypatch, capsys):
@@ -177,3 +179,53 @@ def test_pipeline_fetch_skips_the_safety_checker_and_loads_offline(tmp_path):
     pipe = diffusers.StableDiffusionInstructPix2PixPipeline.from_pretrained(  # as load_pipeline, offline
         repo, revision=sha, cache_dir=tmp_path, safety_checker=None, requires_safety_checker=False)
     assert pipe.unet.config.in_channels == 8
+
+
+def _closed_port() -> int:
+    """A local port nothing listens on (bound, then released)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_an_unreachable_hub_fails_in_seconds_with_one_line_per_checkpoint_and_the_fix(tmp_path):
+    """`make weights` with no route to the hub: one probe, then one line per missing checkpoint and the fix; no
+    minute of huggingface_hub retries, no 'see the stacktrace above'."""
+    import time
+
+    hub = f"http://127.0.0.1:{_closed_port()}"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_CACHE": str(tmp_path / "hf"), "HF_ENDPOINT": hub,
+           "HF_HUB_OFFLINE": "0", "NO_PROXY": "127.0.0.1,localhost", "TORCH_HOME": str(tmp_path / "torch")}
+    t0 = time.perf_counter()
+    run = subprocess.run([sys.executable, "-m", "benchmark.weights", "editor=ip2p", "metrics=basic"], cwd=ROOT,
+                         env=env, capture_output=True, text=True, timeout=120)
+    took = time.perf_counter() - t0
+    assert run.returncode == 1, run.stdout + run.stderr
+    lines = run.stderr.strip().splitlines()
+    assert lines[0] == "error: 1 checkpoint(s) missing and their host does not answer (probed once, nothing downloaded):"
+    assert lines[1].startswith("  - editor ip2p: timbrooks/instruct-pix2pix @ ") and f"{hub}/: " in lines[1]
+    assert lines[2].startswith("Fix: ") and "editmeter weights editor=ip2p metrics=basic" in lines[2]
+    assert "profile=tiny" in lines[3] and len(lines) == 4
+    assert "Retrying" not in run.stderr + run.stdout and "stacktrace" not in run.stderr + run.stdout
+    assert took < 30, f"{took:.0f} s"  # imports dominate; the probe itself is one refused connection
+
+
+def test_an_unreachable_url_host_is_probed_once_not_downloaded(empty_caches, monkeypatch, capsys):
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    url = f"http://127.0.0.1:{_closed_port()}/w"
+    cks = [W.Checkpoint("metrics a", "url", f"{url}/a-0000.pth"), W.Checkpoint("metrics b", "url", f"{url}/b-0000.pth")]
+    assert W._fetch_missing(cks, "t", "editmeter weights editor=x metrics=y") == 1
+    err = capsys.readouterr().err.splitlines()
+    assert [ln.split(":")[0] for ln in err[1:3]] == ["  - metrics a", "  - metrics b"]
+    assert err[3] == ("Fix: restore network access (or set HTTPS_PROXY, or HF_ENDPOINT to a reachable hub mirror), "
+                      "then rerun: editmeter weights editor=x metrics=y")
+
+
+def test_list_does_not_ask_an_unreachable_hub_for_sizes(empty_caches, monkeypatch, capsys):
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(W, "hub_endpoint", lambda: f"http://127.0.0.1:{_closed_port()}")
+    monkeypatch.setattr(W, "remote_size", lambda ck: pytest.fail("asked an unreachable hub for a size"))
+    assert W.main(["--list", "editor=ip2p", "metrics=basic"]) == 0
+    assert "1 checkpoints, 1 missing" in capsys.readouterr().out
