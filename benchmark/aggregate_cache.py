@@ -6,8 +6,10 @@ when an input changed. The key is a sha256 over everything the rows depend on:
 
 - the run.json view of that metric set (`leaderboard.scorings`: identity, metrics, suite, provenance, selection,
   editor config and info; only `updated_at`, which no table shows, is left out),
-- the stat (name, size, mtime_ns, ctime_ns, inode, device) of every score part and of `queries.json` (parts are
-  written by rename, so a rewrite changes the inode and ctime; a user cannot set ctime back),
+- the stat (name, size, mtime_ns, ctime_ns, inode, device) of every score part, of `queries.json` and of every
+  edit PNG of the run (parts are written by rename, so a rewrite changes the inode and ctime; a user cannot set
+  ctime back; a replaced edit makes the rows recompute, which marks them STALE when its hash changed),
+- the names of the quarantined parts (a partial row's mark names them),
 - the bootstrap resamples and seed, the table layout, `AGGREGATE_VERSION`, the numpy / pandas / scipy versions
   and a hash of the source of the whole `benchmark` package (the aggregation, the suite summaries and everything
   they import), so a code change recomputes every entry without anyone having to bump a number.
@@ -90,15 +92,41 @@ def _stat(path: Path) -> list[int] | None:
 
 
 def listing(folder: Path) -> dict[str, Any]:
-    """The stat of `folder`'s query index and of each of its score parts (what the rows are computed from)."""
-    from benchmark.stages.score_cache import INDEX_FILE
+    """What the rows of the scores `folder` are computed from: the stat of its query index, of each of its score
+    parts and of each edit PNG of the run (a replaced edit makes its scores stale), and the names of the
+    quarantined parts (the mark of a partial row names them)."""
+    from benchmark.stages.score_cache import INDEX_FILE, QUARANTINE_DIR
 
     parts = []
     for p in sorted(folder.glob("part-*.parquet")):
         st = _stat(p)
         if st is not None:
             parts.append([p.name, *st])
-    return {"index": _stat(folder / INDEX_FILE), "parts": parts}
+    quarantined = sorted(p.name for p in (folder / QUARANTINE_DIR).glob("*")) if (folder / QUARANTINE_DIR).is_dir() else []
+    return {"index": _stat(folder / INDEX_FILE), "parts": parts, "edits": edit_stats(folder.parent.parent),
+            "quarantine": quarantined}
+
+
+def edit_stats(run_dir: Path) -> list[list[Any]]:
+    """[name, size, mtime_ns, ctime_ns, inode, device] of every edit PNG of `run_dir`: one stat per edit, enough to
+    suspect a replaced edit (the rows are then recomputed, and the hash decides whether it changed)."""
+    import os
+
+    from benchmark.filehash import stat_key
+    from benchmark.stages.edit import EDITS_DIR
+
+    out = []
+    try:
+        with os.scandir(run_dir / EDITS_DIR) as entries:
+            for e in entries:
+                if e.name.endswith(".png"):
+                    try:
+                        out.append([e.name, *stat_key(e.stat())])
+                    except OSError:  # vanished meanwhile
+                        continue
+    except OSError:  # no edits folder (scores only)
+        return []
+    return sorted(out)
 
 
 def input_key(view: dict[str, Any], files: dict[str, Any], n_resamples: int, seed: int) -> str:
@@ -212,7 +240,7 @@ def summarise(results: Path, metric_sig: str | None, n_resamples: int, seed: int
             stats.reused += 1
             out.append(RunSummary(view, run_dir, rows))
             continue
-        run = collect_run(meta_path, view)
+        run = collect_run(meta_path, view)  # a run without valid rows still gets its PARTIAL 0/n rows
         if run is None:
             continue
         rows = _roundtrip(run_rows(run, n_resamples, seed))
@@ -223,7 +251,8 @@ def summarise(results: Path, metric_sig: str | None, n_resamples: int, seed: int
         # store only when the rows are of the files there now: reading may quarantine a bad part (a removal, fine),
         # but a part added or rewritten meanwhile (a shard still scoring) means the rows may not be its rows
         before_parts = {tuple(p) for p in before["parts"]}
-        if cache and after["index"] == before["index"] and all(tuple(p) in before_parts for p in after["parts"]):
+        if (cache and after["index"] == before["index"] and after["edits"] == before["edits"]
+                and all(tuple(p) in before_parts for p in after["parts"])):
             entry = {"format": FORMAT, "run": rel, "metric_sig": sig, "key": input_key(view, after, n_resamples, seed),
                      "checksum": _checksum(rows), "rows": rows}
             _write(path, entry)

@@ -43,6 +43,7 @@ TABLES = {"leaderboard.csv": (), "leaderboard_by_type.csv": ("edit_type",), "lea
 ID_COLUMNS = ("queryset", "queryset_hash", "metric_set", "editor", "editor_sig", "prompt_kind", "profile", "seed")
 COUNT_COLUMNS = ("n_selected", "n_total", "n_ok", "n_failed", "n_missing", "complete", "mark")
 PROVENANCE_COLUMNS = ("metric_sig", "git_sha", "versions", "device")
+SUMMARY_NOTE = "note"  # key of a suite summary's result: why one of its values is NaN (appended to the mark)
 # run.json fields aggregation uses, with their types (anything else in run.json is informational)
 RUN_FIELDS: dict[str, type | tuple[type, ...]] = {
     "queryset": str, "queryset_hash": str, "queryset_size": int, "editor": str, "editor_sig": str,
@@ -68,24 +69,42 @@ def bootstrap_se(values: np.ndarray, n_resamples: int, seed: int) -> float:
     return float(means.std(ddof=1))
 
 
-def completeness(df, n_total: int | None = None) -> dict[str, Any]:
-    """Counts of one group: its score rows `df` (any status) against the `n_total` queries it should cover."""
+def coverage_mark(n_total: int, n_ok: int, n_failed: int, n_stale: int = 0) -> str:
+    """A row's mark: '' for a complete and current row, else each reason it is not, joined by '; '.
+    `PARTIAL done/total`: queries not ok or failed yet; `FAILED failed/done`: no query succeeded (every metric is
+    NaN); `STALE changed/ok`: scored edits whose PNG was replaced since it was scored."""
+    done = n_ok + n_failed
+    marks = [f"PARTIAL {done}/{n_total}" if done < n_total else "",
+             f"FAILED {n_failed}/{done}" if n_failed and not n_ok else "",
+             f"STALE {n_stale}/{n_ok}" if n_stale else ""]
+    return join_marks(*marks)
+
+
+def join_marks(*marks: str) -> str:
+    """Non-empty marks joined by '; ' (a row can be partial, failed, stale and lack a summary at once)."""
+    return "; ".join(m for m in marks if m)
+
+
+def completeness(df, n_total: int | None = None, n_stale: int = 0) -> dict[str, Any]:
+    """Counts of one group: its score rows `df` (any status) against the `n_total` queries it should cover, of
+    whose ok rows `n_stale` were scored on an edit that has been replaced since (not current: never complete)."""
     status = df["status"]
     n_ok, n_failed = int((status == "ok").sum()), int((status == "failed").sum())
     # not `isin`: on Arrow-backed strings it costs ~30 ms per call at 50k rows, once per group
     n_selected = n_ok + n_failed + int((status == "missing").sum())
     n_total = n_selected if n_total is None else n_total
     n_missing = n_total - n_ok - n_failed
-    complete = n_missing == 0
+    complete = n_missing == 0 and not n_stale
     return {"n_selected": n_selected, "n_total": n_total, "n_ok": n_ok, "n_failed": n_failed, "n_missing": n_missing,
-            "complete": complete, "mark": "" if complete else f"PARTIAL {n_ok + n_failed}/{n_total}"}
+            "complete": complete, "mark": coverage_mark(n_total, n_ok, n_failed, n_stale)}
 
 
 def summarize(df, metric_names: Sequence[str], n_resamples: int, seed: int, key: Any,
-              n_total: int | None = None) -> dict[str, Any]:
-    """One table row for the score rows `df` of one group (in query-id order), out of `n_total` queries."""
+              n_total: int | None = None, n_stale: int = 0) -> dict[str, Any]:
+    """One table row for the score rows `df` of one group (in query-id order), out of `n_total` queries, `n_stale`
+    of its ok rows scored on an edit replaced since."""
     ok = df[df["status"] == "ok"]
-    row = completeness(df, n_total)
+    row = completeness(df, n_total, n_stale)
     for m in metric_names:
         vals = ok[m].to_numpy(dtype=np.float64) if m in ok else np.array([])
         finite = vals[np.isfinite(vals)]
@@ -104,6 +123,8 @@ class Run:
     index: QueryIndex
     scores: Any
     path: Path
+    stale: frozenset[str] = frozenset()  # ok rows whose edit PNG was replaced since it was scored
+    quarantined: str = ""  # why rows may be missing: the run's quarantined score parts ('' when none)
 
 
 def check_run_meta(meta: Any) -> dict[str, Any]:
@@ -181,10 +202,11 @@ def collect_runs(results: Path, metric_sig: str | None = None, *, per_query_only
     (default: every metric set each run folder was scored with, so the tables do not depend on command order).
 
     A run whose run.json or query index is bad is skipped with a warning naming the file; bad score parts are
-    quarantined (their rows then count as missing)."""
+    quarantined (their rows then count as missing). A run without any valid score row is left out here (a paired
+    comparison has nothing to pair); the leaderboard (`aggregate_cache.summarise`) keeps it as a PARTIAL row."""
     runs = (collect_run(meta_path, view, per_query_only=per_query_only)
             for meta_path, view in iter_scorings(results, metric_sig))
-    return [run for run in runs if run is not None]
+    return [run for run in runs if run is not None and len(run.scores)]
 
 
 def collect_run(meta_path: Path, meta: dict[str, Any], *, per_query_only: bool = False) -> Run | None:
@@ -209,9 +231,57 @@ def collect_run(meta_path: Path, meta: dict[str, Any], *, per_query_only: bool =
         return None
     columns = [*ROW_KEYS, *(meta.get("metric_order") or meta["metrics"])] if per_query_only else None
     scores = read_scores(meta_path.parent, sig, columns=columns, valid_ids=index.ids)
-    if not len(scores):
-        return None
-    return Run(meta, index, scores.sort_values("query_id", kind="stable").reset_index(drop=True), meta_path.parent)
+    # a run without a valid row (its only part quarantined, or none written yet) stays on the board as PARTIAL 0/n
+    scores = scores.sort_values("query_id", kind="stable").reset_index(drop=True)
+    return Run(meta, index, scores, meta_path.parent, changed_edits(meta_path.parent, scores),
+               quarantine_note(folder))
+
+
+def changed_edits(run_dir: Path, scores) -> frozenset[str]:
+    """Ids of the ok rows of `scores` whose edit PNG now holds other bytes than the ones scored (`edit_sha256`).
+
+    The hashes come from the stat-keyed cache the score stage fills (`benchmark.filehash`): a stat per edit, and
+    only an edit whose size, mtime, ctime or inode changed is read again to confirm. An edit that is gone is not
+    counted: no newer bytes replaced the scored ones."""
+    import os
+
+    from benchmark.filehash import digests
+    from benchmark.stages.edit import EDITS_DIR
+
+    ok = scores[scores["status"] == "ok"] if len(scores) else scores
+    if not len(ok):
+        return frozenset()
+    folder = run_dir / EDITS_DIR
+    recorded = dict(zip(ok["query_id"], ok["edit_sha256"].fillna(""), strict=True))
+    files = []
+    for qid in recorded:
+        try:
+            files.append((f"{qid}.png", os.stat(folder / f"{qid}.png")))
+        except OSError:
+            continue
+    try:
+        now = digests(folder, files)
+    except OSError as err:  # vanished or unreadable after its stat: its scores cannot be called current
+        warn(f"{folder}: could not hash the edits to check their scores are current ({err}); marked stale")
+        return frozenset(recorded)
+    return frozenset(name[:-4] for name, sha in now.items() if sha != recorded[name[:-4]])
+
+
+def quarantine_note(folder: Path) -> str:
+    """'' or why rows of this metric set may be missing: how many of its score parts are quarantined, and the
+    first one's reason (from its `.reason.txt`)."""
+    from benchmark.stages.score_cache import QUARANTINE_DIR
+
+    reasons = sorted((folder / QUARANTINE_DIR).glob("*.reason.txt"))
+    if not reasons:
+        return ""
+    try:
+        first = reasons[0].read_text(encoding="utf-8", errors="replace").strip().splitlines()[0][:300]
+    except (OSError, IndexError):
+        first = "reason unreadable"
+    name = reasons[0].name[: -len(".reason.txt")]
+    return (f"{len(reasons)} score part(s) quarantined in {SCORES_DIR}/{folder.name}/{QUARANTINE_DIR}/, "
+            f"e.g. {name}: {first}")
 
 
 _collect_run = collect_run  # the name before it was public (kept for callers written against it)
@@ -259,18 +329,25 @@ def _run_rows(run: Run, group_cols: tuple[str, ...], fname: str, n_resamples: in
         for col, v in zip(group_cols, key, strict=True):
             part = part[part[col] == v]
         gkey = [meta["editor_sig"], meta["queryset_hash"], fname, *key]
-        stats = summarize(part, metric_names, n_resamples, seed, gkey, n_total)
+        n_stale = sum(1 for q in part.loc[part["status"] == "ok", "query_id"] if q in run.stale) if run.stale else 0
+        stats = summarize(part, metric_names, n_resamples, seed, gkey, n_total, n_stale)
+        if stats["n_missing"] and run.quarantined:
+            stats["mark"] = join_marks(stats["mark"], run.quarantined)
         if suite is not None:
             if summary_fn is not None:
                 ok = part[part["status"] == "ok"]
                 # metaeval: the suite's recorded components (e.g. HATIE's weight profile), for summaries taking them
                 extra = ({"components": suite["components"]}
                          if "components" in inspect.signature(summary_fn).parameters else {})
-                stats |= summary_fn(ok, {m: stats[m] for m in metric_names},
-                                    {m: stats[f"{m}_se"] for m in metric_names}, overall=not group_cols,
-                                    seed=int(stable_hash([seed, gkey, "suite"], 8), 16), **extra)
+                summary = summary_fn(ok, {m: stats[m] for m in metric_names},
+                                     {m: stats[f"{m}_se"] for m in metric_names}, overall=not group_cols,
+                                     seed=int(stable_hash([seed, gkey, "suite"], 8), 16), **extra)
+                # a summary says why a value of its is NaN under SUMMARY_NOTE (e.g. HATIE's Total without IQ)
+                note = summary.pop(SUMMARY_NOTE, "")
+                stats |= summary
+                stats["mark"] = join_marks(stats["mark"], note)
             else:
-                stats["mark"] = "; ".join(filter(None, [stats["mark"], f"UNKNOWN SUITE {suite['name']!r}: no summary"]))
+                stats["mark"] = join_marks(stats["mark"], f"UNKNOWN SUITE {suite['name']!r}: no summary")
             stats["components"] = json.dumps(suite["components"], sort_keys=True)
         rows.append(ident | dict(zip(group_cols, key, strict=True)) | stats | prov)
     return rows
@@ -355,16 +432,18 @@ def tables_from_summaries(summaries: Sequence[RunSummary]) -> dict[str, Any]:
 
 def metric_table(runs: Sequence[Run | RunSummary]):
     """Metric metadata (metric_set, version, higher_is_better, description, summary) of every metric in the
-    tables, in each metric set's display order; `summary` marks a suite's model-level columns (HATIE's Total, IQ,
-    FID, score), which are not per-query means."""
+    tables, one row per (metric set, column), in each metric set's display order; `summary` marks a suite's
+    model-level columns (HATIE's Total, IQ, FID, score), which are not per-query means. Keyed by the pair: two
+    suites may share a column name (`l1_out` is basic's and conventional's), and each keeps its own row."""
     import pandas as pd
 
-    seen: dict[str, dict] = {}
+    seen: dict[tuple[str, str], dict] = {}
     for run in runs:
         meta = run.meta
+        mset = meta.get("metric_set", "")
         per_query = set(meta.get("metric_order") or meta["metrics"])
         for name in meta.get("column_order") or meta["metrics"]:
-            seen.setdefault(name, {"metric": name, "metric_set": meta.get("metric_set", "")} | meta["metrics"][name]
+            seen.setdefault((mset, name), {"metric": name, "metric_set": mset} | meta["metrics"][name]
                             | {"summary": name not in per_query})
     return pd.DataFrame(list(seen.values()))
 

@@ -78,8 +78,9 @@ def _read(path: Path):
     return pd.read_csv(path, keep_default_na=False, na_values=["", "nan", "NaN"], dtype={c: str for c in HEX_COLUMNS})
 
 
-def _metric_info(results: Path):
-    """metric -> (higher_is_better, metric_set, summary) from leaderboard_metrics.csv, or None when it is missing."""
+def _metric_info(results: Path) -> dict[tuple[str, str], tuple[bool, bool]] | None:
+    """(metric_set, metric) -> (higher_is_better, summary) from leaderboard_metrics.csv, or None when it is missing.
+    Keyed by the pair: two metric sets may share a column name. A file without `metric_set` (older) gives ''."""
     import pandas as pd
 
     path = results / "leaderboard_metrics.csv"
@@ -89,7 +90,54 @@ def _metric_info(results: Path):
     summary = meta["summary"].astype(str).str.lower() == "true" if "summary" in meta else [False] * len(meta)
     mset = meta["metric_set"] if "metric_set" in meta else [""] * len(meta)
     better = meta["higher_is_better"].astype(str).str.lower() == "true"
-    return {m: (bool(b), str(s), bool(x)) for m, b, s, x in zip(meta["metric"], better, mset, summary, strict=True)}
+    return {(str(s), m): (bool(b), bool(x)) for m, b, s, x in zip(meta["metric"], better, mset, summary, strict=True)}
+
+
+def _section_info(info: dict[tuple[str, str], tuple[bool, bool]], mset: str, df) -> dict[str, tuple[bool, bool]]:
+    """metric -> (higher_is_better, summary) of one metric set's columns in `df`, in display order (a metric of
+    an older metrics file without metric sets, '', belongs to every set)."""
+    out: dict[str, tuple[bool, bool]] = {}
+    for (ms, m), v in info.items():
+        if ms in (mset, "") and m in df and m not in out:
+            out[m] = v
+    return out
+
+
+def _run_dir(results: Path, row) -> Path:
+    """The run folder a leaderboard row comes from (runs/<queryset>-<hash[:10]>/<editor>-<editor_sig>)."""
+    return results / "runs" / f"{row['queryset']}-{str(row['queryset_hash'])[:10]}" / f"{row['editor']}-{row['editor_sig']}"
+
+
+def _newer_files(folder: Path, pattern: str, mtime_ns: int) -> list[Path]:
+    """Files of `folder` matching `pattern` modified after `mtime_ns` (a stat each: mtime is enough to suspect)."""
+    out = []
+    for p in sorted(folder.glob(pattern)):
+        try:
+            if p.stat().st_mtime_ns > mtime_ns:
+                out.append(p)
+        except OSError:  # vanished meanwhile
+            continue
+    return out
+
+
+def _stale_rows(results: Path, table: Path, df) -> dict[Any, str]:
+    """Row index -> why the row may not reflect its run now: edit PNGs or score parts of its run (metric set)
+    written after `table`. Aggregation checks the hashes; here the mtime is enough to suspect."""
+    from benchmark.stages.edit import EDITS_DIR
+    from benchmark.stages.score_cache import SCORES_DIR
+
+    written = table.stat().st_mtime_ns
+    edits: dict[Path, int] = {}
+    out: dict[Any, str] = {}
+    for i, row in df.iterrows():
+        run_dir = _run_dir(results, row)
+        if run_dir not in edits:
+            edits[run_dir] = len(_newer_files(run_dir / EDITS_DIR, "*.png", written))
+        parts = len(_newer_files(run_dir / SCORES_DIR / str(row.get("metric_sig", "")), "part-*.parquet", written))
+        why = [f"{edits[run_dir]} edit(s)" if edits[run_dir] else "", f"{parts} score part(s)" if parts else ""]
+        if any(why):
+            out[i] = f"STALE: {' and '.join(w for w in why if w)} newer than {table.name}"
+    return out
 
 
 def _varying_settings(part) -> list[str]:
@@ -123,6 +171,15 @@ def _sorted(rows, col: str | None, descending: bool, group: str | None):
     return frame.sort_values(keys, kind="stable").drop(columns=["_nan", "_v"])
 
 
+def _apart_title(rows, stale: dict[Any, str]) -> str:
+    """The title of the block of rows not comparable with the complete ones, naming what they are."""
+    marks = rows["mark"].fillna("").astype(str) if "mark" in rows else rows["editor"].map(lambda _: "")
+    is_stale = marks.str.contains("STALE") | rows.index.isin(list(stale))
+    is_partial = marks.str.contains("PARTIAL") | ~(is_stale | (rows["complete"].astype(str).str.lower() == "true"))
+    kinds = [k for k, any_ in (("partial runs", is_partial.any()), ("stale runs", is_stale.any())) if any_]
+    return f"{' and '.join(kinds) or 'other runs'} (not comparable with the rows above):"
+
+
 def render(results: Path, queryset: str | None = None, *, by: str | None = None, sort: str | None = None,
            columns: Sequence[str] | None = None, digits: int = 3) -> str:
     """The text of `editmeter show`. ShowError when `by`, `sort` or `columns` name something the tables lack."""
@@ -136,12 +193,21 @@ def render(results: Path, queryset: str | None = None, *, by: str | None = None,
     df = _read(path)
     info = _metric_info(results)
     if queryset:
+        present = sorted(df["queryset"].astype(str).unique()) if "queryset" in df else []
+        if queryset not in present:
+            raise ShowError(f"--queryset {queryset!r}: no such query set in {path}; query sets there: "
+                            f"{', '.join(present) if present else 'none'}")
         df = df[df["queryset"] == queryset]
     from benchmark.leaderboard import _scored_since
 
     newer = _scored_since(results, path, set(df["metric_sig"]) if "metric_sig" in df else set())
     lines = ([f"NOTE: {len(newer)} score part(s) were written after {path.name} (e.g. {newer[0]}): these tables may "
               "be stale. Rebuild them: rerun that run's command with stages=[aggregate]."] if newer else [])
+    stale = _stale_rows(results, path, df) if {"queryset_hash", "editor_sig"} <= set(df.columns) else {}
+    if any("edit(s)" in why for why in stale.values()):
+        lines.append(f"NOTE: edit PNGs were written after {path.name}: the rows of their runs are marked STALE (their "
+                     "scores may be of the edits they replaced). Rerun that run's command: the score stage rescores "
+                     "changed edits.")
     if info is None:  # the metric directions live there: without it no metric column can be shown
         lines.append(f"NOTE: {results / 'leaderboard_metrics.csv'} is missing, so no metric column is shown. Rebuild "
                      "the tables: rerun a run's command with stages=[aggregate].")
@@ -149,7 +215,7 @@ def render(results: Path, queryset: str | None = None, *, by: str | None = None,
     if "complete" not in df:  # a leaderboard written before completeness was recorded: nothing is known complete
         df = df.assign(complete=False, mark="completeness unknown")
     df = df.assign(metric_set=df["metric_set"].fillna("") if "metric_set" in df else "")  # older tables lack it
-    metrics_in = [m for m in info if m in df]
+    metrics_in = list(dict.fromkeys(m for _, m in info if m in df))
     settings_in = [c for c in df.columns if c.startswith(PREFIX)]
     choosable = [*COUNT_COLUMNS, *settings_in, *metrics_in]
     if columns is not None:
@@ -161,39 +227,42 @@ def render(results: Path, queryset: str | None = None, *, by: str | None = None,
     group = GROUP_COLUMNS.get(by or "")
     for (qs, mset, kind, profile), part in df.groupby(["queryset", "metric_set", "prompt_kind", "profile"], sort=True):
         # each metric set's own columns (the CSV holds the union of every set's columns)
-        own = [m for m in metrics_in if info[m][1] in (mset, "")]
+        sinfo = _section_info(info, mset, part)
+        own = list(sinfo)
         valued = [m for m in own if part[m].notna().any()]
-        headline = next((m for m in valued if info[m][2]), valued[0] if valued else None)
-        key = sort if sort is not None and sort in part and (sort not in info or sort in own) else headline
-        descending = bool(info[key][0]) if key in info else key in COUNT_COLUMNS[:1]
+        headline = next((m for m in valued if sinfo[m][1]), valued[0] if valued else None)
+        key = sort if sort is not None and sort in part and (sort not in metrics_in or sort in own) else headline
+        descending = bool(sinfo[key][0]) if key in sinfo else key in COUNT_COLUMNS[:1]
         shown = [*COUNT_COLUMNS, *_varying_settings(part), *own]
         if columns is not None:
             shown = [c for c in columns if c in shown]
-            if not any(c in own for c in shown) and any(c in info for c in columns):
+            if not any(c in own for c in shown) and any(c in metrics_in for c in columns):
                 continue  # the metrics asked for are another metric set's: this section would show none of them
-        order = f"sorted by {key}{' (best first)' if key in info else ''}" if key else "sorted by editor"
+        order = f"sorted by {key}{' (best first)' if key in sinfo else ''}" if key else "sorted by editor"
         lines.append(f"\nqueryset={qs}  metrics={mset or '?'}  {kind}-based editors  profile={profile}  ({order})")
         header = ["editor", "sig", *([group] if group else []),
-                  *[f"{c}{'↑' if info[c][0] else '↓'}" if c in info else COUNT_HEADERS.get(c, c) for c in shown],
+                  *[f"{c}{'↑' if sinfo[c][0] else '↓'}" if c in sinfo else COUNT_HEADERS.get(c, c) for c in shown],
                   "coverage"]
-        done = part["complete"].astype(str).str.lower() == "true"
+        fresh = ~part.index.isin(list(stale))
+        done = (part["complete"].astype(str).str.lower() == "true") & fresh
         body: list[list[str] | str] = []
-        for rows, title in ((part[done], None), (part[~done], "partial runs (not comparable with the rows above):")):
+        for rows, title in ((part[done], None), (part[~done], _apart_title(part[~done], stale))):
             if not len(rows):
                 continue
             if title:
                 body.append(title)
-            for _, r in _sorted(rows, key, descending, group).iterrows():
+            for i, r in _sorted(rows, key, descending, group).iterrows():
                 mark = r.get("mark")
                 cells = [str(r["editor"]), str(r["editor_sig"])[:8], *([str(r[group])] if group else [])]
                 for c in shown:
-                    if c in info:
+                    if c in sinfo:
                         cells.append(format_mean_se(r[c], r.get(f"{c}_se", float("nan")), digits))
                     elif c in COUNT_COLUMNS:
                         cells.append(str(r.get(c, "?")))
                     else:
                         cells.append(format_setting(r[c]))
-                cells.append(str(mark) if isinstance(mark, str) and mark else "complete")
+                marks = [str(mark) if isinstance(mark, str) and mark else "", stale.get(i, "")]
+                cells.append("; ".join(m for m in marks if m) or "complete")
                 body.append(cells)
         table = [header, *[c for c in body if isinstance(c, list)]]
         widths = [max(len(c[i]) for c in table) for i in range(len(header))]

@@ -30,7 +30,8 @@ def _rows(values: Any) -> np.ndarray | None:
 
 def summarize(ok: Any, means: Mapping[str, float], ses: Mapping[str, float], *, overall: bool,
               seed: int = 0, components: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """overall: FID, IQ, IQ_se, Total, Total_se. Per type / class: `score`, `score_se` = the weighted mean of the
+    """overall: FID, IQ, IQ_se, Total, Total_se; Total is NaN, with the reason under `note`, when IQ is (one source
+    image, FID off): a criteria-only mean is not HATIE's Total. Per type / class: `score`, `score_se` = the weighted mean of the
     criteria the group defines (same weights as Total, normalised over them; IQ is a set-level quantity and is
     not split). `components` (the suite's, from run.json) names the weight profile the run was scored with; a run
     without one uses the release's weights."""
@@ -53,7 +54,21 @@ def summarize(ok: Any, means: Mapping[str, float], ses: Mapping[str, float], *, 
         srcs = _rows(ok.drop_duplicates("image_id")[FID_SOURCE]) if FID_SOURCE in ok else None
         if edits is not None and srcs is not None and len(edits) >= 2 and len(srcs) >= 2:
             out.update(image_quality_from_stats(FeatureStats.of(srcs), FeatureStats.of(edits), edits, seed=seed))
-    iq = out["IQ"] if math.isfinite(out["IQ"]) else None
-    total, total_se = combine(means, ses, iq, out["IQ_se"] if iq is not None else None, profile=profile)
+    if not math.isfinite(out["IQ"]):
+        # Total is 0.8 x criteria + 0.2 x IQ: a criteria-only mean is another quantity and never takes its column
+        from benchmark.leaderboard import SUMMARY_NOTE
+
+        return out | {"Total": math.nan, "Total_se": math.nan, SUMMARY_NOTE: _no_iq_note(ok, components)}
+    total, total_se = combine(means, ses, out["IQ"], out["IQ_se"], profile=profile)
     out.update({"Total": total, "Total_se": total_se})
     return out
+
+
+def _no_iq_note(ok: Any, components: Mapping[str, Any] | None) -> str:
+    """Why the overall Total is NaN: IQ is off (no FID model), or FID is undefined on these edits."""
+    if (components or {}).get("iq") == "off":
+        return "Total NaN: IQ is off (no FID model), and Total = 0.8 x criteria + 0.2 x IQ"
+    n_edits = int(ok[FID_EDIT].map(lambda v: v is not None and len(v) > 0).sum()) if FID_EDIT in ok else 0
+    n_src = int(ok["image_id"].nunique()) if "image_id" in ok and len(ok) else 0
+    return (f"Total NaN: no IQ (FID needs 2+ edits and 2+ source images, here {n_edits} and {n_src}), "
+            "and Total = 0.8 x criteria + 0.2 x IQ")
