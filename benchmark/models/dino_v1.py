@@ -15,6 +15,13 @@ from typing import Any
 from benchmark.models.common import WeightsUnavailableError, check_source, tiny_model_dir
 
 DINO_V1_MODELS = {"facebook/dino-vitb16": "vitb16", "facebook/dino-vits16": "vits16"}
+# The hub commit each model is pinned at, as every other checkpoint of the project is. ViT-B/16's is the commit
+# public projects pin (metrics=editval uses it too). ViT-S/16 has none: no commit of facebook/dino-vits16 could be
+# verified offline (not in this repository, its docs or tests), and a guessed hash would be worse than none. So the
+# pretrained ViT-S/16 needs an explicit revision (metrics.conventional.dino_mb.revision=<commit>) and is refused
+# without one, rather than loaded at whatever `main` holds today.
+PINNED_REVISIONS: dict[str, str | None] = {"facebook/dino-vitb16": "f205d5d8e640a89a2b8ef0369670dfc37cc07fc2",
+                                           "facebook/dino-vits16": None}
 # The hub's config.json of each model (transformers' ViTConfig); `random` builds these, tiny shrinks the widths.
 BASE_CONFIGS: dict[str, dict[str, Any]] = {
     "vitb16": {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12, "intermediate_size": 3072,
@@ -90,11 +97,31 @@ def _builder(config: dict[str, Any]):
     return build
 
 
+class UnpinnedRevisionError(ValueError):
+    """Pretrained weights were asked for without a revision and editmeter pins none for that model."""
+
+
+def pinned_revision(model_id: str, revision: str | None) -> str:
+    """The revision to load `model_id` at: `revision` when given, else the pinned commit; refused when neither
+    exists (loading the hub's moving `main` would make scores depend on when they were computed)."""
+    if revision:
+        return revision
+    pinned = PINNED_REVISIONS.get(model_id)
+    if pinned is None:
+        raise UnpinnedRevisionError(
+            f"no revision for the pretrained {model_id!r}: editmeter pins no commit of it (none could be verified "
+            f"offline). Pick the commit to use from https://huggingface.co/{model_id}/commits/main and pass it, e.g. "
+            "metrics.conventional.dino_mb.revision=<40-hex commit>, or drop the component with "
+            "metrics.conventional.dino_mb=null")
+    return pinned
+
+
 @functools.lru_cache(maxsize=4)
-def load_dino_v1(weights: str = "pretrained", model_id: str = "facebook/dino-vitb16", revision: str = "main",
+def load_dino_v1(weights: str = "pretrained", model_id: str = "facebook/dino-vitb16", revision: str | None = None,
                  recipe: str = "resize224", device: str = "cpu") -> DinoV1Encoder:
-    """DINO ViT once per process (per arguments), always through `ViTModel.from_pretrained`: the hub id
-    (pretrained), or a cached folder of random weights (tiny: small widths; random: the real shape)."""
+    """DINO ViT once per process (per arguments), always through `ViTModel.from_pretrained`: the hub id at
+    `revision` or its pinned commit (pretrained; `pinned_revision`), or a cached folder of random weights (tiny:
+    small widths; random: the real shape; no revision needed)."""
     from transformers import ViTModel
 
     if model_id not in DINO_V1_MODELS:
@@ -102,6 +129,7 @@ def load_dino_v1(weights: str = "pretrained", model_id: str = "facebook/dino-vit
     kind = DINO_V1_MODELS[model_id]
     source = check_source(weights)
     if source == "pretrained":
+        revision = pinned_revision(model_id, revision)
         location, kwargs = model_id, {"revision": revision}
     else:
         config = config_for(kind, source)
