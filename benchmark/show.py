@@ -173,7 +173,9 @@ def _sorted(rows, col: str | None, descending: bool, group: str | None):
 
 def _apart_title(rows, stale: dict[Any, str]) -> str:
     """The title of the block of rows not comparable with the complete ones, naming what they are."""
-    marks = rows["mark"].fillna("").astype(str) if "mark" in rows else rows["editor"].map(lambda _: "")
+    if not len(rows):
+        return ""
+    marks = rows["mark"].map(lambda m: m if isinstance(m, str) else "") if "mark" in rows else rows["editor"].map(str)
     is_stale = marks.str.contains("STALE") | rows.index.isin(list(stale))
     is_partial = marks.str.contains("PARTIAL") | ~(is_stale | (rows["complete"].astype(str).str.lower() == "true"))
     kinds = [k for k, any_ in (("partial runs", is_partial.any()), ("stale runs", is_stale.any())) if any_]

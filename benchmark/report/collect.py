@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from benchmark.report.html import run_label
+
 TABLE_FILES = {"overall": "leaderboard.csv", "by_type": "leaderboard_by_type.csv",
                "by_class": "leaderboard_by_class.csv"}
 HEX_COLUMNS = ("editor_sig", "metric_sig", "queryset_hash", "git_sha")
@@ -53,7 +55,7 @@ class RunData:
 
     @property
     def label(self) -> str:
-        return f"{self.meta['editor']} ({self.meta['editor_sig'][:6]})"
+        return run_label(self.meta["editor"], self.meta["editor_sig"])
 
     @property
     def key(self) -> str:
@@ -85,7 +87,7 @@ def read_leaderboards(results: Path, queryset: str | None = None) -> Leaderboard
         if "metric_set" not in df:
             df = df.assign(metric_set="")
         df["metric_set"] = df["metric_set"].fillna("")
-        df["mark"] = df["mark"].fillna("") if "mark" in df else ""
+        df["mark"] = df["mark"].map(lambda m: m if isinstance(m, str) else "") if "mark" in df else ""
         df["complete"] = df["complete"].astype(str).str.lower() == "true"
         if queryset:
             df = df[df["queryset"] == queryset].reset_index(drop=True)
@@ -106,12 +108,24 @@ def read_leaderboards(results: Path, queryset: str | None = None) -> Leaderboard
             notes.append(f"STALE: {len(newer)} score part(s) were written after {overall.name} (e.g. {newer[0]}): "
                          "the leaderboard tables and charts may not include them. Rebuild them: rerun that run's "
                          "command with stages=[aggregate].")
+        edited = edits_newer_than(results, overall.stat().st_mtime_ns)
+        if edited:
+            stale = True
+            notes.append(f"STALE: {len(edited)} edit PNG(s) were written after {overall.name} (e.g. {edited[0]}): "
+                         "rows of their runs may hold the scores of the edits they replaced. Rerun that run's "
+                         "command: its score stage rescores changed edits and rebuilds the tables.")
     return Leaderboards(tables, metrics, notes, stale)
 
 
 def parts_newer_than(results: Path, mtime_ns: int) -> list[Path]:
     """Score parts under results/runs written after `mtime_ns` (a run scored but not aggregated since)."""
     return sorted(p for p in (results / "runs").glob("*/*/scores/*/part-*.parquet") if p.stat().st_mtime_ns > mtime_ns)
+
+
+def edits_newer_than(results: Path, mtime_ns: int) -> list[Path]:
+    """Edit PNGs under results/runs modified after `mtime_ns`: their scores in the tables may be of the edits they
+    replaced (the mtime is enough to suspect; aggregation confirms by hash and marks the rows STALE)."""
+    return sorted(p for p in (results / "runs").glob("*/*/edits/*.png") if p.stat().st_mtime_ns > mtime_ns)
 
 
 def parse_failures_log(path: Path, limit_chars: int = 4000) -> dict[str, str]:

@@ -58,7 +58,10 @@ def _mark_cell(r: Any) -> str:
     mark = r.get("mark") or ""
     if r.get("complete") and not mark:
         return '<td class="ok">complete</td>'
-    return f'<td class="partial-mark"><span class="badge partial">{escape(str(mark) or "PARTIAL")}</span></td>'
+    text = str(mark) or "PARTIAL"
+    # the badge's colour says the worst of the row's marks: scores of replaced edits, no edit at all, or partial
+    kind = "stale" if "STALE" in text else "failed" if "FAILED" in text else "partial"
+    return f'<td class="partial-mark"><span class="badge {kind}">{escape(text)}</span></td>'
 
 
 def leaderboard_table(part: Any, metrics: Any, metric_set: str, group_col: str | None = None,
@@ -108,8 +111,8 @@ def leaderboards_html(lb: Any) -> str:
         ms = part["metric_set"].iloc[0]
         out.append(f'<h3 id="lb-{escape(key)}">{escape(title)}</h3>')
         if (~part["complete"]).any():
-            out.append('<p class="note">Rows marked PARTIAL do not cover the whole query set: they are not '
-                       "comparable with complete rows.</p>")
+            out.append('<p class="note">Rows marked PARTIAL do not cover the whole query set, rows marked STALE hold '
+                       "scores of edits replaced since: they are not comparable with complete rows.</p>")
         out.append(leaderboard_table(part, lb.metrics, ms, stale=lb.stale))
         for tkey, col, what in (("by_type", "edit_type", "by edit type"), ("by_class", "object_class", "by object class")):
             df = lb.tables.get(tkey)
