@@ -202,3 +202,26 @@ def test_lpips_columns_agree_with_the_lpips_package(suite):
     lp = suite._get("lpips")
     assert r["lpips"] == pytest.approx(float(lp.distance(edit[None], src[None])[0]), abs=1e-6)
     assert r["lpips_out"] == pytest.approx(r["lpips"], rel=0.05)
+
+
+def test_clip_and_dino_columns_follow_their_definitions(suite):
+    """Each column against its formula, computed here from the encoders' own features with numpy (not from the
+    suite's code): CLIP-T = cos(E(edit), E(text)), CLIP-I = cos(E(edit), E(source)), MD = cos(E(edit) - E(source),
+    E(target caption) - E(source caption)), the ground-truth variants against the target image, DINO = cos of CLS
+    features. A reversed direction, a swapped caption or the wrong image in any of them fails here."""
+    src, edit, tgt = image(50), image(51), image(52)
+    r = row_of(suite, _Loaded(q(), source=src, edit=edit, target=tgt))
+    cos = lambda u, v: float(u @ v / (np.linalg.norm(u) * np.linalg.norm(v)))  # noqa: E731
+    clip = suite._get("clip")
+    ie, i_s, it = clip.embed_images(torch.stack([clip_input(x, clip.image_size) for x in (edit, src, tgt)])).double().numpy()
+    t_tgt, t_src = clip.embed_texts([q().target_caption, q().source_caption]).double().numpy()
+    expected = {"clip_t": cos(ie, t_tgt), "clip_i": cos(ie, i_s), "md": cos(ie - i_s, t_tgt - t_src),
+                "clip_i_gt": cos(ie, it)}
+    for name in ("dino_ev", "dino_mb"):
+        fe, fs, ft = suite._get(name).embed_images(torch.stack([edit, src, tgt])).double().numpy()
+        expected[name] = cos(fe, fs)
+        if name == "dino_mb":
+            expected["dino_gt"] = cos(fe, ft)
+    for col, want in expected.items():
+        assert r[col] == pytest.approx(want, abs=1e-5), col
+    assert abs(expected["md"]) > 1e-3 and abs(expected["md"] - cos(ie - i_s, t_src - t_tgt)) > 1e-3  # sign matters
