@@ -496,3 +496,70 @@ def test_sweep_of_one_setting_folds_a_curve_per_edit_type(tmp_path):
     assert "tau=0.4: 0.61" in folded and "tau=0.8: 0.5" in folded  # bg_chg at tau 0.8: 0.7 - 0.2
     xs = [float(x) for x in re.findall(r'<circle class="pt" cx="([\d.]+)"', main)]
     assert xs[1] - xs[0] == pytest.approx((xs[2] - xs[1]) / 2, abs=0.2)  # numeric setting placed by value
+
+
+# ---- a newcomer's first report (issue 23) ---------------------------------------------------------------------
+
+def _pairs(n_runs: int = 4, metrics=("OF", "BC")):
+    """compare_runs-shaped rows: every pair of `n_runs` runs, per metric, plus one skipped-pair note per pair."""
+    import itertools
+
+    import pandas as pd
+
+    runs = [f"ed{i}-{'abcdef0123456789'[i] * 12}" for i in range(n_runs)]
+    rows = [{"queryset": "demo_mini", "metric_set": "hatie", "metric": m, "higher_is_better": True, "by": "",
+             "group": "", "run_a": a, "run_b": b, "editor_a": a.split("-")[0], "editor_b": b.split("-")[0],
+             "n_shared": 14, "diff": 0.1, "ci_low": 0.0, "ci_high": 0.2, "p_adjusted": 0.5, "win_a": 3, "win_b": 2,
+             "ties": 9, "complete": True} for m in metrics for a, b in itertools.combinations(runs, 2)]
+    df = pd.DataFrame(rows)
+    df.attrs["notes"] = [f"metric set basic: pair not compared, ed{i} is instruction-based and x{i} description-based"
+                         for i in range(25)] + ["metric set hatie: Total, IQ are model-level scores, left out"]
+    return df
+
+
+def test_comparison_has_one_line_for_skipped_pairs_and_one_visible_matrix_per_set():
+    from benchmark.report.html import comparison_html
+
+    html = comparison_html(_pairs())
+    assert html.count("pair not compared") == 25 and html.count('class="note warn"') == 1  # only the other note
+    assert "25 pair(s) not compared" in html.split("<ul>")[0]  # one summary line, the list folded under it
+    assert html.count('class="cmp-matrix"') == 2 and html.count("hidden>") == 1  # OF shown, BC behind the selector
+    assert '<select class="cmp-select"' in html and "OF↑</option>" in html and "BC↑</option>" in html
+
+
+def test_one_signature_abbreviation_everywhere():
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from benchmark.report.html import chart_specs, comparison_html, leaderboard_table, short_sig
+
+    sig = "0123456789abcdef"
+    assert short_sig(sig) == "01234567"
+    matrix = comparison_html(_pairs(2, ("OF",)))
+    assert "ed0 (aaaaaaaa)" in matrix and "ed1 (bbbbbbbb)" in matrix
+    row = {"queryset": "q", "metric_set": "hatie", "prompt_kind": "instruction", "profile": "tiny", "editor": "e",
+           "editor_sig": sig, "complete": True, "mark": "", "n_ok": 1, "n_failed": 0, "n_missing": 0, "OF": 0.5,
+           "BF": 0.4, "edit_type": "attr_chg"}
+    metrics = pd.DataFrame([{"metric_set": "hatie", "metric": m, "higher_is_better": True} for m in ("OF", "BF")])
+    table = leaderboard_table(pd.DataFrame([row]), metrics, "hatie")
+    assert ">01234567<" in table and "012345<" not in table
+    lb = SimpleNamespace(tables={"overall": pd.DataFrame([row]), "by_type": pd.DataFrame([row])}, metrics=metrics,
+                         stale=False)
+    specs = chart_specs(lb)
+    assert {s["series"][0]["label"] for s in specs} == {"e (01234567)"}
+    assert {s["metric"] for s in specs if s["table"] == "criteria"} == {"HATIE criteria"}  # not "criteria · criteria"
+
+
+def test_provenance_lists_editor_info_as_keys_not_raw_json():
+    from types import SimpleNamespace
+
+    from benchmark.report.html import provenance_html
+
+    meta = {"editor": "overedit", "editor_sig": "ab" * 6, "queryset": "demo", "queryset_hash": "cd" * 32,
+            "profile": "tiny", "seed": 0, "git_sha": "ef" * 20, "device": "cpu", "versions": {"torch": "2"},
+            "editor_info": {"name": "overedit", "noise_std": 12.0, "sched": {"steps": 5}}}
+    html = provenance_html([SimpleNamespace(meta=meta, scorings=[], notes=[])])
+    assert '<dl class="info">' in html and "<dt>sched.steps</dt><dd>5</dd>" in html
+    assert '{"name"' not in html and "&quot;name&quot;" not in html
+    assert html.startswith('<div class="scroll">')

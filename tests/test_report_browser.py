@@ -161,3 +161,26 @@ def test_report_folder_moved_keeps_page_and_thumbnails(browser, report, tmp_path
     wait = _open(browser, moved)
     wait.until(lambda d: _all_images_loaded(d))
     assert _errors(browser) == []
+
+
+def _overflow(browser) -> dict:
+    """How far the page is wider than the window (0: no horizontal scroll bar), and the widest offenders."""
+    return browser.execute_script(
+        "const w = document.documentElement.clientWidth;"
+        "const wide = [...document.querySelectorAll('body *')].filter(e => {"
+        "  const r = e.getBoundingClientRect(); return r.right > w + 1 && r.width > 0 && !e.closest('.scroll, .grid-wrap');"
+        "}).slice(0, 5).map(e => e.tagName + (e.id ? '#' + e.id : '') + '.' + e.className + ' ' +"
+        "  Math.round(e.getBoundingClientRect().right));"
+        "return {over: Math.max(document.documentElement.scrollWidth, document.body.scrollWidth) - w, wide: wide};")
+
+
+def test_nothing_overflows_a_1400_px_window(browser, report):
+    """As a person sees it at 1400 px: no horizontal scroll of the page body (wide tables scroll in their own box),
+    with every folded part opened, and no console error."""
+    wait = _open(browser, report)
+    assert browser.execute_script("return window.innerWidth") == 1400
+    wait.until(lambda d: _all_images_loaded(d))
+    browser.execute_script("document.querySelectorAll('details').forEach(d => d.open = true)")
+    got = _overflow(browser)
+    assert got["over"] <= 0, got
+    assert _errors(browser) == []

@@ -11,6 +11,22 @@ from typing import Any
 
 CRITERIA = ("OF", "BF", "OC", "BC", "IQ")
 SECTION_KEYS = ("queryset", "metric_set", "prompt_kind", "profile")
+SIG_CHARS = 8  # every abbreviated signature on the page: tables, chart legends, matrices, grid, sweeps
+
+
+def short_sig(sig: Any) -> str:
+    """A signature as the page abbreviates it everywhere: its first SIG_CHARS characters."""
+    return str(sig)[:SIG_CHARS]
+
+
+def run_label(editor: Any, sig: Any) -> str:
+    """`editor (sig)`: how the page names one run folder."""
+    return f"{editor} ({short_sig(sig)})"
+
+
+def scroll(html: str) -> str:
+    """Wrap a wide table so it scrolls inside its own box instead of widening the page."""
+    return f'<div class="scroll">{html}</div>'
 
 
 def fmt(v: Any, se: Any = None) -> str:
@@ -77,7 +93,7 @@ def leaderboard_table(part: Any, metrics: Any, metric_set: str, group_col: str |
     for _, r in part.iterrows():
         partial = not r.get("complete") or bool(r.get("mark"))
         cells = [escape(str(r["editor"])), f'<code title="{escape(str(r["editor_sig"]))}">'
-                 f'{escape(str(r["editor_sig"])[:8])}</code>']
+                 f'{escape(short_sig(r["editor_sig"]))}</code>']
         cells += [escape("" if _isnan(r[c]) else str(r[c])) for c in settings]
         if group_col:
             cells.append(escape(str(r[group_col])))
@@ -113,7 +129,7 @@ def leaderboards_html(lb: Any) -> str:
         if (~part["complete"]).any():
             out.append('<p class="note">Rows marked PARTIAL do not cover the whole query set, rows marked STALE hold '
                        "scores of edits replaced since: they are not comparable with complete rows.</p>")
-        out.append(leaderboard_table(part, lb.metrics, ms, stale=lb.stale))
+        out.append(scroll(leaderboard_table(part, lb.metrics, ms, stale=lb.stale)))
         for tkey, col, what in (("by_type", "edit_type", "by edit type"), ("by_class", "object_class", "by object class")):
             df = lb.tables.get(tkey)
             if df is None:
@@ -124,7 +140,7 @@ def leaderboards_html(lb: Any) -> str:
             if len(sub):
                 sub = sub.sort_values([col, "editor"], kind="stable")
                 out.append(f"<details><summary>{escape(what)} ({len(sub)} rows)</summary>"
-                           f"{leaderboard_table(sub, lb.metrics, ms, col, lb.stale)}</details>")
+                           f"{scroll(leaderboard_table(sub, lb.metrics, ms, col, lb.stale))}</details>")
     return "\n".join(out)
 
 
@@ -147,7 +163,7 @@ def chart_specs(lb: Any) -> list[dict[str, Any]]:
                     vals = [[_num(by[g][m]), _num(by[g].get(f"{m}_se")), _num(by[g].get(f"{m}_n")),
                              by[g]["mark"] or ("" if by[g]["complete"] else "PARTIAL")] if g in by else None
                             for g in groups]
-                    series.append({"label": f"{editor} ({str(sig)[:6]})", "v": vals})
+                    series.append({"label": run_label(editor, sig), "v": vals})
                 specs.append({"id": f"{tkey}|{key}|{m}", "section": title, "table": tkey, "metric": m, "hib": hib,
                               "groups": groups, "series": series, "stale": lb.stale})
     if overall is not None:
@@ -155,11 +171,11 @@ def chart_specs(lb: Any) -> list[dict[str, Any]]:
             have = [c for c in CRITERIA if c in part and part[c].notna().any()]
             if len(have) < 2:
                 continue
-            series = [{"label": f"{r['editor']} ({str(r['editor_sig'])[:6]})",
+            series = [{"label": run_label(r["editor"], r["editor_sig"]),
                        "v": [[_num(r[c]), _num(r.get(f"{c}_se")), _num(r.get(f"{c}_n")),
                               r["mark"] or ("" if r["complete"] else "PARTIAL")] for c in have]}
                       for _, r in part.iterrows()]
-            specs.append({"id": f"criteria|{key}", "section": title, "table": "criteria", "metric": "criteria",
+            specs.append({"id": f"criteria|{key}", "section": title, "table": "criteria", "metric": "HATIE criteria",
                           "hib": True, "groups": have, "series": series, "stale": lb.stale})
     return specs
 
@@ -185,12 +201,12 @@ def criteria_html(lb: Any) -> str:
         rows = []
         for _, r in part.iterrows():
             partial = not r["complete"] or bool(r["mark"])
-            tds = (f"<td>{escape(str(r['editor']))}</td><td><code>{escape(str(r['editor_sig'])[:8])}</code></td>"
+            tds = (f"<td>{escape(str(r['editor']))}</td><td><code>{escape(short_sig(r['editor_sig']))}</code></td>"
                    + _mark_cell(r) + "".join(f'<td class="num">{escape(fmt(r[c], r.get(f"{c}_se")))}</td>'
                                              for c in cols))
             rows.append(f'<tr class="{"partial" if partial else "complete"}">{tds}</tr>')
-        out.append(f"<h3>{escape(title)}</h3><table class=\"lb\"><thead><tr><th>editor</th><th>sig</th>"
-                   f"<th>coverage</th>{th}</tr></thead><tbody>{''.join(rows)}</tbody></table>")
+        out.append(f"<h3>{escape(title)}</h3>" + scroll(f"<table class=\"lb\"><thead><tr><th>editor</th><th>sig</th>"
+                   f"<th>coverage</th>{th}</tr></thead><tbody>{''.join(rows)}</tbody></table>"))
     if not out:
         return '<p class="note">No HATIE rows (criteria OF / BF / OC / BC / IQ) in the leaderboard.</p>'
     return "\n".join(out)
@@ -200,42 +216,76 @@ def _overall(by: Any) -> bool:
     return by is None or (isinstance(by, float) and math.isnan(by)) or str(by) in ("", "all", "overall", "none", "None")
 
 
+def _folder_sig(run: Any) -> str:
+    """The editor signature in a run folder name `<editor>-<signature>`."""
+    return str(run).rsplit("-", 1)[-1]
+
+
+def _notes_html(notes: list[str]) -> str:
+    """compare_runs's notes, one line each, except the many "pair not compared" ones (one per skipped pair, e.g.
+    every instruction- vs description-based pair): those become one line with the list folded under it."""
+    skipped = [n for n in notes if "pair not compared" in n]
+    out = [f'<p class="note warn">{escape(str(n))}</p>' for n in notes if n not in skipped]
+    if skipped:
+        items = "".join(f"<li>{escape(n)}</li>" for n in skipped)
+        out.append(f'<details class="note"><summary>{len(skipped)} pair(s) not compared (e.g. instruction- vs '
+                   f"description-based editors): list</summary><ul>{items}</ul></details>")
+    return "\n".join(out)
+
+
+def _matrix(part: Any, hib: bool) -> str:
+    """One metric's matrix: row minus column for every pair `part` holds, `n/a` for pairs it does not."""
+    labels: dict[str, str] = {}
+    for _, r in part.iterrows():
+        labels.setdefault(str(r["run_a"]), run_label(r["editor_a"], _folder_sig(r["run_a"])))
+        labels.setdefault(str(r["run_b"]), run_label(r["editor_b"], _folder_sig(r["run_b"])))
+    cells: dict[tuple[str, str], str] = {}
+    for _, r in part.iterrows():
+        a, b = str(r["run_a"]), str(r["run_b"])
+        cells[(a, b)] = _cell(r, hib, flip=False)
+        cells[(b, a)] = _cell(r, hib, flip=True)
+    keys = list(labels)
+    th = "".join(f"<th>{escape(labels[k])}</th>" for k in keys)
+    body = "".join(f"<tr><th>{escape(labels[a])}</th>"
+                   + "".join(cells.get((a, b), '<td class="diag">—</td>' if a == b else "<td>n/a</td>")
+                             for b in keys) + "</tr>" for a in keys)
+    return scroll(f'<table class="matrix"><thead><tr><th>row − column</th>{th}</tr></thead><tbody>{body}</tbody></table>')
+
+
 def comparison_html(df: Any, note: str = "") -> str:
-    """The comparison matrix from `compare_runs`'s DataFrame: per metric set and metric, a matrix of paired
-    differences (row minus column) with the bootstrap CI, adjusted p-value and win counts; cells of pairs that are
-    not complete are marked PARTIAL. Per-type / per-class rows follow in a folded table."""
+    """The comparison matrices from `compare_runs`'s DataFrame: per query set and metric set, the matrix of its
+    headline (first) metric, paired differences row minus column with the bootstrap CI, adjusted p-value and win
+    counts; the set's other metrics behind a selector (the page shows one matrix at a time). Cells of pairs that
+    are not complete are marked PARTIAL. Per-type / per-class rows follow in a folded table."""
     if df is None:
         return f'<p class="note warn">{escape(note or "comparison not available")}</p>'
     if not len(df):
         return '<p class="note">No pairs to compare (a comparison needs two runs of one query set and metric set).</p>'
     out = [f'<p class="note warn">{escape(note)}</p>'] if note else []
-    out += [f'<p class="note warn">{escape(str(n))}</p>' for n in (df.attrs.get("notes") or [])]
+    out.append(_notes_html(list(df.attrs.get("notes") or [])))
     out.append('<p class="note">Each cell: mean paired difference <b>row − column</b> on the queries both answered, '
                "its bootstrap 95% interval, the adjusted p-value, and wins / losses / ties of the row. Green: the row "
                "is significantly better (adjusted p &lt; 0.05), red: worse.</p>")
     is_overall = df["by"].map(_overall) if "by" in df else [True] * len(df)
     top, groups = df[is_overall], df[~is_overall] if "by" in df else df.iloc[0:0]
     qs_col = ["queryset"] if "queryset" in top else []
-    for key, part in top.groupby([*qs_col, "metric_set", "metric"], sort=True):
-        qs_name, ms, metric = key if qs_col else ("", *key)
-        hib = str(part["higher_is_better"].iloc[0]).lower() == "true"
-        labels: dict[str, str] = {}
-        for _, r in part.iterrows():
-            labels.setdefault(str(r["run_a"]), f"{r['editor_a']} ({str(r['run_a'])[-6:]})")
-            labels.setdefault(str(r["run_b"]), f"{r['editor_b']} ({str(r['run_b'])[-6:]})")
-        cells: dict[tuple[str, str], str] = {}
-        for _, r in part.iterrows():
-            a, b = str(r["run_a"]), str(r["run_b"])
-            cells[(a, b)] = _cell(r, hib, flip=False)
-            cells[(b, a)] = _cell(r, hib, flip=True)
-        keys = list(labels)
-        th = "".join(f"<th>{escape(labels[k])}</th>" for k in keys)
-        body = "".join(f"<tr><th>{escape(labels[a])}</th>"
-                       + "".join(cells.get((a, b), '<td class="diag">—</td>' if a == b else "<td>n/a</td>")
-                                 for b in keys) + "</tr>" for a in keys)
+    for gi, (key, sub) in enumerate(top.groupby([*qs_col, "metric_set"], sort=True)):
+        qs_name, ms = key if qs_col else ("", key)
         where = f"queryset={escape(str(qs_name))} · " if qs_col else ""
-        out.append(f'<h3>{where}metrics={escape(str(ms))} · {escape(str(metric))}{"↑" if hib else "↓"}</h3>'
-                   f'<table class="matrix"><thead><tr><th>row − column</th>{th}</tr></thead><tbody>{body}</tbody></table>')
+        metrics = list(dict.fromkeys(sub["metric"].astype(str)))  # compare_runs's order: the set's own
+        options, boxes = [], []
+        for mi, metric in enumerate(metrics):
+            part = sub[sub["metric"].astype(str) == metric]
+            hib = str(part["higher_is_better"].iloc[0]).lower() == "true"
+            name = f"{metric}{'↑' if hib else '↓'}"
+            options.append(f'<option value="{mi}">{escape(name)}</option>')
+            hidden = "" if mi == 0 else " hidden"
+            boxes.append(f'<div class="cmp-matrix" data-metric="{mi}"{hidden}>{_matrix(part, hib)}</div>')
+        chooser = (f'<label>metric <select class="cmp-select" data-group="cmp-{gi}">{"".join(options)}</select></label>'
+                   f' <span class="note">({len(metrics)} metrics; the first is shown)</span>' if len(metrics) > 1 else
+                   f"<b>{escape(metrics[0])}</b>")
+        out.append(f'<h3>{where}metrics={escape(str(ms))}</h3><div class="controls">{chooser}</div>'
+                   f'<div class="cmp-group" id="cmp-{gi}">{"".join(boxes)}</div>')
     if len(groups):
         cols = ["queryset", "metric_set", "metric", "by", "group", "editor_a", "editor_b", "n_shared", "diff", "ci_low",
                 "ci_high", "p_adjusted", "win_rate_a", "complete"]
@@ -245,7 +295,8 @@ def comparison_html(df: Any, note: str = "") -> str:
             f"<td>{escape(fmt(r[c]) if isinstance(r[c], float) else str(r[c]))}</td>" for c in cols) + "</tr>"
             for _, r in groups.iterrows())
         out.append(f"<details><summary>per edit type / object class ({len(groups)} rows)</summary>"
-                   f'<table class="lb"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table></details>')
+                   + scroll(f'<table class="lb"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>')
+                   + "</details>")
     return "\n".join(out)
 
 
@@ -283,11 +334,22 @@ def provenance_html(runs: list[Any]) -> str:
         dirty = "dirty" in m["git_sha"]
         cells = [m["editor"], m["editor_sig"], m["queryset"], m["queryset_hash"], sets, m["profile"], str(m["seed"]),
                  m["git_sha"], m["device"], ", ".join(f"{k} {v}" for k, v in sorted(m["versions"].items())),
-                 str(m.get("updated_at", "")), json.dumps(m.get("editor_info", {}), sort_keys=True)]
+                 str(m.get("updated_at", ""))]
         tds = "".join(f"<td><code>{escape(c)}</code></td>" if i in (1, 3, 7) else f"<td>{escape(c)}</td>"
-                      for i, c in enumerate(cells))
+                      for i, c in enumerate(cells)) + f"<td>{_info_list(m.get('editor_info', {}))}</td>"
         notes = "".join(f'<div class="note warn">{escape(n)}</div>' for n in run.notes)
         rows.append(f'<tr{" class=dirty" if dirty else ""}>{tds}</tr>'
                     + (f'<tr><td colspan="{len(head)}">{notes}</td></tr>' if notes else ""))
     th = "".join(f"<th>{escape(h)}</th>" for h in head)
-    return f'<table class="prov"><thead><tr>{th}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+    return scroll(f'<table class="prov"><thead><tr>{th}</tr></thead><tbody>{"".join(rows)}</tbody></table>')
+
+
+def _info_list(info: Any) -> str:
+    """An editor's `info()` as `key: value` lines (nested keys dotted), not one wrapped line of JSON."""
+    from benchmark.settings import flat_settings
+
+    if not isinstance(info, dict) or not info:
+        return '<span class="note">none recorded</span>'
+    items = "".join(f"<dt>{escape(k)}</dt><dd>{escape(json.dumps(v) if not isinstance(v, str) else v)}</dd>"
+                    for k, v in flat_settings(info).items())
+    return f'<dl class="info">{items}</dl>'

@@ -10,7 +10,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from benchmark.report.html import fmt
+from benchmark.report.html import fmt, short_sig
 
 SWEEP_FILE = "leaderboard_sweeps.csv"
 REQUIRED = ("queryset", "metric_set", "prompt_kind", "profile", "editor", "varying", "edit_type", "metric", "value",
@@ -198,7 +198,7 @@ def _table(spec: dict[str, Any]) -> str:
             rows.append(f'<tr class="{"partial" if p[5] else "complete"}"><td>{escape(name) or "—"}</td>'
                         f"<td>{escape(p[0])}</td><td class=\"num\">{escape(fmt(p[2], p[3]))}</td>"
                         f"<td>{'' if p[4] is None else int(p[4])}</td><td>{mark}</td>"
-                        f"<td><code>{escape(p[6][:8])}</code></td></tr>")
+                        f"<td><code>{escape(short_sig(p[6]))}</code></td></tr>")
     return (f'<table class="lb sweep-points"><thead><tr><th>line</th><th>{escape(spec["setting"])}</th>'
             f'<th>{escape(spec["metric"])} (mean±SE)</th><th>n</th><th>coverage</th><th>sig</th></tr></thead>'
             f'<tbody>{"".join(rows)}</tbody></table>')

@@ -23,6 +23,7 @@
     if (v === null || v === undefined) return "–";
     return Number(v).toPrecision(4).replace(/\.?0+$/, "").replace(/\.?0+e/, "e");
   }
+  function tick(v) { return String(Number(Number(v).toPrecision(3))); }  // axis labels: 0.498, not 0.4982
   function badge(cls, text) { return el("span", { "class": "badge " + cls }, text); }
 
   // ---- called by the chunk scripts ------------------------------------------------------------------------
@@ -69,9 +70,12 @@
       var y0 = top + gi * bandH;
       root.appendChild(svg("text", { x: left - 6, y: y0 + nS * barH / 2 + 4, "text-anchor": "end" }, g));
       spec.series.forEach(function (s, si) {
-        var c = s.v[gi];
-        if (!c || c[0] === null) return;
-        var y = y0 + si * barH, m = c[0], se = c[1];
+        var c = s.v[gi], y = y0 + si * barH;
+        if (!c || c[0] === null) {  // undefined here (e.g. an edit type the set does not score): say so, no bar
+          root.appendChild(svg("text", { x: x(0) + 4, y: y + barH - 2, "class": "na" }, "n/a"));
+          return;
+        }
+        var m = c[0], se = c[1];
         var bar = svg("rect", { x: Math.min(x(0), x(m)), y: y + 1, width: Math.max(1, Math.abs(x(m) - x(0))),
           height: barH - 2, fill: COLORS[si % COLORS.length], "class": "bar" + (c[3] ? " partial" : "") });
         bar.appendChild(svg("title", {}, s.label + " · " + g + ": " + fmt(m) + (se !== null ? " ± " + fmt(se) : "") +
@@ -87,15 +91,15 @@
       });
     });
     [lo, (lo + hi) / 2, hi].forEach(function (t) {
-      root.appendChild(svg("text", { x: x(t), y: height - 8, "text-anchor": "middle" }, fmt(t)));
+      root.appendChild(svg("text", { x: x(t), y: height - 8, "text-anchor": "middle", "class": "tick" }, tick(t)));
     });
     return root;
   }
 
   function chartBox(spec) {
     var box = el("div");
-    box.appendChild(el("h3", null, spec.section + " · " + spec.table.replace("_", " ") + " · " + spec.metric +
-      (spec.hib ? " ↑" : " ↓")));
+    box.appendChild(el("h3", null, spec.section + " · " + (spec.table === "criteria" ? "" :
+      spec.table.replace("_", " ") + " · ") + spec.metric + (spec.hib ? " ↑" : " ↓")));
     if (spec.stale) box.appendChild(badge("stale", "STALE: the leaderboard is older than some score parts"));
     box.appendChild(barChart(spec));
     return box;
@@ -183,6 +187,22 @@
     return td;
   }
 
+  // run columns: instruction-based editors first, then description-based ones (never mixed in one block)
+  function runOrder(g) {
+    return g.runs.map(function (r, i) { return i; }).sort(function (a, b) {
+      var ka = g.runs[a].kind || "", kb = g.runs[b].kind || "";
+      return ka === kb ? a - b : (ka === "instruction" ? -1 : kb === "instruction" ? 1 : ka < kb ? -1 : 1);
+    });
+  }
+  function families(g, order) {  // [[kind, number of runs]] in column order
+    var out = [];
+    order.forEach(function (i) {
+      var k = g.runs[i].kind || "?";
+      if (out.length && out[out.length - 1][0] === k) out[out.length - 1][1] += 1; else out.push([k, 1]);
+    });
+    return out;
+  }
+
   function renderGrid() {
     var g = grid(), ps = g.chunk, ranges = matchingRanges(g);
     var total = ranges.reduce(function (a, r) { return a + r[3]; }, 0);
@@ -204,16 +224,23 @@
     var token = (EM.renderToken = (EM.renderToken || 0) + 1);
     return Promise.all(Object.keys(need).map(function (n) { return loadChunk(g.key, +n); })).then(function () {
       if (token !== EM.renderToken) return;  // a newer page was asked for meanwhile
-      var table = el("table", { "class": "grid" }), head = el("tr");
-      ["query", "source"].concat(g.has_gt ? ["ground truth"] : []).forEach(function (h) { head.appendChild(el("th", null, h)); });
-      g.runs.forEach(function (r) {
+      var table = el("table", { "class": "grid" }), head = el("tr"), fam = el("tr", { "class": "family" });
+      var order = runOrder(g);
+      ["query", "source"].concat(g.has_gt ? ["ground truth"] : []).forEach(function (h) {
+        head.appendChild(el("th", { rowspan: 2 }, h));
+      });
+      families(g, order).forEach(function (f) {
+        head.appendChild(el("th", { colspan: f[1], "class": "family" }, f[0] + "-based editors"));
+      });
+      order.forEach(function (i) {
+        var r = g.runs[i];
         var th = el("th", null, r.label);
         th.appendChild(el("div", { "class": "note" }, Object.keys(r.counts).sort().map(function (k) {
           return k + " " + r.counts[k];
         }).join(" · ")));
-        head.appendChild(th);
+        fam.appendChild(th);
       });
-      var thead = el("thead"); thead.appendChild(head); table.appendChild(thead);
+      var thead = el("thead"); thead.appendChild(head); thead.appendChild(fam); table.appendChild(thead);
       var body = el("tbody");
       positions.forEach(function (p) {
         var row = EM.chunks[g.key + "/" + Math.floor(p / ps)][p % ps], tr = el("tr", { "data-type": row.ty });
@@ -225,7 +252,7 @@
         tr.appendChild(q);
         tr.appendChild(imageCell(row.src, "source " + row.id));
         if (g.has_gt) tr.appendChild(imageCell(row.gt, "ground truth " + row.id));
-        g.runs.forEach(function (run, i) { tr.appendChild(editCell(g, run, row, row.c[i])); });
+        order.forEach(function (i) { tr.appendChild(editCell(g, g.runs[i], row, row.c[i])); });
         body.appendChild(tr);
       });
       table.appendChild(body);
@@ -297,7 +324,20 @@
     if (!any) box.appendChild(el("p", { "class": "note" }, "No failed queries."));
   }
 
+  // ---- comparison: one matrix per metric set at a time, chosen with its selector ------------------------------
+  function initComparison() {
+    [].forEach.call(document.querySelectorAll("select.cmp-select"), function (sel) {
+      sel.addEventListener("change", function () {
+        var group = document.getElementById(sel.getAttribute("data-group"));
+        [].forEach.call(group.querySelectorAll(".cmp-matrix"), function (m) {
+          m.hidden = m.getAttribute("data-metric") !== sel.value;
+        });
+      });
+    });
+  }
+
   document.addEventListener("DOMContentLoaded", function () {
+    initComparison();
     if (!EM.meta) {
       document.body.insertBefore(el("p", { "class": "note warn" }, "data/meta.js did not load: rebuild the report"), document.body.firstChild);
       return;
