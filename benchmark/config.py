@@ -166,12 +166,18 @@ def check_label(name: object, what: str = "editor name") -> str:
 
 
 def apply_run_checks(cfg: Any, editor_name: str) -> None:
-    """Before any work: refuse an unsafe label, and set the input limits of `cfg.limits` (docs/inputs.md); a bad
-    limit raises `SettingError` (a RunError: the entry point prints it without a traceback)."""
+    """Before any work: refuse an unsafe label or an unknown editor dtype, and set the input limits of `cfg.limits`
+    (docs/inputs.md); a bad value raises `SettingError` (a RunError: the entry point prints it without a traceback)."""
     from benchmark.editor import set_max_prompt_chars
     from benchmark.imageio import set_limits
+    from benchmark.models.diffusion import DtypeError, check_dtype
 
     check_label(editor_name)
+    if "dtype" in (cfg.get("editor") or {}):
+        try:
+            check_dtype(cfg.editor.dtype, what=f"editor {editor_name!r}")
+        except DtypeError as err:
+            raise SettingError(str(err)) from None
     limits = cfg.get("limits") or {}
     try:
         set_limits(max_pixels=limits.get("max_source_pixels"), min_source_side=limits.get("min_source_side"))

@@ -4,6 +4,12 @@ Per image: (A) optimise the target caption's embedding to reconstruct the image,
 embedding, (C) sample from eta * e_tgt + (1 - eta) * e_opt with the fine-tuned UNet. Each query is processed on its
 own (every image has its own model); the base UNet weights are restored after every query. Fine-tunes are cached by
 a key over every input of (A) and (B) (benchmark.editing.imagic), so an eta sweep reuses them.
+
+Precision: (A) and (B) always run in fp32 (UNet weights, Adam state, latents, embedding), whatever `dtype` says:
+Adam's updates at lr 2e-6 are below half precision's resolution of the weights and its loss overflows, so an fp16
+optimisation gives NaN (an all-black edit). `dtype` is the precision of sampling (C) and of the VAE and text
+encoder: the fine-tuned weights are cast to it after (B), as diffusers' training scripts keep fp32 master weights
+and cast the trained model for inference.
 """
 
 from __future__ import annotations
@@ -30,7 +36,8 @@ class ImagicEditor(DiffusionEditor):
         set_scheduler(self.pipe, "DDIMScheduler")
         self.optim = {"embedding_steps": int(embedding_steps), "embedding_lr": float(embedding_lr),
                       "finetune_steps": int(finetune_steps), "finetune_lr": float(finetune_lr),
-                      "resolution": self.resolution, "dtype": self.provenance["dtype"]}
+                      "resolution": self.resolution, "dtype": self.provenance["dtype"],
+                      "optimisation_dtype": "float32"}
         self.eta, self.steps, self.guidance_scale = float(eta), int(steps), float(guidance_scale)
         self.cache_size = int(cache_size)
         self.base_state = {k: v.detach().clone() for k, v in self.pipe.unet.state_dict().items()}
@@ -57,10 +64,15 @@ class ImagicEditor(DiffusionEditor):
         unet, sched, o = self.pipe.unet, self.pipe.scheduler, self.optim
         # Its own stream (derived from the query seed), so a cache hit cannot shift the sampling noise.
         gen = generators([query_seed(item.seed, "imagic-optimisation")])[0]
-        e_opt = imagic.optimise_embedding(unet, sched, x0, e_tgt, steps=o["embedding_steps"], lr=o["embedding_lr"],
-                                          generator=gen)
-        imagic.finetune_unet(unet, sched, x0, e_opt, steps=o["finetune_steps"], lr=o["finetune_lr"], generator=gen)
-        value = (e_opt.cpu(), {k: v.detach().cpu().clone() for k, v in unet.state_dict().items()})
+        with imagic.fp32_weights(unet):
+            x0 = x0.float()
+            e_opt = imagic.optimise_embedding(unet, sched, x0, e_tgt, steps=o["embedding_steps"],
+                                              lr=o["embedding_lr"], generator=gen)
+            imagic.finetune_unet(unet, sched, x0, e_opt, steps=o["finetune_steps"], lr=o["finetune_lr"],
+                                 generator=gen)
+            # kept at the sampling precision, so a cache hit loads exactly what a miss samples with
+            state = {k: v.detach().to("cpu", self.base_state[k].dtype, copy=True) for k, v in unet.state_dict().items()}
+        value = (e_opt.cpu(), state)
         imagic.FINETUNES.put(key, value, self.cache_size)
         return value
 

@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 from PIL import Image
 
 from benchmark.editing.batching import HalvingRunner
+from benchmark.editing.determinism import deterministic_algorithms
 from benchmark.editor import Editor, generators
 from benchmark.types import Query
 
@@ -54,7 +55,9 @@ class DiffusionEditor(Editor):
     weights: 'pretrained' (hub id at a pinned revision) or 'tiny' (random weights, same classes).
     model_id, revision: the checkpoint on the Hugging Face hub.
     resolution: model input size in pixels (square).
-    device, dtype: 'auto' = CUDA + fp16 when available, else CPU + fp32.
+    device, dtype: 'auto' = CUDA + fp16 when available, else CPU + fp32; dtype one of auto, fp16, bf16, fp32.
+    deterministic: run the model under PyTorch's deterministic mode (benchmark.editing.determinism): what the
+        editors that backpropagate (P2P, Imagic) need for byte-identical reruns on a GPU. Recorded in `info()`.
     max_batch: largest batch sent to the model at once (None: the harness's batch); halves on CUDA OOM.
     tiny_overrides: changes to the tiny components for this editor (tiny profile only), merged over the class
         attribute of the same name, e.g. `{"unet": {"block_out_channels": [32, 32, 64]}}`.
@@ -67,12 +70,15 @@ class DiffusionEditor(Editor):
     tiny_overrides: ClassVar[dict[str, dict[str, Any]]] = {}
 
     def __init__(self, *, weights: str, model_id: str, revision: str, resolution: int, device: str = "auto",
-                 dtype: str = "auto", max_batch: int | None = None,
+                 dtype: str = "auto", max_batch: int | None = None, deterministic: bool = False,
                  tiny_overrides: dict[str, dict[str, Any]] | None = None) -> None:
         """Loads `self.pipe` for `family` from `weights` and records its provenance; see the class docstring."""
+        from benchmark.editing.determinism import configure_cublas
         from benchmark.models.diffusion import load_pipeline, merge_tiny_overrides
 
+        configure_cublas()  # before the model's first cuBLAS call in this process
         self.resolution = int(resolution)
+        self.deterministic = bool(deterministic)
         what = f"editor {self.name!r}"
         overrides = merge_tiny_overrides(type(self).tiny_overrides, tiny_overrides, what=what)
         self.pipe, self.provenance = load_pipeline(self.family, weights=weights, model_id=model_id, revision=revision,
@@ -92,7 +98,8 @@ class DiffusionEditor(Editor):
         model_inputs = [p if p is not None else self.prepare(im)
                         for p, im in zip(prepared or [None] * len(images), images, strict=True)]
         items = [Item(q, im, int(s)) for q, im, s in zip(queries, model_inputs, seeds, strict=True)]
-        outs = self.runner(self._edit_chunk, items)
+        with deterministic_algorithms(self.deterministic):
+            outs = self.runner(self._edit_chunk, items)
         return [functools.partial(to_pil, o, im.size) for o, im in zip(outs, images, strict=True)]
 
     def prepare(self, image: Image.Image) -> Image.Image:
@@ -127,6 +134,6 @@ class DiffusionEditor(Editor):
 
     def info(self) -> dict[str, Any]:
         """name, prompt_kind, weights provenance (weights, model_id, revision, device, dtype, pipeline; tiny
-        overrides when any), resolution and `hyperparameters()`: a JSON-serialisable dict."""
+        overrides when any), resolution, deterministic mode and `hyperparameters()`: a JSON-serialisable dict."""
         return {"name": self.name, "prompt_kind": self.prompt_kind, **self.provenance, "resolution": self.resolution,
-                **self.hyperparameters()}
+                "deterministic": self.deterministic, **self.hyperparameters()}

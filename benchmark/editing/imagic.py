@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from benchmark.hashing import stable_hash
@@ -38,14 +40,28 @@ def interpolate(e_opt: Any, e_tgt: Any, eta: float) -> Any:
     return eta * e_tgt + (1.0 - eta) * e_opt
 
 
+@contextmanager
+def fp32_weights(unet: Any) -> Iterator[None]:
+    """Within the block the UNet's weights are fp32 (optimisation); its dtype is restored on exit, also on error."""
+    import torch
+
+    dtype = unet.dtype
+    unet.to(torch.float32)
+    try:
+        yield
+    finally:
+        unet.to(dtype)
+
+
 def _denoising_loss(unet: Any, scheduler: Any, x0: Any, emb: Any, generator: Any) -> Any:
     """Standard diffusion loss at a random timestep, noise drawn from the query's own CPU generator."""
     import torch
 
     t = torch.randint(0, scheduler.config.num_train_timesteps, (1,), generator=generator)
     noise = torch.randn(x0.shape, generator=generator).to(x0.device, x0.dtype)
-    xt = scheduler.add_noise(x0, noise, t.to(x0.device))
-    pred = unet(xt, t.to(x0.device), encoder_hidden_states=emb.to(unet.dtype)).sample
+    xt = scheduler.add_noise(x0, noise, t)
+    pred = unet(xt.to(unet.device, unet.dtype), t.to(unet.device),
+                encoder_hidden_states=emb.to(unet.device, unet.dtype)).sample
     return torch.nn.functional.mse_loss(pred.float(), noise.float())
 
 

@@ -64,20 +64,24 @@ def decode_latents(pipe: Any, latents: Any) -> list[Any]:
     """Float (H, W, 3) images in [0, 1] from latents."""
     import torch
 
-    with torch.no_grad():
-        x = pipe.vae.decode(latents / pipe.vae.config.scaling_factor).sample
+    vae = pipe.vae
+    with torch.no_grad():  # the latents are fp32 (the DDIM arithmetic); the VAE may be fp16 / bf16 on its device
+        x = vae.decode(latents.to(vae.device, vae.dtype) / vae.config.scaling_factor).sample
     return list(((x.float() / 2 + 0.5).clamp(0, 1)).permute(0, 2, 3, 1).cpu().numpy())
 
 
 def _eps(unet: Any, x: Any, t: Any, emb: Any) -> Any:
-    return unet(x.to(unet.dtype), t, encoder_hidden_states=emb.to(unet.dtype)).sample.float()
+    """The UNet's noise estimate in fp32, its inputs moved to the UNet's device and dtype."""
+    return unet(x.to(unet.device, unet.dtype), t,
+                encoder_hidden_states=emb.to(unet.device, unet.dtype)).sample.float()
 
 
 def ddim_invert(unet: Any, grid: DDIMGrid, x0: Any, cond: Any) -> list[Any]:
     """DDIM inversion with the source prompt (no guidance): the trajectory [x_0, x_t1, ..., x_T] (n + 1 latents)."""
     import torch
 
-    traj, x = [x0.float()], x0.float()
+    x = x0.to(unet.device, torch.float32)
+    traj = [x]
     with torch.no_grad():
         for t in reversed(grid.timesteps.tolist()):
             # Uses eps(x_{t_prev}, t) to step from t_prev = t - stride to t (the usual inversion approximation).
@@ -158,7 +162,7 @@ def ddim_sample(unet: Any, grid: DDIMGrid, xT: Any, cond: Any, uncond: Any | Seq
     """Guided DDIM sampling from xT; `uncond` is one tensor or one per step (null-text); returns x_0."""
     import torch
 
-    x = xT.float()
+    x = xT.to(unet.device, torch.float32)
     with torch.no_grad():
         for i, t in enumerate(grid.timesteps.tolist()):
             if on_step is not None:

@@ -214,10 +214,28 @@ def resolve_device(device: str) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def resolve_dtype(dtype: str, device: str) -> Any:
-    """'auto' -> fp16 on CUDA, fp32 elsewhere (CPU kernels are fp32-first)."""
+DTYPES = ("auto", "fp16", "bf16", "fp32")
+
+
+class DtypeError(ValueError):
+    """An editor's `dtype` is not one of `DTYPES`."""
+
+
+def check_dtype(dtype: Any, *, what: str = "a diffusion editor") -> str:
+    """`dtype` itself when it is one of `DTYPES`, else `DtypeError` naming the valid values (and the likely one)."""
+    if dtype in DTYPES:
+        return str(dtype)
+    aliases = {"float16": "fp16", "half": "fp16", "bfloat16": "bf16", "float32": "fp32", "float": "fp32"}
+    hint = f" (did you mean {aliases[str(dtype).lower()]}?)" if str(dtype).lower() in aliases else ""
+    raise DtypeError(f"{what}: dtype {dtype!r} is not one of {', '.join(DTYPES)}{hint}; set it with "
+                     f"editor.dtype=<value>")
+
+
+def resolve_dtype(dtype: str, device: str, *, what: str = "a diffusion editor") -> Any:
+    """'auto' -> fp16 on CUDA, fp32 elsewhere (CPU kernels are fp32-first); an unknown name raises `DtypeError`."""
     import torch
 
+    dtype = check_dtype(dtype, what=what)
     if dtype == "auto":
         return torch.float16 if device.startswith("cuda") else torch.float32
     return {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[dtype]
@@ -246,7 +264,7 @@ def load_pipeline(
 
     check_source(weights)
     dev = resolve_device(device)
-    torch_dtype = resolve_dtype(dtype, dev)
+    torch_dtype = resolve_dtype(dtype, dev, what=what)
     cls = getattr(diffusers, FAMILIES[family]["pipeline"])
     if weights == "tiny":
         overrides = {k: v for k, v in _plain(tiny_overrides or {}).items() if v}
