@@ -102,31 +102,34 @@ def listing(folder: Path) -> dict[str, Any]:
         st = _stat(p)
         if st is not None:
             parts.append([p.name, *st])
-    quarantined = sorted(p.name for p in (folder / QUARANTINE_DIR).glob("*")) if (folder / QUARANTINE_DIR).is_dir() else []
+    qdir = folder / QUARANTINE_DIR
+    quarantined = sorted(p.name for p in qdir.iterdir()) if qdir.is_dir() else []
     return {"index": _stat(folder / INDEX_FILE), "parts": parts, "edits": edit_stats(folder.parent.parent),
             "quarantine": quarantined}
 
 
-def edit_stats(run_dir: Path) -> list[list[Any]]:
-    """[name, size, mtime_ns, ctime_ns, inode, device] of every edit PNG of `run_dir`: one stat per edit, enough to
-    suspect a replaced edit (the rows are then recomputed, and the hash decides whether it changed)."""
+def edit_stats(run_dir: Path) -> str:
+    """A digest of the (name, size, mtime_ns, ctime_ns, inode, device) of every edit PNG of `run_dir`: one stat per
+    edit, enough to suspect a replaced edit (the rows are then recomputed, and its hash decides whether it changed).
+    A digest rather than the list keeps the key cheap at 50k edits; '' when the run has no edits folder."""
+    import hashlib
     import os
 
-    from benchmark.filehash import stat_key
     from benchmark.stages.edit import EDITS_DIR
 
-    out = []
     try:
-        with os.scandir(run_dir / EDITS_DIR) as entries:
-            for e in entries:
-                if e.name.endswith(".png"):
-                    try:
-                        out.append([e.name, *stat_key(e.stat())])
-                    except OSError:  # vanished meanwhile
-                        continue
+        with os.scandir(run_dir / EDITS_DIR) as it:
+            entries = sorted((e for e in it if e.name.endswith(".png")), key=lambda e: e.name)
     except OSError:  # no edits folder (scores only)
-        return []
-    return sorted(out)
+        return ""
+    h = hashlib.sha256()
+    for e in entries:
+        try:
+            st = e.stat()
+        except OSError:  # vanished meanwhile
+            continue
+        h.update(f"{e.name}/{st.st_size}/{st.st_mtime_ns}/{st.st_ctime_ns}/{st.st_ino}/{st.st_dev}\n".encode())
+    return h.hexdigest()
 
 
 def input_key(view: dict[str, Any], files: dict[str, Any], n_resamples: int, seed: int) -> str:
