@@ -4,8 +4,10 @@
 
 Every row says what it covers: `n_total` queries of the full set (those its metrics score), `n_selected` of them
 ever selected into the run (shards, limit), `n_ok`, `n_failed` (edit failed or unscorable), `n_missing` (not edited
-or not scored yet, selected or not) and `complete` (nothing missing). A partial row carries `mark` =
-`PARTIAL <ok+failed>/<total>` and sorts after the complete rows of its section.
+or not scored yet, selected or not) and `complete` (nothing missing, every score current). `mark` says what a row
+is short of (`coverage_mark`): `PARTIAL <ok+failed>/<total>` (and the quarantined parts' reason), `FAILED
+<failed>/<failed>` when no query succeeded, `STALE <k>/<ok>` when scored edits were replaced since; partial and
+stale rows sort after the complete rows of its section.
 
 Failed edits are excluded from every mean and counted in `n_failed`; a metric that is undefined for a sample (NaN,
 e.g. the outside-mask PSNR of a full-image style edit) is excluded from that metric's mean and `<metric>_n` says how

@@ -1,8 +1,11 @@
 """`editmeter show`: a readable view of the leaderboard CSVs (overall, by edit type, by object class).
 
-One section per query set, metric set, editor family and profile, each with its own metric columns; complete
-rows first, partial ones after them under their own title with their `PARTIAL done/total` mark (always shown,
-whatever `--columns` says). Rows are sorted by the section's headline column (a suite's model-level summary such
+One section per query set, metric set, editor family and profile, each with its own metric columns (metadata keyed
+by (metric set, column): two sets may share a column name); complete rows first, partial and stale ones after
+them under their own title, every row with its mark (`PARTIAL done/total`, `FAILED n/n`, `STALE k/n`) in the
+`coverage` column, always shown whatever `--columns` says. Rows of a run whose edit PNGs or score parts are newer
+than the table are marked stale here too (mtime suspects; aggregation confirms by hash). An unknown `--queryset`
+is a ShowError listing the sets the tables hold. Rows are sorted by the section's headline column (a suite's model-level summary such
 as HATIE's Total or per-type score, else the metric set's first metric), best first, or by `--sort`. Means are
 rounded to `digits` significant digits and SEs to 2; an SE below the mean's last shown digit prints as `±0`.
 """
