@@ -55,7 +55,7 @@ install: ## create .venv and install editmeter with test tools
 	$(PY) -m pip install --quiet -e ".[test,lint]"
 	@$(PY) -c "import benchmark, torch; print('editmeter', benchmark.__version__, '| torch', torch.__version__)"
 
-demo: ## offline, ~2 min (122 s measured): HATIE and pixel leaderboards of the weight-free and the tiny diffusion editors on DEMO_SET
+demo: ## offline, a few minutes (measured time: README, Setup): HATIE, pixel and EditVal leaderboards of the weight-free and tiny diffusion editors on DEMO_SET
 	$(ONE_THREAD) $(RUN) --multirun editor=$(DEMO_EDITORS),$(DIFFUSION_EDITORS) queryset=$(DEMO_SET) profile=tiny metrics=basic $(ARGS)
 	$(ONE_THREAD) $(RUN) --multirun editor=$(DEMO_EDITORS),$(DIFFUSION_EDITORS) queryset=$(DEMO_SET) profile=tiny metrics=hatie_oracle $(ARGS)
 	$(ONE_THREAD) $(RUN) --multirun editor=identity,oracle queryset=demo_editval profile=tiny metrics=editval_oracle $(ARGS)
