@@ -130,14 +130,19 @@ def _stale_rows(results: Path, table: Path, df) -> dict[Any, str]:
     from benchmark.stages.score_cache import SCORES_DIR
 
     written = table.stat().st_mtime_ns
-    edits: dict[Path, int] = {}
+    counts: dict[Path, int] = {}  # per folder: the by-type and by-class tables hold many rows per run
+
+    def newer(folder: Path, pattern: str) -> int:
+        if folder not in counts:
+            counts[folder] = len(_newer_files(folder, pattern, written))
+        return counts[folder]
+
     out: dict[Any, str] = {}
     for i, row in df.iterrows():
         run_dir = _run_dir(results, row)
-        if run_dir not in edits:
-            edits[run_dir] = len(_newer_files(run_dir / EDITS_DIR, "*.png", written))
-        parts = len(_newer_files(run_dir / SCORES_DIR / str(row.get("metric_sig", "")), "part-*.parquet", written))
-        why = [f"{edits[run_dir]} edit(s)" if edits[run_dir] else "", f"{parts} score part(s)" if parts else ""]
+        edits = newer(run_dir / EDITS_DIR, "*.png")
+        parts = newer(run_dir / SCORES_DIR / str(row.get("metric_sig", "")), "part-*.parquet")
+        why = [f"{edits} edit(s)" if edits else "", f"{parts} score part(s)" if parts else ""]
         if any(why):
             out[i] = f"STALE: {' and '.join(w for w in why if w)} newer than {table.name}"
     return out
