@@ -54,8 +54,8 @@ def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
     """Run the configured stages for one editor on one query set; returns a summary dict.
 
     Raises `PreflightError` (benchmark.errors) before any edit when a component is missing, `CorruptRunFile` when
-    the run folder's edit log is malformed, and `TooManyFailures` after the last stage when the share of failed
-    queries exceeds `max_failed_fraction` or all failed; entry points turn each into its message and exit status 1
+    the run folder's edit log is malformed, and `TooManyFailures` after the last stage when, in the edit stage or in
+    one metric set's scoring, the share of failed queries exceeds `max_failed_fraction` or all failed; entry points turn each into its message and exit status 1
     (`run_and_report`)."""
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
@@ -133,16 +133,18 @@ def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
     if "score" in cfg.stages:
         summary["scores"] = {}
         for label, ms, group, suite in metric_sets:  # several suites: one edit, scored by each (models and features shared)
+            common = {"num_workers": cfg.num_workers, "progress": progress, "full_set": full, "run_id": run_id,
+                      "label": label, "fail_fast": bool(cfg.get("fail_fast", False))}
             with timer("score" if len(metric_sets) == 1 else f"score {label}"):
                 if suite is not None:
-                    sc = run_suite_stage(qs, run_dir, suite, ms, prompt_kind=editor.prompt_kind,
-                                         num_workers=cfg.num_workers, progress=progress, full_set=full)
+                    sc = run_suite_stage(qs, run_dir, suite, ms, prompt_kind=editor.prompt_kind, **common)
                 else:
-                    sc = run_score_stage(qs, run_dir, group, ms, batch_size=cfg.batch_size,
-                                         num_workers=cfg.num_workers, progress=progress, full_set=full)
+                    sc = run_score_stage(qs, run_dir, group, ms, batch_size=cfg.batch_size, **common)
             summary["scores"][label] = sc
-            what = "score" if len(metric_sets) == 1 else f"score {label}"
-            print(f"[editmeter] {what}: {sc.computed} scored, {sc.reused} reused ({sc.model_seconds:.2f} s in metrics)")
+            print(f"[editmeter] score {label}: {sc.computed} scored ({sc.failed} failed), {sc.reused} reused "
+                  f"({sc.model_seconds:.2f} s in metrics)")
+            if sc.failed_total:
+                print(f"[editmeter] score {label}: {sc.failure_summary()}")
         summary["score"] = summary["scores"][metric_sets[0][0]]
     if "aggregate" in cfg.stages:
         with timer("aggregate"):
@@ -155,7 +157,9 @@ def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
         print(f"[editmeter] NOTE: profile={profile}: weights are {cfg.profile.weights}; "
               "these numbers test the pipeline, they do not rank real editors.")
     summary["timings"] = dict(timer.seconds)
-    verdict = _failure_verdict(summary.get("edit"), float(cfg.get("max_failed_fraction", 0.1)))
+    judged = [("edit", summary["edit"])] if "edit" in summary else []
+    judged += [(f"score {label}", sc) for label, sc in summary.get("scores", {}).items()]
+    verdict = _failure_verdict(judged, float(cfg.get("max_failed_fraction", 0.1)))
     if verdict:
         raise TooManyFailures(verdict)
     return summary
@@ -204,17 +208,30 @@ def _earlier_scorings(path: Path) -> dict[str, Any]:
     return {sig: {k: v[k] for k in keys if k in v} for sig, v in views.items()}
 
 
-def _failure_verdict(st: Any, max_fraction: float) -> str:
-    """Why this run must not exit 0 ('' when it may): more than `max_fraction` of its queries failed, or all."""
-    if st is None or not st.total or not st.failed_total:
+def _failure_verdict(stages: list[tuple[str, Any]], max_fraction: float) -> str:
+    """Why this run must not exit 0 ('' when it may): in a stage (the edit stage, or one metric set's scoring) more
+    than `max_fraction` of its queries failed, or all did. A metric set whose failed rows are all failed edits is
+    left out when the edit stage already says so (the same queries, the same reasons)."""
+    fired = [(name, st, why) for name, st in stages if (why := _too_many(st, max_fraction))]
+    edit_fired = any(name == "edit" for name, *_ in fired)
+    fired = [(name, st, why) for name, st, why in fired
+             if not (edit_fired and name != "edit" and st.failed_total == getattr(st, "edit_failed", 0))]
+    if not fired:
+        return ""
+    parts = "; ".join(f"{name}: {st.failure_summary()} ({why})" for name, st, why in fired)
+    return (f"{parts}. The run is not trustworthy; its tables were written but they leave the failed queries out. "
+            "Fix the cause, then rerun (with retry_failed=true when edits failed; fail_fast=true stops at the first "
+            "failure with its traceback; max_failed_fraction=<share> accepts more failures).")
+
+
+def _too_many(st: Any, max_fraction: float) -> str:
+    """'every query failed' or '<share> > max_failed_fraction=<x>' when a stage's failures fail the run, else ''."""
+    if not st.total or not st.failed_total:
         return ""
     share = st.failed_total / st.total
     if st.failed_total < st.total and share <= max_fraction:
         return ""
-    why = "every query failed" if st.failed_total == st.total else f"{share:.0%} > max_failed_fraction={max_fraction:g}"
-    return (f"{st.failure_summary()}. The run is not trustworthy ({why}); its tables were written but they "
-            "leave the failed queries out. Fix the cause, then rerun with retry_failed=true (fail_fast=true stops at "
-            "the first failure with its traceback; max_failed_fraction=<share> accepts more failures).")
+    return "every query failed" if st.failed_total == st.total else f"{share:.0%} > max_failed_fraction={max_fraction:g}"
 
 
 def _editor_overrides(cfg: Any) -> list[str]:

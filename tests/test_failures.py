@@ -147,3 +147,117 @@ def test_a_run_error_raised_while_hydra_builds_a_metric_is_a_message_not_a_trace
     except InstantiationException as wrapped:
         assert _run_error(wrapped) is cause
     assert _run_error(ValueError("a bug")) is None
+
+
+# --- the score stage's failures (issue 22.3): counted, logged and judged like the edit stage's -------------------
+
+def _demo_with_bad_targets(tmp_path: Path, n_bad: int) -> Path:
+    """A copy of the demo whose first `n_bad` queries' ground-truth targets are not images (scoring with
+    metrics=basic reads them; the edits themselves succeed)."""
+    import shutil
+
+    from benchmark.querysets.io import load_queryset
+
+    root = tmp_path / "demo"
+    shutil.copytree(ROOT / "datasets" / "demo", root)
+    for q in load_queryset(root).queries[:n_bad]:
+        (root / q.target_image).write_bytes(b"not an image")
+    return root
+
+
+def test_score_failures_fail_the_run_with_counted_reasons_and_a_log_entry_each(tmp_path, capsys):
+    """The issue's case in small: 'N scored', exit 0, no failures.log, while 47% of the rows had failed."""
+    root = _demo_with_bad_targets(tmp_path, 4)
+    args = (f"queryset.root={root}", "limit=8", "metrics=basic", "stages=[edit,score]")
+    with pytest.raises(TooManyFailures, match=r"score basic: 4 of 8 failed: 1 x .*cannot decode image.*"
+                                              r"\(50% > max_failed_fraction=0.1\)") as info:
+        run_demo(tmp_path / "a", "identity", *args)
+    assert "edit:" not in str(info.value)  # every edit succeeded: only the score stage is named
+    out = capsys.readouterr().out
+    assert "score basic: 8 scored (4 failed), 0 reused" in out and "score basic: 4 of 8 failed: " in out
+    log = next((tmp_path / "a").glob(f"runs/*/*/{FAILURES_LOG}")).read_text()
+    assert log.count("stage=score basic") == 4 and log.count("cannot decode image") == 4
+    # under the threshold the run passes, and the counts still say what failed; a rerun still counts them
+    summary = run_demo(tmp_path / "a", "identity", *args, "max_failed_fraction=0.5")
+    sc = summary["score"]
+    assert (sc.failed_total, sc.total, sc.edit_failed) == (4, 8, 0) and sum(n for _, n in sc.reasons) == 4
+
+
+def test_a_failed_edit_fails_its_score_row_and_is_named_once(tmp_path):
+    """Scoring a run whose edits failed (stages=[score] after the edit) is judged on its own; with the edit stage in
+    the same call, the verdict names the edit stage only (the same queries, the same reasons)."""
+    cfg = ("editor._target_=failing_editor.AlwaysFails", "limit=3", "metrics=basic")
+    with pytest.raises(TooManyFailures) as info:
+        run_demo(tmp_path, "identity", *cfg, "stages=[edit,score]")
+    assert str(info.value).startswith("edit: 3 of 3 failed") and "score basic" not in str(info.value)
+    with pytest.raises(TooManyFailures, match=r"^score basic: 3 of 3 failed: 3 x edit failed: RuntimeError: "):
+        run_demo(tmp_path, "identity", *cfg, "stages=[score]")
+
+
+class _RaisesOn:
+    """A pixel metric that raises on batches holding one chosen query (a metric bug on odd input)."""
+
+    def __init__(self, bad_id: str):
+        from benchmark.metrics.pixel import PixelMetric
+
+        self.inner, self.bad_id = PixelMetric("l1"), bad_id
+        self.info = self.inner.info
+
+    def score(self, batch):
+        if self.bad_id in [q.id for q in batch.queries]:
+            raise FloatingPointError("metric blew up")
+        return self.inner.score(batch)
+
+
+def test_a_metric_raising_fails_only_its_query_with_the_traceback(tmp_path, demo_qs):
+    from benchmark.stages.score import read_scores, run_score_stage
+
+    qs = demo_qs.subset(4)
+    run_edit_stage(qs, __import__("editors.identity", fromlist=["x"]).IdentityEditor(), tmp_path, seed=0,
+                   progress=False)
+    bad = qs.queries[1].id
+    st = run_score_stage(qs, tmp_path, {"l1": _RaisesOn(bad)}, "sig", batch_size=4, progress=False, run_id="r1",
+                         label="basic")
+    df = read_scores(tmp_path, "sig").set_index("query_id")
+    assert df.loc[bad, "status"] == "failed" and (df.drop(index=bad)["status"] == "ok").all()
+    assert df.loc[bad, "reason"] == "FloatingPointError in metric l1: metric blew up"
+    assert (st.failed, st.failed_total, st.total) == (1, 1, 4)
+    log = (tmp_path / FAILURES_LOG).read_text()
+    assert f"run_id=r1 query={bad} stage=score basic" in log and "Traceback (most recent call last)" in log
+    with pytest.raises(FloatingPointError):  # fail_fast: the metric's own exception, with its traceback
+        run_score_stage(qs, tmp_path, {"l1": _RaisesOn(bad)}, "sig", batch_size=4, progress=False, fail_fast=True)
+
+
+class _FailingSuite:
+    """A query-level suite that reports a failed row for every other query, as EditVal's rules do for a detection
+    they cannot make (the real EditVal set: 303 of 646 rows failed, and the run said '646 scored', exit 0)."""
+
+    columns = ("acc",)
+    column_info = {"acc": (True, "accuracy")}
+
+    class info:  # noqa: N801 - the suite protocol's attribute
+        name, version = "fakeval", "1"
+
+    def applies_to(self, q, prompt_kind):
+        return True
+
+    def components(self):
+        return {}
+
+    def score_queries(self, queryset, todo, edits, *, work_dir, num_workers, progress):
+        yield [{"query_id": q.id, "status": "failed", "reason": "no detection for the class"} if i % 2 else
+               {"query_id": q.id, "status": "ok", "reason": "", "acc": 1.0} for i, q in enumerate(todo)]
+
+
+def test_failed_rows_a_suite_reports_are_counted_and_logged(tmp_path, demo_qs):
+    from benchmark.run import _failure_verdict
+    from benchmark.stages.score import run_suite_stage
+    from editors.identity import IdentityEditor
+
+    qs = demo_qs.subset(6)
+    run_edit_stage(qs, IdentityEditor(), tmp_path, seed=0, progress=False)
+    st = run_suite_stage(qs, tmp_path, _FailingSuite(), "sig", prompt_kind="instruction", progress=False,
+                         label="fakeval")
+    assert (st.failed, st.failed_total, st.total) == (3, 3, 6) and st.reasons == (("no detection for the class", 3),)
+    assert (tmp_path / FAILURES_LOG).read_text().count("stage=score fakeval") == 3
+    assert "score fakeval: 3 of 6 failed" in _failure_verdict([("score fakeval", st)], 0.1)

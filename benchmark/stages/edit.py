@@ -58,25 +58,36 @@ class EditStats:
 
     def failure_summary(self, top: int = 3) -> str:
         """'16 of 16 failed: 16 x RuntimeError: ...; tracebacks in <log>' (empty when nothing failed)."""
-        if not self.failed_total:
-            return ""
-        shown = "; ".join(f"{n} x {reason}" for reason, n in self.reasons[:top])
-        more = f"; {len(self.reasons) - top} other reason(s)" if len(self.reasons) > top else ""
-        return f"{self.failed_total} of {self.total} failed: {shown}{more}; tracebacks in {self.failures_log}"
+        return failure_summary(self.failed_total, self.total, self.reasons, self.failures_log, top)
+
+
+def failure_summary(failed_total: int, total: int, reasons: Sequence[tuple[str, int]], failures_log: str,
+                    top: int = 3) -> str:
+    """The console's line on a stage's failures (shared by the edit and the score stages; '' when none)."""
+    if not failed_total:
+        return ""
+    shown = "; ".join(f"{n} x {reason}" for reason, n in reasons[:top])
+    more = f"; {len(reasons) - top} other reason(s)" if len(reasons) > top else ""
+    return f"{failed_total} of {total} failed: {shown}{more}; tracebacks in {failures_log}"
 
 
 class FailureLog:
-    """Appends one entry per failed query to `<run dir>/failures.log`: UTC time, run id, query id, the exception and
-    its traceback. Thread-safe: the reader, the main thread and the writer all report failures."""
+    """Appends one entry per failed query to `<run dir>/failures.log`: UTC time, run id, query id, the stage when it
+    is not the edit stage, the exception and its traceback. Thread-safe: the reader, the main thread and the writer
+    all report failures. Appends are whole entries under the file lock, so concurrent workers never interleave."""
 
-    def __init__(self, path: Path, run_id: str) -> None:
-        self.path, self.run_id, self._lock = path, run_id, threading.Lock()
+    def __init__(self, path: Path, run_id: str, stage: str = "") -> None:
+        self.path, self.run_id, self.stage, self._lock = path, run_id, stage, threading.Lock()
 
     def add(self, query_id: str, err: BaseException | None, reason: str) -> None:
+        from benchmark.locking import locked
+
         stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
         tb = "".join(traceback.format_exception(err)).rstrip() if err is not None else "(no traceback) " + reason
-        with self._lock, open(self.path, "a", encoding="utf-8") as fh:
-            fh.write(f"--- {stamp} run_id={self.run_id} query={query_id}\n{tb}\n\n")
+        where = f" stage={self.stage}" if self.stage else ""
+        entry = f"--- {stamp} run_id={self.run_id} query={query_id}{where}\n{tb}\n\n"
+        with self._lock, locked(self.path), open(self.path, "a", encoding="utf-8") as fh:
+            fh.write(entry)
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,14 @@ from benchmark.hashing import canonical_json
 from benchmark.imageio import ImageInputError, load_mask, load_rgb, to_float_tensor
 from benchmark.metrics.base import NEED_EDIT_MASK, NEED_TARGET_IMAGE, PairwiseMetric, ScoreBatch
 from benchmark.querysets.io import QuerySet
-from benchmark.stages.edit import EDITS_DIR, edit_path, latest_records
+from benchmark.stages.edit import (
+    EDITS_DIR,
+    FAILURES_LOG,
+    FailureLog,
+    edit_path,
+    failure_summary,
+    latest_records,
+)
 from benchmark.stages.score_cache import (
     ROW_KEYS,
     SCORES_DIR,
@@ -44,11 +51,20 @@ __all__ = ["ROW_KEYS", "SCORES_DIR", "ScoreStats", "read_scores", "run_score_sta
 
 @dataclass(frozen=True)
 class ScoreStats:
-    total: int
+    total: int  # queries of the selection the metrics score (excluded ones left out)
     computed: int
     reused: int
     seconds: float
     model_seconds: float
+    failed: int = 0  # rows this call wrote as failed because scoring itself failed
+    failed_total: int = 0  # queries of the selection whose current row is failed (this call's and earlier ones)
+    edit_failed: int = 0  # of those, the ones whose edit failed (scoring had nothing to score)
+    reasons: tuple[tuple[str, int], ...] = ()  # (reason, count) over the failed rows, most common first
+    failures_log: str = ""  # where their tracebacks are
+
+    def failure_summary(self, top: int = 3) -> str:
+        """'6 of 14 failed: 6 x ...; tracebacks in <log>' (empty when nothing failed)."""
+        return failure_summary(self.failed_total, self.total, self.reasons, self.failures_log, top)
 
 
 def part_name(n: int) -> str:
@@ -252,6 +268,32 @@ def _begin(queryset: QuerySet, run_dir: Path, metric_sig: str, full_set: QuerySe
     return out_dir, todo, unscorable, hashes, len(queryset) - len(todo) - len(unscorable)
 
 
+EDIT_FAILED = "edit failed: "  # prefix of a failed row's reason, in the counts, when the edit failed
+
+
+def _score_stats(queryset: QuerySet, run_dir: Path, metric_sig: str, *, computed: int, reused: int, failed: int,
+                 start: float, model_seconds: float) -> ScoreStats:
+    """The stage's counts from the rows now on disk: every failed row of the selection counts, whichever call wrote
+    it, as the leaderboard's `n_failed` does; a row without `edit_sha256` failed because its edit did."""
+    from collections import Counter
+
+    ids = {q.id for q in queryset.queries}
+    rows = read_scores(run_dir, metric_sig, columns=("query_id", "status", "reason", "edit_sha256"))
+    rows = rows[rows["query_id"].isin(ids)]
+    reasons: Counter[str] = Counter()
+    edit_failed = 0
+    for status, reason, sha in zip(rows["status"], rows["reason"], rows["edit_sha256"], strict=True):
+        if status != "failed":
+            continue
+        no_edit = not isinstance(sha, str) or not sha
+        edit_failed += no_edit
+        reasons[((EDIT_FAILED if no_edit else "") + (reason if isinstance(reason, str) and reason else "unknown"))[:200]] += 1
+    total = len(ids) - int((rows["status"] == "excluded").sum())
+    return ScoreStats(total, computed, reused, time.perf_counter() - start, model_seconds, failed=failed,
+                      failed_total=sum(reasons.values()), edit_failed=edit_failed, reasons=tuple(reasons.most_common()),
+                      failures_log=str(run_dir / FAILURES_LOG))
+
+
 class _PartWriter:
     """Buffers rows and writes them as Parquet parts of PART_ROWS rows (atomically; a kill loses one part)."""
 
@@ -282,12 +324,17 @@ def run_score_stage(
     num_workers: int = 0,
     progress: bool = True,
     full_set: QuerySet | None = None,
+    run_id: str = "",
+    label: str = "",
+    fail_fast: bool = False,
 ) -> ScoreStats:
     """Score every query of `queryset` for which no up-to-date row exists.
 
     `full_set` is the whole query set `queryset` was selected from (shard / limit); default `queryset` itself.
+    A query whose inputs cannot be loaded, or on which a metric raises, gets a failed row with the reason, and an
+    entry (with the traceback, when there is one) in the run's failures log, labelled `score <label>`; with
+    `fail_fast` the first such error is raised instead.
     """
-    import torch
     from torch.utils.data import DataLoader
     from tqdm import tqdm
 
@@ -298,20 +345,35 @@ def run_score_stage(
 
     needs = frozenset().union(*(m.info.needs for m in metrics.values())) if metrics else frozenset()
     model_seconds = 0.0
+    failed = 0
     buckets: dict[tuple[int, ...], list[_Sample]] = {}
+    flog = FailureLog(run_dir / FAILURES_LOG, run_id, f"score {label}".rstrip())
+
+    def fail(sample: _Sample, reason: str, err: BaseException | None) -> None:
+        nonlocal failed
+        failed += 1
+        flog.add(sample.query.id, err, reason)
+        writer.rows.append(_base_row(sample.query, "failed", reason, hashes[sample.query.id]) | {n: np.nan for n in names})
 
     def score_bucket(samples: list[_Sample]) -> None:
         nonlocal model_seconds
-        batch = _collate(samples)
-        values = {}
         t0 = time.perf_counter()
-        with torch.no_grad():
-            for name, metric in metrics.items():
-                v = metric.score(batch)
-                if v.shape != (len(samples),):
-                    raise ValueError(f"metric {name} returned shape {tuple(v.shape)} for a batch of {len(samples)}")
-                values[name] = v.double().numpy()
+        try:
+            values = _metric_values(metrics, _collate(samples), len(samples))
+        except _MetricError as err:
+            if fail_fast:
+                raise err.__cause__ from None
+            error: _MetricError | None = err
+        else:
+            error = None
         model_seconds += time.perf_counter() - t0
+        if error is not None:
+            if len(samples) == 1:
+                fail(samples[0], str(error), error.__cause__)
+                return
+            for s in samples:  # retried alone (outside the except block), so one bad query cannot sink the others
+                score_bucket([s])
+            return
         for i, s in enumerate(samples):
             writer.rows.append(_base_row(s.query, "ok", "", hashes[s.query.id]) | {n: float(values[n][i]) for n in names})
 
@@ -319,8 +381,9 @@ def run_score_stage(
     bar = tqdm(total=len(todo), desc="score", unit="img", disable=not progress, leave=False)
     for sample in loader if todo else []:
         if sample.error:
-            writer.rows.append(_base_row(sample.query, "failed", sample.error, hashes[sample.query.id])
-                               | {n: np.nan for n in names})
+            if fail_fast:
+                raise ImageInputError(f"{sample.query.id}: {sample.error}")
+            fail(sample, sample.error, None)
         else:
             key = tuple(sample.source.shape)
             buckets.setdefault(key, []).append(sample)
@@ -332,7 +395,29 @@ def run_score_stage(
         score_bucket(buckets.pop(key))
     bar.close()
     writer.flush(final=True)
-    return ScoreStats(len(queryset), len(todo), reused, time.perf_counter() - start, model_seconds)
+    return _score_stats(queryset, run_dir, metric_sig, computed=len(todo), reused=reused, failed=failed, start=start,
+                        model_seconds=model_seconds)
+
+
+class _MetricError(RuntimeError):
+    """A metric raised on a batch (its cause) or returned the wrong shape; the message names the metric."""
+
+
+def _metric_values(metrics: Mapping[str, PairwiseMetric], batch: ScoreBatch, n: int) -> dict[str, np.ndarray]:
+    """Every metric's values on one batch; any error becomes a _MetricError naming the metric."""
+    import torch
+
+    values = {}
+    with torch.no_grad():
+        for name, metric in metrics.items():
+            try:
+                v = metric.score(batch)
+                if v.shape != (n,):
+                    raise ValueError(f"returned shape {tuple(v.shape)} for a batch of {n}")
+                values[name] = v.double().numpy()
+            except Exception as err:  # noqa: BLE001 - any metric error becomes that query's recorded failure
+                raise _MetricError(f"{type(err).__name__} in metric {name}: {err}") from err
+    return values
 
 
 def run_suite_stage(
@@ -345,10 +430,15 @@ def run_suite_stage(
     num_workers: int = 0,
     progress: bool = True,
     full_set: QuerySet | None = None,
+    run_id: str = "",
+    label: str = "",
+    fail_fast: bool = False,
 ) -> ScoreStats:
     """Like `run_score_stage`, for a query-level suite (HATIE) that needs the whole query, not an image pair.
 
-    Queries the suite does not apply to (obj_remove for description-based editors) get status `excluded`.
+    Queries the suite does not apply to (obj_remove for description-based editors) get status `excluded`. A failed
+    row the suite returns is counted and logged with its reason (suites report reasons, not tracebacks); with
+    `fail_fast` the first one raises.
     """
     start = time.perf_counter()
     by_id = {q.id: q for q in queryset.queries}
@@ -363,14 +453,24 @@ def run_suite_stage(
         "columns": list(suite.columns),
     }, excluded)
     writer = _PartWriter(out_dir, unscorable)  # columns vary by task: parts keep whatever the rows carry
+    flog = FailureLog(run_dir / FAILURES_LOG, run_id, f"score {label}".rstrip())
+    failed = 0
     if todo:
         for batch in suite.score_queries(queryset, todo, [edit_path(run_dir, q.id) for q in todo], work_dir=run_dir,
                                          num_workers=num_workers, progress=progress):
-            writer.add([_base_row(by_id[qid := r.pop("query_id")], r.pop("status"), r.pop("reason"), hashes[qid]) | r
-                        for r in batch])
+            rows = [_base_row(by_id[qid := r.pop("query_id")], r.pop("status"), r.pop("reason"), hashes[qid]) | r
+                    for r in batch]
+            for row in rows:
+                if row["status"] == "failed":
+                    if fail_fast:
+                        raise RuntimeError(f"{suite.info.name} failed on {row['query_id']}: {row['reason']}")
+                    failed += 1
+                    flog.add(row["query_id"], None, row["reason"])
+            writer.add(rows)
     writer.flush(final=True)
     model_seconds = sum(suite.model_seconds().values()) if hasattr(suite, "model_seconds") else 0.0
-    return ScoreStats(len(queryset), len(todo), reused, time.perf_counter() - start, model_seconds)
+    return _score_stats(queryset, run_dir, metric_sig, computed=len(todo), reused=reused, failed=failed, start=start,
+                        model_seconds=model_seconds)
 
 
 def is_suite(metric: Any) -> bool:
