@@ -32,3 +32,87 @@ def locked(path: Path) -> Iterator[None]:
         yield
     finally:
         os.close(fd)  # closing releases the lock
+
+
+class Claims:
+    """Per-query work claims in one folder, so concurrent workers on one run folder never do the same work twice.
+
+    A claim is `<folder>/<query id>.claim` with an exclusive `flock` held by the claiming process while it works on
+    the query. The kernel drops the lock when the process dies, `kill -9` included, so a dead worker's claims are
+    free at once: a stale file without a lock claims nothing. The holder removes the file while still holding the
+    lock; a claimer that locked a file removed meanwhile sees its inode gone and claims the new file instead.
+    Thread-safe: the edit stage claims on its reader thread and releases on its writer thread.
+    """
+
+    def __init__(self, folder: Path) -> None:
+        import threading
+
+        self.folder = folder
+        self._held: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def try_claim(self, ids: list[str]) -> bool:
+        """Claim every id of `ids` or none (non-blocking): False when another worker holds one of them."""
+        got: list[str] = []
+        for qid in ids:
+            fd = self._acquire(qid, block=False)
+            if fd is None:
+                self.release(got)
+                return False
+            with self._lock:
+                self._held[qid] = fd
+            got.append(qid)
+        return True
+
+    def wait(self, ids: list[str]) -> None:
+        """Block until no other worker holds any of `ids` (each is claimed, then released at once)."""
+        for qid in ids:
+            fd = self._acquire(qid, block=True)
+            if fd is not None:
+                self._drop(qid, fd)
+
+    def release(self, ids: list[str]) -> None:
+        """Give up this worker's claims on `ids` (ids it does not hold are ignored)."""
+        for qid in ids:
+            with self._lock:
+                fd = self._held.pop(qid, None)
+            if fd is not None:
+                self._drop(qid, fd)
+
+    def release_all(self) -> None:
+        with self._lock:
+            held = list(self._held)
+        self.release(held)
+
+    def _path(self, qid: str) -> Path:
+        return self.folder / f"{qid}.claim"
+
+    def _acquire(self, qid: str, *, block: bool) -> int | None:
+        import fcntl
+        import socket
+
+        path = self._path(qid)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        while True:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | (0 if block else fcntl.LOCK_NB))
+            except BlockingIOError:
+                os.close(fd)
+                return None
+            try:
+                current = os.stat(path).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                current = False
+            if current:
+                os.ftruncate(fd, 0)  # the holder, for a person looking at a stuck run: host and pid
+                os.write(fd, f"{socket.gethostname()} {os.getpid()}\n".encode())
+                return fd
+            os.close(fd)  # its holder released and removed it after we opened it: claim the new file
+
+    def _drop(self, qid: str, fd: int) -> None:
+        try:
+            os.unlink(self._path(qid))  # while the lock is held, so no claimer can hold this inode meanwhile
+        except FileNotFoundError:
+            pass
+        os.close(fd)

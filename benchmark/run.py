@@ -127,7 +127,8 @@ def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
                                 retry_failed=cfg.retry_failed, run_id=run_id, progress=progress,
                                 fail_fast=bool(cfg.get("fail_fast", False)))
         summary["edit"] = st
-        print(f"[editmeter] edit: {st.computed} edited ({st.failed} failed), {st.skipped} already done")
+        others = f", {st.by_others} by another worker" if st.by_others else ""
+        print(f"[editmeter] edit: {st.computed} edited ({st.failed} failed), {st.skipped} already done{others}")
         if st.failed_total:
             print(f"[editmeter] {st.failure_summary()}")
     if "score" in cfg.stages:
@@ -141,7 +142,8 @@ def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
                 else:
                     sc = run_score_stage(qs, run_dir, group, ms, batch_size=cfg.batch_size, **common)
             summary["scores"][label] = sc
-            print(f"[editmeter] score {label}: {sc.computed} scored ({sc.failed} failed), {sc.reused} reused "
+            others = f", {sc.by_others} by another worker" if sc.by_others else ""
+            print(f"[editmeter] score {label}: {sc.computed} scored ({sc.failed} failed), {sc.reused} reused{others} "
                   f"({sc.model_seconds:.2f} s in metrics)")
             if sc.failed_total:
                 print(f"[editmeter] score {label}: {sc.failure_summary()}")

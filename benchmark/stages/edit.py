@@ -55,6 +55,7 @@ class EditStats:
     failed_total: int = 0  # queries of the set whose latest record is a failure (this call's and earlier ones)
     reasons: tuple[tuple[str, int], ...] = ()  # (reason, count) over those, most common first
     failures_log: str = ""  # where their tracebacks are
+    by_others: int = 0  # queries another worker on this run folder edited or failed while this call ran
 
     def failure_summary(self, top: int = 3) -> str:
         """'16 of 16 failed: 16 x RuntimeError: ...; tracebacks in <log>' (empty when nothing failed)."""
@@ -246,10 +247,19 @@ def run_edit_stage(
     """Edit every query that has no finished output yet; returns counts, the failures and wall time.
 
     A failure becomes a `failed` record (with `error_type` and `reason`) and a traceback in `failures.log`; with
-    `fail_fast` the first failure is raised instead, with its traceback, and not recorded."""
+    `fail_fast` the first failure is raised instead, with its traceback, and not recorded.
+
+    Workers running at once on one run folder (two identical runs, shards whose selections overlap) claim each batch
+    slot's queries before editing them (`benchmark.locking.Claims`), so no query is edited twice: a slot another
+    worker holds is put off, and taken up once its claims are released, when whatever that worker did not finish
+    (it was killed) is edited here. The stage returns when every query of the selection is edited or failed."""
     from tqdm import tqdm
 
+    from benchmark.locking import Claims
+
     start = time.perf_counter()
+    log_path = run_dir / EDITS_LOG
+    offset = log_path.stat().st_size if log_path.is_file() else 0  # before reading: a later append is seen as new
     records = latest_records(run_dir)
     recovered, todo = [], []
     for q in queryset.queries:
@@ -262,22 +272,139 @@ def run_edit_stage(
         if rec is not None and rec["status"] == "failed" and not retry_failed:
             continue
         todo.append(q)
-    append_jsonl(run_dir / EDITS_LOG, [asdict(r) for r in recovered])
+    append_jsonl(log_path, [asdict(r) for r in recovered])
     skipped = len(queryset) - len(todo)
     retried = frozenset(q.id for q in todo if q.id in records and records[q.id]["status"] == "failed")
-    work, slots, passenger = fixed_batches(queryset.queries, {q.id for q in todo}, batch_size,
-                                           lambda q: edit_path(run_dir, q.id).is_file(), retried)
-    logged: list[EditRecord] = []
-    bar = tqdm(total=len(todo), desc=f"edit {type(editor).__name__}", unit="img", disable=not progress, leave=False)
+    todo_ids = {q.id for q in todo}
+    n = len(queryset.queries)
+    slots = [list(range(k, min(k + batch_size, n))) for k in range(0, n, batch_size)
+             if any(q.id in todo_ids for q in queryset.queries[k:k + batch_size])]
     (run_dir / EDITS_DIR).mkdir(parents=True, exist_ok=True)
+    bar = tqdm(total=len(todo), desc=f"edit {type(editor).__name__}", unit="img", disable=not progress, leave=False)
+    flog = FailureLog(run_dir / FAILURES_LOG, run_id)
+    claims = Claims(claims_dir(run_dir, "edit"))
+    tail = _LogTail(log_path, offset)
+    logged: list[EditRecord] = []
+    by_others = 0
+    try:
+        while slots:
+            plan = _SlotPlan(queryset.queries, slots, todo_ids, retried, run_dir, claims, tail,
+                             lambda q: EditRecord(q.id, "ok", query_seed(seed, q.id), run_id=run_id, recovered=True))
+            logged += _edit_pass(queryset, editor, run_dir, plan, seed=seed, num_workers=num_workers, run_id=run_id,
+                                 flog=flog, fail_fast=fail_fast, bar=bar)
+            by_others += plan.by_others
+            bar.update(plan.by_others)
+            if plan.deferred:  # another worker holds them: wait for its first claim to go, then try them all again
+                claims.wait([queryset.queries[i].id for i in plan.deferred[0] if queryset.queries[i].id in todo_ids])
+            slots = plan.deferred
+    finally:
+        claims.release_all()
+        bar.close()
+    n_failed = sum(r.status == "failed" for r in logged)
+    failed_total, reasons = _failures(queryset, run_dir)
+    return EditStats(len(queryset), len(logged), skipped, n_failed, time.perf_counter() - start,
+                     failed_total=failed_total, reasons=reasons, failures_log=str(run_dir / FAILURES_LOG),
+                     by_others=by_others)
+
+
+CLAIMS_DIR = "claims"  # <run dir>/claims/<stage>/<query id>.claim: held by the worker working on that query
+
+
+def claims_dir(run_dir: Path, stage: str) -> Path:
+    return run_dir / CLAIMS_DIR / stage
+
+
+class _LogTail:
+    """Ids of the records appended to an edit log since `offset` (whole lines only): what other workers did."""
+
+    def __init__(self, path: Path, offset: int) -> None:
+        self.path, self.offset, self.ids = path, offset, set()
+
+    def refresh(self) -> set[str]:
+        import json
+
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self.offset)
+                data = fh.read()
+        except FileNotFoundError:
+            return self.ids
+        data = data[:data.rfind(b"\n") + 1]  # a line being written is read next time
+        self.offset += len(data)
+        for line in data.splitlines():
+            try:
+                rec = json.loads(line)
+            except ValueError:  # torn by a killed writer; latest_records judges the log itself
+                continue
+            if isinstance(rec, dict) and isinstance(rec.get("query_id"), str):
+                self.ids.add(rec["query_id"])
+        return self.ids
+
+
+class _SlotPlan:
+    """The batch sampler of one pass: yields each slot whose queries it could claim, composed as `fixed_batches`
+    composes it, and puts off (`deferred`) the slots another worker holds. After claiming, a query another worker
+    finished meanwhile is dropped (counted in `by_others`; a PNG without a record, left by a killed worker, gets
+    its `recovered` record here) and may ride along as a passenger."""
+
+    def __init__(self, queries: Sequence[Query], slots: list[list[int]], todo: set[str], retried: frozenset[str],
+                 run_dir: Path, claims: Any, tail: _LogTail, recovered: Callable[[Query], EditRecord]) -> None:
+        self.queries, self.slots, self.todo, self.retried = queries, slots, todo, retried
+        self.run_dir, self.claims, self.tail, self.recovered = run_dir, claims, tail, recovered
+        self.by_id = {q.id: q for q in queries}
+        self.passenger: set[str] = set()
+        self.deferred: list[list[int]] = []
+        self.by_others = 0
+
+    def __len__(self) -> int:
+        return len(self.slots)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        position = {q.id: i for i, q in enumerate(self.queries)}
+        for slot in self.slots:
+            wanted = [self.queries[i].id for i in slot if self.queries[i].id in self.todo]
+            if not self.claims.try_claim(wanted):
+                self.deferred.append(slot)
+                continue
+            still = self._still_todo(wanted)
+            self.claims.release([qid for qid in wanted if qid not in still])
+            if not still:
+                continue
+            work, _, passengers = fixed_batches([self.queries[i] for i in slot], still, len(slot),
+                                                lambda q: edit_path(self.run_dir, q.id).is_file(), self.retried)
+            self.passenger |= passengers
+            yield [position[q.id] for q in work]
+
+    def _still_todo(self, claimed: list[str]) -> set[str]:
+        """Of the queries just claimed, those no other worker edited or failed since this stage began."""
+        others = self.tail.refresh()
+        still, recovered = set(), []
+        for qid in claimed:
+            if edit_path(self.run_dir, qid).is_file():
+                if qid not in others:  # its worker was killed between writing the PNG and logging it
+                    recovered.append(asdict(self.recovered(self.by_id[qid])))
+                self.by_others += 1
+            elif qid in others:
+                self.by_others += 1
+            else:
+                still.add(qid)
+        append_jsonl(self.run_dir / EDITS_LOG, recovered)
+        return still
+
+
+def _edit_pass(queryset: QuerySet, editor: Editor, run_dir: Path, plan: _SlotPlan, *, seed: int, num_workers: int,
+               run_id: str, flog: FailureLog, fail_fast: bool, bar: Any) -> list[EditRecord]:
+    """Edit the slots `plan` claims; returns the records logged."""
+    logged: list[EditRecord] = []
     # The main thread only runs the model. Finishing the outputs (resize, quantise), checking them, encoding and
     # writing PNGs, then logging the batch's records happen on a writer thread while the next batch is edited; the
     # writer is at most one batch behind, so memory stays bounded. A record is logged only after its PNG exists:
-    # the PNG stays the commit point.
-    batches = _batches(_SourceImages(queryset, work), slots, num_workers) if todo else []
-    last = len(slots) - 1
-    flog = FailureLog(run_dir / FAILURES_LOG, run_id)
+    # the PNG stays the commit point, and the batch's claims are released only after that.
+    work = queryset.queries
+    batches = _batches(_SourceImages(queryset, work), plan, num_workers)
+    last = len(plan) - 1
     ids = [q.id for q in work]
+    passenger = plan.passenger
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="edit-writer") as writer:
         in_flight: Future | None = None
         for k, items in enumerate(_read_ahead(_with_prepared(editor, batches, ids, flog, fail_fast))):
@@ -302,16 +429,21 @@ def run_edit_stage(
             if in_flight is not None:
                 logged += in_flight.result()
             # Nothing overlaps the last batch's writes, so they get two threads (PIL's encoder releases the GIL).
-            in_flight = writer.submit(_finish_and_write, run_dir, unfinished, failed, order,
+            in_flight = writer.submit(_write_and_release, plan.claims, run_dir, unfinished, failed, order,
                                       run_id=run_id, threads=2 if k == last else 1, flog=flog, fail_fast=fail_fast)
             bar.update(len(order))
         if in_flight is not None:
             logged += in_flight.result()
-    bar.close()
-    n_failed = sum(r.status == "failed" for r in logged)
-    failed_total, reasons = _failures(queryset, run_dir)
-    return EditStats(len(queryset), len(logged), skipped, n_failed, time.perf_counter() - start,
-                     failed_total=failed_total, reasons=reasons, failures_log=str(run_dir / FAILURES_LOG))
+    return logged
+
+
+def _write_and_release(claims: Any, run_dir: Path, unfinished: list[_Unfinished], records: list[EditRecord],
+                       order: list[str], **kw: Any) -> list[EditRecord]:
+    """`_finish_and_write`, then give up the batch's claims: its PNGs and records are on disk."""
+    try:
+        return _finish_and_write(run_dir, unfinished, records, order, **kw)
+    finally:
+        claims.release(order)
 
 
 def fixed_batches(queries: Sequence[Query], todo: set[str], batch_size: int, done: Callable[[Query], bool],

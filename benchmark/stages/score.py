@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,6 +61,7 @@ class ScoreStats:
     edit_failed: int = 0  # of those, the ones whose edit failed (scoring had nothing to score)
     reasons: tuple[tuple[str, int], ...] = ()  # (reason, count) over the failed rows, most common first
     failures_log: str = ""  # where their tracebacks are
+    by_others: int = 0  # queries another worker on this run folder scored while this call ran
 
     def failure_summary(self, top: int = 3) -> str:
         """'6 of 14 failed: 6 x ...; tracebacks in <log>' (empty when nothing failed)."""
@@ -193,10 +194,19 @@ def _base_row(q: Query, status: str, reason: str = "", edit_sha256: str = "") ->
             "status": status, "reason": reason, "edit_sha256": edit_sha256}
 
 
+Item = tuple[Query, str, str]  # a query with no up-to-date row: (query, status it gets now, reason)
+
+
+def _up_to_date(old: tuple[str, str, str] | None, status: str, reason: str, sha: str) -> bool:
+    """A stored (status, reason, edit sha256) row stands: an ok row must have scored these bytes; any other row must
+    state the current reason (a retried edit may have failed differently)."""
+    return old is not None and old[0] == status and (old[2] == sha if status == "ok" else old[1] == reason)
+
+
 def _pending(queryset: QuerySet, run_dir: Path, metric_sig: str, index: QueryIndex,
-             excluded: Callable[[Query], str] | None = None
-             ) -> tuple[list[Query], list[dict[str, Any]], dict[str, str]]:
-    """(queries to score now, rows for queries that cannot be scored, sha256 of every edit PNG of the selection).
+             excluded: Callable[[Query], str] | None = None) -> tuple[list[Item], dict[str, str]]:
+    """(queries without an up-to-date row, in selection order, with the status each gets now; sha256 of every edit
+    PNG of the selection). Status ok: to score; any other: a row stating why it cannot be scored.
 
     A query is skipped when its stored row already has the status it would get now and, for an ok row, was
     computed from an edit file with the same sha256 (for any other row: states the same reason) (`edit_hashes`: only PNGs new since the last run are read).
@@ -208,9 +218,7 @@ def _pending(queryset: QuerySet, run_dir: Path, metric_sig: str, index: QueryInd
     have = ({qid: (st, why, sha) for qid, st, why, sha in zip(existing["query_id"], existing["status"],
                                                                existing["reason"], existing["edit_sha256"], strict=True)}
             if len(existing) else {})
-    todo: list[Query] = []
-    rows: list[dict[str, Any]] = []
-    state: list[tuple[Query, str, str]] = []
+    state: list[Item] = []
     for q in queryset.queries:
         rec = edits.get(q.id)
         why_excluded = excluded(q) if excluded else ""
@@ -222,18 +230,7 @@ def _pending(queryset: QuerySet, run_dir: Path, metric_sig: str, index: QueryInd
             reason = rec.get("reason", "") if rec else "no edit (edit stage not run for this query)"
             state.append((q, "failed" if rec else "missing", reason))
     hashes = edit_hashes(run_dir, [q for q, status, _ in state if status == "ok"])
-    for q, status, reason in state:
-        sha = hashes.get(q.id, "")
-        old = have.get(q.id)
-        # an ok row must have scored these bytes; any other row must state the current reason (a retried edit may
-        # have failed differently)
-        if old is not None and old[0] == status and (old[2] == sha if status == "ok" else old[1] == reason):
-            continue
-        if status == "ok":
-            todo.append(q)
-        else:
-            rows.append(_base_row(q, status, reason))
-    return todo, rows, hashes
+    return [(q, st, why) for q, st, why in state if not _up_to_date(have.get(q.id), st, why, hashes.get(q.id, ""))], hashes
 
 
 def _index_for(queryset: QuerySet, full_set: QuerySet | None, out_dir: Path,
@@ -254,25 +251,79 @@ def metric_meta(metrics: Mapping[str, PairwiseMetric]) -> dict[str, dict[str, An
 
 
 def _begin(queryset: QuerySet, run_dir: Path, metric_sig: str, full_set: QuerySet | None, metrics_meta: dict,
-           excluded: Callable[[Query], str] | None = None
-           ) -> tuple[Path, list[Query], list[dict[str, Any]], dict[str, str], int]:
+           excluded: Callable[[Query], str] | None = None) -> tuple[Path, QueryIndex, list[Item], dict[str, str], set[str]]:
     """Start of both score stages: write `metrics.json` and the query index, then find what is pending.
 
-    Returns (scores folder, queries to score, rows for queries that cannot be scored, edit sha256 by query id,
-    number of stored rows reused as they are)."""
+    Returns (scores folder, query index, items without an up-to-date row, edit sha256 by query id, names of the
+    parts read: a part not among them was written by another worker since)."""
     out_dir = scores_dir(run_dir, metric_sig)
     out_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out_dir / "metrics.json", canonical_json(metrics_meta))
     index = _index_for(queryset, full_set, out_dir, excluded)
-    todo, unscorable, hashes = _pending(queryset, run_dir, metric_sig, index, excluded)
-    return out_dir, todo, unscorable, hashes, len(queryset) - len(todo) - len(unscorable)
+    seen = {p.name for p in out_dir.glob("part-*.parquet")}  # before reading: a part written later is read again
+    items, hashes = _pending(queryset, run_dir, metric_sig, index, excluded)
+    return out_dir, index, items, hashes, seen
+
+
+def _claimed(run_dir: Path, metric_sig: str, items: list[Item], hashes: dict[str, str], seen: set[str],
+             index: QueryIndex, counts: dict[str, int]) -> Iterator[list[Item]]:
+    """The pending items in chunks of PART_ROWS that this worker claimed (`benchmark.locking.Claims`), less those
+    another worker wrote an up-to-date row for meanwhile (counted in `counts["by_others"]`). The caller writes each
+    chunk's rows as parts before asking for the next one: only then are its claims released, so another worker
+    finds the rows. A chunk another worker holds is put off and taken up once its claims go (that worker finished
+    it, or was killed and left it here)."""
+    from benchmark.locking import Claims
+    from benchmark.stages.edit import claims_dir
+
+    claims = Claims(claims_dir(run_dir, f"score-{metric_sig}"))
+    size = max(1, PART_ROWS)
+    pending = [items[k:k + size] for k in range(0, len(items), size)]
+    fresh: dict[str, tuple[str, str, str]] = {}  # rows of the parts written since `_begin` read them
+    try:
+        while pending:
+            deferred = []
+            for chunk in pending:
+                ids = [q.id for q, *_ in chunk]
+                if not claims.try_claim(ids):
+                    deferred.append(chunk)
+                    continue
+                fresh |= _rows_since(scores_dir(run_dir, metric_sig), seen, index)
+                still = [it for it in chunk if not _up_to_date(fresh.get(it[0].id), it[1], it[2], hashes.get(it[0].id, ""))]
+                counts["by_others"] += len(chunk) - len(still)
+                if still:
+                    yield still
+                claims.release(ids)
+            if deferred:
+                claims.wait([q.id for q, *_ in deferred[0]])
+            pending = deferred
+    finally:
+        claims.release_all()
+
+
+def _rows_since(folder: Path, seen: set[str], index: QueryIndex) -> dict[str, tuple[str, str, str]]:
+    """(status, reason, edit sha256) by query id of the rows in parts not in `seen` (which it extends)."""
+    from benchmark.stages.score_cache import BadCacheFile, check_part, quarantine
+
+    out: dict[str, tuple[str, str, str]] = {}
+    for path in sorted(folder.glob("part-*.parquet")):
+        if path.name in seen:
+            continue
+        seen.add(path.name)
+        try:
+            df = check_part(path, index.ids, ("query_id", "status", "reason", "edit_sha256"))
+        except BadCacheFile as err:
+            quarantine(path, str(err))
+            continue
+        out.update({qid: (st, why, sha) for qid, st, why, sha in zip(df["query_id"], df["status"], df["reason"],
+                                                                      df["edit_sha256"], strict=True)})
+    return out
 
 
 EDIT_FAILED = "edit failed: "  # prefix of a failed row's reason, in the counts, when the edit failed
 
 
 def _score_stats(queryset: QuerySet, run_dir: Path, metric_sig: str, *, computed: int, reused: int, failed: int,
-                 start: float, model_seconds: float) -> ScoreStats:
+                 start: float, model_seconds: float, by_others: int = 0) -> ScoreStats:
     """The stage's counts from the rows now on disk: every failed row of the selection counts, whichever call wrote
     it, as the leaderboard's `n_failed` does; a row without `edit_sha256` failed because its edit did."""
     from collections import Counter
@@ -291,7 +342,7 @@ def _score_stats(queryset: QuerySet, run_dir: Path, metric_sig: str, *, computed
     total = len(ids) - int((rows["status"] == "excluded").sum())
     return ScoreStats(total, computed, reused, time.perf_counter() - start, model_seconds, failed=failed,
                       failed_total=sum(reasons.values()), edit_failed=edit_failed, reasons=tuple(reasons.most_common()),
-                      failures_log=str(run_dir / FAILURES_LOG))
+                      failures_log=str(run_dir / FAILURES_LOG), by_others=by_others)
 
 
 class _PartWriter:
@@ -339,9 +390,9 @@ def run_score_stage(
     from tqdm import tqdm
 
     start = time.perf_counter()
-    out_dir, todo, unscorable, hashes, reused = _begin(queryset, run_dir, metric_sig, full_set, metric_meta(metrics))
+    out_dir, index, items, hashes, seen = _begin(queryset, run_dir, metric_sig, full_set, metric_meta(metrics))
     names = list(metrics)
-    writer = _PartWriter(out_dir, unscorable, list(ROW_KEYS) + names)
+    writer = _PartWriter(out_dir, [], list(ROW_KEYS) + names)
 
     needs = frozenset().union(*(m.info.needs for m in metrics.values())) if metrics else frozenset()
     model_seconds = 0.0
@@ -377,26 +428,32 @@ def run_score_stage(
         for i, s in enumerate(samples):
             writer.rows.append(_base_row(s.query, "ok", "", hashes[s.query.id]) | {n: float(values[n][i]) for n in names})
 
-    loader = DataLoader(_Samples(queryset, todo, run_dir, needs), batch_size=None, shuffle=False, num_workers=num_workers)
-    bar = tqdm(total=len(todo), desc="score", unit="img", disable=not progress, leave=False)
-    for sample in loader if todo else []:
-        if sample.error:
-            if fail_fast:
-                raise ImageInputError(f"{sample.query.id}: {sample.error}")
-            fail(sample, sample.error, None)
-        else:
-            key = tuple(sample.source.shape)
-            buckets.setdefault(key, []).append(sample)
-            if len(buckets[key]) >= batch_size:
-                score_bucket(buckets.pop(key))
-        bar.update(1)
-        writer.flush()
-    for key in list(buckets):
-        score_bucket(buckets.pop(key))
+    counts = {"by_others": 0}
+    computed = 0
+    bar = tqdm(total=sum(st == "ok" for _, st, _ in items), desc="score", unit="img", disable=not progress, leave=False)
+    for chunk in _claimed(run_dir, metric_sig, items, hashes, seen, index, counts):
+        writer.rows += [_base_row(q, st, why) for q, st, why in chunk if st != "ok"]
+        todo = [q for q, st, _ in chunk if st == "ok"]
+        computed += len(todo)
+        loader = DataLoader(_Samples(queryset, todo, run_dir, needs), batch_size=None, shuffle=False,
+                            num_workers=num_workers)
+        for sample in loader if todo else []:
+            if sample.error:
+                if fail_fast:
+                    raise ImageInputError(f"{sample.query.id}: {sample.error}")
+                fail(sample, sample.error, None)
+            else:
+                key = tuple(sample.source.shape)
+                buckets.setdefault(key, []).append(sample)
+                if len(buckets[key]) >= batch_size:
+                    score_bucket(buckets.pop(key))
+            bar.update(1)
+        for key in list(buckets):
+            score_bucket(buckets.pop(key))
+        writer.flush(final=True)  # before the chunk's claims go: another worker then finds its rows
     bar.close()
-    writer.flush(final=True)
-    return _score_stats(queryset, run_dir, metric_sig, computed=len(todo), reused=reused, failed=failed, start=start,
-                        model_seconds=model_seconds)
+    return _score_stats(queryset, run_dir, metric_sig, computed=computed, reused=len(queryset) - len(items),
+                        failed=failed, start=start, model_seconds=model_seconds, by_others=counts["by_others"])
 
 
 class _MetricError(RuntimeError):
@@ -448,16 +505,20 @@ def run_suite_stage(
             return ""
         return f"{suite.info.name} does not score {q.edit_type} for {prompt_kind}-based editors"
 
-    out_dir, todo, unscorable, hashes, reused = _begin(queryset, run_dir, metric_sig, full_set, {
+    out_dir, index, items, hashes, seen = _begin(queryset, run_dir, metric_sig, full_set, {
         "suite": suite.info.name, "version": suite.info.version, "components": suite.components(),
         "columns": list(suite.columns),
     }, excluded)
-    writer = _PartWriter(out_dir, unscorable)  # columns vary by task: parts keep whatever the rows carry
+    writer = _PartWriter(out_dir, [])  # columns vary by task: parts keep whatever the rows carry
     flog = FailureLog(run_dir / FAILURES_LOG, run_id, f"score {label}".rstrip())
-    failed = 0
-    if todo:
+    failed = computed = 0
+    counts = {"by_others": 0}
+    for chunk in _claimed(run_dir, metric_sig, items, hashes, seen, index, counts):
+        writer.rows += [_base_row(q, st, why) for q, st, why in chunk if st != "ok"]
+        todo = [q for q, st, _ in chunk if st == "ok"]
+        computed += len(todo)
         for batch in suite.score_queries(queryset, todo, [edit_path(run_dir, q.id) for q in todo], work_dir=run_dir,
-                                         num_workers=num_workers, progress=progress):
+                                         num_workers=num_workers, progress=progress) if todo else []:
             rows = [_base_row(by_id[qid := r.pop("query_id")], r.pop("status"), r.pop("reason"), hashes[qid]) | r
                     for r in batch]
             for row in rows:
@@ -467,10 +528,10 @@ def run_suite_stage(
                     failed += 1
                     flog.add(row["query_id"], None, row["reason"])
             writer.add(rows)
-    writer.flush(final=True)
+        writer.flush(final=True)  # before the chunk's claims go: another worker then finds its rows
     model_seconds = sum(suite.model_seconds().values()) if hasattr(suite, "model_seconds") else 0.0
-    return _score_stats(queryset, run_dir, metric_sig, computed=len(todo), reused=reused, failed=failed, start=start,
-                        model_seconds=model_seconds)
+    return _score_stats(queryset, run_dir, metric_sig, computed=computed, reused=len(queryset) - len(items),
+                        failed=failed, start=start, model_seconds=model_seconds, by_others=counts["by_others"])
 
 
 def is_suite(metric: Any) -> bool:
