@@ -6,6 +6,7 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
+from device_guard import MODEL_DEVICE, ModelDeviceGuard, pipeline_modules
 
 from benchmark.editing import inversion as inv
 from benchmark.editing.attention import AttentionController, TokenEdit, build_token_edit, controlled_attention
@@ -18,11 +19,20 @@ pytestmark = pytest.mark.usefixtures("single_thread_torch")
 
 @pytest.fixture(scope="module")
 def sd():
+    """The tiny SD pipeline on ``cpu:0``, the stand-in for a GPU that `guard` checks device placement against."""
     from benchmark.models.diffusion import load_pipeline, set_scheduler
 
-    pipe, _ = load_pipeline("sd", weights="tiny", model_id="unused", revision="unused")
+    pipe, _ = load_pipeline("sd", weights="tiny", model_id="unused", revision="unused", device=str(MODEL_DEVICE))
     set_scheduler(pipe, "DDIMScheduler")
     return pipe
+
+
+@pytest.fixture
+def guard(sd):
+    """The test body runs under ModelDeviceGuard: a tensor left on the CPU that meets the model raises, as on CUDA
+    (these tests failed on a GPU with 'Expected all tensors to be on the same device')."""
+    with ModelDeviceGuard(pipeline_modules(sd)) as g:
+        yield g
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +91,7 @@ def test_halving_runner_splits_on_cuda_oom_and_keeps_order():
 
 # --- null-text inversion -------------------------------------------------------------------------------------------
 
-def test_null_text_inversion_reconstructs_far_better_than_plain_ddim_inversion(sd, source):
+def test_null_text_inversion_reconstructs_far_better_than_plain_ddim_inversion(sd, guard, source):
     q, image = source
     x0 = inv.encode_images(sd, [image])
     cond, empty = inv.encode_text(sd, [q.source_caption]), inv.encode_text(sd, [""])
@@ -97,7 +107,7 @@ def test_null_text_inversion_reconstructs_far_better_than_plain_ddim_inversion(s
     assert null_text < plain / 4, (null_text, plain)
 
 
-def test_null_text_queries_are_independent_in_a_batch(sd, source):
+def test_null_text_queries_are_independent_in_a_batch(sd, guard, source):
     q, image = source
     x0 = inv.encode_images(sd, [image, image.transpose(0)])
     cond, empty = inv.encode_text(sd, [q.source_caption] * 2), inv.encode_text(sd, [""] * 2)
@@ -106,10 +116,12 @@ def test_null_text_queries_are_independent_in_a_batch(sd, source):
     both = inv.null_text_optimise(sd.unet, grid, inv.ddim_invert(sd.unet, grid, x0, cond), cond, empty, **kw)
     one = inv.null_text_optimise(sd.unet, grid, inv.ddim_invert(sd.unet, grid, x0[:1], cond[:1]), cond[:1],
                                  empty[:1], **kw)
-    # Adam normalises each gradient element, so float noise from batched kernels on near-zero gradients can move
-    # an element by a small fraction of lr; leakage between queries would move whole embeddings by ~lr (0.1).
+    # Adam normalises each gradient element, so float noise from batched kernels on a near-zero gradient can move
+    # that element by a sizeable fraction of lr (seen: up to 0.014, on 1-4 of 2464 elements); leakage between
+    # queries would move whole embeddings by ~lr (0.1), i.e. most elements and the mean.
     for a, b in zip(both, one, strict=True):
-        assert (a[:1] - b).abs().max() < 1e-2 and (a[:1] - b).abs().mean() < 1e-4
+        d = (a[:1] - b).abs()
+        assert d.mean() < 1e-4 and (d > 1e-3).float().mean() < 0.01, (d.mean(), (d > 1e-3).float().mean())
 
 
 # --- Prompt-to-Prompt attention control ----------------------------------------------------------------------------
@@ -129,7 +141,7 @@ def run_controlled(sd, source_caption, target_caption, edit, *, steps=4, cross=0
     return records, out
 
 
-def test_empty_edit_controller_is_a_no_op(sd):
+def test_empty_edit_controller_is_a_no_op(sd, guard):
     probs = torch.rand(4 * 2 * 3, 16, 77)  # (uncond/cond x 2 queries x [src, tgt]) x 3 heads
     ctrl = AttentionController([TokenEdit("none"), TokenEdit("none")], num_steps=4, cross_replace_steps=1.0,
                                self_replace_steps=1.0, self_replace_max_tokens=1024)
@@ -151,7 +163,7 @@ def test_empty_edit_controller_is_a_no_op(sd):
     assert (swapped[1] - swapped_free[1]).abs().max() > 100 * tol
 
 
-def test_word_swap_injects_source_maps_only_in_the_chosen_steps(sd):
+def test_word_swap_injects_source_maps_only_in_the_chosen_steps(sd, guard):
     src, tgt = "a red ball on the grass", "a blue ball on the grass"
     edit = build_token_edit(sd.tokenizer, src, tgt, mode="replace")
     steps, cross, tau = 4, 0.5, 0.25
