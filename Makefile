@@ -39,11 +39,11 @@ TINY        := queryset=demo profile=tiny
 # them erratic.
 ONE_THREAD  := OMP_NUM_THREADS=1
 
-.PHONY: help install demo demo-hatie demo-editval demo-diffusion demo-diffusion-run bench sweep score weights bench-hatie bench-backbones bench-editors bench-aggregate data test test-all lint clean-results
+.PHONY: gpu-check help install demo demo-hatie demo-editval demo-diffusion demo-diffusion-run bench sweep score weights bench-hatie bench-backbones bench-editors bench-aggregate data test test-all lint clean-results
 
 # Offline by design: the demos and benchmarks use tiny random-weight models and bundled data; tests never touch
 # the network. (Target-specific: `make bench`, `make weights` and `make data` stay online.)
-demo demo-hatie demo-diffusion demo-diffusion-run test bench-hatie bench-backbones bench-editors: export HF_HUB_OFFLINE = 1
+demo demo-hatie demo-diffusion demo-diffusion-run test bench-hatie bench-backbones bench-editors gpu-check: export HF_HUB_OFFLINE = 1
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 16
@@ -102,6 +102,9 @@ bench-backbones: ## per-image forward time of each HATIE model by batch size (wh
 
 bench-aggregate: ## leaderboard rebuild at 50 runs x 50k rows vs adding the 51st with the aggregate cache: make bench-aggregate [ARGS="--resamples 200"]
 	$(PY) scripts/bench_aggregate.py $(ARGS)
+
+gpu-check: ## self-check of a CUDA machine: every editor in fp16/bf16 with a rerun, every suite, real-size timings (one line and exit 0 without CUDA)
+	$(EDITMETER) gpu-check $(ARGS)
 
 bench-editors: ## edit-stage overhead vs the bare diffusers loop, batch sizes 1/2/4/8 (tiny profile, one CPU thread for the model)
 	$(ONE_THREAD) $(PY) scripts/bench_editors.py $(ARGS)

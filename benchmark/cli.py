@@ -10,6 +10,7 @@ the library; heavy modules are imported only by the subcommand that needs them.
     editmeter launch --workers 8 editor=ip2p queryset=hatie    # shard a run across local GPUs or Slurm
     editmeter metaeval <test> ...                              # meta-evaluation of every metric set
     editmeter report [--results DIR] [--out DIR]               # static HTML report
+    editmeter gpu-check                                        # is this CUDA machine ready, what does a query cost
 """
 
 from __future__ import annotations
@@ -92,6 +93,12 @@ def _launch(argv: list[str]) -> int:  # issue 16 (scale): shard a run or a sweep
     return main(argv)
 
 
+def _gpu_check(argv: list[str]) -> int:  # issue 21: every editor and suite on this CUDA machine, then timings
+    from benchmark.gpucheck import main
+
+    return main(argv)
+
+
 def _metaeval(argv: list[str]) -> int:
     from benchmark.metaeval.cli import main
 
@@ -109,6 +116,8 @@ COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "metaeval": (_metaeval, "how far each metric agrees with ground truth and people (gt-selection, 2afc, winrate, "
                             "fit-weights)"),
     "report": (_report, "write a static HTML report: leaderboards, charts, image grid, failures, provenance"),
+    "gpu-check": (_gpu_check, "self-check of a CUDA machine: every editor (fp16, bf16, rerun) and suite, then "
+                              "real-size seconds per query and peak memory"),
 }
 
 
@@ -139,6 +148,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(usage())
         return 0 if args else 2
     name, rest = args[0], args[1:]
+    # Deterministic cuBLAS needs its workspace set before the first cuBLAS call of the process (P2P, Imagic).
+    from benchmark.editing.determinism import configure_cublas
+
+    configure_cublas()
     if name not in COMMANDS:
         close = difflib.get_close_matches(name, list(COMMANDS), n=1, cutoff=0.5)
         hint = f" Did you mean {close[0]!r}?" if close else ""

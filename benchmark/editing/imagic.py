@@ -46,11 +46,13 @@ def fp32_weights(unet: Any) -> Iterator[None]:
     import torch
 
     dtype = unet.dtype
-    unet.to(torch.float32)
+    # torch's own Module.to: diffusers' override warns about "modules to keep in float32" on every dtype cast,
+    # even when there are none (SD's UNet); it adds nothing else for an unquantised model.
+    torch.nn.Module.to(unet, torch.float32)
     try:
         yield
     finally:
-        unet.to(dtype)
+        torch.nn.Module.to(unet, dtype)
 
 
 def _denoising_loss(unet: Any, scheduler: Any, x0: Any, emb: Any, generator: Any) -> Any:
