@@ -145,7 +145,10 @@ def _check_weights(cfg: Any, editor: str, metrics: str, timeout: float) -> tuple
     """Every checkpoint cached, or (online) its host reachable. Returns (note, bytes still to download)."""
     from benchmark.weights import fix_command, hub_offline, human, resolve
 
-    checkpoints = resolve(cfg, editor)
+    try:
+        checkpoints = resolve(cfg, editor)
+    except ValueError as err:  # a component that cannot be pinned (benchmark.models.dino_v1.UnpinnedRevisionError)
+        raise PreflightError(f"preflight: {err}") from None
     if not checkpoints:
         return "no pretrained weights needed", 0
     unknown = [c for c in checkpoints if not c.fetchable]

@@ -50,6 +50,13 @@ class StageTimer:
         return f"{', '.join(parts)}; total {sum(self.seconds.values()):.2f} s"
 
 
+def _metric_device(cfg: Any) -> str:
+    """The metric models' device (`device`: auto = cuda when available)."""
+    from benchmark.models.diffusion import resolve_device
+
+    return resolve_device(str(cfg.get("device", "auto")))
+
+
 def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
     """Run the configured stages for one editor on one query set; returns a summary dict.
 
@@ -109,7 +116,8 @@ def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
         # the editor keys set on the command line (a sweep's settings: docs/scale.md), e.g. editor.guidance_scale=5
         "editor_overrides": _editor_overrides(cfg),
         **scoring,
-        **provenance("cpu"),
+        # the device the models ran on: the editor's when it has a model, else the metric models' (`device`)
+        **provenance(str(editor.info().get("device") or _metric_device(cfg))),
         "updated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
     # shards of one run (benchmark.launch) update run.json concurrently: read and write under one lock

@@ -202,7 +202,12 @@ def _dino(node: dict[str, Any]) -> list[Checkpoint]:
 
 
 def _dino_v1(node: dict[str, Any]) -> list[Checkpoint]:
-    return _hf_model("facebook/dino-vitb16", "main")(node)
+    """The revision the loader will use: the config's, else the pinned one; none pinned raises
+    UnpinnedRevisionError here, before any edit, as the loader would at score time."""
+    from benchmark.models.dino_v1 import pinned_revision
+
+    model_id = node.get("model_id", "facebook/dino-vitb16")
+    return [Checkpoint("", "hf-model", model_id, pinned_revision(model_id, node.get("revision")))]
 
 
 def _owlvit(node: dict[str, Any]) -> list[Checkpoint]:
@@ -512,7 +517,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     editor, metrics, profile = choices.get("editor", "?"), choices.get("metrics", "?"), cfg.profile.name
-    checkpoints = resolve(cfg, editor)
+    try:
+        checkpoints = resolve(cfg, editor)
+    except ValueError as err:  # a component that cannot be pinned (benchmark.models.dino_v1.UnpinnedRevisionError)
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     where = f"editor={editor} metrics={metrics} profile={profile}"
     if not checkpoints:
         why = ("random weights are built locally under $EDITMETER_CACHE/tiny on first use" if profile != "pretrained"

@@ -536,8 +536,6 @@ def test_cli_skip_missing_says_how_many_pairs_it_dropped(tmp_path, capsys):
     assert side["counts"]["pairs_skipped_missing_image"] == 2 and side["counts"]["pairs"] == 7
 
 
-@pytest.mark.xfail(strict=True, reason="benchmark/metaeval/cli.py (not this change's file): when --skip-missing "
-                   "drops every pair the error says 'no judged pairs in the input' without the dropped count")
 def test_cli_skip_missing_that_drops_every_pair_says_so(tmp_path, capsys):
     args = _ratings_with_a_missing_image(tmp_path, 3)  # every sample lacks noisy: only gt-inverted pairs remain
     for f in (tmp_path / "edits" / "inverted").iterdir():

@@ -140,7 +140,10 @@ def _run(args: argparse.Namespace, overrides: list[str], settings: list[str]) ->
     if args.test != "gt-selection":  # read the judgements first: a bad file fails before any model loads
         pairs, inputs, counts = _pairs(args)
         if not pairs:
-            raise MetaevalError("no judged pairs in the input")
+            dropped = counts.get("pairs_skipped_missing_image", 0)
+            why = (f": --skip-missing dropped all {dropped} pair(s) for a missing image; point --images at the "
+                   f"folder that holds the edits" if dropped else "")
+            raise MetaevalError(f"no judged pairs in the input{why}")
     session = Session(overrides, metric_sets, settings)
     boot = evaluate.Boot(int(args.resamples if args.resamples is not None else session.setting("resamples")),
                          int(args.seed if args.seed is not None else session.setting("seed")),
