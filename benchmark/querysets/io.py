@@ -411,13 +411,15 @@ def write_built_queryset(out: Path, queries: Sequence[Query], *, name: str, coun
 
 
 def load_queryset(root: str | os.PathLike[str], name: str | None = None, build: str | None = None,
-                  first: int | None = None) -> QuerySet:
+                  first: int | None = None, sample: int | float | None = None, sample_seed: int = 0,
+                  sample_types: Any = None) -> QuerySet:
     """Load a query set folder (queryset.json + queries.jsonl).
 
     `build` is the command that creates the folder (configs of downloaded sets give it); when the folder is not
     built, the error names the set and that command. `first` makes a named set of the file's first N queries (e.g.
     `demo_mini`): a set of its own, with its own name and hash, so its runs are complete at N queries, unlike a
-    `limit`, which is a partial run of the whole set.
+    `limit`, which is a partial run of the whole set. `sample` (with `sample_seed`, `sample_types`) makes a set of
+    a seeded stratified sample of them the same way (`benchmark.querysets.sample`).
     """
     root = Path(root).resolve()
     meta_path = root / META_FILE
@@ -450,10 +452,26 @@ def load_queryset(root: str | os.PathLike[str], name: str | None = None, build: 
         if not name:
             raise QuerySetError("first= defines a set of its own: give it a name (e.g. name: demo_mini)")
         queries = queries[:first]
+    name = name or meta.get("name", root.name)
+    if sample is not None:
+        queries, name, meta = _sampled(queries, name, meta, sample, sample_seed, sample_types)
     return QuerySet(
-        name=name or meta.get("name", root.name),
+        name=name,
         root=root,
         queries=tuple(queries),
         hash=content_hash(queries, file_digests(root, queries, meta)),
         meta=meta,
     )
+
+
+def _sampled(queries: list[Query], name: str, meta: dict[str, Any], request: Any, seed: int,
+             types: Any) -> tuple[list[Query], str, dict[str, Any]]:
+    """The sample's queries, name and metadata (`sample`: its size, seed, strata and the set it was drawn from)."""
+    from benchmark.querysets.sample import SampleError, draw_sample, sample_name
+
+    try:
+        picked, info = draw_sample(queries, request, seed=seed, types=types)
+    except SampleError as err:
+        raise QuerySetError(f"query set {name}: {err}") from None
+    info = {**info, "parent": name, "parent_records_hash": records_hash(queries)}
+    return picked, sample_name(name, info["n"], seed), {**meta, "sample": info}
