@@ -717,22 +717,6 @@ def instruction(edit_type: str, f: dict[str, Any], target: Obj | None, anchor: O
 # ------------------------------------------------------------------------------------------------ driver
 
 
-def summary_table(queries: Sequence[Query]) -> str:
-    """Markdown tables: queries per type, and per class (rows) x type (columns)."""
-    by_type = Counter(q.edit_type for q in queries)
-    types = [t for t in HATIE_TYPES if by_type[t]] + sorted(t for t in by_type if t not in HATIE_TYPES)
-    lines = ["| edit type | queries |", "|---|---|"] + [f"| {t} | {by_type[t]} |" for t in types]
-    lines += [f"| total | {len(queries)} |", "", "| class | " + " | ".join(types) + " | total |",
-              "|---|" + "---|" * (len(types) + 1)]
-    by_class: dict[str, Counter] = defaultdict(Counter)
-    for q in queries:
-        by_class[q.object_class][q.edit_type] += 1
-    for cls in sorted(by_class, key=lambda c: (-sum(by_class[c].values()), c)):
-        row = by_class[cls]
-        lines.append(f"| {cls} | " + " | ".join(str(row[t]) for t in types) + f" | {sum(row.values())} |")
-    return "\n".join(lines) + "\n"
-
-
 _WORKER: dict[str, Any] = {}
 
 

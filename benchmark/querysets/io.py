@@ -14,12 +14,14 @@ import math
 import os
 import re
 import stat
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmark.types import EDIT_TYPES, REQUIRED_FIELDS, SCHEMA_VERSION, ObjectRef, Query
+from benchmark.querysets.json_stream import lone_surrogate_in
+from benchmark.types import EDIT_TYPES, HATIE_TYPES, REQUIRED_FIELDS, SCHEMA_VERSION, ObjectRef, Query
 
 QUERIES_FILE = "queries.jsonl"
 META_FILE = "queryset.json"
@@ -157,24 +159,6 @@ def _object_to_dict(o: ObjectRef) -> dict[str, Any]:
 
 def canonical_line(q: Query) -> str:
     return json.dumps(query_to_dict(q), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-
-
-def lone_surrogate_in(obj: Any) -> str | None:
-    """The first string (key or value) holding a lone UTF-16 surrogate (`"\\ud800"` decodes to one), else None."""
-    stack = [obj]
-    while stack:
-        v = stack.pop()
-        if isinstance(v, str):
-            try:
-                v.encode("utf-8")
-            except UnicodeEncodeError:
-                return v
-        elif isinstance(v, dict):
-            stack.extend(v.keys())
-            stack.extend(v.values())
-        elif isinstance(v, list):
-            stack.extend(v)
-    return None
 
 
 def parse_json_line(raw: bytes, where: str) -> Any:
@@ -381,6 +365,22 @@ class QuerySet:
         return dataclasses.replace(self, queries=self.queries[:limit])
 
 
+def summary_table(queries: Sequence[Query]) -> str:
+    """Markdown tables: queries per type, and per class (rows) x type (columns)."""
+    by_type = Counter(q.edit_type for q in queries)
+    types = [t for t in HATIE_TYPES if by_type[t]] + sorted(t for t in by_type if t not in HATIE_TYPES)
+    lines = ["| edit type | queries |", "|---|---|"] + [f"| {t} | {by_type[t]} |" for t in types]
+    lines += [f"| total | {len(queries)} |", "", "| class | " + " | ".join(types) + " | total |",
+              "|---|" + "---|" * (len(types) + 1)]
+    by_class: dict[str, Counter] = defaultdict(Counter)
+    for q in queries:
+        by_class[q.object_class][q.edit_type] += 1
+    for cls in sorted(by_class, key=lambda c: (-sum(by_class[c].values()), c)):
+        row = by_class[cls]
+        lines.append(f"| {cls} | " + " | ".join(str(row[t]) for t in types) + f" | {sum(row.values())} |")
+    return "\n".join(lines) + "\n"
+
+
 class QuerySetNotBuiltError(QuerySetError):
     """A query set built from downloaded data has not been built yet; the message says how to build it."""
 
@@ -390,10 +390,7 @@ def write_built_queryset(out: Path, queries: Sequence[Query], *, name: str, coun
     """Write a builder's output, queries in the given order: `queries.jsonl`, `summary.md` (queries per type and
     class) and `queryset.json` with name, schema version, content hash, image and query counts (plus `counts`) and
     the builder's own `fields` (description, license, provenance). Returns the metadata."""
-    from collections import Counter
-
     from benchmark.fileio import atomic_write_text
-    from benchmark.querysets.gqa import summary_table
 
     write_queries(out / QUERIES_FILE, queries)
     atomic_write_text(out / "summary.md", summary_table(queries))

@@ -14,11 +14,27 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from benchmark.querysets.io import lone_surrogate_in
-
 CHUNK_CHARS = 1 << 22
 MAX_ENTRY_CHARS = 1 << 26  # one scene graph is ~10 KB; a 64 M-character entry means a syntax error upstream
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def lone_surrogate_in(obj: Any) -> str | None:
+    """The first string (key or value) holding a lone UTF-16 surrogate (`"\\ud800"` decodes to one), else None."""
+    stack = [obj]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError:
+                return v
+        elif isinstance(v, dict):
+            stack.extend(v.keys())
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+    return None
 
 
 class JSONStreamError(ValueError):
