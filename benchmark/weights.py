@@ -223,7 +223,7 @@ def _vqa(node: dict[str, Any]) -> list[Checkpoint]:
 
 
 def _augclip_llm(node: dict[str, Any]) -> list[Checkpoint]:
-    from benchmark.metrics.augclip.llm import LLM_ID, LLM_REVISION
+    from benchmark.models.llm import LLM_ID, LLM_REVISION
 
     return _hf_model(LLM_ID, LLM_REVISION)(node)
 
@@ -287,7 +287,7 @@ RESOLVERS: dict[str, Callable[[dict[str, Any]], list[Checkpoint]]] = {
     "benchmark.models.segmenter.build_segmenter": _segmenter,
     "benchmark.models.segmenter.load_torchvision_segmenter": _segmenter,
     "benchmark.metrics.augclip.llm.load_llm_extractor": _augclip_llm,
-    "benchmark.metrics.bpm.instructions.LLMInstructionParser": _augclip_llm,
+    "benchmark.models.instructions.LLMInstructionParser": _augclip_llm,
     "benchmark.models.grounding.load_detector": _grounding_detector,
     "benchmark.models.grounding.load_sam": _sam,
 }

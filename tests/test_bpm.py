@@ -9,16 +9,16 @@ import pandas as pd
 import pytest
 from conftest import run_demo
 
-from benchmark.metrics.bpm.instructions import (
+from benchmark.metrics.bpm.locate import OracleLocator, box_of
+from benchmark.metrics.bpm.suite import BpmSuite, _Loaded
+from benchmark.metrics.bpm.summary import summarize
+from benchmark.models.instructions import (
     ParsedEdit,
     ParseError,
     RuleParser,
     from_query,
     parse_llm_answer,
 )
-from benchmark.metrics.bpm.locate import OracleLocator, box_of
-from benchmark.metrics.bpm.suite import BpmSuite, _Loaded
-from benchmark.metrics.bpm.summary import summarize
 from benchmark.types import ObjectRef, Query
 
 S = 128  # image side
@@ -224,7 +224,7 @@ def test_llm_answers_are_parsed_or_refused():
 
 
 def test_tiny_llm_parser_garbage_is_a_reason():
-    from benchmark.metrics.bpm.instructions import LLMInstructionParser
+    from benchmark.models.instructions import LLMInstructionParser
 
     out = LLMInstructionParser("tiny", max_new_tokens=8).parse_many(["xyzzy"])
     assert isinstance(out[0], str) and "no usable JSON" in out[0]

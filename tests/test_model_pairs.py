@@ -489,7 +489,7 @@ def test_augclip_llm_pair():
     token ids; the tokenizer class, its byte-level pre-tokenisation and the ChatML prompt format are Qwen's."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from benchmark.metrics.augclip.llm import BASE_LLM_CONFIG, TINY_LLM_SIZES, load_causal_lm
+    from benchmark.models.llm import BASE_LLM_CONFIG, TINY_LLM_SIZES, load_causal_lm
 
     real = meta(lambda: Qwen2ForCausalLM(Qwen2Config(**BASE_LLM_CONFIG)))
     tiny, tok, _ = load_causal_lm("tiny")

@@ -73,7 +73,7 @@ class StructuredExtractor:
     """D_S / D_T from the query's fields, no model (docs/augclip.md lists the phrase for each field).
 
     Free-form queries (MagicBrush) carry only an instruction: `parse_instruction` maps it to (source object,
-    target object); by default BPM's rule-based parser (`benchmark.metrics.bpm.instructions.parse_objects`), so
+    target object); by default BPM's rule-based parser (`benchmark.models.instructions.parse_objects`), so
     "turn the dog into a cat" gives "a dog" to D_S and "a cat" to D_T. Pass `use_instruction_parser=False` to
     skip it."""
 
@@ -82,7 +82,7 @@ class StructuredExtractor:
     def __init__(self, max_attributes: int = 16, parse_instruction: Callable[[str], Any] | None = None,
                  use_instruction_parser: bool = True, device: str = "cpu") -> None:
         if parse_instruction is None and use_instruction_parser:
-            from benchmark.metrics.bpm.instructions import parse_objects
+            from benchmark.models.instructions import parse_objects
 
             parse_instruction = parse_objects
         self.max_attributes = max_attributes
@@ -206,7 +206,7 @@ class LLMExtractor:
 
     def _generate(self, prompts: list[str]) -> list[str]:
         """Greedy completions of `prompts` (the new text only)."""
-        from benchmark.metrics.augclip.llm import generate_greedy
+        from benchmark.models.llm import generate_greedy
 
         return generate_greedy(self.model, self.tokenizer, prompts, max_new_tokens=self.max_new_tokens,
                                batch_size=self.batch_size, device=self.device)

@@ -20,12 +20,12 @@ from typing import Any
 
 import numpy as np
 
-from benchmark.metrics.bpm.instructions import GLOBAL_TYPES, ParsedEdit, ParseError, RuleParser, from_query
 from benchmark.metrics.bpm.locate import Box, box_mask, box_of
 from benchmark.metrics.bpm.rules import PositionRule, SizeRule, iou
 from benchmark.metrics.chunking import QuerySamples
 from benchmark.metrics.components import LazyComponents
 from benchmark.models.common import resolve_device
+from benchmark.models.instructions import GLOBAL_TYPES, ParsedEdit, ParseError, RuleParser, from_query
 from benchmark.types import MetricInfo, Query
 
 VERSION = "1.0"

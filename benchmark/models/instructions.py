@@ -247,12 +247,12 @@ def parse_llm_answer(text: str) -> ParsedEdit:
 
 
 class LLMInstructionParser:
-    """Asks a local causal LM (the AugCLIP loader's model) for the parse; `generate` is its only model call."""
+    """Asks a local causal LM (`benchmark.models.llm`, the model AugCLIP's extractor uses) for the parse; `generate` is its only model call."""
 
     def __init__(self, weights: str = "pretrained", model_id: str = "Qwen/Qwen2.5-0.5B-Instruct",
                  revision: str = "7ae557604adf67be50417f59c2c2f167def9a775", *, max_new_tokens: int = 64,
                  device: str = "cpu") -> None:
-        from benchmark.metrics.augclip.llm import llm_name
+        from benchmark.models.llm import llm_name
 
         self.weights, self.model_id, self.revision = weights, model_id, revision
         self.max_new_tokens, self.device = max_new_tokens, device
@@ -260,7 +260,7 @@ class LLMInstructionParser:
         self._lm: Any = None
 
     def generate(self, prompts: Sequence[str]) -> list[str]:
-        from benchmark.metrics.augclip.llm import generate_greedy, load_causal_lm
+        from benchmark.models.llm import generate_greedy, load_causal_lm
 
         if self._lm is None:
             self._lm = load_causal_lm(self.weights, self.model_id, self.revision, self.device)[:2]
