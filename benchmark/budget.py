@@ -1,0 +1,228 @@
+"""Budgeted runs (issue 26): before the first edit, estimate what the run will cost and stop it when that is over
+budget.
+
+The estimate is the editor's seconds per query and load time on this device class (`configs/costs.yaml`, each
+number with where it was measured) times the queries still to do, plus the metric suite's scoring seconds where the
+table has them. Above `budget.max_gpu_hours` the run asks on a terminal and refuses otherwise, naming the stratified
+sample option (`queryset.sample=N`, benchmark.querysets.sample) that fits the budget. An editor, profile or device
+without a row is never blocked: its cost is reported unknown.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from benchmark.errors import PreflightError
+
+COSTS_FILE = Path(__file__).resolve().parent.parent / "configs" / "costs.yaml"
+DEFAULT_MAX_HOURS = 10.0
+
+
+class OverBudget(PreflightError):
+    """The run's estimated device hours are over `budget.max_gpu_hours` and nobody confirmed it."""
+
+
+@dataclass(frozen=True)
+class Cost:
+    """One row of the cost table: seconds per query, load seconds, and where they were measured."""
+
+    s_per_query: float
+    load_s: float
+    source: str
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """What the run will cost: `hours` of device time over all shards, `wall_s` for this process."""
+
+    editor: str
+    device_class: str
+    todo: int  # queries still to edit, all shards of the selection
+    done: int  # queries already edited or failed in this run's folder
+    shards: int
+    cost: Cost
+    score: Cost | None  # the metric suite's scoring cost, when the table has it
+
+    @property
+    def per_query(self) -> float:
+        return self.cost.s_per_query + (self.score.s_per_query if self.score else 0.0)
+
+    @property
+    def hours(self) -> float:
+        return (self.todo * self.per_query + self.shards * self.cost.load_s) / 3600
+
+    @property
+    def wall_s(self) -> float:
+        return math.ceil(self.todo / self.shards) * self.per_query + self.cost.load_s
+
+    def describe(self) -> str:
+        """One line: hours, wall time and how they were computed, with the sources."""
+        scoring = f" + {self.score.s_per_query:g} s scoring" if self.score else ""
+        done = f" ({self.done} already done)" if self.done else ""
+        shards = f" over {self.shards} shards" if self.shards > 1 else ""
+        sources = self.cost.source + (f"; scoring: {self.score.source}" if self.score else "")
+        return (f"~{self.hours:,.2f} {self.device_class} hours, wall ~{human_time(self.wall_s)}{shards}: "
+                f"{self.todo} queries to do{done} x ({self.cost.s_per_query:g} s edit{scoring}) + "
+                f"{self.shards} x {self.cost.load_s:g} s load [{sources}]")
+
+
+def human_time(seconds: float) -> str:
+    """'45 s', '12 min', '3.4 h', '50 days'."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 3 * 86400:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.0f} days"
+
+
+def load_costs(path: Path = COSTS_FILE) -> dict[str, Any]:
+    """The cost table (YAML); a malformed one is a PreflightError naming the file."""
+    from omegaconf import OmegaConf
+
+    try:
+        table = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+    except Exception as err:  # noqa: BLE001 - any parse error becomes one message naming the file
+        raise PreflightError(f"budget: cannot read the cost table {path}: {err}") from None
+    if not isinstance(table, dict) or not isinstance(table.get("editors"), dict):
+        raise PreflightError(f"budget: {path} must map `editors` to their costs (see its header)")
+    return table
+
+
+def _row(node: Any, where: str) -> Cost:
+    try:
+        return Cost(float(node["s_per_query"]), float(node.get("load_s", 0.0)), str(node["source"]))
+    except (KeyError, TypeError, ValueError) as err:
+        raise PreflightError(f"budget: cost table row {where} needs s_per_query, load_s and source ({err})") from None
+
+
+def device_class(device: str | None, table: dict[str, Any], gpu_name: Callable[[], str]) -> tuple[str, str]:
+    """(the device's class in the table, a note when a GPU of no listed class borrows another class's rows)."""
+    if not device or device == "cpu":
+        return "cpu", ""
+    name = gpu_name()
+    for cls, patterns in (table.get("device_classes") or {}).items():
+        if any(p.lower() in name.lower() for p in patterns):
+            return str(cls), ""
+    fallback = str(table.get("unlisted_gpu", "gpu"))
+    return fallback, (f"{name} is not in the cost table's device_classes: estimated with the {fallback} rows "
+                      "(measure it: editmeter gpu-check)")
+
+
+def lookup(table: dict[str, Any], group: str, name: str, size: str, cls: str) -> Cost | None:
+    """The row of `name` (an editor or metric set) at `size` on `cls`, or its `any`-device row; None when absent."""
+    sizes = (table.get(group) or {}).get(name) or {}
+    rows = sizes.get(size) or {}
+    for key in (cls, "any"):
+        if key in rows:
+            return _row(rows[key], f"{group}.{name}.{size}.{key}")
+    return None
+
+
+def done_ids(results: Path, run_set: str, editor: str, editor_config: Any, seed: int, profile: str) -> set[str]:
+    """Query ids already edited (or failed) in this run's folder: the folder under results/runs/<set>-<hash> whose
+    run.json records this editor config, seed and profile (the editor signature needs the loaded editor, so this
+    matches by what determines it)."""
+    best: set[str] = set()
+    for meta_path in (results / "runs" / run_set).glob(f"{editor}-*/run.json"):
+        try:
+            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue  # unreadable: the run itself quarantines or rewrites it; the estimate just counts its work
+        if (meta.get("editor_config"), meta.get("seed"), meta.get("profile")) != (editor_config, seed, profile):
+            continue
+        from benchmark.stages.edit import latest_records
+
+        try:
+            ids = set(latest_records(meta_path.parent))
+        except Exception:  # noqa: BLE001 - a corrupt log is the edit stage's error to report, not the estimate's
+            continue
+        best = max(best, ids, key=len)
+    return best
+
+
+def largest_sample(est: Estimate, max_hours: float) -> int:
+    """The number of queries whose estimate fits `max_hours` (0 when even the load does not)."""
+    if est.per_query <= 0:
+        return est.todo
+    return max(0, int((max_hours * 3600 - est.shards * est.cost.load_s) / est.per_query))
+
+
+def refusal(est: Estimate, max_hours: float, set_name: str) -> str:
+    """The one message of an over-budget run: the estimate, the sample that fits, and how to allow the run."""
+    n = largest_sample(est, max_hours)
+    sample = (f"queryset.sample={n} (a stratified sample of the set that fits the budget; docs/querysets.md#samples)"
+              if n > 0 else "queryset.sample=N (a stratified sample; docs/querysets.md#samples)")
+    return (f"budget: {set_name} on {est.editor} is estimated at {est.describe()}, over budget.max_gpu_hours="
+            f"{max_hours:g}. Run a sample instead: {sample}; or allow this run: budget.max_gpu_hours="
+            f"{math.ceil(est.hours)} or budget.accept=true")
+
+
+def _confirm(question: str) -> bool:
+    """Ask on the terminal; anything but y/yes is no."""
+    try:
+        return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
+    except EOFError:
+        return False
+
+
+def _interactive() -> bool:
+    return sys.stdin.isatty() and sys.stdout.isatty()
+
+
+def _gpu_name() -> str:
+    import torch
+
+    return torch.cuda.get_device_name() if torch.cuda.is_available() else "unknown GPU"
+
+
+def estimate(cfg: Any, full: Any, *, editor: str, metrics: str, gpu_name: Callable[[], str] = _gpu_name,
+             table: dict[str, Any] | None = None) -> tuple[Estimate | None, str]:
+    """(the run's estimate, a note); None with the reason when the table has no row for this editor here."""
+    from omegaconf import OmegaConf
+
+    from benchmark.config import portable
+    from benchmark.models.diffusion import resolve_device
+
+    table = table if table is not None else load_costs()
+    profile = str(cfg.profile.name)
+    size = str((table.get("profiles") or {}).get(profile, profile))
+    device = cfg.editor.get("device")
+    cls, note = device_class(resolve_device(str(device)) if device else None, table, gpu_name)
+    cost = lookup(table, "editors", editor, size, cls)
+    if cost is None:
+        return None, (f"cost unknown: configs/costs.yaml has no row for editor {editor} at {size} size on {cls}; "
+                      "measure it with editmeter gpu-check and add it")
+    count = int(cfg.shard.count)
+    selected = {q.id for i in range(count) for q in full.shard(i, count).subset(cfg.limit)}
+    editor_cfg = portable(OmegaConf.to_container(cfg.editor, resolve=True))
+    done = len(selected & done_ids(Path(cfg.paths.results), f"{full.name}-{full.short_hash}", editor, editor_cfg,
+                                   int(cfg.seed), profile))
+    score = lookup(table, "metrics", metrics, size, cls)
+    return Estimate(editor, cls, len(selected) - done, done, count, cost, score), note
+
+
+def check_budget(cfg: Any, full: Any, *, editor: str, metrics: str, ask: Callable[[str], bool] = _confirm,
+                 interactive: Callable[[], bool] = _interactive, **kw: Any) -> str:
+    """The preflight's budget line; over budget: ask on a terminal, else raise OverBudget with the sample option."""
+    opts = cfg.get("budget") or {}
+    est, note = estimate(cfg, full, editor=editor, metrics=metrics, **kw)
+    if est is None:
+        return f"[editmeter] budget: {note}"
+    line = f"[editmeter] budget: {est.describe()}" + (f"; {note}" if note else "")
+    max_hours = float(opts.get("max_gpu_hours", DEFAULT_MAX_HOURS))
+    if est.hours <= max_hours or bool(opts.get("accept", False)):
+        return line
+    message = refusal(est, max_hours, full.name)
+    if interactive():
+        print(f"[editmeter] {message}")
+        if ask("Run it anyway?"):
+            return line + " (confirmed on the terminal)"
+    raise OverBudget(message)

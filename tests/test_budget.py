@@ -1,0 +1,103 @@
+"""Budgeted runs (issue 26): the preflight estimates the run's cost from configs/costs.yaml; over budget it stops
+before editing with the estimate and the sample option; under budget, tiny runs and unknown costs proceed."""
+
+import pytest
+
+from benchmark import budget as B
+from benchmark.run import compose, run_pipeline
+
+BASE = ("queryset=demo", "progress=false", "aggregate.bootstrap_resamples=200", "stages=[edit]")
+
+
+def _cfg(tmp_path, *extra):
+    cfg, choices = compose([*BASE, f"paths.results={tmp_path / 'results'}", *extra])
+    return cfg, choices["editor"]
+
+
+def _full(cfg):
+    from benchmark.preflight import load_selection
+
+    return load_selection(cfg)[0]
+
+
+def test_every_cost_row_says_where_it_was_measured():
+    table = B.load_costs()
+    for group in ("editors", "metrics"):
+        for name, sizes in table[group].items():
+            for size, rows in sizes.items():
+                for cls, row in rows.items():
+                    cost = B.lookup(table, group, name, size, cls)
+                    assert cost is not None and len(cost.source) > 10, (group, name, size, cls)
+    # the H100 rows are the issue reports' numbers
+    assert B.lookup(table, "editors", "p2p", "real", "h100").s_per_query == 86
+
+
+def test_over_budget_refuses_non_interactively_with_the_estimate_and_the_sample_option(tmp_path):
+    cfg, _ = _cfg(tmp_path, "editor=p2p", "profile=random", "editor.device=cuda", "budget.max_gpu_hours=1")
+    with pytest.raises(B.OverBudget) as info:
+        B.check_budget(cfg, _full(cfg), editor="p2p", metrics="hatie", gpu_name=lambda: "NVIDIA H100 80GB HBM3",
+                       interactive=lambda: False)
+    msg = str(info.value)
+    # 133 x (86 + 0.09) s + 44 s = 3.19 h > 1
+    assert "133 queries to do" in msg and "86 s edit" in msg and "h100 hours" in msg
+    assert "queryset.sample=" in msg and "budget.max_gpu_hours=" in msg and "budget.accept=true" in msg
+
+
+def test_over_budget_on_a_terminal_asks(tmp_path):
+    cfg, _ = _cfg(tmp_path, "editor=p2p", "profile=random", "editor.device=cuda", "budget.max_gpu_hours=1")
+    kw = {"gpu_name": lambda: "NVIDIA H100", "interactive": lambda: True}
+    line = B.check_budget(cfg, _full(cfg), editor="p2p", metrics="hatie", ask=lambda q: True, **kw)
+    assert "confirmed" in line
+    with pytest.raises(B.OverBudget):
+        B.check_budget(cfg, _full(cfg), editor="p2p", metrics="hatie", ask=lambda q: False, **kw)
+
+
+def test_the_suggested_sample_fits_the_budget(tmp_path):
+    cfg, _ = _cfg(tmp_path, "editor=p2p", "profile=random", "editor.device=cuda", "budget.max_gpu_hours=1")
+    est, _ = B.estimate(cfg, _full(cfg), editor="p2p", metrics="hatie", gpu_name=lambda: "H100")
+    n = B.largest_sample(est, 1.0)
+    assert 0 < n < 133 and (n * est.per_query + est.cost.load_s) / 3600 <= 1.0
+    assert f"queryset.sample={n} " in B.refusal(est, 1.0, "demo")
+
+
+@pytest.mark.parametrize("extra", [("budget.max_gpu_hours=4",), ("budget.accept=true",), ("queryset.sample=28",)])
+def test_allowed_or_sampled_runs_proceed(tmp_path, extra):
+    cfg, _ = _cfg(tmp_path, "editor=p2p", "profile=random", "editor.device=cuda", "budget.max_gpu_hours=1", *extra)
+    line = B.check_budget(cfg, _full(cfg), editor="p2p", metrics="hatie", gpu_name=lambda: "NVIDIA H100",
+                          interactive=lambda: False)
+    assert line.startswith("[editmeter] budget: ~")
+
+
+def test_an_unlisted_gpu_borrows_the_h100_rows_and_says_so(tmp_path):
+    cfg, _ = _cfg(tmp_path, "editor=ip2p", "profile=random", "editor.device=cuda")
+    line = B.check_budget(cfg, _full(cfg), editor="ip2p", metrics="basic", gpu_name=lambda: "NVIDIA A100-SXM4-40GB")
+    assert "A100" in line and "h100 rows" in line
+
+
+def test_unknown_cost_is_reported_not_blocked(tmp_path):
+    cfg, _ = _cfg(tmp_path, "editor=overedit", "profile=tiny", "budget.max_gpu_hours=0")
+    line = B.check_budget(cfg, _full(cfg), editor="overedit", metrics="basic", interactive=lambda: False)
+    assert "cost unknown" in line and "gpu-check" in line
+
+
+def test_done_queries_are_not_counted_again(tmp_path, capsys):
+    cfg, editor = _cfg(tmp_path, "editor=identity", "profile=tiny", "limit=5")
+    run_pipeline(cfg, editor)
+    cfg, _ = _cfg(tmp_path, "editor=identity", "profile=tiny", "limit=8")
+    est, _ = B.estimate(cfg, _full(cfg), editor="identity", metrics="basic")
+    assert (est.todo, est.done) == (3, 5)
+
+
+def test_an_over_budget_run_stops_before_editing(tmp_path, monkeypatch, capsys):
+    """The whole pipeline: the budget refusal comes from the preflight, before the editor is built."""
+    monkeypatch.setattr(B, "_interactive", lambda: False)
+    cfg, editor = _cfg(tmp_path, "editor=identity", "profile=tiny", "budget.max_gpu_hours=0.0001")
+    with pytest.raises(B.OverBudget, match="queryset.sample="):
+        run_pipeline(cfg, editor)
+    assert not (tmp_path / "results" / "runs").exists()
+
+
+def test_a_tiny_demo_run_proceeds_and_prints_its_estimate(tmp_path, capsys):
+    cfg, editor = _cfg(tmp_path, "editor=identity", "profile=tiny", "limit=2")
+    run_pipeline(cfg, editor)
+    assert "[editmeter] budget: ~" in capsys.readouterr().out
