@@ -136,6 +136,26 @@ def _unknown_key_message(key: str, label: str, paths: list[str]) -> str:
     return f"unknown key {key!r}{label}. {valid} To add a new key, write '+{key}=...'."
 
 
+def compose(overrides: list[str]) -> tuple[Any, dict[str, str]]:
+    """Compose the config as the command line would (for tests and notebooks); returns (cfg, group choices).
+
+    Unknown group options raise `UnknownOptionError`, unknown keys `UnknownKeyError` (with suggestions).
+    """
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.errors import ConfigCompositionException
+
+    register_resolvers()
+    check_overrides(overrides)
+    try:
+        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+            cfg = hydra_compose("config", overrides=overrides, return_hydra_config=True)
+    except ConfigCompositionException:
+        check_keys(overrides)  # a mistyped key: say which and suggest; anything else: Hydra's own error
+        raise
+    return cfg, dict(cfg.hydra.runtime.choices)
+
+
 def portable(obj: Any) -> Any:
     """Replace the checkout's absolute path by `<root>` so signatures match across clones."""
     if isinstance(obj, dict):

@@ -29,91 +29,19 @@ import shutil
 import subprocess
 import sys
 import time
-import traceback
 import uuid
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from benchmark.run import ENV_GPUS, ENV_LOCKS, STATUS_FILE
+
 LAUNCHERS = ("local", "slurm", "slurm_local")
-STATUS_FILE = "editmeter_status.json"
-ENV_GPUS = "EDITMETER_GPUS"        # set in a launch's jobs: the GPUs to pin them to ("" = none: run in-process)
-ENV_LOCKS = "EDITMETER_LAUNCH_DIR"  # set in a launch's jobs: the launch's job folder (GPU lease locks below it)
 RESERVED = ("shard.index", "shard.count", "hydra/launcher", "hydra.sweep.dir")
 
 
 class LaunchError(ValueError):
     """A launch request that cannot run as given; the message says why and what to pass instead."""
-
-
-# -- the jobs ------------------------------------------------------------------------------------------------------
-
-def run_job(cfg: Any, editor_name: str) -> int:
-    """One Hydra job of `editmeter run`: run it (pinned to a GPU when a local launch asked for that) and, inside a
-    multirun, record its exit status in the job folder for the launch to collect. Returns the exit status."""
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-
-    from benchmark.run import run_and_report
-
-    hc = HydraConfig.get()
-    if hc.mode != RunMode.MULTIRUN:
-        return run_and_report(cfg, editor_name)
-    t0 = time.time()
-    gpus = [g for g in os.environ.get(ENV_GPUS, "").split(",") if g]
-    gpu = None
-    if gpus:
-        with lease_gpu(gpus, int(cfg.shard.index), Path(os.environ.get(ENV_LOCKS) or hc.sweep.dir) / ".gpu-locks"
-                       ) as gpu:
-            status = _pinned(list(hc.overrides.task), hc.runtime.output_dir, gpu)
-    elif os.environ.get(ENV_LOCKS):  # under a launch: a crash is this job's status, the other jobs go on
-        try:
-            status = run_and_report(cfg, editor_name)
-        except Exception:  # noqa: BLE001 (any bug of one job; its traceback is printed, the launch exits 1)
-            traceback.print_exc()
-            status = 1
-    else:
-        status = run_and_report(cfg, editor_name)
-    record = {"status": status, "overrides": list(hc.overrides.task), "shard": [int(cfg.shard.index),
-              int(cfg.shard.count)], "gpu": gpu, "seconds": round(time.time() - t0, 3), "pid": os.getpid()}
-    from benchmark.fileio import atomic_write_text
-
-    atomic_write_text(Path(hc.runtime.output_dir) / STATUS_FILE, json.dumps(record, sort_keys=True) + "\n")
-    return status
-
-
-@contextmanager
-def lease_gpu(gpus: Sequence[str], index: int, lock_dir: Path, poll_s: float = 0.2) -> Iterator[str]:
-    """Hold one of `gpus` for the block: the one the shard index picks (index mod len) when free, else the next free
-    one (a sweep runs several settings' shards at once); waits while all are held. A lock per GPU (flock), so
-    concurrent jobs never share one and a killed job frees its GPU."""
-    import fcntl
-
-    lock_dir.mkdir(parents=True, exist_ok=True)
-    order = [gpus[(index + k) % len(gpus)] for k in range(len(gpus))]
-    while True:
-        for g in order:
-            fd = os.open(lock_dir / f".gpu-{g}.lock", os.O_RDWR | os.O_CREAT, 0o644)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
-                continue
-            try:
-                yield g
-            finally:
-                os.close(fd)
-            return
-        time.sleep(poll_s)
-
-
-def _pinned(overrides: list[str], output_dir: str, gpu: str) -> int:
-    """Run one job's overrides as a fresh `editmeter run` process that sees only `gpu` (set before torch starts)."""
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES=gpu)
-    env.pop(ENV_GPUS, None)
-    cmd = [sys.executable, "-m", "benchmark.run", *overrides, f"hydra.run.dir={output_dir}"]
-    return subprocess.run(cmd, env=env, check=False).returncode
 
 
 # -- the launch ----------------------------------------------------------------------------------------------------
@@ -205,8 +133,7 @@ def collect_statuses(sweep_dir: Path, n_jobs: int) -> tuple[list[dict[str, Any]]
 
 def launch(overrides: Sequence[str], *, workers: int, launcher: str = "local", gpus: Sequence[str] = ()) -> int:
     """Run the multirun, then aggregate once; returns the exit status (1 when a job failed or left no status)."""
-    from benchmark.config import check_keys, check_overrides
-    from benchmark.run import compose
+    from benchmark.config import check_keys, check_overrides, compose
     from benchmark.run import main as run_main
 
     overrides = [o for o in overrides if o not in ("-m", "--multirun")]

@@ -8,10 +8,14 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 import sys
 import time
+import traceback
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
@@ -23,6 +27,7 @@ from benchmark.config import (
     apply_run_checks,
     check_keys,
     check_overrides,
+    compose,  # noqa: F401 (re-exported: `from benchmark.run import compose, run_pipeline` in tests and notebooks)
     register_resolvers,
 )
 
@@ -67,7 +72,6 @@ def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
-    from benchmark.budget import check_budget
     from benchmark.config import editor_signature, metric_signature, portable
     from benchmark.console import progress_enabled
     from benchmark.errors import TooManyFailures
@@ -92,7 +96,6 @@ def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
     if cfg.get("preflight", True):
         with timer("preflight"):
             print(run_preflight(cfg, qs, editor=editor_name, metrics=_choices(cfg).get("metrics", "<metrics>")))
-            print(check_budget(cfg, full, editor=editor_name, metrics=_choices(cfg).get("metrics", "")))  # issue 26
     with timer("load editor"):
         editor = instantiate(cfg.editor)
         metrics = {name: instantiate(node) for name, node in cfg.metrics.items()}
@@ -111,7 +114,6 @@ def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
     scoring = scorings[msig]  # run.json's top-level fields: the first set's (`scored` lists every set)
     meta = {
         "queryset": full.name, "queryset_hash": full.hash, "queryset_size": len(full),
-        "sample": full.meta.get("sample"),  # a sampled set (queryset.sample): its draw and the set it came from
         "selection": {"shard": [int(cfg.shard.index), int(cfg.shard.count)], "limit": cfg.limit, "n_selected": len(qs)},
         "editor": editor_name, "editor_sig": sig,
         "prompt_kind": editor.prompt_kind, "profile": profile, "seed": int(cfg.seed),
@@ -313,23 +315,76 @@ def _metric_meta(metrics: dict[str, Any], suite: Any) -> dict[str, Any]:
             for c, (hib, desc) in suite.column_info.items()}
 
 
-def compose(overrides: list[str]) -> tuple[Any, dict[str, str]]:
-    """Compose the config as the command line would (for tests and notebooks); returns (cfg, group choices).
+# -- multirun jobs (`editmeter launch` collects their status files) ---------------------------------------
 
-    Unknown group options raise `UnknownOptionError`, unknown keys `UnknownKeyError` (with suggestions).
-    """
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-    from hydra.errors import ConfigCompositionException
+STATUS_FILE = "editmeter_status.json"
+ENV_GPUS = "EDITMETER_GPUS"        # set in a launch's jobs: the GPUs to pin them to ("" = none: run in-process)
+ENV_LOCKS = "EDITMETER_LAUNCH_DIR"  # set in a launch's jobs: the launch's job folder (GPU lease locks below it)
 
-    check_overrides(overrides)
-    try:
-        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-            cfg = hydra_compose("config", overrides=overrides, return_hydra_config=True)
-    except ConfigCompositionException:
-        check_keys(overrides)  # a mistyped key: say which and suggest; anything else: Hydra's own error
-        raise
-    return cfg, dict(cfg.hydra.runtime.choices)
+
+def run_job(cfg: Any, editor_name: str) -> int:
+    """One Hydra job of `editmeter run`: run it (pinned to a GPU when a local launch asked for that) and, inside a
+    multirun, record its exit status in the job folder for the launch to collect. Returns the exit status."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    hc = HydraConfig.get()
+    if hc.mode != RunMode.MULTIRUN:
+        return run_and_report(cfg, editor_name)
+    t0 = time.time()
+    gpus = [g for g in os.environ.get(ENV_GPUS, "").split(",") if g]
+    gpu = None
+    if gpus:
+        with lease_gpu(gpus, int(cfg.shard.index), Path(os.environ.get(ENV_LOCKS) or hc.sweep.dir) / ".gpu-locks"
+                       ) as gpu:
+            status = _pinned(list(hc.overrides.task), hc.runtime.output_dir, gpu)
+    elif os.environ.get(ENV_LOCKS):  # under a launch: a crash is this job's status, the other jobs go on
+        try:
+            status = run_and_report(cfg, editor_name)
+        except Exception:  # noqa: BLE001 (any bug of one job; its traceback is printed, the launch exits 1)
+            traceback.print_exc()
+            status = 1
+    else:
+        status = run_and_report(cfg, editor_name)
+    record = {"status": status, "overrides": list(hc.overrides.task), "shard": [int(cfg.shard.index),
+              int(cfg.shard.count)], "gpu": gpu, "seconds": round(time.time() - t0, 3), "pid": os.getpid()}
+    from benchmark.fileio import atomic_write_text
+
+    atomic_write_text(Path(hc.runtime.output_dir) / STATUS_FILE, json.dumps(record, sort_keys=True) + "\n")
+    return status
+
+
+@contextmanager
+def lease_gpu(gpus: Sequence[str], index: int, lock_dir: Path, poll_s: float = 0.2) -> Iterator[str]:
+    """Hold one of `gpus` for the block: the one the shard index picks (index mod len) when free, else the next free
+    one (a sweep runs several settings' shards at once); waits while all are held. A lock per GPU (flock), so
+    concurrent jobs never share one and a killed job frees its GPU."""
+    import fcntl
+
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    order = [gpus[(index + k) % len(gpus)] for k in range(len(gpus))]
+    while True:
+        for g in order:
+            fd = os.open(lock_dir / f".gpu-{g}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            try:
+                yield g
+            finally:
+                os.close(fd)
+            return
+        time.sleep(poll_s)
+
+
+def _pinned(overrides: list[str], output_dir: str, gpu: str) -> int:
+    """Run one job's overrides as a fresh `editmeter run` process that sees only `gpu` (set before torch starts)."""
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES=gpu)
+    env.pop(ENV_GPUS, None)
+    cmd = [sys.executable, "-m", "benchmark.run", *overrides, f"hydra.run.dir={output_dir}"]
+    return subprocess.run(cmd, env=env, check=False).returncode
 
 
 def _hydra_entry() -> None:
@@ -343,8 +398,6 @@ def _hydra_entry() -> None:
     @hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="config")
     def _main(cfg: Any) -> None:
         quiet_third_party(progress_enabled(cfg.progress))
-        from benchmark.launch import run_job  # multirun jobs record their status (and pin a GPU) for `launch`
-
         statuses.append(run_job(cfg, HydraConfig.get().runtime.choices["editor"]))
 
     _main()

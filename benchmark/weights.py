@@ -497,7 +497,7 @@ Example: editmeter weights editor=ip2p metrics=hatie"""
 
 def main(argv: list[str] | None = None) -> int:
     """`editmeter weights`: returns the exit status (0 ok, 1 a download failed or is impossible, 2 usage)."""
-    from benchmark.config import UnknownOptionError
+    from benchmark.config import UnknownOptionError, compose
 
     argv = list(sys.argv[1:] if argv is None else argv)
     if any(a in ("-h", "--help") for a in argv):
@@ -509,8 +509,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: unknown option(s) {sorted(unknown)}\n{USAGE}", file=sys.stderr)
         return 2
     overrides = [a for a in argv if not a.startswith("-")]
-    from benchmark.run import compose
-
     try:
         cfg, choices = compose(overrides)
     except UnknownOptionError as err:

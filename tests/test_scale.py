@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 from benchmark import launch as L
+from benchmark import run as R  # a multirun job's side: GPU leases, pinning, the status file
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = ["editor=overedit", "queryset=demo_mini", "queryset.first=9", "profile=tiny", "metrics=basic",
@@ -21,7 +22,7 @@ FAST = ["editor=overedit", "queryset=demo_mini", "queryset.first=9", "profile=ti
 
 
 def _statuses(results: Path) -> list[dict]:
-    return [json.loads(p.read_text()) for p in sorted(results.glob(f"hydra/launch-*/*/{L.STATUS_FILE}"))]
+    return [json.loads(p.read_text()) for p in sorted(results.glob(f"hydra/launch-*/*/{R.STATUS_FILE}"))]
 
 
 def _overall(results: Path) -> pd.DataFrame:
@@ -57,9 +58,9 @@ def test_gpu_spec():
 
 def test_gpu_leases_never_share_a_gpu(tmp_path):
     """The shard index picks the GPU; a held one is skipped; a released one is reused."""
-    with L.lease_gpu(["0", "1"], 1, tmp_path) as a, L.lease_gpu(["0", "1"], 1, tmp_path) as b:
+    with R.lease_gpu(["0", "1"], 1, tmp_path) as a, R.lease_gpu(["0", "1"], 1, tmp_path) as b:
         assert (a, b) == ("1", "0")
-    with L.lease_gpu(["0", "1"], 3, tmp_path) as c:
+    with R.lease_gpu(["0", "1"], 3, tmp_path) as c:
         assert c == "1"
 
 
@@ -70,10 +71,10 @@ def test_pinned_job_sees_only_its_gpu(monkeypatch, tmp_path):
         seen.update(cmd=cmd, env=env)
         return subprocess.CompletedProcess(cmd, 0)
 
-    monkeypatch.setattr(L.subprocess, "run", fake_run)
-    monkeypatch.setenv(L.ENV_GPUS, "0,1")
-    assert L._pinned(["editor=ip2p", "shard.index=1"], str(tmp_path), "1") == 0
-    assert seen["env"]["CUDA_VISIBLE_DEVICES"] == "1" and L.ENV_GPUS not in seen["env"]
+    monkeypatch.setattr(R.subprocess, "run", fake_run)
+    monkeypatch.setenv(R.ENV_GPUS, "0,1")
+    assert R._pinned(["editor=ip2p", "shard.index=1"], str(tmp_path), "1") == 0
+    assert seen["env"]["CUDA_VISIBLE_DEVICES"] == "1" and R.ENV_GPUS not in seen["env"]
     assert seen["cmd"][1:3] == ["-m", "benchmark.run"] and f"hydra.run.dir={tmp_path}" in seen["cmd"]
 
 
