@@ -72,6 +72,7 @@ def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
+    from benchmark.budget import check_budget
     from benchmark.config import editor_signature, metric_signature, portable
     from benchmark.console import progress_enabled
     from benchmark.errors import TooManyFailures
@@ -96,6 +97,7 @@ def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
     if cfg.get("preflight", True):
         with timer("preflight"):
             print(run_preflight(cfg, qs, editor=editor_name, metrics=_choices(cfg).get("metrics", "<metrics>")))
+            print(check_budget(cfg, full, editor=editor_name, metrics=_choices(cfg).get("metrics", "")))  # issue 26
     with timer("load editor"):
         editor = instantiate(cfg.editor)
         metrics = {name: instantiate(node) for name, node in cfg.metrics.items()}
@@ -114,6 +116,7 @@ def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
     scoring = scorings[msig]  # run.json's top-level fields: the first set's (`scored` lists every set)
     meta = {
         "queryset": full.name, "queryset_hash": full.hash, "queryset_size": len(full),
+        "sample": full.meta.get("sample"),  # a sampled set (queryset.sample): its draw and the set it came from
         "selection": {"shard": [int(cfg.shard.index), int(cfg.shard.count)], "limit": cfg.limit, "n_selected": len(qs)},
         "editor": editor_name, "editor_sig": sig,
         "prompt_kind": editor.prompt_kind, "profile": profile, "seed": int(cfg.seed),
