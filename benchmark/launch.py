@@ -172,7 +172,7 @@ def launch(overrides: Sequence[str], *, workers: int, launcher: str = "local", g
         print(f"[editmeter] launch: {missing} of {n_jobs} job(s) left no status (killed or crashed before the end); "
               f"see their logs under {sweep_dir}", file=sys.stderr)
     if "aggregate" in _stages(overrides):
-        from benchmark.leaderboard import write_leaderboards
+        from benchmark.stages.aggregate import write_leaderboards
 
         written = write_leaderboards(results, None, cfg.aggregate.bootstrap_resamples, cfg.aggregate.bootstrap_seed)
         print(f"[editmeter] aggregate: wrote {', '.join(p.name for p in written.values())} in {results}"

@@ -17,7 +17,8 @@ split of the Parquet parts (shards, interruptions).
 Nothing under results/ is executed: suite summaries come from `benchmark.summaries`; run.json, the query index
 and every score part are validated, and a bad file is skipped or quarantined with a warning naming it.
 
-Each run's rows are cached by `benchmark.aggregate_cache` under a key of their inputs (adding one run computes one);
+The aggregate stage (`benchmark.stages.aggregate.write_leaderboards`) writes the tables; each run's rows are
+cached by `benchmark.aggregate_cache` under a key of their inputs (adding one run computes one);
 editor settings that differ among one editor's rows become `set.<key>` columns (`benchmark.settings`) and feed
 `leaderboard_sweeps.csv`; `show` is rendered by `benchmark.show`.
 """
@@ -35,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from benchmark.hashing import stable_hash
+from benchmark.metrics.base import SUMMARY_NOTE
 from benchmark.provenance import PROJECT_ROOT
 from benchmark.stages.score_cache import SCORES_DIR, BadCacheFile, QueryIndex, warn
 
@@ -45,7 +47,6 @@ TABLES = {"leaderboard.csv": (), "leaderboard_by_type.csv": ("edit_type",), "lea
 ID_COLUMNS = ("queryset", "queryset_hash", "metric_set", "editor", "editor_sig", "prompt_kind", "profile", "seed")
 COUNT_COLUMNS = ("n_selected", "n_total", "n_ok", "n_failed", "n_missing", "complete", "mark")
 PROVENANCE_COLUMNS = ("metric_sig", "git_sha", "versions", "device")
-SUMMARY_NOTE = "note"  # key of a suite summary's result: why one of its values is NaN (appended to the mark)
 # run.json fields aggregation uses, with their types (anything else in run.json is informational)
 RUN_FIELDS: dict[str, type | tuple[type, ...]] = {
     "queryset": str, "queryset_hash": str, "queryset_size": int, "editor": str, "editor_sig": str,
@@ -502,36 +503,6 @@ def sweep_table(summaries: Sequence[RunSummary], tables: dict[str, Any]):
     return pd.DataFrame([{c: r[c] for c in cols} for r in out], columns=cols)
 
 
-def write_leaderboards(results: Path, metric_sig: str | None, n_resamples: int, seed: int, *,
-                       cache: bool = True) -> dict[str, Path]:
-    """Rebuild the leaderboard CSVs from every run under `results`: one row per run folder and metric set it was
-    scored with (`metric_sig` None), so the tables never depend on which command ran last; or only `metric_sig`.
-
-    Each run's rows come from the aggregate cache (`benchmark.aggregate_cache`) when none of their inputs changed,
-    so adding one run recomputes one; `cache=False` recomputes every run. Either way the files are the same bytes."""
-    import time
-
-    from benchmark.aggregate_cache import describe, summarise
-    from benchmark.fileio import atomic_write_text
-
-    t0 = time.perf_counter()
-    summaries, stats = summarise(results, metric_sig, n_resamples, seed, cache=cache)
-    tables = tables_from_summaries(summaries)
-    written = {}
-    for fname, df in tables.items():
-        path = results / fname
-        atomic_write_text(path, df.to_csv(index=False, float_format=FLOAT_FORMAT))
-        written[fname] = path
-    path = results / "leaderboard_metrics.csv"
-    atomic_write_text(path, metric_table(summaries).to_csv(index=False))
-    written["leaderboard_metrics.csv"] = path
-    path = results / SWEEP_FILE  # always written (header only when no editor has a sweep): never a stale one
-    atomic_write_text(path, sweep_table(summaries, tables).to_csv(index=False, float_format=FLOAT_FORMAT))
-    written[SWEEP_FILE] = path
-    print(f"[editmeter] aggregate: {describe(stats, len(summaries), time.perf_counter() - t0)}")
-    return written
-
-
 def format_table(results: Path, queryset: str | None = None, **options: Any) -> str:
     """A readable view of the leaderboard (`benchmark.show.render`: `by`, `sort`, `columns`, `digits`): means with
     SE, arrows for the better direction; partial rows in their own block after the complete ones, each with its
@@ -539,13 +510,6 @@ def format_table(results: Path, queryset: str | None = None, **options: Any) -> 
     from benchmark.show import render
 
     return render(results, queryset, **options)
-
-
-def _scored_since(results: Path, table: Path, metric_sigs: set[str]) -> list[Path]:
-    """Score parts of these metric signatures written after `table` (a run scored but not aggregated since)."""
-    written = table.stat().st_mtime_ns
-    return sorted(p for sig in metric_sigs for p in (results / "runs").glob(f"*/*/{SCORES_DIR}/{sig}/part-*.parquet")
-                  if p.stat().st_mtime_ns > written)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -78,10 +78,11 @@ def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
     from benchmark.errors import TooManyFailures
     from benchmark.fileio import atomic_write_text, remove_stale_tmp
     from benchmark.hashing import canonical_json
-    from benchmark.leaderboard import RUN_META, write_leaderboards
+    from benchmark.leaderboard import RUN_META
     from benchmark.locking import locked
     from benchmark.preflight import load_selection, run_preflight
     from benchmark.provenance import provenance
+    from benchmark.stages.aggregate import write_leaderboards
     from benchmark.stages.edit import run_edit_stage
     from benchmark.stages.score import is_suite, run_score_stage, run_suite_stage
 

@@ -148,6 +148,15 @@ def _stale_rows(results: Path, table: Path, df) -> dict[Any, str]:
     return out
 
 
+def _scored_since(results: Path, table: Path, metric_sigs: set[str]) -> list[Path]:
+    """Score parts of these metric signatures written after `table` (a run scored but not aggregated since)."""
+    from benchmark.stages.score_cache import SCORES_DIR
+
+    written = table.stat().st_mtime_ns
+    return sorted(p for sig in metric_sigs for p in (results / "runs").glob(f"*/*/{SCORES_DIR}/{sig}/part-*.parquet")
+                  if p.stat().st_mtime_ns > written)
+
+
 def _varying_settings(part) -> list[str]:
     """Setting columns whose values differ among one editor's rows of this section."""
     cols = [c for c in part.columns if c.startswith(PREFIX)]
@@ -208,8 +217,6 @@ def render(results: Path, queryset: str | None = None, *, by: str | None = None,
             raise ShowError(f"--queryset {queryset!r}: no such query set in {path}; query sets there: "
                             f"{', '.join(present) if present else 'none'}")
         df = df[df["queryset"] == queryset]
-    from benchmark.leaderboard import _scored_since
-
     newer = _scored_since(results, path, set(df["metric_sig"]) if "metric_sig" in df else set())
     lines = ([f"NOTE: {len(newer)} score part(s) were written after {path.name} (e.g. {newer[0]}): these tables may "
               "be stale. Rebuild them: rerun that run's command with stages=[aggregate]."] if newer else [])

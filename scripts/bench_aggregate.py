@@ -100,7 +100,7 @@ def make_run(results: Path, k: int, rows: int) -> Path:
 
 def timed(results: Path, resamples: int, cache: bool) -> tuple[float, str]:
     from benchmark import aggregate_cache
-    from benchmark.leaderboard import write_leaderboards
+    from benchmark.stages.aggregate import write_leaderboards
 
     t0 = time.perf_counter()
     write_leaderboards(results, None, resamples, 0, cache=cache)

@@ -84,8 +84,8 @@ def synthesise(work: Path, n: int, editors: int, size: int) -> tuple[Path, objec
     import numpy as np
     import pandas as pd
 
-    from benchmark.leaderboard import write_leaderboards
     from benchmark.querysets.io import load_queryset
+    from benchmark.stages.aggregate import write_leaderboards
     from benchmark.stages.score_cache import INDEX_FORMAT
 
     qroot, results = work / "queryset", work / "results"

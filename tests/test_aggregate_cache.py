@@ -11,7 +11,8 @@ from synthetic_runs import add_part, ids, make_run, scoring
 
 from benchmark import aggregate_cache
 from benchmark.aggregate_cache import CACHE_DIR, summarise
-from benchmark.leaderboard import tables_from_summaries, write_leaderboards
+from benchmark.leaderboard import tables_from_summaries
+from benchmark.stages.aggregate import write_leaderboards
 from benchmark.stages.score_cache import ResultsWarning
 
 R, SEED = 50, 0  # bootstrap resamples: enough to make every SE differ by seed

@@ -82,8 +82,8 @@ def test_pinned_job_sees_only_its_gpu(monkeypatch, tmp_path):
 def test_local_launch_pins_shards_and_equals_one_process(tmp_path, restore_logging, single_thread_torch):
     """Two shards through the joblib launcher, each a fresh process pinned to its GPU (CUDA_VISIBLE_DEVICES is
     harmless on a CPU machine), then one aggregate: the leaderboard equals a single process's."""
-    from benchmark.leaderboard import write_leaderboards
     from benchmark.run import compose, run_pipeline
+    from benchmark.stages.aggregate import write_leaderboards
 
     sharded, single = tmp_path / "sharded", tmp_path / "single"
     assert L.launch([*FAST, f"paths.results={sharded}"], workers=2, launcher="local", gpus=["0", "1"]) == 0

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmark.leaderboard import write_leaderboards
+from benchmark.stages.aggregate import write_leaderboards
 
 RESAMPLES = 50
 TABLES = ("leaderboard.csv", "leaderboard_by_type.csv", "leaderboard_by_class.csv", "leaderboard_metrics.csv")

@@ -6,9 +6,10 @@ import pandas as pd
 import pytest
 from synthetic_runs import make_run
 
-from benchmark.leaderboard import format_table, main, write_leaderboards
+from benchmark.leaderboard import format_table, main
 from benchmark.settings import flat_settings, varying_settings
 from benchmark.show import ShowError, format_mean_se
+from benchmark.stages.aggregate import write_leaderboards
 
 
 @pytest.fixture(scope="module")

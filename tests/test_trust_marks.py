@@ -11,10 +11,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from benchmark.leaderboard import main, write_leaderboards
+from benchmark.leaderboard import main
 from benchmark.report.collect import read_leaderboards
 from benchmark.report.html import leaderboards_html
 from benchmark.show import ShowError, render
+from benchmark.stages.aggregate import write_leaderboards
 from benchmark.stages.score_cache import INDEX_COLUMNS, INDEX_FILE
 
 QS_HASH = "f" * 64

@@ -15,8 +15,9 @@ from conftest import ROOT, run_demo
 from PIL import Image
 
 from benchmark.fileio import remove_stale_tmp
-from benchmark.leaderboard import build_tables, collect_runs, format_table, write_leaderboards
+from benchmark.leaderboard import build_tables, collect_runs, format_table
 from benchmark.querysets.io import load_queryset, write_queries
+from benchmark.stages.aggregate import write_leaderboards
 from benchmark.stages.score_cache import INDEX_COLUMNS, INDEX_FILE, QUARANTINE_DIR, ResultsWarning
 
 TABLE_NAMES = ("leaderboard.csv", "leaderboard_by_type.csv", "leaderboard_by_class.csv")

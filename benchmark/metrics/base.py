@@ -11,6 +11,10 @@ from benchmark.types import MetricInfo, Query
 if TYPE_CHECKING:
     import torch
 
+# Key of a suite summary's result (`benchmark.summaries`): why one of its values is NaN (the leaderboard appends
+# it to the row's mark).
+SUMMARY_NOTE = "note"
+
 # Inputs a metric can declare in `MetricInfo.needs`.
 NEED_SOURCE = "source"
 NEED_EDIT = "edit"

@@ -1,1 +1,2 @@
-"""Pipeline stages: edit, score (aggregation lives in benchmark.leaderboard)."""
+"""Pipeline stages: edit, score, aggregate (its rows come from benchmark.leaderboard, cached by
+benchmark.aggregate_cache)."""

@@ -56,7 +56,7 @@ def summarize(ok: Any, means: Mapping[str, float], ses: Mapping[str, float], *, 
             out.update(image_quality_from_stats(FeatureStats.of(srcs), FeatureStats.of(edits), edits, seed=seed))
     if not math.isfinite(out["IQ"]):
         # Total is 0.8 x criteria + 0.2 x IQ: a criteria-only mean is another quantity and never takes its column
-        from benchmark.leaderboard import SUMMARY_NOTE
+        from benchmark.metrics.base import SUMMARY_NOTE
 
         return out | {"Total": math.nan, "Total_se": math.nan, SUMMARY_NOTE: _no_iq_note(ok, components)}
     total, total_se = combine(means, ses, out["IQ"], out["IQ_se"], profile=profile)
