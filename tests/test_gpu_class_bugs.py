@@ -13,8 +13,29 @@ from device_guard import MODEL_DEVICE, DeviceMismatch, ModelDeviceGuard, pipelin
 
 from benchmark.editing.base import DiffusionEditor
 
-DIFFUSION_EDITORS = ["ip2p", "magicbrush", "sdedit", "diffedit", "p2p", "imagic", "ledits"]
+
+def _diffusion_editors() -> list[str]:
+    """Every editor config whose class is a DiffusionEditor: a new one is covered without being listed."""
+    from hydra.utils import get_class
+    from omegaconf import OmegaConf
+
+    from benchmark.config import options
+    from benchmark.provenance import PROJECT_ROOT
+
+    names = []
+    for name in options("editor"):
+        target = OmegaConf.load(PROJECT_ROOT / "configs" / "editor" / f"{name}.yaml").get("_target_")
+        if target and issubclass(get_class(target), DiffusionEditor):
+            names.append(name)
+    return names
+
+
+DIFFUSION_EDITORS = _diffusion_editors()
 pytestmark = pytest.mark.usefixtures("single_thread_torch")
+
+
+def test_every_diffusion_editor_is_covered():
+    assert {"ip2p", "magicbrush", "sdedit", "diffedit", "p2p", "imagic", "ledits"} <= set(DIFFUSION_EDITORS)
 
 
 def _cpu_runs_fp16() -> bool:
