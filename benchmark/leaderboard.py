@@ -47,6 +47,7 @@ TABLES = {"leaderboard.csv": (), "leaderboard_by_type.csv": ("edit_type",), "lea
 ID_COLUMNS = ("queryset", "queryset_hash", "metric_set", "editor", "editor_sig", "prompt_kind", "profile", "seed")
 COUNT_COLUMNS = ("n_selected", "n_total", "n_ok", "n_failed", "n_missing", "complete", "mark")
 PROVENANCE_COLUMNS = ("metric_sig", "git_sha", "versions", "device")
+SAMPLE_COLUMNS = ("sample_of", "sample_seed")  # a sampled set's rows: the full set's size and the draw's seed
 # run.json fields aggregation uses, with their types (anything else in run.json is informational)
 RUN_FIELDS: dict[str, type | tuple[type, ...]] = {
     "queryset": str, "queryset_hash": str, "queryset_size": int, "editor": str, "editor_sig": str,
@@ -301,6 +302,14 @@ def run_rows(run: Run, n_resamples: int, seed: int) -> dict[str, list[dict[str, 
             for fname, group_cols in TABLES.items()}
 
 
+def sample_columns(meta: dict[str, Any]) -> dict[str, Any]:
+    """`sample_of` (the full set's size) and `sample_seed` of a run of a sampled set (queryset.sample), else {}."""
+    sample = meta.get("sample")
+    if not isinstance(sample, dict) or not isinstance(sample.get("set_size"), int):
+        return {}
+    return {"sample_of": sample["set_size"], "sample_seed": sample.get("seed")}
+
+
 def _run_rows(run: Run, group_cols: tuple[str, ...], fname: str, n_resamples: int, seed: int) -> list[dict]:
     from benchmark.summaries import suite_summary
 
@@ -321,6 +330,7 @@ def _run_rows(run: Run, group_cols: tuple[str, ...], fname: str, n_resamples: in
     ident = {c: meta.get(c, "") if c == "metric_set" else meta[c] for c in ID_COLUMNS}
     prov = {"metric_sig": meta["metric_sig"], "git_sha": meta["git_sha"],
             "versions": json.dumps(meta["versions"], sort_keys=True), "device": meta["device"]}
+    prov |= sample_columns(meta)
     if group_cols:
         totals = idx.groupby(list(group_cols), sort=True).size()
         groups = [(k if isinstance(k, tuple) else (k,), int(n)) for k, n in totals.items()]

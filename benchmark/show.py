@@ -257,6 +257,7 @@ def render(results: Path, queryset: str | None = None, *, by: str | None = None,
                 continue  # the metrics asked for are another metric set's: this section would show none of them
         order = f"sorted by {key}{' (best first)' if key in sinfo else ''}" if key else "sorted by editor"
         lines.append(f"\nqueryset={qs}  metrics={mset or '?'}  {kind}-based editors  profile={profile}  ({order})")
+        lines += _sample_note(part)
         header = ["editor", "sig", *([group] if group else []),
                   *[f"{c}{'↑' if sinfo[c][0] else '↓'}" if c in sinfo else COUNT_HEADERS.get(c, c) for c in shown],
                   "coverage"]
@@ -289,3 +290,14 @@ def render(results: Path, queryset: str | None = None, *, by: str | None = None,
     if not len(df) and not lines:
         lines.append(f"{path} has no rows{f' for query set {queryset!r}' if queryset else ''}")
     return "\n".join(lines)
+
+
+def _sample_note(part: Any) -> list[str]:
+    """A section of a sampled set (queryset.sample) says so: its rows cover the sample, not the full set."""
+    if "sample_of" not in part or not part["sample_of"].notna().any():
+        return []
+    row = part[part["sample_of"].notna()].iloc[0]
+    seed = row.get("sample_seed")
+    seed_note = f", seed {int(seed)}" if seed == seed and seed is not None else ""
+    return [f"a stratified sample: n_total counts the sample's queries, of a full set of {int(row['sample_of'])}"
+            f"{seed_note}; its standard errors include the sampling (docs/querysets.md#samples)"]

@@ -122,3 +122,38 @@ def test_a_sample_of_every_query_is_refused():
 def test_unknown_type_family_is_an_error():
     with pytest.raises(SampleError, match="family"):
         draw_sample(_queries({("obj_rep", "cat"): 5}), 2, types="hatei")
+
+
+def _run(results, editor, *extra):
+    from benchmark.run import compose, run_pipeline
+
+    cfg, _ = compose([f"editor={editor}", "queryset=demo", "profile=tiny", "metrics=basic", f"paths.results={results}",
+                      "progress=false", "aggregate.bootstrap_resamples=100", *extra])
+    return run_pipeline(cfg, editor)
+
+
+def test_a_sample_run_is_complete_says_so_and_compare_pairs_only_on_one_sample(tmp_path, capsys):
+    import json
+    from pathlib import Path
+
+    import pandas as pd
+
+    from benchmark import cli
+    from benchmark.show import render
+
+    results = tmp_path / "results"
+    summary = _run(results, "identity", "queryset.sample=7")
+    _run(results, "oracle", "queryset.sample=7")
+    _run(results, "oracle", "queryset.sample=14")
+    meta = json.loads((Path(summary["run_dir"]) / "run.json").read_text())
+    assert meta["queryset"] == "demo-sample7-seed0" and meta["queryset_size"] == 7
+    assert (meta["sample"]["set_size"], meta["sample"]["seed"], meta["sample"]["parent"]) == (133, 0, "demo")
+    df = pd.read_csv(results / "leaderboard.csv")
+    rows = df[df["queryset"] == "demo-sample7-seed0"]
+    assert rows["complete"].all() and (rows["n_total"] == 7).all() and (rows["sample_of"] == 133).all()
+    assert "a stratified sample" in render(results, "demo-sample7-seed0")
+    capsys.readouterr()
+    # identity has runs on sample 7 only: the pair is the sample-7 one, never oracle's sample-14 run
+    assert cli.main(["compare", "--results", str(results), "identity", "oracle", "--resamples", "200"]) == 0
+    out = capsys.readouterr().out
+    assert "shared: 7 of 7 queries" in out
