@@ -5,6 +5,9 @@ from pathlib import Path
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# Deterministic cuBLAS (p2p, imagic on a GPU) needs this before the process's first cuBLAS call, which on a GPU
+# machine may be any earlier test's (benchmark.editing.determinism; the `editmeter` command sets it the same way).
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 ROOT = Path(__file__).resolve().parents[1]
 # Tiny random-weight models are built once per checkout (content-keyed; see benchmark.models.common).
 os.environ.setdefault("EDITMETER_CACHE", str(ROOT / ".cache"))
