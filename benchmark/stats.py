@@ -3,12 +3,16 @@
 Every function takes per-query paired differences `d = a - b` (one value per shared query, in query-id order) or
 counts, and is deterministic given its seed. The resampling unit is the query: a resample draws queries with
 replacement and each query brings its A and B values along (and, in `bootstrap_mean_ci`, every column of `d`).
+
+`resampled` is the project's one bootstrap: the meta-evaluation's cluster bootstrap (`benchmark.metaeval.stats`)
+runs on it too.
 """
 
 from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Callable
 
 import numpy as np
 
@@ -23,6 +27,52 @@ def _chunks(n: int, n_resamples: int):
         yield start, min(step, n_resamples - start)
 
 
+def resampled(stat: Callable[[np.ndarray], np.ndarray], clusters: np.ndarray, n_resamples: int, seed: int
+              ) -> np.ndarray:
+    """`stat` over `n_resamples` cluster-bootstrap resamples: the project's one bootstrap.
+
+    `clusters` gives each item's cluster index (0..G-1; `np.arange(n)` resamples the items themselves). Each
+    resample draws G clusters with replacement and hands `stat` the item weights, an (R, n_items) matrix whose entry
+    is how often the item's cluster was drawn; `stat` returns (R,) or (R, k) values. Deterministic given `seed`."""
+    clusters = np.asarray(clusters)
+    n, g = len(clusters), int(clusters.max()) + 1
+    rng = np.random.default_rng(seed)
+    dtype = np.int32 if g < 2**31 else np.int64
+    itself = g == n and bool(np.array_equal(clusters, np.arange(n)))  # each item its own cluster: no gather
+    values: np.ndarray | None = None
+    for start, size in _chunks(max(n, g), n_resamples):
+        idx = rng.integers(0, g, size=(size, g), dtype=dtype)
+        # how often each cluster is drawn in each resample (row by row: a 400 KB counter stays in cache at 50k
+        # clusters)
+        counts = np.empty((size, g))
+        for r in range(size):
+            counts[r] = np.bincount(idx[r], minlength=g)
+        out = np.asarray(stat(counts if itself else counts[:, clusters]), dtype=np.float64)
+        if values is None:
+            values = np.empty((n_resamples, *out.shape[1:]))
+        values[start:start + size] = out
+    assert values is not None
+    return values
+
+
+def percentile_interval(values: np.ndarray, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+    """Percentile interval of resampled `values` (R,) or (R, k), per column over its finite values; NaN for a
+    column where fewer than half of the resamples are finite (a statistic mostly undefined under resampling has
+    no meaningful interval)."""
+    v = np.asarray(values, dtype=np.float64)
+    tail = (1.0 - level) / 2
+    if np.isfinite(v).all():
+        low, high = np.quantile(v, [tail, 1.0 - tail], axis=0)
+        return low, high
+    cols = v.reshape(len(v), -1)
+    low, high = np.full(cols.shape[1], np.nan), np.full(cols.shape[1], np.nan)
+    for j in range(cols.shape[1]):
+        finite = cols[np.isfinite(cols[:, j]), j]
+        if len(finite) >= len(v) / 2:
+            low[j], high[j] = np.quantile(finite, [tail, 1.0 - tail])
+    return low.reshape(v.shape[1:]), high.reshape(v.shape[1:])
+
+
 def bootstrap_mean_ci(d: np.ndarray, n_resamples: int, seed: int, level: float = 0.95
                       ) -> tuple[np.ndarray, np.ndarray]:
     """Percentile bootstrap interval of the mean of each column of `d` (n queries x k columns, all finite).
@@ -35,20 +85,7 @@ def bootstrap_mean_ci(d: np.ndarray, n_resamples: int, seed: int, level: float =
     n, k = x.shape
     if n < 2 or n_resamples < 2:
         return np.full(k, np.nan), np.full(k, np.nan)
-    rng = np.random.default_rng(seed)
-    means = np.empty((n_resamples, k))
-    dtype = np.int32 if n < 2**31 else np.int64
-    for start, size in _chunks(n, n_resamples):
-        idx = rng.integers(0, n, size=(size, n), dtype=dtype)
-        # how often each query is drawn in each resample (row by row: a 400 KB counter stays in cache at 50k
-        # queries); the means of every column are then one matrix product
-        counts = np.empty((size, n))
-        for r in range(size):
-            counts[r] = np.bincount(idx[r], minlength=n)
-        means[start:start + size] = (counts @ x) / n
-    tail = (1.0 - level) / 2
-    low, high = np.quantile(means, [tail, 1.0 - tail], axis=0)
-    return low, high
+    return percentile_interval(resampled(lambda w: (w @ x) / n, np.arange(n), n_resamples, seed), level)
 
 
 def wilcoxon_p(d: np.ndarray) -> float:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-CHUNK = 256  # resamples drawn at once (bounds memory at CHUNK x items)
+from benchmark.stats import percentile_interval, resampled
 
 
 @dataclass(frozen=True)
@@ -37,25 +37,14 @@ def bootstrap(stat: Callable[[np.ndarray], np.ndarray], clusters: np.ndarray, *,
               confidence: float = 0.95) -> tuple[float, float, float]:
     """(point, lo, hi) of `stat`: a function of an (R, n_items) weight matrix returning (R,) values.
 
-    Each resample draws the G clusters with replacement (multinomial counts). The interval is the percentile
-    interval of the finite resampled values; NaN when fewer than half of the resamples are finite (a statistic
-    that is mostly undefined under resampling has no meaningful interval)."""
+    Each resample draws the G clusters with replacement (`benchmark.stats.resampled`, the project's one bootstrap).
+    The interval is the percentile interval of the finite resampled values; NaN when fewer than half of the
+    resamples are finite (a statistic that is mostly undefined under resampling has no meaningful interval)."""
     n = len(clusters)
     point = float(stat(np.ones((1, n)))[0]) if n else float("nan")
     if n == 0 or n_resamples < 2:
         return point, float("nan"), float("nan")
-    g = int(clusters.max()) + 1
-    rng = np.random.default_rng(seed)
-    values = np.empty(n_resamples)
-    for start in range(0, n_resamples, CHUNK):
-        k = min(CHUNK, n_resamples - start)
-        counts = rng.multinomial(g, np.full(g, 1.0 / g), size=k).astype(np.float64)
-        values[start:start + k] = stat(counts[:, clusters])
-    finite = values[np.isfinite(values)]
-    if len(finite) < n_resamples / 2:
-        return point, float("nan"), float("nan")
-    alpha = (1 - confidence) / 2
-    lo, hi = np.quantile(finite, [alpha, 1 - alpha])
+    lo, hi = percentile_interval(resampled(stat, clusters, n_resamples, seed), confidence)
     return point, float(lo), float(hi)
 
 
