@@ -140,14 +140,16 @@ def worker(mode: str, per_type: int, device: str, root: Path, by_type_pass: bool
             best = {"wall": wall, "n": n, "per_query": per_query, "forward": suite.model_seconds(),
                     "seg_left": suite.timings.get("segmenter forward", 0.0), "eng": suite.engine,
                     "fid_items": suite.fid_items, "feat": dict(shared_cache().forward_items),
-                    "other": {k: v for k, v in suite.timings.items() if "forward" not in k}}
+                    "other": suite.step_seconds()}
     assert best is not None
     wall, n, per_query, forward, eng = best["wall"], best["n"], best["per_query"], best["forward"], best["eng"]
     seg_left = best["seg_left"]  # 0 unless a cached segmentation was rejected
     items_per_query = {k: v / max(1, n) for k, v in eng.forward_items.items()}
     items_per_query["fid image"] = best["fid_items"] / max(1, n)
     shared_items = {k: v / max(1, n) for k, v in best["feat"].items()}
-    non_forward = best["other"]
+    non_forward = dict(best["other"])
+    # what no step timer covers (Python glue, allocation, the loader's own overhead): wall minus forward minus steps
+    non_forward["untimed"] = max(0.0, wall - (sum(forward.values()) - seg_left) - sum(non_forward.values()))
     per_type_s = {t: sum(v) / len(v) for t, v in per_query.items() if v}
     if not per_type_s and by_type_pass:  # batched mode: a type-pure pass per type (fresh caches) for s/query by type
         shared_cache().clear()
@@ -259,7 +261,10 @@ def main() -> None:
         if r["s_per_query_by_type"]:
             print("  s/query by type: " + ", ".join(f"{t} {v:.2f}" for t, v in r["s_per_query_by_type"].items()))
         print("  forward seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in r["forward_s"].items()))
-        print("  other seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in r["other_s"].items()))
+        nf = sum(r["other_s"].values())
+        print(f"  non-forward: {1000 * nf / r['queries']:.0f} ms/query ({100 * nf / r['wall_s']:.0f}% of wall), by step "
+              "(ms/query): " + ", ".join(f"{k} {1000 * v / r['queries']:.1f}" for k, v in
+                                       sorted(r["other_s"].items(), key=lambda kv: -kv[1])))
         print("  unique forward inputs per query: " + ", ".join(
             f"{k} {v:.1f}" for k, v in r["forward_items_per_query"].items()))
         print("  forward seconds per input: " + ", ".join(

@@ -137,19 +137,23 @@ def shared_cache() -> FeatureCache:
 
 
 def embed_images(encoder: Any, inputs: Sequence[Any], *, batch_size: int = 32, cache: FeatureCache | None = None,
-                 keys: Sequence[str] | None = None, timer: Callable[[Callable[[], Any]], Any] | None = None
-                 ) -> list[Any]:
+                 keys: Sequence[str] | None = None, timer: Callable[[Callable[[], Any]], Any] | None = None,
+                 steps: dict[str, float] | None = None) -> list[Any]:
     """Features of `inputs` (float (3, H, W) tensors, exactly what `encoder.embed_images` receives), one per input,
     in order. Each distinct input is encoded at most once per process: inputs are deduplicated by content, looked
     up in `cache` (default: the shared one), and the rest encoded in batches of equal-sized inputs.
 
     `keys` may give precomputed digests of the inputs (`tensor_digest`); `timer(fn)` wraps each forward call
-    (time accounting of the caller)."""
+    (time accounting of the caller); `steps` accumulates the seconds of the non-forward steps (cache keys, batch
+    assembly)."""
     import torch
+
+    from benchmark.metrics.components import step_time
 
     cache = shared_cache() if cache is None else cache
     sig = encoder_signature(encoder)
-    digests = list(keys) if keys is not None else [tensor_digest(x) for x in inputs]
+    with step_time(steps, "cache keys"):
+        digests = list(keys) if keys is not None else [tensor_digest(x) for x in inputs]
     out: dict[str, Any] = {}
     todo: dict[tuple[int, ...], list[int]] = {}  # input shape -> first index of each missing digest
     for i, d in enumerate(digests):
@@ -164,7 +168,8 @@ def embed_images(encoder: Any, inputs: Sequence[Any], *, batch_size: int = 32, c
     for idx in todo.values():
         for start in range(0, len(idx), batch_size):
             chunk = idx[start : start + batch_size]
-            batch = torch.stack([inputs[i] for i in chunk])
+            with step_time(steps, "batch assembly"):
+                batch = torch.stack([inputs[i] for i in chunk])
             run = lambda b=batch: encoder.embed_images(b)  # noqa: E731
             feats = timer(run) if timer is not None else run()
             cache.forward_calls[sig] += 1

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from benchmark.metrics.components import LRUCache
+from benchmark.metrics.components import LRUCache, step_time
 from benchmark.metrics.features import embed_images, embed_texts, encoder_signature, shared_cache
 from benchmark.metrics.hatie.primitives import (
     DEG_A_LEVELS,
@@ -96,6 +96,8 @@ class SimilarityEngine:
         self.forward_calls: dict[str, int] = {"clip": 0, "dino": 0, "lpips": 0, "vqa": 0}
         # inputs that actually went through a backbone (after dedup by key and by content): the work done
         self.forward_items: dict[str, int] = {"clip image": 0, "clip text": 0, "dino": 0, "lpips pair": 0, "vqa": 0}
+        # seconds of the non-forward steps (what the bench prints per query)
+        self.step_seconds: dict[str, float] = {}
 
     def _count(self, item: str, encoder: Any, fn: Callable[[], Any]) -> Any:
         """Run `fn` (an embed call through the shared cache) and add the inputs it encoded to `item`'s count."""
@@ -123,9 +125,11 @@ class SimilarityEngine:
             else:
                 out[k] = hit
         if todo:  # the process-wide cache (benchmark.metrics.features) shares features with other suites
-            inputs = [prepare(images[k]) for k in todo]
+            with step_time(self.step_seconds, "resize to backbone input"):
+                inputs = [prepare(images[k]) for k in todo]
             feats = self._count("clip image" if name == "clip" else name, encoder, lambda: embed_images(
-                encoder, inputs, batch_size=self.batch_size, timer=lambda fn: self._timed(name, fn)))
+                encoder, inputs, batch_size=self.batch_size, timer=lambda fn: self._timed(name, fn),
+                steps=self.step_seconds))
             for k, f in zip(todo, feats, strict=True):
                 out[k] = f
                 cache.put(k, f)
@@ -151,35 +155,39 @@ class SimilarityEngine:
         lp_pairs = [pk for pk in pairs if "lpips" in want[pk]]
         for start in range(0, len(lp_pairs), self.batch_size):
             chunk = lp_pairs[start : start + self.batch_size]
-            a = torch.stack([resize(images[x], (LPIPS_SIZE, LPIPS_SIZE)) for x, _ in chunk])
-            b = torch.stack([resize(images[y], (LPIPS_SIZE, LPIPS_SIZE)) for _, y in chunk])
+            with step_time(self.step_seconds, "resize to backbone input"):
+                a = torch.stack([resize(images[x], (LPIPS_SIZE, LPIPS_SIZE)) for x, _ in chunk])
+                b = torch.stack([resize(images[y], (LPIPS_SIZE, LPIPS_SIZE)) for _, y in chunk])
             d = self._timed("lpips", lambda a=a, b=b: self.lpips.distance(a, b))
             self.forward_items["lpips pair"] += len(chunk)
             lp.update({pk: 1.0 - float(v) for pk, v in zip(chunk, d, strict=True)})
         sims = {"clip": lambda pk: _cos01(clip_f[pk[0]], clip_f[pk[1]]), "lpips": lambda pk: lp[pk],
                 "dino": lambda pk: _cos01(dino_f[pk[0]], dino_f[pk[1]]),
                 "l2": lambda pk: l2_sim(images[pk[0]], images[pk[1]])}
-        return {pk: {name: sims[name](pk) for name in want[pk]} for pk in pairs}
+        with step_time(self.step_seconds, "pair scores (cosine, l2)"):
+            return {pk: {name: sims[name](pk) for name in want[pk]} for pk in pairs}
 
     def run_deg_a(self, jobs: list[DegAJob]) -> None:
         """Degradation test A for all jobs, one pyramid level at a time over the jobs still pending. At each level a
         job asks only for the similarities that have not passed yet: a passed one's score is fixed by the level it
         first passed at, so computing it again could not change any score (it would only cost forward passes)."""
-        for job in jobs:
-            job.e_img, job.o_img = gray3(job.e_img), gray3(job.o_img)
-            job.scores = dict.fromkeys(SIM_NAMES, 0.0)
+        with step_time(self.step_seconds, "degradation pyramid"):
+            for job in jobs:
+                job.e_img, job.o_img = gray3(job.e_img), gray3(job.o_img)
+                job.scores = dict.fromkeys(SIM_NAMES, 0.0)
         for p in range(DEG_A_LEVELS):
             side = IMAGE_SIZE // 2**p
             pending = [j for j in jobs if not j.done]
             if side < DEG_A_MIN_SIZE or not pending:
                 break
             images, pairs, need = {}, [], {}
-            for j in pending:
-                j.e_img, j.o_img = resize(j.e_img, (side, side)), resize(j.o_img, (side, side))
-                pk = (f"{j.e_key}:degA{p}", f"{j.o_key}:degA{p}")
-                images[pk[0]], images[pk[1]] = j.e_img, j.o_img
-                pairs.append(pk)
-                need[pk] = tuple(name for name in SIM_NAMES if j.scores[name] == 0)
+            with step_time(self.step_seconds, "degradation pyramid"):
+                for j in pending:
+                    j.e_img, j.o_img = resize(j.e_img, (side, side)), resize(j.o_img, (side, side))
+                    pk = (f"{j.e_key}:degA{p}", f"{j.o_key}:degA{p}")
+                    images[pk[0]], images[pk[1]] = j.e_img, j.o_img
+                    pairs.append(pk)
+                    need[pk] = tuple(name for name in SIM_NAMES if j.scores[name] == 0)
             sims = self.pair_similarities(pairs, images, need)
             for j, pk in zip(pending, pairs, strict=True):
                 for name, v in sims[pk].items():
@@ -203,9 +211,10 @@ class SimilarityEngine:
         new_texts = [t for t in dict.fromkeys(t for _, t in texts) if t not in self._text_cache]
         if new_texts:
             tf = self._count("clip text", self.clip, lambda: embed_texts(
-                self.clip, new_texts, batch_size=len(new_texts), timer=lambda fn: self._timed("clip", fn)))
+                self.clip, new_texts, batch_size=self.batch_size, timer=lambda fn: self._timed("clip", fn)))
             self._text_cache.update(zip(new_texts, tf, strict=True))
-        text_res = {tk: _cos01(img_f[tk[0]], self._text_cache[tk[1]]) for tk in texts}
+        with step_time(self.step_seconds, "pair scores (cosine, l2)"):
+            text_res = {tk: _cos01(img_f[tk[0]], self._text_cache[tk[1]]) for tk in texts}
         vqa_res: dict[TextKey, float] = {}
         if vqas:
             if self.vqa_model is None:

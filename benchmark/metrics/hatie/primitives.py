@@ -45,8 +45,9 @@ def square_pad(img: Any) -> Any:
 def crop(img: Any, mask: Any | None, bbox: tuple[int, int, int, int]) -> Any:
     """`(img * mask)[:, y0:y1, x0:x1]`, square-padded (mask None: no masking, used for the union box)."""
     x0, y0, x1, y1 = (int(v) for v in bbox)
-    src = img if mask is None else img * mask.unsqueeze(0)
-    return square_pad(src[:, y0:y1, x0:x1])
+    box = img[:, y0:y1, x0:x1]
+    # masking only the box multiplies the same pixel pairs as masking the whole image first: same values
+    return square_pad(box if mask is None else box * mask[y0:y1, x0:x1].unsqueeze(0))
 
 
 def union_box(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, int, int, int]:
@@ -54,36 +55,47 @@ def union_box(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, int, int, in
 
 
 def background(img: Any, *masks: Any) -> Any:
-    """The image with every given mask's pixels zeroed."""
-    out = img
-    for m in masks:
-        out = out * (1 - m).unsqueeze(0)
-    return out
+    """The image with every given mask's pixels zeroed (the release multiplies by 1 - mask, mask by mask; on
+    images in [0, 1] and {0, 1} masks one fill of the masks' union gives the same values)."""
+    if not masks:
+        return img
+    union = masks[0] != 0
+    for m in masks[1:]:
+        union = union | (m != 0)
+    return img.masked_fill(union.unsqueeze(0), 0.0)
+
+
+def _bool(mask: Any) -> np.ndarray:
+    """A {0, 1} mask (tensor or array) as a bool array."""
+    arr = mask.numpy() if hasattr(mask, "numpy") else np.asarray(mask)
+    return arr if arr.dtype == bool else arr != 0
+
+
+def area(mask: Any) -> int:
+    """Pixels inside a {0, 1} mask."""
+    return int(np.count_nonzero(_bool(mask)))
 
 
 def com(mask: Any) -> tuple[float, float]:
-    """Centre of mass (x, y) in pixels."""
-    m = mask.double()
-    area = m.sum()
-    ys = m.sum(dim=1)
-    xs = m.sum(dim=0)
-    import torch
-
-    x = float((xs * torch.arange(m.shape[1], dtype=torch.float64)).sum() / area)
-    y = float((ys * torch.arange(m.shape[0], dtype=torch.float64)).sum() / area)
-    return x, y
+    """Centre of mass (x, y) in pixels of a {0, 1} mask. Integer sums: the release's float64 sums of 0 / 1 weights
+    are exact integers too (below 2**53), and one correctly rounded division gives the same float."""
+    ys, xs = np.nonzero(_bool(mask))
+    n = xs.size
+    if n == 0:
+        return math.nan, math.nan
+    return int(xs.sum()) / n, int(ys.sum()) / n
 
 
 def pos(m_edit: Any, m_orig: Any) -> float:
     """Position consistency (D - d) / D, d = centre distance / sqrt(area(first argument)). Not clipped."""
     (xa, ya), (xb, yb) = com(m_edit), com(m_orig)
-    d = math.hypot(xa - xb, ya - yb) / math.sqrt(float(m_edit.sum()))
+    d = math.hypot(xa - xb, ya - yb) / math.sqrt(float(area(m_edit)))
     return (POS_MAX_DISTANCE - d) / POS_MAX_DISTANCE
 
 
 def size(m_orig: Any, m_edit: Any, mode: str) -> float:
     """Size fidelity / consistency from r = sqrt(area(edit) / area(orig)); mode in enlarge, shrink, keep."""
-    r = math.sqrt(float(m_edit.sum()) / float(m_orig.sum()))
+    r = math.sqrt(float(area(m_edit)) / float(area(m_orig)))
     if mode == "enlarge":
         return 1.0 if r > SIZE_ENLARGE_R else 0.0 if r < 1.0 else (r - 1.0) / (SIZE_ENLARGE_R - 1.0)
     if mode == "shrink":

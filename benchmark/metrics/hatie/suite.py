@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from benchmark.metrics.chunking import QuerySamples
+from benchmark.metrics.components import step_time
 from benchmark.metrics.hatie.primitives import IMAGE_SIZE
 from benchmark.metrics.hatie.weights import CRITERIA, TOTAL_WEIGHTS_KEY, load_weight_profile, query_criteria
 from benchmark.metrics.hatie.workflows import (
@@ -81,25 +82,57 @@ class _Loaded:
     error: str = ""
 
 
+SOURCE_MEMO = 4  # decoded originals and their masks kept per loader (queries arrive sorted by source image)
+
+
 class _HatieSamples(QuerySamples):
-    """Loads one query's 512 px images and ground-truth masks (runs in DataLoader workers)."""
+    """Loads one query's 512 px images and ground-truth masks (runs in DataLoader workers). An original and its
+    masks are decoded once for all of its queries (they arrive together, sorted by source image); the memo is
+    keyed by the query set's file path, which the query set does not change during a run."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        from benchmark.metrics.components import LRUCache
+
+        super().__init__(*args, **kwargs)
+        self._sources: Any = LRUCache(SOURCE_MEMO)  # source path -> (PIL size, float 512 px original)
+        self._masks: Any = LRUCache(4 * SOURCE_MEMO)  # (mask path, source size) -> float 512 px mask
 
     def item(self, query: Query) -> _Loaded:
         return _Loaded(query)
 
-    def load(self, out: _Loaded, q: Query, edit_path: Path) -> None:
-        import hashlib
+    def _source(self, path: Path) -> tuple[tuple[int, int], Any]:
+        from benchmark.imageio import load_rgb, to_float_tensor
 
+        hit = self._sources.get_touch(path)
+        if hit is None:
+            src = load_rgb(path)
+            hit = (src.size, to_float_tensor(at512(src)))
+            self._sources.put(path, hit)
+        return hit
+
+    def _mask(self, path: Path, size: tuple[int, int]) -> Any:
         import torch
         import torch.nn.functional as F
 
-        from benchmark.imageio import ImageInputError, load_mask, load_rgb, to_float_tensor
+        from benchmark.imageio import load_mask
 
-        src = load_rgb(self.queryset.path(q.image))
+        hit = self._masks.get_touch((path, size))
+        if hit is None:
+            m = torch.from_numpy(load_mask(path, size)).float()
+            hit = F.interpolate(m[None, None], size=(IMAGE_SIZE, IMAGE_SIZE), mode="nearest")[0, 0]
+            self._masks.put((path, size), hit)
+        return hit
+
+    def load(self, out: _Loaded, q: Query, edit_path: Path) -> None:
+        import hashlib
+
+        from benchmark.imageio import ImageInputError, load_rgb, to_float_tensor
+
+        src_size, out.original = self._source(self.queryset.path(q.image))
         edit_bytes = edit_path.read_bytes()
         out.edit_sha = hashlib.sha256(edit_bytes).hexdigest()
         edit = load_rgb(edit_path, edit_bytes)  # one read: hashed and decoded
-        out.original, out.edit = to_float_tensor(at512(src)), to_float_tensor(at512(edit))
+        out.edit = to_float_tensor(at512(edit))
         out.edit_u8 = segmenter_input(edit)
         objs = {o.id: o for o in (q.target, q.anchor, *q.editable_objects) if o is not None}
         out.gt_masks = {}
@@ -107,8 +140,7 @@ class _HatieSamples(QuerySamples):
             o = objs[oid]
             if not o.mask:
                 raise ImageInputError(f"query {q.id}: object {oid} ({o.name}) has no mask in the query set")
-            m = torch.from_numpy(load_mask(self.queryset.path(o.mask), src.size)).float()
-            m = F.interpolate(m[None, None], size=(IMAGE_SIZE, IMAGE_SIZE), mode="nearest")[0, 0]
+            m = self._mask(self.queryset.path(o.mask), src_size)
             if not m.any():
                 raise ImageInputError(f"query {q.id}: the mask of object {oid} ({o.name}) is empty")
             out.gt_masks[oid] = m
@@ -217,15 +249,16 @@ class HatieSuite:
         shape = (IMAGE_SIZE, IMAGE_SIZE)
         out: list[Any] = [None] * len(items)
         todo = []
-        for i, it in enumerate(items):
-            p = folder / _cache_name(it)
-            if p.is_file():
-                try:
-                    out[i] = load_segmentation(p, edit_sha256=it.edit_sha, segmenter=sig, shape=shape)
-                    continue
-                except SegmentationCacheError as err:
-                    _quarantine(p, cache_dir, str(err))
-            todo.append(i)
+        with step_time(self.timings, "segmentation cache read"):
+            for i, it in enumerate(items):
+                p = folder / _cache_name(it)
+                if p.is_file():
+                    try:
+                        out[i] = load_segmentation(p, edit_sha256=it.edit_sha, segmenter=sig, shape=shape)
+                        continue
+                    except SegmentationCacheError as err:
+                        _quarantine(p, cache_dir, str(err))
+                todo.append(i)
         if todo:
             t0 = time.perf_counter()
             segs = seg_model.segment([items[i].edit_u8 for i in todo])
@@ -242,19 +275,22 @@ class HatieSuite:
         ext = self._get("fid")
         if ext is None:
             return [None] * len(items), [None] * len(items)
-        t0 = time.perf_counter()
+        def features(images: list[Any]) -> Any:
+            with step_time(self.timings, "batch assembly"):
+                batch = torch.stack(images)
+            with step_time(self.timings, "fid forward"):
+                return ext.features(batch).cpu().numpy()
+
         edit_f = []
         for s in range(0, len(items), self.batch_size):
-            edit_f.extend(ext.features(torch.stack([it.edit for it in items[s : s + self.batch_size]])).cpu().numpy())
+            edit_f.extend(features([it.edit for it in items[s : s + self.batch_size]]))
         self.fid_items += len(items)
         need = list(dict.fromkeys(it.query.image for it in items if src_cache.get_touch(it.query.image) is None))
         by_img = {it.query.image: it.original for it in items}
         for s in range(0, len(need), self.batch_size):
             chunk = need[s : s + self.batch_size]
-            feats = ext.features(torch.stack([by_img[k] for k in chunk])).cpu().numpy()
-            src_cache.update(zip(chunk, feats, strict=True))
+            src_cache.update(zip(chunk, features([by_img[k] for k in chunk]), strict=True))
             self.fid_items += len(chunk)
-        self.timings["fid forward"] = self.timings.get("fid forward", 0.0) + time.perf_counter() - t0
         return edit_f, [src_cache[it.query.image] for it in items]
 
     def score_queries(self, queryset: Any, queries: Sequence[Query], edit_paths: Sequence[Path], *, work_dir: Path,
@@ -290,13 +326,9 @@ class HatieSuite:
                 self.timings["plan (crops, edges, pyramids)"] = self.timings.get("plan (crops, edges, pyramids)", 0.0) + time.perf_counter() - t0
                 raws = engine.run(plans)
                 f_edit, f_src = self._fid_features(ok, src_feats)
-                for it, raw, fe, fs in zip(ok, raws, f_edit, f_src, strict=True):
-                    crit = query_criteria(it.query.edit_type, raw)
-                    row = {"query_id": it.query.id, "status": "ok", "reason": "", **crit, "branch": raw.pop("branch")}
-                    row.update({f"raw_{k}": (math.nan if v is None else float(v)) for k, v in raw.items()})
-                    row[FID_EDIT] = None if fe is None else np.asarray(fe, dtype=np.float32)
-                    row[FID_SOURCE] = None if fs is None else np.asarray(fs, dtype=np.float32)
-                    rows.append(row)
+                with step_time(self.timings, "rows (criteria)"):
+                    for it, raw, fe, fs in zip(ok, raws, f_edit, f_src, strict=True):
+                        rows.append(_row(it, raw, fe, fs))
             bar.update(len(chunk))
             chunk.clear()
             return rows
@@ -312,12 +344,31 @@ class HatieSuite:
             yield flush()
         bar.close()
 
+    def step_seconds(self) -> dict[str, float]:
+        """Seconds of every non-forward step the suite and its engine time (model loads excluded)."""
+        eng = getattr(self, "engine", None)
+        loads = {f"load {name}" for name in self._factories}
+        out = {k: v for k, v in self.timings.items() if "forward" not in k and k not in loads}
+        for k, v in (eng.step_seconds.items() if eng is not None else ()):
+            out[k] = out.get(k, 0.0) + v
+        return out
+
     def model_seconds(self) -> dict[str, float]:
         eng = getattr(self, "engine", None)
         out = {k: v for k, v in self.timings.items() if "forward" in k}
         if eng is not None:
             out.update({f"{k} forward": v for k, v in eng.model_seconds.items()})
         return out
+
+
+def _row(it: _Loaded, raw: dict[str, Any], f_edit: Any, f_src: Any) -> dict[str, Any]:
+    """One query's result row: criteria, branch, raw sub-scores and the FID features."""
+    crit = query_criteria(it.query.edit_type, raw)
+    row = {"query_id": it.query.id, "status": "ok", "reason": "", **crit, "branch": raw.pop("branch")}
+    row.update({f"raw_{k}": (math.nan if v is None else float(v)) for k, v in raw.items()})
+    row[FID_EDIT] = None if f_edit is None else np.asarray(f_edit, dtype=np.float32)
+    row[FID_SOURCE] = None if f_src is None else np.asarray(f_src, dtype=np.float32)
+    return row
 
 
 def _safe(sig: str) -> str:
