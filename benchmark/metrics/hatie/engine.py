@@ -14,7 +14,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from benchmark.metrics.components import LRUCache, step_time
-from benchmark.metrics.features import embed_images, embed_texts, encoder_signature, shared_cache
+from benchmark.metrics.features import (
+    embed_images,
+    embed_texts,
+    encoder_signature,
+    shared_cache,
+    tensor_digest,
+)
 from benchmark.metrics.hatie.primitives import (
     DEG_A_LEVELS,
     DEG_A_MIN_SIZE,
@@ -50,14 +56,20 @@ class Plan:
     """What one query needs from the backbones, and how to turn the answers into raw sub-scores."""
 
     images: dict[str, Any] = field(default_factory=dict)
+    by_content: set[str] = field(default_factory=set)  # keys whose features are shared by input content
     pairs: list[PairKey] = field(default_factory=list)
     texts: list[TextKey] = field(default_factory=list)
     vqa: list[TextKey] = field(default_factory=list)
     deg_a: list[DegAJob] = field(default_factory=list)
     finish: Callable[[Results], dict[str, Any]] | None = None
 
-    def image(self, key: str, img: Any) -> str:
+    def image(self, key: str, img: Any, *, by_content: bool = False) -> str:
+        """Register `img` under `key`, a name of its content (workflows.query_scope). `by_content`: key its
+        features in the process-wide cache by the encoder input's digest instead (an input other suites also
+        make, such as a whole 512 px image, so they share its features)."""
         self.images.setdefault(key, img)
+        if by_content:
+            self.by_content.add(key)
         return key
 
     def pair(self, a: str, b: str) -> PairKey:
@@ -98,6 +110,9 @@ class SimilarityEngine:
         self.forward_items: dict[str, int] = {"clip image": 0, "clip text": 0, "dino": 0, "lpips pair": 0, "vqa": 0}
         # seconds of the non-forward steps (what the bench prints per query)
         self.step_seconds: dict[str, float] = {}
+        # image keys that name their content (plans' keys, workflows.query_scope): the process-wide cache is keyed
+        # by them and the input's transform, no digest of the input needed; any other key is digested
+        self._named: set[str] = set()
 
     def _count(self, item: str, encoder: Any, fn: Callable[[], Any]) -> Any:
         """Run `fn` (an embed call through the shared cache) and add the inputs it encoded to `item`'s count."""
@@ -116,19 +131,31 @@ class SimilarityEngine:
         return out
 
     def _embed(self, name: str, cache: LRUCache, keys: Iterable[str], images: dict[str, Any],
-               prepare: Callable[[Any], Any], encoder: Any) -> dict[str, Any]:
+               prepare: tuple[Callable[[Any], Any], str], encoder: Any) -> dict[str, Any]:
+        """Features of the images under `keys`: from the engine's cache, else the process-wide one (named keys are
+        looked up before their input is even made), else encoded. `prepare` = (how an image becomes the
+        encoder's input, a name of that transform for the cache key)."""
         out, todo = {}, []
+        shared, sig = shared_cache(), encoder_signature(encoder)
+        make, tag = prepare
         for k in dict.fromkeys(keys):
             hit = cache.get_touch(k)
+            if hit is None and k in self._named:
+                hit = shared.get(sig, f"hatie-input:{k}|{tag}")
+                if hit is not None:
+                    cache.put(k, hit)
             if hit is None:
                 todo.append(k)
             else:
                 out[k] = hit
         if todo:  # the process-wide cache (benchmark.metrics.features) shares features with other suites
             with step_time(self.step_seconds, "resize to backbone input"):
-                inputs = [prepare(images[k]) for k in todo]
+                inputs = [make(images[k]) for k in todo]
+            with step_time(self.step_seconds, "cache keys"):
+                ckeys = [f"hatie-input:{k}|{tag}" if k in self._named else tensor_digest(x)
+                         for k, x in zip(todo, inputs, strict=True)]
             feats = self._count("clip image" if name == "clip" else name, encoder, lambda: embed_images(
-                encoder, inputs, batch_size=self.batch_size, timer=lambda fn: self._timed(name, fn),
+                encoder, inputs, batch_size=self.batch_size, keys=ckeys, timer=lambda fn: self._timed(name, fn),
                 steps=self.step_seconds))
             for k, f in zip(todo, feats, strict=True):
                 out[k] = f
@@ -146,11 +173,11 @@ class SimilarityEngine:
             return {}
         want = {pk: SIM_NAMES if need is None else need[pk] for pk in pairs}
         keys = lambda sim: [k for pk in pairs if sim in want[pk] for k in pk]  # noqa: E731
-        clip_f = self._embed("clip", self._clip_cache, keys("clip"), images,
-                             lambda im: _square_resize(im, self.clip.image_size, "bicubic"), self.clip)
+        clip_f = self._embed("clip", self._clip_cache, keys("clip"), images, self._clip_input(), self.clip)
         # resize each image to the backbone's input size first so differently sized crops stack into one batch
         dino_f = self._embed("dino", self._dino_cache, keys("dino"), images,
-                             lambda im: _square_resize(im, DINO_INPUT, "bilinear"), self.dino)
+                             (lambda im: _square_resize(im, DINO_INPUT, "bilinear"), f"square{DINO_INPUT}-bilinear-aa"),
+                             self.dino)
         lp: dict[PairKey, float] = {}
         lp_pairs = [pk for pk in pairs if "lpips" in want[pk]]
         for start in range(0, len(lp_pairs), self.batch_size):
@@ -166,6 +193,10 @@ class SimilarityEngine:
                 "l2": lambda pk: l2_sim(images[pk[0]], images[pk[1]])}
         with step_time(self.step_seconds, "pair scores (cosine, l2)"):
             return {pk: {name: sims[name](pk) for name in want[pk]} for pk in pairs}
+
+    def _clip_input(self) -> tuple[Callable[[Any], Any], str]:
+        size = self.clip.image_size
+        return (lambda im: _square_resize(im, size, "bicubic")), f"square{size}-bicubic-aa"
 
     def run_deg_a(self, jobs: list[DegAJob]) -> None:
         """Degradation test A for all jobs, one pyramid level at a time over the jobs still pending. At each level a
@@ -185,6 +216,8 @@ class SimilarityEngine:
                 for j in pending:
                     j.e_img, j.o_img = resize(j.e_img, (side, side)), resize(j.o_img, (side, side))
                     pk = (f"{j.e_key}:degA{p}", f"{j.o_key}:degA{p}")
+                    # a level of a named image's pyramid is named by it (gray, then halved p times)
+                    self._named.update(k for k, parent in zip(pk, (j.e_key, j.o_key), strict=True) if parent in self._named)
                     images[pk[0]], images[pk[1]] = j.e_img, j.o_img
                     pairs.append(pk)
                     need[pk] = tuple(name for name in SIM_NAMES if j.scores[name] == 0)
@@ -200,14 +233,15 @@ class SimilarityEngine:
         images: dict[str, Any] = {}
         for p in plans:
             images.update(p.images)
+        # this call's named keys only (bounded by a chunk, not the query set)
+        self._named = {k for p in plans for k in p.images if k not in p.by_content}
         pairs = list(dict.fromkeys(pk for p in plans for pk in p.pairs))
         texts = list(dict.fromkeys(tk for p in plans for tk in p.texts))
         vqas = list(dict.fromkeys(tk for p in plans for tk in p.vqa))
 
         pair_res = self.pair_similarities(pairs, images)
         self.run_deg_a([j for p in plans for j in p.deg_a])
-        img_f = self._embed("clip", self._clip_cache, [k for k, _ in texts], images,
-                            lambda im: _square_resize(im, self.clip.image_size, "bicubic"), self.clip)
+        img_f = self._embed("clip", self._clip_cache, [k for k, _ in texts], images, self._clip_input(), self.clip)
         new_texts = [t for t in dict.fromkeys(t for _, t in texts) if t not in self._text_cache]
         if new_texts:
             tf = self._count("clip text", self.clip, lambda: embed_texts(

@@ -24,6 +24,7 @@ from benchmark.metrics.hatie.weights import CRITERIA, TOTAL_WEIGHTS_KEY, load_we
 from benchmark.metrics.hatie.workflows import (
     ADD_RELATION_TEXT,
     WORKFLOWS,
+    InputIds,
     QueryInput,
     needed_masks,
     relevant_classes,
@@ -79,6 +80,7 @@ class _Loaded:
     edit_u8: Any = None
     gt_masks: dict[str, Any] | None = None
     edit_sha: str = ""
+    ids: Any = None  # workflows.InputIds: the files the images were read from
     error: str = ""
 
 
@@ -94,23 +96,28 @@ class _HatieSamples(QuerySamples):
         from benchmark.metrics.components import LRUCache
 
         super().__init__(*args, **kwargs)
-        self._sources: Any = LRUCache(SOURCE_MEMO)  # source path -> (PIL size, float 512 px original)
-        self._masks: Any = LRUCache(4 * SOURCE_MEMO)  # (mask path, source size) -> float 512 px mask
+        self._sources: Any = LRUCache(SOURCE_MEMO)  # source path -> (PIL size, float 512 px original, sha256)
+        self._masks: Any = LRUCache(4 * SOURCE_MEMO)  # (mask path, source size) -> (float 512 px mask, sha256)
 
     def item(self, query: Query) -> _Loaded:
         return _Loaded(query)
 
-    def _source(self, path: Path) -> tuple[tuple[int, int], Any]:
+    def _source(self, path: Path) -> tuple[tuple[int, int], Any, str]:
+        import hashlib
+
         from benchmark.imageio import load_rgb, to_float_tensor
 
         hit = self._sources.get_touch(path)
         if hit is None:
-            src = load_rgb(path)
-            hit = (src.size, to_float_tensor(at512(src)))
+            data = _read(path)
+            src = load_rgb(path, data)
+            hit = (src.size, to_float_tensor(at512(src)), hashlib.sha256(data).hexdigest())
             self._sources.put(path, hit)
         return hit
 
-    def _mask(self, path: Path, size: tuple[int, int]) -> Any:
+    def _mask(self, path: Path, size: tuple[int, int]) -> tuple[Any, str]:
+        import hashlib
+
         import torch
         import torch.nn.functional as F
 
@@ -118,8 +125,9 @@ class _HatieSamples(QuerySamples):
 
         hit = self._masks.get_touch((path, size))
         if hit is None:
+            sha = hashlib.sha256(_read(path)).hexdigest()  # digest first: the file load_mask then checks and decodes
             m = torch.from_numpy(load_mask(path, size)).float()
-            hit = F.interpolate(m[None, None], size=(IMAGE_SIZE, IMAGE_SIZE), mode="nearest")[0, 0]
+            hit = (F.interpolate(m[None, None], size=(IMAGE_SIZE, IMAGE_SIZE), mode="nearest")[0, 0], sha)
             self._masks.put((path, size), hit)
         return hit
 
@@ -128,22 +136,32 @@ class _HatieSamples(QuerySamples):
 
         from benchmark.imageio import ImageInputError, load_rgb, to_float_tensor
 
-        src_size, out.original = self._source(self.queryset.path(q.image))
+        src_size, out.original, src_sha = self._source(self.queryset.path(q.image))
         edit_bytes = edit_path.read_bytes()
         out.edit_sha = hashlib.sha256(edit_bytes).hexdigest()
         edit = load_rgb(edit_path, edit_bytes)  # one read: hashed and decoded
         out.edit = to_float_tensor(at512(edit))
         out.edit_u8 = segmenter_input(edit)
         objs = {o.id: o for o in (q.target, q.anchor, *q.editable_objects) if o is not None}
-        out.gt_masks = {}
+        out.gt_masks, mask_shas = {}, {}
         for oid in needed_masks(q):
             o = objs[oid]
             if not o.mask:
                 raise ImageInputError(f"query {q.id}: object {oid} ({o.name}) has no mask in the query set")
-            m = self._mask(self.queryset.path(o.mask), src_size)
+            m, mask_shas[oid] = self._mask(self.queryset.path(o.mask), src_size)
             if not m.any():
                 raise ImageInputError(f"query {q.id}: the mask of object {oid} ({o.name}) is empty")
             out.gt_masks[oid] = m
+        out.ids = InputIds(src_sha, out.edit_sha, mask_shas)
+
+
+def _read(path: Path) -> bytes:
+    """A query-set file's bytes; a missing one fails as `load_rgb` / `load_mask` would."""
+    from benchmark.imageio import ImageInputError
+
+    if not path.is_file():
+        raise ImageInputError(f"{path}: file not found (check the query set folder or re-run its download)")
+    return path.read_bytes()
 
 
 def at512(img: Any) -> Any:
@@ -322,7 +340,7 @@ class HatieSuite:
                 t0 = time.perf_counter()
                 plans = [WORKFLOWS[it.query.edit_type](QueryInput(
                     it.query, it.original, it.edit, it.gt_masks or {}, restrict(s, relevant_classes(it.query)),
-                    vqa=self.vqa_on, add_relation_text=self.add_relation_text)) for it, s in zip(ok, segs, strict=True)]
+                    vqa=self.vqa_on, add_relation_text=self.add_relation_text, ids=it.ids)) for it, s in zip(ok, segs, strict=True)]
                 self.timings["plan (crops, edges, pyramids)"] = self.timings.get("plan (crops, edges, pyramids)", 0.0) + time.perf_counter() - t0
                 raws = engine.run(plans)
                 f_edit, f_src = self._fid_features(ok, src_feats)

@@ -25,10 +25,21 @@ ADD_RELATION_TEXT = "anchor"  # or "target" to reproduce the release
 BLANK_CROP_IS_MISSING = True
 
 
+@dataclass(frozen=True)
+class InputIds:
+    """What determines a query's images, by file: sha256 of the source's and the edit's bytes and of each ground-truth
+    mask file (object id -> digest). The suite reads them with the files; they name every image a plan makes."""
+
+    source: str
+    edit: str
+    masks: Mapping[str, str]
+
+
 @dataclass
 class QueryInput:
     """Everything a workflow reads: images (3, 512, 512) in [0, 1], GT object masks by object id (float
-    (512, 512)), and the edit's segmentation restricted to the query's relevant classes."""
+    (512, 512)), and the edit's segmentation restricted to the query's relevant classes. `ids` names the files
+    they were read from (None: the tensors' own digests name them)."""
 
     query: Query
     original: Any
@@ -37,6 +48,42 @@ class QueryInput:
     seg: Segmentation
     vqa: bool = False
     add_relation_text: str = ADD_RELATION_TEXT
+    ids: InputIds | None = None
+
+
+def _tensor_ids(x: QueryInput) -> InputIds:
+    """Content digests of the tensors themselves, for inputs that come with no file ids (tests, custom callers)."""
+    from benchmark.metrics.features import tensor_digest
+
+    return InputIds(tensor_digest(x.original), tensor_digest(x.edit),
+                    {oid: tensor_digest(m) for oid, m in x.gt_masks.items()})
+
+
+def _seg_digest(seg: Segmentation) -> str:
+    """Digest of a segmentation: each detection's class, score, box and mask bits."""
+    import hashlib
+
+    import numpy as np
+
+    h = hashlib.blake2b(digest_size=16)
+    for name in sorted(seg):
+        d = seg[name]
+        h.update(f"{name}|{d.score!r}|{tuple(int(v) for v in d.bbox)}|{d.mask.shape}|".encode())
+        h.update(np.packbits(np.asarray(d.mask, dtype=bool)).tobytes())
+    return h.hexdigest()
+
+
+def query_scope(x: QueryInput) -> tuple[str, str]:
+    """(source scope, query scope): the prefixes of every image key a plan makes. They hold what determines the
+    images: the source file (source scope); the query's record, the source, edit and mask files and the
+    segmentation (query scope). So a key names its image's content, and the feature cache can be keyed by it
+    without hashing the image (the part after the scope names the transform: crop, background, edges, pyramid)."""
+    import hashlib
+
+    ids = x.ids or _tensor_ids(x)
+    h = hashlib.blake2b(digest_size=16)
+    h.update(repr((x.query, ids.source, ids.edit, sorted(ids.masks.items()), _seg_digest(x.seg))).encode())
+    return f"src:{ids.source}", f"q:{x.query.id}:{h.hexdigest()}"
 
 
 def relevant_classes(q: Query) -> list[str]:
@@ -79,8 +126,8 @@ class _Ctx:
 
     def __init__(self, x: QueryInput) -> None:
         self.x, self.q, self.plan = x, x.query, Plan()
-        self.src = f"src:{x.query.image}"
-        self.qk = f"q:{x.query.id}"
+        self.ids = x.ids or _tensor_ids(x)
+        self.src, self.qk = query_scope(x)
 
     def vqa_or_none(self, value: float) -> float | None:
         return value if self.x.vqa else None
@@ -91,13 +138,18 @@ class _Ctx:
             a = self.plan.image(f"{self.qk}:bg:e", P.background(self.x.edit, *masks))
             b = self.plan.image(f"{self.qk}:bg:o", P.background(self.x.original, *masks))
         else:
-            a = self.plan.image(f"{self.qk}:full", self.x.edit)
-            b = self.plan.image(f"{self.src}:full", self.x.original)
+            a, b = self.full()
         return self.plan.pair(a, b)
+
+    def full(self) -> tuple[str, str]:
+        """The whole edit and original: keyed by content, so other suites' features of the same input are shared."""
+        return (self.plan.image(f"{self.qk}:full", self.x.edit, by_content=True),
+                self.plan.image(f"{self.src}:full", self.x.original, by_content=True))
 
     def gt_crop(self, oid: str) -> tuple[str, Any]:
         m = self.x.gt_masks[oid]
-        return self.plan.image(f"{self.src}:obj{oid}", P.crop(self.x.original, m, _gt_bbox(m))), m
+        key = f"{self.src}:gt:{self.ids.masks[oid]}"  # the crop is the source's, cut by this mask file
+        return self.plan.image(key, P.crop(self.x.original, m, _gt_bbox(m))), m
 
     def edit_crop(self, det: Detection, tag: str) -> str:
         return self.plan.image(f"{self.qk}:{tag}", P.crop(self.x.edit, _mask(det), det.bbox))
@@ -295,8 +347,7 @@ def plan_bg_chg(x: QueryInput) -> Plan:
 
 def plan_style_chg(x: QueryInput) -> Plan:
     c, q = _Ctx(x), x.query
-    e_key = c.plan.image(f"{c.qk}:full", x.edit)
-    o_key = c.plan.image(f"{c.src}:full", x.original)
+    e_key, o_key = c.full()
     req = c.structure(e_key, o_key)
     t = c.plan.text(e_key, q.style or "", with_vqa=x.vqa)
     c.plan.finish = lambda r: {"branch": "whole image", **_structure_scores(r, req, "bc"), "bf_clip": r.clip_it[t],
