@@ -82,6 +82,18 @@ def test_fast_primitives_equal_the_release_formulas_bit_for_bit():
         assert P.area(b) == float(b.sum()) and math.sqrt(P.area(b) / P.area(a)) == r
 
 
+def test_float_conversion_equals_imageio_for_every_byte_value():
+    """Exhaustive over the 256 values a pixel channel can take, and the same strides (reductions follow them)."""
+    from PIL import Image
+
+    from benchmark.imageio import to_float_tensor
+    from benchmark.metrics.hatie.suite import float_chw
+
+    arr = (np.arange(16 * 16 * 3) % 256).astype(np.uint8).reshape(16, 16, 3)
+    ref, fast = to_float_tensor(Image.fromarray(arr)), float_chw(arr.copy())
+    assert torch.equal(ref, fast) and ref.stride() == fast.stride() and ref.dtype == fast.dtype
+
+
 def test_the_loader_memo_gives_what_a_fresh_decode_gives(demo_qs):
     """Originals and masks decoded once per source equal those of a loader that decodes each query afresh."""
     from benchmark.metrics.hatie.suite import _HatieSamples

@@ -172,7 +172,10 @@ class SimilarityEngine:
         if not pairs:
             return {}
         want = {pk: SIM_NAMES if need is None else need[pk] for pk in pairs}
-        keys = lambda sim: [k for pk in pairs if sim in want[pk] for k in pk]  # noqa: E731
+        with step_time(self.step_seconds, "pair scores (cosine, l2)"):
+            same = _equal_sides(pairs, images)
+        # an edit side equal to its original side (a region the edit left untouched) is encoded once
+        keys = lambda sim: [same.get(k, k) for pk in pairs if sim in want[pk] for k in pk]  # noqa: E731
         clip_f = self._embed("clip", self._clip_cache, keys("clip"), images, self._clip_input(), self.clip)
         # resize each image to the backbone's input size first so differently sized crops stack into one batch
         dino_f = self._embed("dino", self._dino_cache, keys("dino"), images,
@@ -188,8 +191,9 @@ class SimilarityEngine:
             d = self._timed("lpips", lambda a=a, b=b: self.lpips.distance(a, b))
             self.forward_items["lpips pair"] += len(chunk)
             lp.update({pk: 1.0 - float(v) for pk, v in zip(chunk, d, strict=True)})
-        sims = {"clip": lambda pk: _cos01(clip_f[pk[0]], clip_f[pk[1]]), "lpips": lambda pk: lp[pk],
-                "dino": lambda pk: _cos01(dino_f[pk[0]], dino_f[pk[1]]),
+        f = lambda feats, k: feats[same.get(k, k)]  # noqa: E731
+        sims = {"clip": lambda pk: _cos01(f(clip_f, pk[0]), f(clip_f, pk[1])), "lpips": lambda pk: lp[pk],
+                "dino": lambda pk: _cos01(f(dino_f, pk[0]), f(dino_f, pk[1])),
                 "l2": lambda pk: l2_sim(images[pk[0]], images[pk[1]])}
         with step_time(self.step_seconds, "pair scores (cosine, l2)"):
             return {pk: {name: sims[name](pk) for name in want[pk]} for pk in pairs}
@@ -261,6 +265,19 @@ class SimilarityEngine:
                 vqa_res.update({tk: float(p) for tk, p in zip(chunk, ps, strict=True)})
         res = Results(pair_res, text_res, vqa_res)
         return [p.finish(res) for p in plans]  # type: ignore[misc]
+
+
+def _equal_sides(pairs: list[PairKey], images: dict[str, Any]) -> dict[str, str]:
+    """edit-side key -> original-side key for the pairs whose two images are equal tensors (same shape and values:
+    the same encoder input, the same features). Named keys cannot see that; comparing is far cheaper than hashing."""
+    import torch
+
+    out = {}
+    for a, b in pairs:
+        x, y = images[a], images[b]
+        if a != b and x.shape == y.shape and x.dtype == y.dtype and torch.equal(x, y):
+            out[a] = b
+    return out
 
 
 def _sync_cuda() -> None:

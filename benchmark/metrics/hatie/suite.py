@@ -105,13 +105,13 @@ class _HatieSamples(QuerySamples):
     def _source(self, path: Path) -> tuple[tuple[int, int], Any, str]:
         import hashlib
 
-        from benchmark.imageio import load_rgb, to_float_tensor
+        from benchmark.imageio import load_rgb
 
         hit = self._sources.get_touch(path)
         if hit is None:
             data = _read(path)
             src = load_rgb(path, data)
-            hit = (src.size, to_float_tensor(at512(src)), hashlib.sha256(data).hexdigest())
+            hit = (src.size, float_chw(np.array(at512(src))), hashlib.sha256(data).hexdigest())
             self._sources.put(path, hit)
         return hit
 
@@ -134,14 +134,15 @@ class _HatieSamples(QuerySamples):
     def load(self, out: _Loaded, q: Query, edit_path: Path) -> None:
         import hashlib
 
-        from benchmark.imageio import ImageInputError, load_rgb, to_float_tensor
+        from benchmark.imageio import ImageInputError, load_rgb
 
         src_size, out.original, src_sha = self._source(self.queryset.path(q.image))
         edit_bytes = edit_path.read_bytes()
         out.edit_sha = hashlib.sha256(edit_bytes).hexdigest()
         edit = load_rgb(edit_path, edit_bytes)  # one read: hashed and decoded
-        out.edit = to_float_tensor(at512(edit))
-        out.edit_u8 = segmenter_input(edit)
+        scored = np.array(at512(edit))  # uint8 until here: one copy, converted once
+        out.edit = float_chw(scored)
+        out.edit_u8 = scored if edit.size == (IMAGE_SIZE, IMAGE_SIZE) else segmenter_input(edit)
         objs = {o.id: o for o in (q.target, q.anchor, *q.editable_objects) if o is not None}
         out.gt_masks, mask_shas = {}, {}
         for oid in needed_masks(q):
@@ -162,6 +163,14 @@ def _read(path: Path) -> bytes:
     if not path.is_file():
         raise ImageInputError(f"{path}: file not found (check the query set folder or re-run its download)")
     return path.read_bytes()
+
+
+def float_chw(arr: np.ndarray) -> Any:
+    """uint8 (H, W, 3) -> float32 (3, H, W) in [0, 1]: the values and the memory layout (a channels-last view) of
+    `imageio.to_float_tensor`, whose layout the workflows' reductions follow, without its float64 and extra copies."""
+    import torch
+
+    return torch.from_numpy(arr).float().div(255).permute(2, 0, 1)
 
 
 def at512(img: Any) -> Any:
