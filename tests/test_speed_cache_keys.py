@@ -98,3 +98,22 @@ def test_the_same_inputs_are_a_cache_hit_and_score_the_same():
     assert outs[1] == outs[0]  # the hit: the very same features, the very same floats
     # re-encoded in other batches: the same up to the backbones' batch numerics
     assert all(np.isclose(outs[2][k], v, atol=1e-6) for k, v in outs[0].items() if isinstance(v, float))
+
+
+def test_equal_images_under_different_names_are_encoded_once():
+    """What hashing every input used to catch: a region the edit left untouched is one encoder input."""
+    from benchmark.models.clip import load_clip
+    from benchmark.models.dino import load_dino
+    from benchmark.models.perceptual import load_lpips
+
+    img, _ = _scene()
+    shared_cache().clear()
+    eng = SimilarityEngine(load_clip("tiny"), load_dino("tiny"), load_lpips("tiny"), batch_size=8)
+    eng._named = {"q:x:bg:e", "q:x:bg:o"}
+    other = img.clone()
+    other[0, 0, 0] = 1 - other[0, 0, 0]  # one value apart: a different input
+    sims = eng.pair_similarities([("q:x:bg:e", "q:x:bg:o"), ("q:x:bg:e", "src:y")],
+                                 {"q:x:bg:e": img, "q:x:bg:o": img.clone(), "src:y": other})
+    shared_cache().clear()
+    assert eng.forward_items["clip image"] == 2 and eng.forward_items["dino"] == 2
+    assert sims[("q:x:bg:e", "q:x:bg:o")]["clip"] == 1.0 or abs(sims[("q:x:bg:e", "q:x:bg:o")]["clip"] - 1) < 1e-6

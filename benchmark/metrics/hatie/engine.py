@@ -149,17 +149,25 @@ class SimilarityEngine:
             else:
                 out[k] = hit
         if todo:  # the process-wide cache (benchmark.metrics.features) shares features with other suites
+            with step_time(self.step_seconds, "cache keys"):
+                # content-keyed images first: one of them stands for its equals, so its digest is in the
+                # process-wide cache for every content-keyed equal (named equals are put under their names)
+                first = _first_equal(sorted(todo, key=lambda k: k in self._named), images)
+            unique = [k for k in todo if first[k] == k]
             with step_time(self.step_seconds, "resize to backbone input"):
-                inputs = [make(images[k]) for k in todo]
+                inputs = [make(images[k]) for k in unique]
             with step_time(self.step_seconds, "cache keys"):
                 ckeys = [f"hatie-input:{k}|{tag}" if k in self._named else tensor_digest(x)
-                         for k, x in zip(todo, inputs, strict=True)]
+                         for k, x in zip(unique, inputs, strict=True)]
             feats = self._count("clip image" if name == "clip" else name, encoder, lambda: embed_images(
                 encoder, inputs, batch_size=self.batch_size, keys=ckeys, timer=lambda fn: self._timed(name, fn),
                 steps=self.step_seconds))
-            for k, f in zip(todo, feats, strict=True):
-                out[k] = f
-                cache.put(k, f)
+            out.update(zip(unique, feats, strict=True))
+            for k in todo:
+                out[k] = out[first[k]]
+                cache.put(k, out[k])
+                if k != first[k] and k in self._named:
+                    shared.put(sig, f"hatie-input:{k}|{tag}", out[k])
         return out
 
     def pair_similarities(self, pairs: list[PairKey], images: dict[str, Any],
@@ -172,10 +180,7 @@ class SimilarityEngine:
         if not pairs:
             return {}
         want = {pk: SIM_NAMES if need is None else need[pk] for pk in pairs}
-        with step_time(self.step_seconds, "pair scores (cosine, l2)"):
-            same = _equal_sides(pairs, images)
-        # an edit side equal to its original side (a region the edit left untouched) is encoded once
-        keys = lambda sim: [same.get(k, k) for pk in pairs if sim in want[pk] for k in pk]  # noqa: E731
+        keys = lambda sim: [k for pk in pairs if sim in want[pk] for k in pk]  # noqa: E731
         clip_f = self._embed("clip", self._clip_cache, keys("clip"), images, self._clip_input(), self.clip)
         # resize each image to the backbone's input size first so differently sized crops stack into one batch
         dino_f = self._embed("dino", self._dino_cache, keys("dino"), images,
@@ -191,9 +196,8 @@ class SimilarityEngine:
             d = self._timed("lpips", lambda a=a, b=b: self.lpips.distance(a, b))
             self.forward_items["lpips pair"] += len(chunk)
             lp.update({pk: 1.0 - float(v) for pk, v in zip(chunk, d, strict=True)})
-        f = lambda feats, k: feats[same.get(k, k)]  # noqa: E731
-        sims = {"clip": lambda pk: _cos01(f(clip_f, pk[0]), f(clip_f, pk[1])), "lpips": lambda pk: lp[pk],
-                "dino": lambda pk: _cos01(f(dino_f, pk[0]), f(dino_f, pk[1])),
+        sims = {"clip": lambda pk: _cos01(clip_f[pk[0]], clip_f[pk[1]]), "lpips": lambda pk: lp[pk],
+                "dino": lambda pk: _cos01(dino_f[pk[0]], dino_f[pk[1]]),
                 "l2": lambda pk: l2_sim(images[pk[0]], images[pk[1]])}
         with step_time(self.step_seconds, "pair scores (cosine, l2)"):
             return {pk: {name: sims[name](pk) for name in want[pk]} for pk in pairs}
@@ -267,16 +271,22 @@ class SimilarityEngine:
         return [p.finish(res) for p in plans]  # type: ignore[misc]
 
 
-def _equal_sides(pairs: list[PairKey], images: dict[str, Any]) -> dict[str, str]:
-    """edit-side key -> original-side key for the pairs whose two images are equal tensors (same shape and values:
-    the same encoder input, the same features). Named keys cannot see that; comparing is far cheaper than hashing."""
+def _first_equal(keys: list[str], images: dict[str, Any]) -> dict[str, str]:
+    """key -> the first key whose image is an equal tensor (itself if none): equal images are the same encoder
+    input, so one forward serves them all (a region an edit left untouched, a background two queries share).
+    Names cannot see that; a sparse sample narrows the candidates and `torch.equal` decides, far cheaper than
+    hashing every image."""
     import torch
 
+    seen: dict[tuple[Any, ...], list[str]] = {}
     out = {}
-    for a, b in pairs:
-        x, y = images[a], images[b]
-        if a != b and x.shape == y.shape and x.dtype == y.dtype and torch.equal(x, y):
-            out[a] = b
+    for k in keys:
+        x = images[k]
+        sample = (tuple(x.shape), str(x.dtype), x[..., ::8, ::8].cpu().contiguous().numpy().tobytes())
+        group = seen.setdefault(sample, [])
+        out[k] = next((r for r in group if torch.equal(images[r], x)), k)
+        if out[k] == k:
+            group.append(k)
     return out
 
 
