@@ -4,6 +4,11 @@ Workflows register images under keys and ask for pair similarities (clip_ii, lpi
 (edit-side, original-side) pair) and image-text scores (clip_it, vqa). The engine dedupes images by key, runs each
 backbone on large batches, and keeps an LRU cache of features so an original's crops and pyramids are encoded once
 for all of its queries.
+
+A plan's image keys name their content (workflows.query_scope: file digests, the query, the segmentation, then the
+transform), so the process-wide feature cache is keyed by them without hashing any input; images registered
+`by_content` (whole 512 px images, which other suites encode too) are keyed by their input's digest, and equal
+images under different names are found by comparison and encoded once.
 """
 
 from __future__ import annotations
