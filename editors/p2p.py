@@ -57,7 +57,8 @@ class PromptToPromptEditor(DiffusionEditor):
         controller = AttentionController(
             [build_token_edit(p.tokenizer, s, t, mode=self.mode, reweight=self.reweight) for s, t in zip(src, tgt, strict=True)],
             num_steps=self.steps, cross_replace_steps=self.cross_replace_steps,
-            self_replace_steps=self.self_replace_steps, self_replace_max_tokens=self.self_replace_max_tokens)
+            self_replace_steps=self.self_replace_steps, self_replace_max_tokens=self.self_replace_max_tokens,
+            device=unet.device)
         # Batch layout the controller expects: per query [source, target] side by side.
         cond = _interleave(src_emb, tgt_emb)
         with controlled_attention(unet, controller):

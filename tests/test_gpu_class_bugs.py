@@ -163,6 +163,7 @@ def test_guard_catches_a_p2p_mapper_left_on_the_cpu(monkeypatch, guarded_edits, 
         return new * e.equalizer.to(base.device, base.dtype)
 
     monkeypatch.setattr(attention.AttentionController, "_cross", staticmethod(cross_without_move))
+    monkeypatch.setattr(attention.TokenEdit, "to", lambda self, device: self)  # and the controller's move undone
     from conftest import run_demo
 
     with pytest.raises(DeviceMismatch):

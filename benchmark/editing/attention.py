@@ -35,6 +35,13 @@ class TokenEdit:
     alphas: Any = None
     equalizer: Any = None
 
+    def to(self, device: Any) -> TokenEdit:
+        """This edit with its tensors on `device` (built on the CPU; moved once, not in every attention layer)."""
+        def move(t: Any) -> Any:
+            return None if t is None else t.to(device)
+
+        return TokenEdit(self.mode, move(self.mapper), move(self.alphas), move(self.equalizer))
+
 
 def _ids(tokenizer: Any, text: str) -> list[int]:
     return list(tokenizer(text, truncation=True, max_length=tokenizer.model_max_length).input_ids)
@@ -128,13 +135,14 @@ class AttentionController:
         self_replace_max_tokens: only layers with at most this many query positions get self-attention injection
             (P2P: 32x32; finer layers carry appearance detail and stay free).
         recorder: optional callback(step, is_cross, before, after) seeing the conditional half, for tests/analysis.
+        device: where the attention maps live (the UNet's device); the edits' tensors are moved there once.
     """
 
     def __init__(self, edits: Sequence[TokenEdit], *, num_steps: int, cross_replace_steps: float,
                  self_replace_steps: float, self_replace_max_tokens: int,
-                 recorder: Callable[[int, bool, Any, Any], None] | None = None) -> None:
+                 recorder: Callable[[int, bool, Any, Any], None] | None = None, device: Any = None) -> None:
         """Builds the controller for one batch; the sampling loop then sets `step` before each UNet call."""
-        self.edits = list(edits)
+        self.edits = [e.to(device) for e in edits] if device is not None else list(edits)
         self.cross_until = int(cross_replace_steps * num_steps)
         self.self_until = int(self_replace_steps * num_steps)
         self.self_max_tokens = int(self_replace_max_tokens)
@@ -170,7 +178,7 @@ class AttentionController:
 
         if e.mode == "none":
             return edit
-        m = e.mapper.to(base.device)
+        m = e.mapper.to(base.device)  # a no-op when the controller was given the UNet's device
         if e.mode == "replace":
             new = torch.einsum("hqk,kn->hqn", base, m.to(base.dtype))
         else:

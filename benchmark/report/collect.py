@@ -102,18 +102,18 @@ def read_leaderboards(results: Path, queryset: str | None = None) -> Leaderboard
     stale = False
     overall = results / TABLE_FILES["overall"]
     if overall.is_file():
-        newer = parts_newer_than(results, overall.stat().st_mtime_ns)
-        if newer:
-            stale = True
-            notes.append(f"STALE: {len(newer)} score part(s) were written after {overall.name} (e.g. {newer[0]}): "
-                         "the leaderboard tables and charts may not include them. Rebuild them: rerun that run's "
-                         "command with stages=[aggregate].")
-        edited = edits_newer_than(results, overall.stat().st_mtime_ns)
-        if edited:
-            stale = True
-            notes.append(f"STALE: {len(edited)} edit PNG(s) were written after {overall.name} (e.g. {edited[0]}): "
-                         "rows of their runs may hold the scores of the edits they replaced. Rerun that run's "
-                         "command: its score stage rescores changed edits and rebuilds the tables.")
+        since = overall.stat().st_mtime_ns
+        checks = ((parts_newer_than, "score part(s)", "the leaderboard tables and charts may not include them. "
+                   "Rebuild them: rerun that run's command with stages=[aggregate]."),
+                  (edits_newer_than, "edit PNG(s)", "rows of their runs may hold the scores of the edits they "
+                   "replaced. Rerun that run's command: its score stage rescores changed edits and rebuilds the "
+                   "tables."))
+        for newer_than, what, consequence in checks:
+            newer = newer_than(results, since)
+            if newer:
+                stale = True
+                notes.append(f"STALE: {len(newer)} {what} were written after {overall.name} (e.g. {newer[0]}): "
+                             f"{consequence}")
     return Leaderboards(tables, metrics, notes, stale)
 
 
