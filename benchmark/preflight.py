@@ -13,9 +13,6 @@ import os
 import shutil
 import tempfile
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -143,7 +140,7 @@ def _check_writable(results: Path) -> None:
 
 def _check_weights(cfg: Any, editor: str, metrics: str, timeout: float) -> tuple[str, int]:
     """Every checkpoint cached, or (online) its host reachable. Returns (note, bytes still to download)."""
-    from benchmark.weights import fix_command, hub_offline, human, resolve
+    from benchmark.weights import fix_command, hub_offline, human, resolve, unreachable_hosts
 
     try:
         checkpoints = resolve(cfg, editor)
@@ -166,7 +163,7 @@ def _check_weights(cfg: Any, editor: str, metrics: str, timeout: float) -> tuple
     if hub_offline():
         raise PreflightError(f"preflight: {len(missing)} checkpoint(s) this run needs are not in the local cache, "
                              f"and HF_HUB_OFFLINE=1 forbids downloading them:\n{listing}{tail}")
-    unreachable = _unreachable_hosts(missing, timeout)
+    unreachable = unreachable_hosts(missing, timeout)
     if unreachable:
         hosts = "; ".join(f"{h} ({why})" for h, why in unreachable.items())
         raise PreflightError(f"preflight: {len(missing)} checkpoint(s) this run needs are not cached and their host "
@@ -176,32 +173,6 @@ def _check_weights(cfg: Any, editor: str, metrics: str, timeout: float) -> tuple
     size = human(total) + (" + unknown" if None in sizes else "") if total else "size unknown"
     return (f"{len(checkpoints) - len(unknown) - len(missing)} checkpoints cached, {len(missing)} to download on first "
             f"use ({size}; prefetch: {fix}){unknown_note}"), total
-
-
-def _hosts(missing: list[Any]) -> dict[str, str]:
-    """host -> a URL to probe."""
-    from huggingface_hub import constants
-
-    out: dict[str, str] = {}
-    for c in missing:
-        url = constants.ENDPOINT if c.kind.startswith("hf-") else c.source
-        parts = urllib.parse.urlsplit(url)
-        out.setdefault(parts.netloc, f"{parts.scheme}://{parts.netloc}/")
-    return out
-
-
-def _unreachable_hosts(missing: list[Any], timeout: float) -> dict[str, str]:
-    """Hosts that do not answer a HEAD request within `timeout` (any HTTP status counts as an answer)."""
-    bad: dict[str, str] = {}
-    for host, url in _hosts(missing).items():
-        try:
-            with urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=timeout):
-                pass
-        except urllib.error.HTTPError:
-            pass
-        except (OSError, ValueError) as err:
-            bad[host] = f"{type(err).__name__}: {getattr(err, 'reason', err)}"
-    return bad
 
 
 def _check_disk(results: Path, n_queries: int, mean_bytes: float, n_sampled: int, factor: float,

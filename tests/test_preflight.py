@@ -100,11 +100,11 @@ def test_online_missing_weights_pass_when_their_host_answers_else_fail(tmp_path,
     cfg, editor = _cfg(tmp_path, *only_fid)
     qs = P.load_queries(cfg).subset(2)
     with serving(FileServer({})) as srv:
-        monkeypatch.setattr(P, "_hosts", lambda missing: {"local": srv.url + "/"})
+        monkeypatch.setattr("benchmark.weights.host_of", lambda ck: srv.url + "/")
         line = P.run_preflight(cfg, qs, editor=editor, metrics="hatie")
     assert "0 checkpoints cached, 1 to download on first use" in line and "editmeter weights" in line
-    monkeypatch.setattr(P, "_hosts", lambda missing: {"127.0.0.1:9": "http://127.0.0.1:9/"})  # nothing listens
-    with pytest.raises(PreflightError, match=r"cannot be reached: 127.0.0.1:9 .*\n  - metrics hatie.fid: "):
+    monkeypatch.setattr("benchmark.weights.host_of", lambda ck: "http://127.0.0.1:9/")  # nothing listens
+    with pytest.raises(PreflightError, match=r"cannot be reached: http://127.0.0.1:9/ .*\n  - metrics hatie.fid: "):
         P.run_preflight(cfg, qs, editor=editor, metrics="hatie")
 
 
