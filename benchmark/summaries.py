@@ -43,9 +43,15 @@ def _bpm() -> SummaryFn:
     return summarize
 
 
+def _judge() -> SummaryFn:
+    from benchmark.metrics.judge.summary import summarize
+
+    return summarize
+
+
 # suite name -> loader of its summary function (lazy: the HATIE summary imports scipy / torch helpers)
 _REGISTRY: dict[str, Callable[[], SummaryFn]] = {"hatie": _hatie, "conventional": _conventional, "editval": _editval,
-                                                  "augclip": _augclip, "bpm": _bpm}
+                                                  "augclip": _augclip, "bpm": _bpm, "judge": _judge}
 
 
 def known_suites() -> list[str]:

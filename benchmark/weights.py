@@ -228,6 +228,16 @@ def _augclip_llm(node: dict[str, Any]) -> list[Checkpoint]:
     return _hf_model(LLM_ID, LLM_REVISION)(node)
 
 
+def _judge_vlm(node: dict[str, Any]) -> list[Checkpoint]:
+    """The judge VLM at the config's revision, else its pinned commit (an unknown model without one raises here,
+    as the loader would at score time)."""
+    from benchmark.models.vlm import VLM_ID, pinned_revision
+
+    model_id = node.get("model_id", VLM_ID)
+    return [Checkpoint("", "hf-model", model_id, pinned_revision(model_id, node.get("revision")),
+                       note="Qwen2.5-VL judge (model + processor)")]
+
+
 def _grounding_detector(node: dict[str, Any]) -> list[Checkpoint]:
     from benchmark.models.grounding import DETECTORS
 
@@ -290,6 +300,7 @@ RESOLVERS: dict[str, Callable[[dict[str, Any]], list[Checkpoint]]] = {
     "benchmark.models.instructions.LLMInstructionParser": _augclip_llm,
     "benchmark.models.grounding.load_detector": _grounding_detector,
     "benchmark.models.grounding.load_sam": _sam,
+    "benchmark.models.vlm.load_score_reader": _judge_vlm,
 }
 
 
