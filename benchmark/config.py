@@ -198,6 +198,7 @@ def apply_run_checks(cfg: Any, editor_name: str) -> None:
             check_dtype(cfg.editor.dtype, what=f"editor {editor_name!r}")
         except DtypeError as err:
             raise SettingError(str(err)) from None
+    check_metric_precisions(cfg)
     limits = cfg.get("limits") or {}
     try:
         set_limits(max_pixels=limits.get("max_source_pixels"), min_source_side=limits.get("min_source_side"))
@@ -205,6 +206,20 @@ def apply_run_checks(cfg: Any, editor_name: str) -> None:
             set_max_prompt_chars(limits.get("max_prompt_chars"))
     except ValueError as err:
         raise SettingError(f"{err}: fix it on the command line or in configs/config.yaml (docs/inputs.md)") from None
+
+
+def check_metric_precisions(cfg: Any) -> None:
+    """Refuse, before any work, a suite `precision` that is unknown or that its device cannot run (tf32 off CUDA)."""
+    from benchmark.metrics.precision import PrecisionError, check_precision
+    from benchmark.models.common import resolve_device
+
+    for name, node in (cfg.get("metrics") or {}).items():
+        if hasattr(node, "get") and node.get("precision") is not None:
+            try:
+                check_precision(node.precision, resolve_device(str(node.get("device", "auto"))),
+                                what=f"metrics {name}")
+            except PrecisionError as err:
+                raise SettingError(str(err)) from None
 
 
 # Benchmark modules every edit depends on besides the editor's own import closure: the source decoder (the editor
@@ -317,9 +332,15 @@ def _same_numbers(obj: Any) -> Any:
 NON_SEMANTIC_KEYS = frozenset({"batch_size", "chunk_size", "cache_size", "num_workers", "device"})
 
 
+# Settings added after results existed whose default changes nothing: at the default they are left out of the
+# signature, so runs made before the setting existed keep theirs (and are not re-scored for nothing).
+NEUTRAL_DEFAULTS = {"precision": "fp32"}
+
+
 def _semantic(obj: Any) -> Any:
     if isinstance(obj, dict):
-        return {k: _semantic(v) for k, v in obj.items() if k not in NON_SEMANTIC_KEYS}
+        return {k: _semantic(v) for k, v in obj.items()
+                if k not in NON_SEMANTIC_KEYS and not (k in NEUTRAL_DEFAULTS and v == NEUTRAL_DEFAULTS[k])}
     if isinstance(obj, list):
         return [_semantic(v) for v in obj]
     return obj

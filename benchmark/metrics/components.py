@@ -33,13 +33,20 @@ class LazyComponents:
     _models: dict[str, Any]
     device: str
     timings: dict[str, float]
+    # The components whose forward passes follow the suite's `precision` (benchmark.metrics.precision); a suite
+    # that offers the option sets both. Detectors and segmenters stay out: their thresholds amplify drift.
+    reduced_components: tuple[str, ...] = ()
+    precision: str = "fp32"
 
     def _get(self, name: str) -> Any:
         """The component `name`, built on first use (None when its factory is None: the component is off)."""
+        from benchmark.metrics.precision import with_precision
+
         if name not in self._models:
             f = self._factories[name]
             t0 = time.perf_counter()
-            self._models[name] = None if f is None else f(device=self.device)
+            model = None if f is None else f(device=self.device)
+            self._models[name] = with_precision(model, self.precision) if name in self.reduced_components else model
             self.timings[f"load {name}"] = time.perf_counter() - t0
         return self._models[name]
 

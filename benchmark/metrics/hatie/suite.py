@@ -37,6 +37,8 @@ SEGMENTATIONS_DIR = "segmentations"
 QUARANTINE_DIR = "_quarantine"  # under segmentations/: cache files that failed validation, with the reason
 # How the segmenter's input is made (release: cv2 bilinear to 512 px); part of the segmentation cache key.
 SEG_INPUT = "cv2-linear-512"
+# backbones whose forward passes follow `precision` (the segmenter's thresholded detections and VQA stay fp32)
+REDUCED = ("clip", "dino", "lpips", "fid")
 SOURCE_FEATURE_CACHE = 1024  # originals' FID features kept in memory (bounded: memory must not grow with the set)
 FID_EDIT, FID_SOURCE = "_fid_edit", "_fid_src"  # per-row feature columns (underscore: never aggregated as metrics)
 # (higher_is_better, description) of every leaderboard column the suite produces; the first four are per query,
@@ -210,13 +212,18 @@ class HatieSuite:
     def __init__(self, *, segmenter: Callable[..., Any], clip: Callable[..., Any], dino: Callable[..., Any],
                  lpips: Callable[..., Any], fid: Callable[..., Any] | None = None, vqa: Callable[..., Any] | None = None,
                  device: str = "auto", batch_size: int = 32, chunk_size: int = 32,
-                 add_relation_text: str = ADD_RELATION_TEXT, cache_size: int = 4096, weights: str | None = None) -> None:
+                 add_relation_text: str = ADD_RELATION_TEXT, cache_size: int = 4096, weights: str | None = None,
+                 precision: str = "fp32") -> None:
+        from benchmark.metrics.precision import check_precision
+
         if add_relation_text not in ("anchor", "target"):
             raise ValueError(f"add_relation_text must be 'anchor' or 'target', not {add_relation_text!r}")
         # Total's weight profile (docs/metaeval.md): validated now, before any work; applied at aggregation
         self.weight_profile = load_weight_profile(weights)
         self._factories = {"segmenter": segmenter, "clip": clip, "dino": dino, "lpips": lpips, "fid": fid, "vqa": vqa}
         self.device = resolve_device(device)
+        # backbones' forward numerics (benchmark/metrics/precision.py); the segmenter and VQA always run in fp32
+        self.precision = check_precision(precision, self.device, what="metrics hatie")
         self.batch_size, self.chunk_size, self.cache_size = batch_size, chunk_size, cache_size
         self.add_relation_text = add_relation_text
         self._models: dict[str, Any] = {}
@@ -229,6 +236,8 @@ class HatieSuite:
 
     # -- components -------------------------------------------------------------------------------------------
     def _get(self, name: str) -> Any:
+        from benchmark.metrics.precision import with_precision
+
         if name not in self._models:
             f = self._factories[name]
             if f is None:
@@ -240,7 +249,7 @@ class HatieSuite:
                 if name == "segmenter" and self._seg_identity and model.signature != self._seg_identity:
                     raise RuntimeError(f"the segmenter loaded as {model.signature!r}, but the run was keyed as "
                                        f"{self._seg_identity!r}; scores would be filed under the wrong signature")
-                self._models[name] = model
+                self._models[name] = with_precision(model, self.precision) if name in REDUCED else model
         return self._models[name]
 
     @property
@@ -259,6 +268,7 @@ class HatieSuite:
         vqa_id = getattr(vqa, "keywords", {}).get("model_id", "custom") if vqa is not None else None
         return {"vqa": f"on ({vqa_id})" if vqa is not None else "off", "iq": "on" if self._factories["fid"] is not None else "off",
                 "add_relation_text": self.add_relation_text, "segmenter": self.segmenter_signature,
+                "precision": self.precision,
                 "weights": self.weight_profile.name, TOTAL_WEIGHTS_KEY: self.weight_profile.record()}
 
     def applies_to(self, query: Query, prompt_kind: str) -> bool:
