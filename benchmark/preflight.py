@@ -44,9 +44,54 @@ def load_queries(cfg: Any) -> Any:
 
 def load_selection(cfg: Any) -> tuple[Any, Any]:
     """(the full configured query set, the queries this run works on: its `shard`, then its first `limit`).
-    Raises PreflightError as `load_queries` does."""
+    Raises PreflightError as `load_queries` does, and as `check_applicable` does for a suite that scores none of
+    the set's queries (whether or not `preflight` is on: that run could only make edits nobody scores)."""
     full = load_queries(cfg)
+    check_applicable(cfg, full)
     return full, full.shard(cfg.shard.index, cfg.shard.count).subset(cfg.limit)
+
+
+def check_applicable(cfg: Any, qs: Any) -> None:
+    """Refuse a metrics config holding a suite that applies to none of the set's queries, for either editor family
+    (the suites' own `applies_to`, as the score stage uses it): e.g. HATIE or EditVal on GEdit-Bench, which has no
+    scene graphs. One line names the suite, the set and the metric configs that do apply (the set's `scored_by`,
+    else the suites that score every query). A suite whose config cannot be built is left to fail where it is used."""
+    from hydra.utils import instantiate
+
+    idle = []
+    for key, node in (cfg.get("metrics") or {}).items():
+        try:
+            suite = instantiate(node)
+        except Exception:  # noqa: BLE001 (a broken metric config fails later with its own message)
+            continue
+        applies = getattr(suite, "applies_to", None)
+        if applies is None:  # pairwise metrics score every query
+            continue
+        if not any(applies(q, kind) for q in qs.queries for kind in ("instruction", "description")):
+            idle.append(str(key))
+    if not idle:
+        return
+    reasons = qs.meta.get("not_scored_by") or {}
+    why = "; ".join(sorted({str(reasons[k]) for k in idle if k in reasons}))
+    names = "/".join(k.upper() if k in ("hatie", "editval") else k for k in idle)
+    verb, them = ("does", "it scores") if len(idle) == 1 else ("do", "they score")
+    scored_by = ", ".join(f"metrics={m}" for m in qs.meta.get("scored_by") or ["conventional", "basic"])
+    raise PreflightError(
+        f"preflight: metrics={_metrics_choice(cfg) or '+'.join(idle)}: {names} {verb} not apply to query set "
+        f"{qs.name}{f' ({why})' if why else ''}: none of its {len(qs)} queries is of an edit type {them}. "
+        f"Use {scored_by}")
+
+
+def _metrics_choice(cfg: Any) -> str:
+    """The metrics config group choice of a composed or a Hydra-run config ('' when unknown)."""
+    if "hydra" in cfg:
+        return str(cfg.hydra.runtime.choices.get("metrics", ""))
+    from hydra.core.hydra_config import HydraConfig
+
+    try:
+        return str(HydraConfig.get().runtime.choices.get("metrics", ""))
+    except ValueError:  # not inside a Hydra run
+        return ""
 
 
 def run_preflight(cfg: Any, qs: Any, *, editor: str, metrics: str) -> str:

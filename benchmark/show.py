@@ -242,11 +242,18 @@ def render(results: Path, queryset: str | None = None, *, by: str | None = None,
     if sort is not None and sort not in [*choosable, "editor"]:
         raise ShowError(f"--sort: unknown column {sort!r}; valid: editor, {', '.join(choosable)}")
     group = GROUP_COLUMNS.get(by or "")
+    unscored = _without_scene_graphs(results, df)
     for (qs, mset, kind, profile), part in df.groupby(["queryset", "metric_set", "prompt_kind", "profile"], sort=True):
         # each metric set's own columns (the CSV holds the union of every set's columns)
         sinfo = _section_info(info, mset, part)
         own = list(sinfo)
         valued = [m for m in own if part[m].notna().any()]
+        if qs in unscored:
+            if unscored[qs]:  # once per query set, at its first section
+                lines.append(f"\n{unscored[qs]}")
+                unscored[qs] = ""
+            if not valued:  # a scene-graph suite's rows on such a set (a run from before the refusal): no columns
+                continue
         headline = next((m for m in valued if sinfo[m][1]), valued[0] if valued else None)
         key = sort if sort is not None and sort in part and (sort not in metrics_in or sort in own) else headline
         descending = bool(sinfo[key][0]) if key in sinfo else key in COUNT_COLUMNS[:1]
@@ -290,6 +297,26 @@ def render(results: Path, queryset: str | None = None, *, by: str | None = None,
     if not len(df) and not lines:
         lines.append(f"{path} has no rows{f' for query set {queryset!r}' if queryset else ''}")
     return "\n".join(lines)
+
+
+def _without_scene_graphs(results: Path, df: Any) -> dict[str, str]:
+    """Query set -> the note that HATIE and EditVal do not apply to it, for every set of `df` whose edit types
+    (leaderboard_by_type.csv) include no HATIE or EditVal type (GEdit-Bench, MagicBrush: no scene graphs)."""
+    from benchmark.types import EDITVAL_TYPES, HATIE_TYPES
+
+    path = results / TABLE_FILES["type"]
+    if "queryset" not in df or not path.is_file():
+        return {}
+    by_type = _read(path)
+    if not {"queryset", "edit_type"} <= set(by_type.columns):
+        return {}
+    graph_types = set(HATIE_TYPES) | set(EDITVAL_TYPES)
+    out = {}
+    for qs in sorted(set(df["queryset"].astype(str))):
+        types = set(by_type.loc[by_type["queryset"].astype(str) == qs, "edit_type"].astype(str))
+        if types and not types & graph_types:
+            out[qs] = f"HATIE/EditVal do not apply to {qs} (no scene graphs)"
+    return out
 
 
 def _sample_note(part: Any) -> list[str]:

@@ -40,7 +40,23 @@ EDITVAL_TYPES: tuple[str, ...] = (
 # Sources whose edits carry no type, only a free-form instruction (MagicBrush). Added in schema v1 as an extra
 # allowed value: older files stay valid, and their hashes do not change.
 FREEFORM_TYPES: tuple[str, ...] = ("free_form",)
-EDIT_TYPES: tuple[str, ...] = HATIE_TYPES + EDITVAL_TYPES + FREEFORM_TYPES
+# GEdit-Bench's eleven task categories (its `task_type` values; Step1X-Edit's GEdit-Bench), namespaced `gedit_` so
+# they never collide with a HATIE or EditVal name (`benchmark.querysets.gedit.TASK_TYPES` maps the release's names).
+# Like free_form, a later schema v1 addition: older files stay valid and keep their hashes.
+GEDIT_TYPES: tuple[str, ...] = (
+    "gedit_background_change",
+    "gedit_color_alter",
+    "gedit_material_alter",
+    "gedit_motion_change",
+    "gedit_ps_human",
+    "gedit_style_change",
+    "gedit_subject_add",
+    "gedit_subject_remove",
+    "gedit_subject_replace",
+    "gedit_text_change",
+    "gedit_tone_transfer",
+)
+EDIT_TYPES: tuple[str, ...] = HATIE_TYPES + EDITVAL_TYPES + FREEFORM_TYPES + GEDIT_TYPES
 FREEFORM_CLASS = "free-form"
 
 # Types that change the whole image rather than one object; grouped as one pseudo-class.
@@ -70,6 +86,7 @@ REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
     "action": ("target", "attribute_after"),
     "viewpoint": ("attribute_after",),
     "free_form": (),
+    **{t: () for t in GEDIT_TYPES},
 }
 
 SizeChange = Literal["enlarge", "shrink"]
@@ -97,6 +114,8 @@ class Query:
     Paths (`image`, `edit_mask`, `target_image`, object masks) are relative to the query set root.
     `edit_mask` marks the pixels the edit may change (1 = may change); consistency metrics use its complement.
     `target_image` is a ground-truth edit where the source provides one (demo, MagicBrush).
+    A bilingual source (GEdit-Bench) gives one query per instruction: `instruction` in `language`, and both
+    languages' texts in `instruction_en` / `instruction_zh` where the pair exists.
     """
 
     id: str
@@ -118,6 +137,11 @@ class Query:
     editable_objects: tuple[ObjectRef, ...] = ()
     edit_mask: str | None = None
     target_image: str | None = None
+    # Optional, added after the first sets were built (defaults are omitted on disk, so older hashes do not change).
+    language: str | None = None  # language of `instruction` (BCP 47: "en", "zh"); None = not recorded
+    instruction_en: str | None = None  # the edit's instruction in English / Chinese where the source gives both
+    instruction_zh: str | None = None
+    subsets: tuple[str, ...] = ()  # the source's named subsets this query belongs to (GEdit-Bench: "intersection")
 
     @property
     def object_class(self) -> str:
@@ -125,11 +149,11 @@ class Query:
 
         obj_add / object_addition group by the class being added; every other object task by the class of the
         object being edited (for obj_rep: the original object); whole-image tasks form one pseudo-class, and
-        free-form edits (MagicBrush) another.
+        free-form edits (MagicBrush, and GEdit-Bench, whose edits name no annotated object) another.
         """
         if self.edit_type in WHOLE_IMAGE_TYPES:
             return WHOLE_IMAGE_CLASS
-        if self.edit_type in FREEFORM_TYPES:
+        if self.edit_type in FREEFORM_TYPES or self.edit_type in GEDIT_TYPES:
             return FREEFORM_CLASS
         if self.edit_type in ("obj_add", "object_addition", "positional_addition") and self.new_class:
             return self.new_class

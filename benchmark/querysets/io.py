@@ -33,8 +33,11 @@ _OBJECT_FIELDS = {f.name for f in dataclasses.fields(ObjectRef)}
 _PATH_FIELDS = ("image", "edit_mask", "target_image")
 _STR_FIELDS = (
     "instruction", "source_caption", "target_caption", "image_id", "new_class", "relation",
-    "attribute_before", "attribute_after", "background", "style",
+    "attribute_before", "attribute_after", "background", "style", "language", "instruction_en", "instruction_zh",
 )
+# `language`: a BCP 47 primary language subtag ("en", "zh"); `instruction_<lang>` fields exist for these two
+_LANGUAGE_RE = re.compile(r"[a-z]{2,3}")
+_PER_LANGUAGE = {"en": "instruction_en", "zh": "instruction_zh"}
 # One record is a few KB even with many editable objects; a line over this is not a query (and would cost memory
 # and time in every later step). Prompt length has its own, per-query limit (`limits.max_prompt_chars`).
 MAX_LINE_BYTES = 1 << 20
@@ -115,7 +118,14 @@ def query_from_dict(d: dict[str, Any]) -> Query:
             raise ValueError(f"{key} must be a string, got {type(d[key]).__name__}")
     if d.get("size_change") not in (None, "enlarge", "shrink"):
         raise ValueError(f"size_change must be 'enlarge' or 'shrink', got {d['size_change']!r}")
+    _check_languages(d)
     kwargs = dict(d)
+    subsets = kwargs.get("subsets", [])
+    if not isinstance(subsets, list | tuple) or not all(isinstance(s, str) for s in subsets):
+        raise ValueError(f"subsets must be a list of subset names, got {subsets!r}")
+    for s in subsets:
+        check_id(s, "subset name", why="subset names label result tables")
+    kwargs["subsets"] = tuple(subsets)
     for key in ("target", "anchor"):
         if kwargs.get(key) is not None:
             kwargs[key] = _object_from_dict(kwargs[key], key)
@@ -131,6 +141,18 @@ def query_from_dict(d: dict[str, Any]) -> Query:
     return Query(**kwargs)
 
 
+def _check_languages(d: dict[str, Any]) -> None:
+    """`language` is a language subtag; the instruction in a language with its own field equals that field."""
+    lang = d.get("language")
+    if lang is None:
+        return
+    if not _LANGUAGE_RE.fullmatch(lang):
+        raise ValueError(f"language {lang!r} must be a lower-case BCP 47 language subtag such as 'en' or 'zh'")
+    own = _PER_LANGUAGE.get(lang)
+    if own and d.get(own) is not None and d.get(own) != d.get("instruction"):
+        raise ValueError(f"instruction must equal {own} for a query in language {lang!r}")
+
+
 def query_to_dict(q: Query) -> dict[str, Any]:
     """JSON-ready dict with defaults omitted (so files stay small and hashes stable under new optional fields)."""
     out: dict[str, Any] = {}
@@ -144,6 +166,8 @@ def query_to_dict(q: Query) -> dict[str, Any]:
             value = _object_to_dict(value)
         elif name == "editable_objects":
             value = [_object_to_dict(o) for o in value]
+        elif name == "subsets":
+            value = list(value)
         out[name] = value
     return out
 
@@ -459,6 +483,20 @@ def load_queryset(root: str | os.PathLike[str], name: str | None = None, build: 
         hash=content_hash(queries, file_digests(root, queries, meta)),
         meta=meta,
     )
+
+
+def selected_set(parent: QuerySet, queries: Sequence[Query], name: str, *, meta: dict[str, Any] | None = None,
+                 sample: int | float | None = None, sample_seed: int = 0, sample_types: Any = None) -> QuerySet:
+    """A set of its own made of some of `parent`'s queries (e.g. one language of GEdit-Bench): its own `name` and
+    hash, `meta` (default the parent's), and optionally a seeded stratified sample of them as `load_queryset` draws."""
+    queries = list(queries)
+    if not queries:
+        raise QuerySetError(f"query set {name}: the selection from {parent.root} holds no query")
+    meta = dict(parent.meta if meta is None else meta)
+    if sample is not None:
+        queries, name, meta = _sampled(queries, name, meta, sample, sample_seed, sample_types)
+    return QuerySet(name=name, root=parent.root, queries=tuple(queries),
+                    hash=content_hash(queries, file_digests(parent.root, queries, meta)), meta=meta)
 
 
 def _sampled(queries: list[Query], name: str, meta: dict[str, Any], request: Any, seed: int,

@@ -1,0 +1,251 @@
+"""GEdit-Bench query set: the Hugging Face release (`stepfun-ai/GEdit-Bench`, split `train`) -> editmeter queries.
+
+GEdit-Bench (Step1X-Edit, arXiv 2504.17761) holds real-world edit requests: 606 edits in 11 task categories, each
+with an English and a Chinese instruction (1,212 rows). A row has the features `key`, `task_type`, `instruction`,
+`instruction_language` ("en" / "cn"), `input_image` (the release's resized source), `input_image_raw` (the original
+upload) and `Intersection_exist` (the row belongs to the "intersection" subset that the official statistics script
+reports beside the full set).
+
+Each row becomes one query (an editor gets one instruction; GEdit-Bench scores EN and CN separately): its edit type
+is the row's task type namespaced `gedit_` (`TASK_TYPES`), `instruction` is the row's text and `language` its
+language ("en" or "zh", the BCP 47 code of GEdit's "cn"); `instruction_en` / `instruction_zh` hold both texts where
+the other language's row of the same edit exists (same task type and key; or, where the keys differ, the one row of
+the other language with the same source image); `subsets` is ("intersection",) where `Intersection_exist` is true.
+
+The built folder holds every row. `load_gedit` (configs/queryset/gedit.yaml) picks one language (`language: en`,
+the default, GEdit-Bench-EN; `cn`; or `both`) and optionally the intersection subset, each a set of its own name
+and hash. Source image: `input_image` by default, the image the official scorer compares edits with (its
+`_SRCIMG.png`); its example generation script feeds editors `input_image_raw` resized to about 512 x 512 pixels of
+area. `image="input_image_raw"` keeps the original uploads instead (larger, slower to edit).
+
+HATIE and EditVal do not apply (no scene graphs, no object annotations): the metrics that do are listed in
+`SCORED_BY` and recorded in queryset.json, where the preflight and `editmeter show` read them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any, Literal
+
+from benchmark.types import GEDIT_TYPES, Query
+
+HUB_ID = "stepfun-ai/GEdit-Bench"
+FEATURES = ("key", "task_type", "instruction", "instruction_language", "input_image", "input_image_raw",
+            "Intersection_exist")
+IMAGE_FEATURES = ("input_image", "input_image_raw")
+# the release's task_type values (Step1X-Edit GEdit-Bench/calculate_statistics.py GROUPS) -> editmeter edit types
+TASK_TYPES: dict[str, str] = {
+    "background_change": "gedit_background_change",
+    "color_alter": "gedit_color_alter",
+    "material_alter": "gedit_material_alter",
+    "motion_change": "gedit_motion_change",
+    "ps_human": "gedit_ps_human",
+    "style_change": "gedit_style_change",
+    "subject-add": "gedit_subject_add",
+    "subject-remove": "gedit_subject_remove",
+    "subject-replace": "gedit_subject_replace",
+    "text_change": "gedit_text_change",
+    "tone_transfer": "gedit_tone_transfer",
+}
+# the release's instruction_language -> Query.language (BCP 47)
+LANGUAGES: dict[str, str] = {"en": "en", "cn": "zh"}
+SUBSET = "intersection"
+# metric configs that score GEdit-Bench (the judge is GEdit-Bench's own protocol: a VLM rates the edit), and the
+# suites that cannot, with why; recorded in queryset.json for the preflight's refusal and `editmeter show`
+SCORED_BY = ("judge", "conventional", "basic")
+NOT_SCORED_BY = {"hatie": "no scene graphs", "editval": "no scene graphs"}
+
+assert sorted(TASK_TYPES.values()) == sorted(GEDIT_TYPES)
+
+
+class GEditFormatError(ValueError):
+    """The dataset does not have GEdit-Bench's features or a row is unusable; the message names the row."""
+
+
+def load_split(dataset: str | os.PathLike[str], split: str, revision: str | None = None) -> Any:
+    """A saved dataset folder (`save_to_disk`, a Dataset or a DatasetDict), or a hub id (needs the network)."""
+    import datasets
+
+    path = Path(dataset)
+    if path.exists():
+        ds = datasets.load_from_disk(str(path))
+    else:
+        ds = datasets.load_dataset(str(dataset), split=split, revision=revision)
+    if isinstance(ds, datasets.DatasetDict):
+        if split not in ds:
+            raise GEditFormatError(f"{dataset}: no split {split!r}; it has {sorted(ds)}")
+        ds = ds[split]
+    missing = [f for f in FEATURES if f not in ds.column_names]
+    if missing:
+        raise GEditFormatError(f"{dataset}: missing GEdit-Bench feature(s) {missing}; it has {ds.column_names}. "
+                               f"Is it {HUB_ID}'s {split!r} split? Fetch it with: make data NAME=gedit")
+    # images are read as stored bytes and decoded here, so an unreadable one is reported with its row
+    return ds.cast_column("input_image", datasets.Image(decode=False)).cast_column(
+        "input_image_raw", datasets.Image(decode=False))
+
+
+def _decode(cell: Any, where: str, feature: str) -> Any:
+    """The RGB image of one `Image(decode=False)` cell ({'bytes', 'path'}); GEditFormatError naming the row."""
+    from PIL import Image
+
+    if not isinstance(cell, dict) or (cell.get("bytes") is None and not cell.get("path")):
+        raise GEditFormatError(f"{where}: {feature} is empty; the row needs an image. Re-fetch the dataset "
+                               "(make data NAME=gedit) or drop the row from your local copy")
+    try:
+        raw = cell["bytes"] if cell.get("bytes") is not None else Path(cell["path"]).read_bytes()
+        with Image.open(io.BytesIO(raw)) as im:
+            im.load()
+            rgb = im.convert("RGB")
+    except (OSError, ValueError, Image.DecompressionBombError) as err:
+        raise GEditFormatError(f"{where}: {feature} is not a readable image ({type(err).__name__}: {err}). Re-fetch "
+                               "the dataset (make data NAME=gedit) or drop the row from your local copy") from None
+    if min(rgb.size) < 1:
+        raise GEditFormatError(f"{where}: {feature} has no pixels ({rgb.size})")
+    return rgb
+
+
+def _pixels_digest(im: Any) -> str:
+    """sha256 of an RGB image's size and pixels: equal sources share one file, whatever their encoding."""
+    h = hashlib.sha256(f"{im.width}x{im.height}\n".encode())
+    h.update(im.tobytes())
+    return h.hexdigest()
+
+
+def _text(value: Any, where: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise GEditFormatError(f"{where}: instruction is empty or not text ({value!r}); every row needs one")
+    return value.strip()  # outer whitespace only: the editor gets the release's words as they are
+
+
+def build(dataset: str | os.PathLike[str], out_dir: str | os.PathLike[str], *, split: str = "train",
+          image: Literal["input_image", "input_image_raw"] = "input_image", revision: str | None = None,
+          name: str = "gedit") -> dict[str, Any]:
+    """Convert GEdit-Bench into `out_dir` (images/, queries.jsonl, queryset.json): every row, both languages."""
+    from benchmark.imageio import save_png
+    from benchmark.querysets.io import check_id, write_built_queryset
+
+    if image not in IMAGE_FEATURES:
+        raise ValueError(f"image must be one of {IMAGE_FEATURES}, got {image!r}")
+    out = Path(out_dir)
+    ds = load_split(dataset, split, revision)
+    cols = {f: list(ds[f]) for f in FEATURES if f not in IMAGE_FEATURES}  # small columns; images row by row
+    rows: list[dict[str, Any]] = []
+    seen: dict[tuple[str, str, str], int] = {}
+    for i in range(len(ds)):
+        key, task, lang = cols["key"][i], cols["task_type"][i], cols["instruction_language"][i]
+        where = f"{dataset} [{split}] row {i} (key {key!r}, task_type {task!r}, language {lang!r})"
+        if task not in TASK_TYPES:
+            raise GEditFormatError(f"{where}: unknown task_type {task!r}; GEdit-Bench's are {sorted(TASK_TYPES)}. "
+                                   "A newer release? Add its types to TASK_TYPES in benchmark/querysets/gedit.py "
+                                   "and GEDIT_TYPES in benchmark/types.py")
+        if lang not in LANGUAGES:
+            raise GEditFormatError(f"{where}: unknown instruction_language {lang!r}; expected one of "
+                                   f"{sorted(LANGUAGES)}")
+        flag = cols["Intersection_exist"][i]
+        if not isinstance(flag, bool):
+            raise GEditFormatError(f"{where}: Intersection_exist must be true or false, got {flag!r}")
+        qid = f"gedit-{lang}-{TASK_TYPES[task].removeprefix('gedit_')}-{key}"
+        try:
+            check_id(str(key), "key", why="keys become query ids and file names")
+            check_id(qid)
+        except ValueError as err:
+            raise GEditFormatError(f"{where}: {err}") from None
+        if (lang, task, key) in seen:
+            raise GEditFormatError(f"{where}: duplicate (language, task_type, key); first on row "
+                                   f"{seen[(lang, task, key)]}")
+        seen[(lang, task, key)] = i
+        text = _text(cols["instruction"][i], where)
+        rgb = _decode(ds[i][image], where, image)
+        digest = _pixels_digest(rgb)[:20]
+        rel = f"images/{digest}.png"
+        if not (out / rel).is_file():
+            save_png(rgb, out / rel)
+        rows.append({"row": i, "id": qid, "key": str(key), "task": task, "lang": LANGUAGES[lang], "text": text,
+                     "image": rel, "image_id": digest, "intersection": flag})
+    if not rows:
+        raise GEditFormatError(f"{dataset} [{split}]: no rows")
+    pairs = _pair(rows)
+    queries = []
+    for r in rows:
+        texts = {r["lang"]: r["text"]}
+        if r["id"] in pairs:
+            other = pairs[r["id"]]
+            texts[other["lang"]] = other["text"]
+        queries.append(Query(id=r["id"], image=r["image"], image_id=r["image_id"], edit_type=TASK_TYPES[r["task"]],
+                             instruction=r["text"], language=r["lang"], instruction_en=texts.get("en"),
+                             instruction_zh=texts.get("zh"), subsets=(SUBSET,) if r["intersection"] else ()))
+    queries.sort(key=lambda q: q.id)
+    by_lang = Counter(q.language for q in queries)
+    return write_built_queryset(
+        out, queries, name=name,
+        description=f"GEdit-Bench ({split} split, {len(queries)} instructions: {dict(by_lang)}): source image and "
+                    "instruction per row, English and Chinese kept, converted by benchmark.querysets.gedit.",
+        license="MIT (GEdit-Bench dataset card)",
+        source={"dataset": str(dataset), "split": split, "revision": revision, "image": image},
+        scored_by=list(SCORED_BY), not_scored_by=dict(NOT_SCORED_BY),
+        task_types=dict(TASK_TYPES), languages=dict(LANGUAGES),
+        counts={"by_language": dict(by_lang),
+                "intersection": dict(Counter(q.language for q in queries if SUBSET in q.subsets)),
+                "pairs": {"by_key": pairs.by_key, "by_image": pairs.by_image,
+                          "unpaired": len(queries) - 2 * (pairs.by_key + pairs.by_image)}})
+
+
+class _Pairs(dict):
+    """query id -> the row of the same edit in the other language; counts how each pair was found."""
+
+    by_key = 0
+    by_image = 0
+
+
+def _pair(rows: list[dict[str, Any]]) -> _Pairs:
+    """EN <-> ZH rows of one edit: same task type and key; among the rest, the only row of each language with the
+    same task type and source image (never a guess between several)."""
+    out = _Pairs()
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        groups[(r["task"], r["key"])].append(r)
+    for group in groups.values():
+        by_lang = {r["lang"]: r for r in group}
+        if len(group) == 2 and set(by_lang) == {"en", "zh"}:
+            out[by_lang["en"]["id"]], out[by_lang["zh"]["id"]] = by_lang["zh"], by_lang["en"]
+            out.by_key += 1
+    rest: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        if r["id"] not in out:
+            rest[(r["task"], r["image_id"])].append(r)
+    for group in rest.values():
+        langs = Counter(r["lang"] for r in group)
+        if len(group) == 2 and langs == Counter({"en": 1, "zh": 1}):
+            en, zh = sorted(group, key=lambda r: r["lang"])
+            out[en["id"]], out[zh["id"]] = zh, en
+            out.by_image += 1
+    return out
+
+
+def load_gedit(root: str | os.PathLike[str], name: str = "gedit", build: str | None = None,
+               language: Literal["en", "cn", "zh", "both"] = "en", subset: Literal["full", "intersection"] = "full",
+               sample: int | float | None = None, sample_seed: int = 0, sample_types: Any = None) -> Any:
+    """The built GEdit-Bench folder as a query set: one `language` (en, cn, or both) and `subset` (full, or the
+    intersection subset), each a set of its own name (`gedit-en`, `gedit-cn-intersection`, ...) and hash;
+    `sample` draws a seeded stratified sample of that selection (docs/querysets.md#samples)."""
+    from benchmark.querysets.io import QuerySetError, load_queryset, selected_set
+
+    langs = {"en": ("en",), "cn": ("zh",), "zh": ("zh",), "both": ("en", "zh")}
+    if language not in langs:
+        raise QuerySetError(f"queryset.language={language!r}: give en, cn or both")
+    if subset not in ("full", SUBSET):
+        raise QuerySetError(f"queryset.subset={subset!r}: give full or {SUBSET}")
+    full = load_queryset(root, name=name, build=build)
+    picked = [q for q in full.queries if q.language in langs[language] and (subset == "full" or SUBSET in q.subsets)]
+    if not picked:
+        raise QuerySetError(f"{full.root}: no GEdit-Bench query in language {language!r}, subset {subset!r}; "
+                            f"rebuild it: {build or 'python scripts/build_gedit.py'}")
+    label = name + ("" if language == "both" else f"-{'cn' if language == 'zh' else language}") + (
+        f"-{SUBSET}" if subset == SUBSET else "")
+    meta = {**full.meta, "selection": {"language": language, "subset": subset}}
+    return selected_set(full, picked, label, meta=meta, sample=sample, sample_seed=sample_seed,
+                        sample_types=sample_types)
