@@ -94,3 +94,29 @@ def test_bf16_keeps_an_identity_edit_consistent(tmp_path):
         assert ((fp32[col] - bf16[col]).dropna().abs() < 1e-6).all(), col
     drift = (fp32[["OF", "BF"]] - bf16[["OF", "BF"]]).abs().max().max()
     assert 0 < drift < 0.01  # bf16 really ran, and stayed near fp32
+
+
+SUITES = {"hatie": "hatie", "conventional": "conventional", "editval_oracle": "editval", "augclip": "augclip",
+          "bpm": "bpm"}
+
+
+@pytest.mark.parametrize("metric_set", sorted(SUITES))
+def test_every_suite_with_backbones_offers_the_mode_in_its_signature(metric_set):
+    from benchmark.config import apply_run_checks
+    from benchmark.errors import RunError
+
+    suite_name = SUITES[metric_set]
+    sigs, suites = {}, {}
+    for mode in ("fp32", "bf16"):
+        cfg, _ = compose(["profile=tiny", f"metrics={metric_set}", f"metrics.{suite_name}.precision={mode}"])
+        suite = instantiate(cfg.metrics[suite_name])
+        suites[mode] = suite
+        sigs[mode] = metric_signature(OmegaConf.to_container(cfg.metrics, resolve=True), {suite_name: suite.info})
+        assert suite.precision == mode and suite.components()["precision"] == mode
+    assert sigs["fp32"] != sigs["bf16"]
+    # the components that follow the mode are real components of the suite (a typo would silently do nothing)
+    reduced = getattr(suites["bf16"], "reduced_components", ())
+    assert set(reduced) <= set(getattr(suites["bf16"], "_factories", {})), reduced
+    cfg, _ = compose(["profile=tiny", f"metrics={metric_set}", f"metrics.{suite_name}.precision=tf32"])
+    with pytest.raises(RunError, match=f"metrics {suite_name}: precision tf32 exists only on CUDA"):
+        apply_run_checks(cfg, "identity")

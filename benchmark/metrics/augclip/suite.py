@@ -100,7 +100,9 @@ class AugClipSuite(LazyComponents):
     def __init__(self, *, clip: Callable[..., Any], extractor: Callable[..., Any], attribute_cache: str | None = None,
                  C: float = 1.0, min_weight: float = 1e-3, target_anchor: str = "text",
                  target_text: Sequence[str] = TEXT_FIELDS, device: str = "auto", batch_size: int = 32,
-                 chunk_size: int = 64) -> None:
+                 chunk_size: int = 64, precision: str = "fp32") -> None:
+        from benchmark.metrics.precision import check_precision
+
         if target_anchor not in TARGET_ANCHORS:
             raise ValueError(f"target_anchor must be one of {TARGET_ANCHORS}, not {target_anchor!r}")
         bad = [f for f in target_text if f not in TEXT_FIELDS + ("source_caption",)]
@@ -109,6 +111,7 @@ class AugClipSuite(LazyComponents):
         if not (C > 0 and min_weight > 0):
             raise ValueError(f"C and min_weight must be > 0 (got C={C}, min_weight={min_weight})")
         self.device = resolve_device(device)
+        self.precision = check_precision(precision, self.device, what="metrics augclip")
         self._clip_factory, self._extractor_factory = clip, extractor
         self.C, self.min_weight, self.target_anchor = float(C), float(min_weight), target_anchor
         self.target_text = tuple(target_text)
@@ -123,9 +126,11 @@ class AugClipSuite(LazyComponents):
     # -- components -------------------------------------------------------------------------------------------
     @property
     def clip(self) -> Any:
+        from benchmark.metrics.precision import with_precision
+
         if self._clip is None:
             t0 = time.perf_counter()
-            self._clip = self._clip_factory(device=self.device)
+            self._clip = with_precision(self._clip_factory(device=self.device), self.precision)
             self.timings["load clip"] = time.perf_counter() - t0
         return self._clip
 
@@ -146,7 +151,7 @@ class AugClipSuite(LazyComponents):
         return {"extractor": self.extractor_signature, "clip": f"{kw.get('arch', '?')}/{kw.get('tag', '?')}",
                 "target_anchor": self.target_anchor, "target_text": ",".join(self.target_text),
                 "C": f"{self.C:g}", "min_weight": f"{self.min_weight:g}",
-                "attribute_cache": str(self.cache.path) if self.cache else "off"}
+                "attribute_cache": str(self.cache.path) if self.cache else "off", "precision": self.precision}
 
     def applies_to(self, query: Query, prompt_kind: str) -> bool:
         return True

@@ -95,6 +95,8 @@ class BpmSuite(LazyComponents):
     """BPM (specification: docs/bpm.md). `clip(device=)` -> ClipEncoder; `locator(device=)` -> a Locator
     (detector + mask model); `llm_parser(device=)` -> optional LLMInstructionParser for what the rules miss."""
 
+    reduced_components = ("clip",)  # follows `precision`; the locator's detector and mask model stay fp32
+
     info = MetricInfo("bpm", VERSION, True, description="BPM: region- and semantic-aware instruction compliance")
     columns = COLUMNS
     column_info = COLUMN_INFO
@@ -103,12 +105,15 @@ class BpmSuite(LazyComponents):
                  llm_parser: Callable[..., Any] | None = None, position: dict[str, float] | None = None,
                  size: dict[str, float] | None = None, semantic_weight: float = 0.7, none_text: str = "background",
                  original_masks: str = "queryset", device: str = "auto", batch_size: int = 32,
-                 chunk_size: int = 32) -> None:
+                 chunk_size: int = 32, precision: str = "fp32") -> None:
+        from benchmark.metrics.precision import check_precision
+
         if original_masks not in ("queryset", "detector"):
             raise ValueError(f"original_masks must be 'queryset' or 'detector', not {original_masks!r}")
         if not 0 <= semantic_weight <= 1:
             raise ValueError(f"semantic_weight must be in [0, 1], not {semantic_weight}")
         self.device = resolve_device(device)
+        self.precision = check_precision(precision, self.device, what="metrics bpm")
         self._factories = {"clip": clip, "locator": locator, "llm_parser": llm_parser}
         self._models: dict[str, Any] = {}
         self.position_rule, self.size_rule = PositionRule(**(position or {})), SizeRule(**(size or {}))
@@ -127,7 +132,8 @@ class BpmSuite(LazyComponents):
 
         return {"locator": ident(self._factories["locator"]), "clip": ident(self._factories["clip"]),
                 "parser": self.rules.signature + ("+llm" if self._factories["llm_parser"] is not None else ""),
-                "original_masks": self.original_masks, "semantic_weight": f"{self.semantic_weight:g}"}
+                "original_masks": self.original_masks, "semantic_weight": f"{self.semantic_weight:g}",
+                "precision": self.precision}
 
     def applies_to(self, query: Query, prompt_kind: str) -> bool:
         """BPM judges object edits: whole-image types (background, style, viewpoint) are excluded."""

@@ -158,19 +158,23 @@ class ConventionalSuite(LazyComponents):
     `clip_t_text`: auto (target caption, else the instruction), target_caption or instruction.
     """
 
+    reduced_components = ("clip", "dino_ev", "dino_mb", "lpips")  # every backbone follows `precision`
     info = MetricInfo("conventional", VERSION, True, description="CLIP-T/I, directional CLIP = MD, DINO, LPIPS, "
                       "pixel statistics; masked and ground-truth variants")
 
     def __init__(self, *, clip: Callable[..., Any] | None = None, dino_ev: Callable[..., Any] | None = None,
                  dino_mb: Callable[..., Any] | None = None, lpips: Callable[..., Any] | None = None,
                  device: str = "auto", batch_size: int = 32, chunk_size: int = 64, clip_t_text: str = "auto",
-                 direction_eps: float = DIRECTION_EPS) -> None:
+                 direction_eps: float = DIRECTION_EPS, precision: str = "fp32") -> None:
+        from benchmark.metrics.precision import check_precision
+
         if clip_t_text not in CLIP_T_TEXT:
             raise ValueError(f"clip_t_text must be one of {', '.join(CLIP_T_TEXT)}, not {clip_t_text!r}")
         if batch_size < 1 or chunk_size < 1:
             raise ValueError(f"batch_size and chunk_size must be >= 1 (got {batch_size}, {chunk_size})")
         self._factories = {"clip": clip, "dino_ev": dino_ev, "dino_mb": dino_mb, "lpips": lpips}
         self.device = resolve_device(device)
+        self.precision = check_precision(precision, self.device, what="metrics conventional")
         self.batch_size, self.chunk_size = batch_size, chunk_size
         self.clip_t_text, self.direction_eps = clip_t_text, float(direction_eps)
         off = {c for comp, cols in NEEDS.items() if self._factories[comp] is None for c in cols}
@@ -182,7 +186,8 @@ class ConventionalSuite(LazyComponents):
     # -- components -------------------------------------------------------------------------------------------
     def components(self) -> dict[str, str]:
         """The configured components (recorded in every leaderboard row)."""
-        return {name: _component_id(f) for name, f in self._factories.items()} | {"clip_t_text": self.clip_t_text}
+        return {name: _component_id(f) for name, f in self._factories.items()} | {"clip_t_text": self.clip_t_text,
+                                                                                 "precision": self.precision}
 
     def applies_to(self, query: Query, prompt_kind: str) -> bool:
         """Every query of every editor family."""

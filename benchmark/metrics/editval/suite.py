@@ -75,7 +75,9 @@ class _FidEncoder:
     def __init__(self, extractor: Any) -> None:
         self.extractor, self.device = extractor, getattr(extractor, "device", "")
         cls = f"{type(extractor).__module__}.{type(extractor).__qualname__}"
-        self.signature = f"fid|{cls}|{getattr(extractor, 'name', '')}|{getattr(extractor, 'dims', '')}"
+        own = getattr(extractor, "signature", None)  # a reduced-precision extractor names its mode there
+        self.signature = (f"fid|{own}|{getattr(extractor, 'dims', '')}" if isinstance(own, str) and own else
+                          f"fid|{cls}|{getattr(extractor, 'name', '')}|{getattr(extractor, 'dims', '')}")
 
     def embed_images(self, images: Any) -> Any:
         return self.extractor.features(images)
@@ -101,6 +103,8 @@ class EditValSuite(LazyComponents):
     `features`, or None to leave FID_type out.
     """
 
+    reduced_components = ("dino", "fid")  # follow `precision`; the detector (thresholded) stays fp32
+
     info = MetricInfo("editval", VERSION, True, description="EditVal detector-rule accuracy, DINO context, FID per type")
     columns = ("accuracy", "DINO_context")
     column_info = COLUMN_INFO
@@ -108,11 +112,14 @@ class EditValSuite(LazyComponents):
     def __init__(self, *, detector: Callable[..., Any], dino: Callable[..., Any], fid: Callable[..., Any] | None = None,
                  threshold: float = 0.1, position_delta: float = 0.25, size_margin: float = 0.1,
                  positional_reference: str = "edit", device: str = "auto", batch_size: int = 16,
-                 chunk_size: int = 32, cache_size: int = 1024) -> None:
+                 chunk_size: int = 32, cache_size: int = 1024, precision: str = "fp32") -> None:
+        from benchmark.metrics.precision import check_precision
+
         self.settings = RuleSettings(threshold=threshold, position_delta=position_delta, size_margin=size_margin,
                                      positional_reference=positional_reference)
         self._factories = {"detector": detector, "dino": dino, "fid": fid}
         self.device = resolve_device(device)
+        self.precision = check_precision(precision, self.device, what="metrics editval")
         self.batch_size, self.chunk_size = batch_size, chunk_size
         self._models: dict[str, Any] = {}
         self._detections_seen = LRUCache(cache_size)  # DINO / FID features live in the shared feature cache
@@ -125,7 +132,8 @@ class EditValSuite(LazyComponents):
         return {"detector": _factory_label(self._factories["detector"]), "dino": _factory_label(self._factories["dino"]),
                 "fid": _factory_label(self._factories["fid"]),
                 "rules": f"threshold={s.threshold} position_delta={s.position_delta}*width "
-                         f"size_margin={s.size_margin} positional_reference={s.positional_reference}"}
+                         f"size_margin={s.size_margin} positional_reference={s.positional_reference}",
+                "precision": self.precision}
 
     def applies_to(self, query: Query, prompt_kind: str) -> bool:
         """Every EditVal type (accuracy is NaN for the seven without a rule; DINO and FID still apply)."""
