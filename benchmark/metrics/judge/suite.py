@@ -101,12 +101,12 @@ class _Samples(QuerySamples):
 def reader_identity(factory: Callable[..., Any]) -> tuple[str, str]:
     """(model name, dtype) of what the score-reader factory (`load_score_reader` partial) will load, known without
     loading it; a factory of another kind must be built to tell."""
-    from benchmark.models.vlm import load_score_reader, vlm_name
+    from benchmark.models.vlm import VLM_ID, load_score_reader, vlm_name
 
     if getattr(factory, "func", None) is load_score_reader:
         kw = dict(getattr(factory, "keywords", {}) or {})
-        return (vlm_name(kw.get("weights", "pretrained"), kw.get("model_id", "Qwen/Qwen2.5-VL-7B-Instruct"),
-                         kw.get("revision")), str(kw.get("dtype", "bfloat16")))
+        return (vlm_name(kw.get("weights", "pretrained"), kw.get("model_id", VLM_ID), kw.get("revision")),
+                str(kw.get("dtype", "bfloat16")))
     built = factory()
     return built.name, built.dtype
 
