@@ -73,7 +73,7 @@ def check_applicable(cfg: Any, qs: Any) -> None:
         return
     reasons = qs.meta.get("not_scored_by") or {}
     why = "; ".join(sorted({str(reasons[k]) for k in idle if k in reasons}))
-    names = "/".join(k.upper() if k in ("hatie", "editval") else k for k in idle)
+    names = "/".join({"hatie": "HATIE", "editval": "EditVal"}.get(k, k) for k in idle)
     verb, them = ("does", "it scores") if len(idle) == 1 else ("do", "they score")
     scored_by = ", ".join(f"metrics={m}" for m in qs.meta.get("scored_by") or ["conventional", "basic"])
     raise PreflightError(
