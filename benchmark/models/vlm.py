@@ -70,7 +70,8 @@ PIXEL_MULTIPLE = 28  # patch 14 x spatial merge 2: image sides the processor kee
 SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>",
             "<|video_pad|>")
 # Qwen's chat format (ChatML; an image is <|vision_start|><|image_pad|><|vision_end|>, which the processor expands
-# to one pad per merged patch), without the default system turn the hub template inserts: prompts are ours.
+# to one pad per merged patch). The hub template adds a default system turn when none is given; the judge always
+# gives its own, so both templates render the same text.
 CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{% if m['content'] is string %}{{ m['content'] }}"
                  "{% else %}{% for c in m['content'] %}{% if c['type'] == 'image' %}"
                  "<|vision_start|><|image_pad|><|vision_end|>{% elif c['type'] == 'text' %}{{ c['text'] }}{% endif %}"
@@ -216,12 +217,12 @@ class ScoreReader:
     def dtype(self) -> str:
         return str(self.model.dtype).removeprefix("torch.")
 
-    def chat(self, text: str, n_images: int) -> str:
-        """The prompt of one question: a user turn with `n_images` images then `text`, and the assistant's turn
-        opened (the position the score is read at)."""
+    def chat(self, text: str, n_images: int, system: str = "") -> str:
+        """The prompt of one question: a system turn (when given), a user turn with `n_images` images then `text`,
+        and the assistant's turn opened (the position the score is read at)."""
         content = [{"type": "image"}] * n_images + [{"type": "text", "text": text}]
-        return self.processor.apply_chat_template([{"role": "user", "content": content}], tokenize=False,
-                                                  add_generation_prompt=True)
+        turns = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": content}]
+        return self.processor.apply_chat_template(turns, tokenize=False, add_generation_prompt=True)
 
     def probabilities(self, prompts: Sequence[str], images: Sequence[Sequence[Any]]) -> tuple[Any, Any]:
         """((N, 11) float64 score probabilities, (N,) probability mass the first answer token put on digits) of

@@ -32,12 +32,13 @@ class Prompts:
     questions: tuple[Question, ...]
     instruction_request: str  # `{text}` = the query's instruction
     caption_request: str      # `{text}` = the target caption (description-based queries without an instruction)
+    system: str = ""          # the system turn (given explicitly, so no chat template adds a default one)
 
     @property
     def digest(self) -> str:
         """Short digest of every word of the set (enters the signature with the version)."""
         h = hashlib.sha256(self.version.encode())
-        for part in (self.instruction_request, self.caption_request):
+        for part in (self.instruction_request, self.caption_request, self.system):
             h.update(b"\x00" + part.encode())
         for q in self.questions:
             h.update(f"\x00{q.key}|{q.criterion}|{q.with_source}|{q.text}".encode())
@@ -55,6 +56,7 @@ _SINGLE = "You are rating the quality of an image made by an image editing model
 
 V1 = Prompts(
     version="v1",
+    system="You are a careful and impartial judge of image edits.",
     instruction_request="Editing request: {text}",
     caption_request="The edited image should match this description: {text}",
     questions=(

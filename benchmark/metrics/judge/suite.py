@@ -193,7 +193,7 @@ class JudgeSuite:
         reader = self.reader
         keys, prompts = [], []
         for question, request, images in jobs:
-            prompt = reader.chat(question.text.format(request=request), len(images))
+            prompt = reader.chat(question.text.format(request=request), len(images), self.prompts.system)
             h = hashlib.blake2b(prompt.encode(), digest_size=16)
             for im in images:
                 h.update(tensor_digest(im).encode())
