@@ -6,7 +6,8 @@ Three parts, each row of one table (component, PASS/FAIL with the reason, second
    two results folders; it passes with no failed query and byte-identical PNGs in both (rerun determinism);
 2. every metric suite scores the oracle's edits of the demo (EditVal's on its own demo set) with no failed row;
 3. timing at real size (`profile=random`: SD v1's architecture with random weights, the editors' real settings):
-   each diffusion editor's seconds per query (model load apart) and HATIE's scoring seconds per query.
+   each diffusion editor's seconds per query (model load apart) and HATIE's scoring seconds per query; the DiT
+   editors (FLUX.1 Kontext, Qwen-Image-Edit, FLUX.2) with `--dit-timing`.
 
 Without CUDA it says so in one line and exits 0 (`--allow-cpu` runs it on the CPU: how the tests exercise it).
 Every run goes through `benchmark.run.run_pipeline`, the code `editmeter run` uses, into a scratch folder.
@@ -25,7 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-DIFFUSION_EDITORS = ("ip2p", "magicbrush", "sdedit", "diffedit", "p2p", "imagic", "ledits")
+SD_EDITORS = ("ip2p", "magicbrush", "sdedit", "diffedit", "p2p", "imagic", "ledits")
+# DiT instruction editors (benchmark.editing.dit): checked in tiny size like the SD ones; timed at real size only with
+# --dit-timing, since their random real-size weights are built on the CPU first (16-58 GB of memory and disk each).
+DIT_EDITORS = ("flux_kontext", "qwen_image_edit", "flux2")
+DIFFUSION_EDITORS = (*SD_EDITORS, *DIT_EDITORS)
 WEIGHT_FREE_EDITORS = ("identity", "oracle", "overedit")
 SUITES = ("basic", "hatie", "editval_oracle", "conventional", "augclip", "bpm")
 # The query set each suite is checked on (EditVal's rules need its own edit types).
@@ -232,7 +237,7 @@ def plan(args: argparse.Namespace, device: Device, work: Path) -> list[Callable[
     for s in args.suites:
         steps.append(lambda s=s: check_suite(s, device=device, queries=args.queries, work=work))
     if not args.no_timing:
-        for e in (e for e in args.editors if e in DIFFUSION_EDITORS):
+        for e in (e for e in args.editors if e in SD_EDITORS or (args.dit_timing and e in DIT_EDITORS)):
             steps.append(lambda e=e: time_editor(e, device=device, queries=args.timing_queries, work=work))
         steps.append(lambda: time_hatie(device=device, queries=args.timing_queries, work=work))
     return steps
@@ -257,6 +262,9 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     ap.add_argument("--queries", type=int, default=2, help="demo queries per correctness check (default 2)")
     ap.add_argument("--timing-queries", type=int, default=2, help="queries per real-size timing (default 2)")
     ap.add_argument("--no-timing", action="store_true", help="correctness only (no real-size models)")
+    ap.add_argument("--dit-timing", action="store_true",
+                    help="also time the DiT editors at real size (flux_kontext 34 GB, qwen_image_edit 58 GB, flux2 "
+                         "16 GB of random bf16 weights built on the CPU and cached on disk first)")
     ap.add_argument("--markdown", type=Path, help="also write the table to this file")
     ap.add_argument("--work", type=Path, help="scratch folder (default: a temporary one, removed afterwards)")
     ap.add_argument("--allow-cpu", action="store_true", help="run on the CPU when there is no CUDA (slow; tests)")

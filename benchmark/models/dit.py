@@ -183,7 +183,7 @@ TINY = {
         "transformer": {"num_layers": 1, "num_single_layers": 1, "attention_head_dim": 16, "num_attention_heads": 2,
                         "joint_attention_dim": 32, "pooled_projection_dim": 32, "axes_dims_rope": [4, 4, 8]},
         # two levels: the VAE downsamples by 2, so 32 px gives 16x16 latents (8x8 tokens after 2x2 packing)
-        "vae": {"block_out_channels": [32, 32], "down_block_types": ["DownEncoderBlock2D"] * 2,
+        "vae": {"block_out_channels": [32, 64], "down_block_types": ["DownEncoderBlock2D"] * 2,
                 "up_block_types": ["UpDecoderBlock2D"] * 2, "layers_per_block": 1, "sample_size": 32},
         "text_encoder": {"hidden_size": 32, "intermediate_size": 37, "num_attention_heads": 4,
                          "num_hidden_layers": 2, "projection_dim": 32},
@@ -204,7 +204,7 @@ TINY = {
     "flux2": {
         "transformer": {"num_layers": 1, "num_single_layers": 1, "attention_head_dim": 16, "num_attention_heads": 2,
                         "joint_attention_dim": 48, "axes_dims_rope": [4, 4, 4, 4]},
-        "vae": {"block_out_channels": [32, 32], "down_block_types": ["DownEncoderBlock2D"] * 2,
+        "vae": {"block_out_channels": [32, 64], "down_block_types": ["DownEncoderBlock2D"] * 2,
                 "up_block_types": ["UpDecoderBlock2D"] * 2, "layers_per_block": 1, "sample_size": 32},
         # 28 layers: klein reads hidden states 9, 18 and 27 (real: 36 layers)
         "text_encoder": {"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 28,
@@ -356,14 +356,21 @@ def pipeline_dir(kind: str, source: str) -> Path:
     return tiny_model_dir(f"dit-{kind}-{source}", key, lambda p: _build(kind, source, configs, p))
 
 
+def build_components(kind: str, source: str) -> dict[str, Any]:
+    """The pipeline's components for `source` ('tiny' | 'random') in memory, unseeded and unsaved. Under
+    `torch.device("meta")` it builds even the real sizes in no time and no memory (tests compare their configs and
+    layouts with the tiny ones; `parameter_counts` counts them)."""
+    check_kind(kind)
+    return BUILDERS[kind](KINDS[kind].configs(kind, source), source == "tiny")
+
+
 def parameter_counts(kind: str, source: str = "random") -> dict[str, int]:
     """Parameters of each model component of `kind` at `source`'s sizes, counted on PyTorch's meta device (no memory,
     no weights): what the GPU memory estimates in docs/dit-editors.md are computed from (2 bytes each at bf16)."""
     import torch
 
-    check_kind(kind)
     with torch.device("meta"):
-        components = BUILDERS[kind](KINDS[kind].configs(kind, source), source == "tiny")
+        components = build_components(kind, source)
     return {name: sum(p.numel() for p in m.parameters()) for name, m in components.items()
             if isinstance(m, torch.nn.Module)}
 
