@@ -17,21 +17,29 @@ def by_source(queries: Sequence[Query], edit_paths: Sequence[Path]) -> tuple[lis
 
 
 def score_in_chunks(samples: Any, score: Callable[[list[Any]], list[dict[str, Any]]], *, chunk_size: int, desc: str,
-                    num_workers: int = 0, progress: bool = True) -> Iterator[list[dict[str, Any]]]:
+                    num_workers: int = 0, progress: bool = True,
+                    timings: dict[str, float] | None = None) -> Iterator[list[dict[str, Any]]]:
     """Yield `score(chunk)` for consecutive chunks of `samples` (a map-style dataset of loaded queries, read in
-    order), with a progress bar named `desc`."""
+    order), with a progress bar named `desc`. `timings["load images"]` accumulates the seconds spent waiting for
+    loaded queries (decoding in this process, or waiting on the workers): the bench scripts' first step."""
+    import time
+
     from torch.utils.data import DataLoader
     from tqdm import tqdm
 
     loader = DataLoader(samples, batch_size=None, shuffle=False, num_workers=num_workers)
     bar = tqdm(total=len(samples), desc=desc, unit="query", disable=not progress, leave=False)
     chunk: list[Any] = []
-    for item in loader:
+    items, t0 = iter(loader), time.perf_counter()
+    for item in items:
+        if timings is not None:
+            timings["load images"] = timings.get("load images", 0.0) + time.perf_counter() - t0
         chunk.append(item)
         if len(chunk) >= chunk_size:
             yield score(chunk)
             bar.update(len(chunk))
             chunk = []
+        t0 = time.perf_counter()
     if chunk:
         yield score(chunk)
         bar.update(len(chunk))

@@ -6,23 +6,8 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
-
-
-@contextmanager
-def step_time(seconds: dict[str, float] | None, step: str) -> Iterator[None]:
-    """Add the wall time of the block to `seconds[step]` (None: time nothing). The bench scripts print these
-    non-forward steps per query, so a step that grows is seen without a profiler."""
-    if seconds is None:
-        yield
-        return
-    t0 = time.perf_counter()
-    try:
-        yield
-    finally:
-        seconds[step] = seconds.get(step, 0.0) + time.perf_counter() - t0
 
 
 class LazyComponents:
@@ -49,6 +34,13 @@ class LazyComponents:
             self._models[name] = with_precision(model, self.precision) if name in self.reduced_components else model
             self.timings[f"load {name}"] = time.perf_counter() - t0
         return self._models[name]
+
+    def step_seconds(self) -> dict[str, float]:
+        """Seconds of the non-forward steps the suite timed (`load images`, `cache keys`, `batch assembly`, its own
+        steps); model loads and forward passes excluded. What the bench scripts print per query."""
+        model = self.model_seconds() if hasattr(self, "model_seconds") else {}
+        return {k: v for k, v in self.timings.items()
+                if k not in model and "forward" not in k and (k == "load images" or not k.startswith("load "))}
 
     def _timer(self, key: str) -> Callable[[Callable[[], Any]], Any]:
         """A wrapper that runs a forward call and adds its time to `timings[key]`."""

@@ -148,7 +148,7 @@ def embed_images(encoder: Any, inputs: Sequence[Any], *, batch_size: int = 32, c
     assembly)."""
     import torch
 
-    from benchmark.metrics.components import step_time
+    from benchmark.metrics.timing import step_time
 
     cache = shared_cache() if cache is None else cache
     sig = encoder_signature(encoder)

@@ -162,7 +162,8 @@ class AugClipSuite(LazyComponents):
         already gave the same CLIP is not encoded again (`benchmark.metrics.features`)."""
         from benchmark.metrics.features import embed_images
 
-        feats = embed_images(self.clip, list(images), batch_size=self.batch_size, timer=self._timer("clip image forward"))
+        feats = embed_images(self.clip, list(images), batch_size=self.batch_size,
+                             timer=self._timer("clip image forward"), steps=self.timings)
         return np.stack([f.cpu().numpy() for f in feats]).astype(np.float64)
 
     def _text_features(self, texts: Sequence[str]) -> dict[str, np.ndarray]:
@@ -254,7 +255,8 @@ class AugClipSuite(LazyComponents):
 
         qs, paths = by_source(queries, edit_paths)
         yield from score_in_chunks(_Samples(queryset, qs, paths), self._score_chunk, chunk_size=self.chunk_size,
-                                   desc="augclip", num_workers=num_workers, progress=progress)
+                                   desc="augclip", num_workers=num_workers, progress=progress,
+                                   timings=self.timings)
 
     def model_seconds(self) -> dict[str, float]:
         return {k: v for k, v in self.timings.items() if "forward" in k or k == "attribute extraction"}

@@ -159,7 +159,7 @@ class BpmSuite(LazyComponents):
         from benchmark.metrics.features import embed_images
 
         feats = embed_images(self._get("clip"), list(images), batch_size=self.batch_size,
-                             timer=self._timer("clip image forward"))
+                             timer=self._timer("clip image forward"), steps=self.timings)
         return np.stack([f.cpu().numpy() for f in feats]).astype(np.float64)
 
     def _embed_texts(self, texts: list[str]) -> np.ndarray:
@@ -337,7 +337,8 @@ class BpmSuite(LazyComponents):
         qs, paths = by_source(queries, edit_paths)
         samples = _Samples(queryset, qs, paths, self.original_masks == "queryset")
         yield from score_in_chunks(samples, self._score_chunk, chunk_size=self.chunk_size, desc="bpm",
-                                   num_workers=num_workers, progress=progress)
+                                   num_workers=num_workers, progress=progress,
+                                   timings=self.timings)
 
     def model_seconds(self) -> dict[str, float]:
         return {k: v for k, v in self.timings.items() if "forward" in k}

@@ -217,7 +217,8 @@ class ConventionalSuite(LazyComponents):
                 slots.append(len(inputs) if img is not None else None)
                 if img is not None:
                     inputs.append(prepare(img))
-        feats = embed_images(enc, inputs, batch_size=self.batch_size, timer=self._timer(f"{name} forward"))
+        feats = embed_images(enc, inputs, batch_size=self.batch_size,
+                             timer=self._timer(f"{name} forward"), steps=self.timings)
         got = [feats[s] if s is not None else None for s in slots]
         return got[0::3], got[1::3], got[2::3]
 
@@ -320,7 +321,8 @@ class ConventionalSuite(LazyComponents):
 
         qs, paths = by_source(queries, edit_paths)
         yield from score_in_chunks(_Samples(queryset, qs, paths), self.score_items, chunk_size=self.chunk_size,
-                                   desc="conventional", num_workers=num_workers, progress=progress)
+                                   desc="conventional", num_workers=num_workers, progress=progress,
+                                   timings=self.timings)
 
 
 def _outside(it: _Loaded) -> Any:

@@ -158,7 +158,8 @@ class EditValSuite(LazyComponents):
         from benchmark.metrics.features import embed_images
 
         enc = self._get("dino") if what == "dino" else _FidEncoder(self._get("fid"))
-        feats = embed_images(enc, images, batch_size=self.batch_size, timer=self._timer(f"{what} forward"))
+        feats = embed_images(enc, images, batch_size=self.batch_size,
+                             timer=self._timer(f"{what} forward"), steps=self.timings)
         return [f.detach().cpu().double().numpy() for f in feats]
 
     # -- scoring ----------------------------------------------------------------------------------------------
@@ -243,7 +244,8 @@ class EditValSuite(LazyComponents):
 
         qs, paths = by_source(queries, edit_paths)
         yield from score_in_chunks(_Samples(queryset, qs, paths), self._score_chunk, chunk_size=self.chunk_size,
-                                   desc="editval", num_workers=num_workers, progress=progress)
+                                   desc="editval", num_workers=num_workers, progress=progress,
+                                   timings=self.timings)
 
     def model_seconds(self) -> dict[str, float]:
         return {k: v for k, v in self.timings.items() if "forward" in k}

@@ -18,7 +18,6 @@ from typing import Any
 import numpy as np
 
 from benchmark.metrics.chunking import QuerySamples
-from benchmark.metrics.components import step_time
 from benchmark.metrics.hatie.primitives import IMAGE_SIZE
 from benchmark.metrics.hatie.weights import CRITERIA, TOTAL_WEIGHTS_KEY, load_weight_profile, query_criteria
 from benchmark.metrics.hatie.workflows import (
@@ -29,6 +28,7 @@ from benchmark.metrics.hatie.workflows import (
     needed_masks,
     relevant_classes,
 )
+from benchmark.metrics.timing import step_time
 from benchmark.models.common import resolve_device
 from benchmark.types import HATIE_TYPES, MetricInfo, Query
 
