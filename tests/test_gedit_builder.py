@@ -188,3 +188,26 @@ def test_basic_run_completes_hatie_is_refused_up_front_and_show_says_why(built, 
     shown = render(tmp_path)
     assert "HATIE/EditVal do not apply to gedit (no scene graphs)" in shown
     assert "metrics=basic" in shown and shown.count("HATIE/EditVal do not apply") == 1
+
+
+def test_bpm_parses_gedit_instructions_and_skips_whole_image_types(built):
+    """GEdit queries carry only an instruction: BPM parses its text (as for MagicBrush), never asks the query's
+    structured fields (which would fail every query), and leaves the whole-image categories out."""
+    from hydra.utils import instantiate
+
+    from benchmark.metrics.bpm.suite import BpmSuite
+    from benchmark.run import compose
+
+    root, _ = built
+    qs = load_gedit(root=str(root), language="both")
+    cfg, _ = compose(["profile=tiny", "metrics=bpm", "queryset=demo"])
+    suite: BpmSuite = instantiate(cfg.metrics.bpm)
+    applies = {q.edit_type: suite.applies_to(q, "instruction") for q in qs.queries}
+    assert not applies["gedit_background_change"] and not applies["gedit_tone_transfer"]
+    assert applies["gedit_text_change"] and applies["gedit_subject_add"]
+    kept = [q for q in qs.queries if applies[q.edit_type]]
+    parsed = suite.parse(kept)
+    add = [p for q, p in zip(kept, parsed, strict=True) if q.edit_type == "gedit_subject_add"]
+    assert add and all(getattr(p, "target_object", None) == "cat" for p in add), add
+    # whatever the rules cannot read is a parse failure naming the instruction, not a missing-field error
+    assert not any(isinstance(p, str) and "names no object" in p for p in parsed), parsed

@@ -18,7 +18,9 @@ from benchmark.types import Query
 
 SIZES = ("larger", "smaller", "unchanged")
 POSITIONS = ("left", "right", "up", "down", "unchanged")
-GLOBAL_TYPES = frozenset({"bg_chg", "style_chg", "background", "style", "viewpoint"})
+# whole-image edit types (HATIE, EditVal, GEdit-Bench): no object for BPM to locate
+GLOBAL_TYPES = frozenset({"bg_chg", "style_chg", "background", "style", "viewpoint", "gedit_background_change",
+                          "gedit_style_change", "gedit_tone_transfer"})
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from benchmark.metrics.chunking import QuerySamples
 from benchmark.metrics.components import LazyComponents
 from benchmark.models.common import resolve_device
 from benchmark.models.instructions import GLOBAL_TYPES, ParsedEdit, ParseError, RuleParser, from_query
-from benchmark.types import MetricInfo, Query
+from benchmark.types import FREEFORM_TYPES, GEDIT_TYPES, MetricInfo, Query
 
 VERSION = "1.0"
 CLIP_INPUT = 224
@@ -43,6 +43,8 @@ COLUMN_INFO = {
     "S_modify": (True, "cs(E(edit crop) - E(original crop), E_T(o2) - E_T(o1)) on the objects' boxes"),
     "S_preserve": (True, "1 - mean squared difference outside the union of the objects' masks (images in [0, 1])"),
 }
+# types whose queries carry only an instruction (MagicBrush, GEdit-Bench): the edit is parsed from its text
+TEXT_ONLY_TYPES = frozenset(FREEFORM_TYPES) | frozenset(GEDIT_TYPES)
 
 
 @dataclass
@@ -176,11 +178,11 @@ class BpmSuite(LazyComponents):
         out: list[ParsedEdit | str] = []
         for q in queries:
             try:
-                out.append(self.rules.parse(q.instruction) if q.edit_type == "free_form" else from_query(q))
+                out.append(self.rules.parse(q.instruction) if q.edit_type in TEXT_ONLY_TYPES else from_query(q))
             except ParseError as err:
                 out.append(str(err))
         llm = self._get("llm_parser") if self._factories["llm_parser"] is not None else None
-        miss = [i for i, p in enumerate(out) if isinstance(p, str) and queries[i].edit_type == "free_form"]
+        miss = [i for i, p in enumerate(out) if isinstance(p, str) and queries[i].edit_type in TEXT_ONLY_TYPES]
         if llm is not None and miss:
             for i, p in zip(miss, llm.parse_many([queries[i].instruction for i in miss]), strict=True):
                 out[i] = p if isinstance(p, ParsedEdit) else f"{out[i]}; LLM parser: {p}"
