@@ -48,6 +48,7 @@ class Estimate:
     shards: int
     cost: Cost
     score: Cost | None  # the metric suite's scoring cost, when the table has it
+    pool: int | None = None  # the largest `queryset.sample=N` the set allows (None: not known)
 
     @property
     def per_query(self) -> float:
@@ -126,43 +127,88 @@ def lookup(table: dict[str, Any], group: str, name: str, size: str, cls: str) ->
     return None
 
 
-def done_ids(results: Path, run_set: str, editor: str, editor_config: Any, seed: int, profile: str) -> set[str]:
+def done_ids(results: Path, run_set: str, editor: str, editor_config: Any, seed: int, profile: str,
+             sample: dict[str, Any] | None = None) -> set[str]:
     """Query ids already edited (or failed) in this run's folder: the folder under results/runs/<set>-<hash> whose
     run.json records this editor config, seed and profile (the editor signature needs the loaded editor, so this
-    matches by what determines it)."""
+    matches by what determines it). For a sample (`sample`: the set's draw), also the ids edited ok by runs of
+    smaller nested samples of the same draw, which the run reuses (benchmark.stages.reuse; checked there, counted
+    here)."""
+    from benchmark.stages.reuse import SAME_DRAW
+
     best: set[str] = set()
-    for meta_path in (results / "runs" / run_set).glob(f"{editor}-*/run.json"):
+    reusable: set[str] = set()
+    for meta_path in (results / "runs").glob(f"*/{editor}-*/run.json"):
+        own = meta_path.parent.parent.name == run_set
         try:
             meta = json.loads(meta_path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue  # unreadable: the run itself quarantines or rewrites it; the estimate just counts its work
         if (meta.get("editor_config"), meta.get("seed"), meta.get("profile")) != (editor_config, seed, profile):
             continue
+        other = meta.get("sample")
+        nested = (not own and isinstance(sample, dict) and isinstance(other, dict) and isinstance(other.get("n"), int)
+                  and other["n"] < sample["n"] and all(other.get(k) == sample.get(k) for k in SAME_DRAW))
+        if not (own or nested):
+            continue
         from benchmark.stages.edit import latest_records
 
         try:
-            ids = set(latest_records(meta_path.parent))
+            records = latest_records(meta_path.parent)
         except Exception:  # noqa: BLE001 - a corrupt log is the edit stage's error to report, not the estimate's
             continue
-        best = max(best, ids, key=len)
-    return best
+        if own:
+            best = max(best, set(records), key=len)
+        else:
+            reusable |= {qid for qid, rec in records.items() if rec.get("status") == "ok"}
+    return best | reusable
 
 
-def largest_sample(est: Estimate, max_hours: float) -> int:
-    """The number of queries whose estimate fits `max_hours` (0 when even the load does not)."""
-    if est.per_query <= 0:
-        return est.todo
-    return max(0, int((max_hours * 3600 - est.shards * est.cost.load_s) / est.per_query))
+def sample_pool(cfg: Any, full: Any) -> int | None:
+    """The largest `queryset.sample=N` the configured set allows: its pool (the queries of `sample_types`), less one
+    when the pool is the whole set (a sample of every query is refused: run the set). None when unknown."""
+    from benchmark.querysets.sample import SampleError, resolve_types
+
+    info = full.meta.get("sample")
+    if isinstance(info, dict):  # already a sample: a smaller one draws from the same pool
+        pool, size = info.get("pool"), info.get("set_size")
+    else:
+        try:
+            types = resolve_types(cfg.queryset.get("sample_types"))
+        except SampleError:
+            return None  # the sample request itself reports it
+        pool = sum(1 for q in full.queries if types is None or q.edit_type in types)
+        size = len(full)
+    if not isinstance(pool, int) or not isinstance(size, int):
+        return None
+    return pool if pool < size else size - 1
+
+
+def largest_sample(est: Estimate | list[Estimate], max_hours: float) -> int:
+    """The number of queries whose estimate fits `max_hours` (0 when even the load does not), never more than the
+    pool the sample is drawn from (`Estimate.pool`). Several estimates (a launch's sweep settings): the N each of
+    them runs, all of them together within `max_hours`."""
+    ests = est if isinstance(est, list) else [est]
+    per_query = sum(e.per_query for e in ests)
+    pools = [e.pool for e in ests if e.pool is not None]
+    cap = min(pools) if pools else None
+    if per_query <= 0:
+        n = max(e.todo for e in ests)
+    else:
+        n = max(0, int((max_hours * 3600 - sum(e.shards * e.cost.load_s for e in ests)) / per_query))
+    return n if cap is None else max(0, min(n, cap))
+
+
+def _sample_option(n: int) -> str:
+    return (f"queryset.sample={n} (a stratified sample of the set that fits the budget; docs/querysets.md#samples)"
+            if n > 0 else "queryset.sample=N (a stratified sample; docs/querysets.md#samples)")
 
 
 def refusal(est: Estimate, max_hours: float, set_name: str) -> str:
     """The one message of an over-budget run: the estimate, the sample that fits, and how to allow the run."""
-    n = largest_sample(est, max_hours)
-    sample = (f"queryset.sample={n} (a stratified sample of the set that fits the budget; docs/querysets.md#samples)"
-              if n > 0 else "queryset.sample=N (a stratified sample; docs/querysets.md#samples)")
     return (f"budget: {set_name} on {est.editor} is estimated at {est.describe()}, over budget.max_gpu_hours="
-            f"{max_hours:g}. Run a sample instead: {sample}; or allow this run: budget.max_gpu_hours="
-            f"{math.ceil(est.hours)} or budget.accept=true")
+            f"{max_hours:g}. Run a sample instead: {_sample_option(largest_sample(est, max_hours))}; or allow this "
+            f"run: budget.max_gpu_hours={math.ceil(est.hours)} or budget.accept=true")
 
 
 def _confirm(question: str) -> bool:
@@ -204,9 +250,9 @@ def estimate(cfg: Any, full: Any, *, editor: str, metrics: str, gpu_name: Callab
     selected = {q.id for i in range(count) for q in full.shard(i, count).subset(cfg.limit)}
     editor_cfg = portable(OmegaConf.to_container(cfg.editor, resolve=True))
     done = len(selected & done_ids(Path(cfg.paths.results), f"{full.name}-{full.short_hash}", editor, editor_cfg,
-                                   int(cfg.seed), profile))
+                                   int(cfg.seed), profile, full.meta.get("sample")))
     score = lookup(table, "metrics", metrics, size, cls)
-    return Estimate(editor, cls, len(selected) - done, done, count, cost, score), note
+    return Estimate(editor, cls, len(selected) - done, done, count, cost, score, sample_pool(cfg, full)), note
 
 
 def check_budget(cfg: Any, full: Any, *, editor: str, metrics: str, ask: Callable[[str], bool] = _confirm,
@@ -225,4 +271,44 @@ def check_budget(cfg: Any, full: Any, *, editor: str, metrics: str, ask: Callabl
         print(f"[editmeter] {message}")
         if ask("Run it anyway?"):
             return line + " (confirmed on the terminal)"
+    raise OverBudget(message)
+
+
+def check_launch_budget(runs: list[tuple[Any, Any, str, str]], *, ask: Callable[[str], bool] = _confirm,
+                        interactive: Callable[[], bool] = _interactive, **kw: Any) -> list[str]:
+    """`editmeter launch`'s one budget check, before any worker starts: `runs` are the launch's runs (config with
+    every shard, full query set, editor, metrics; one per sweep setting), their estimates summed (all shards' queries
+    and loads) against the first run's `budget.max_gpu_hours` / `budget.accept`. Over budget: ask once on a terminal,
+    else raise OverBudget. Returns the lines to print. The workers then run with budget.accept=true: they print
+    their estimate but never ask or refuse (benchmark.launch)."""
+    if not runs:
+        return []
+    opts = runs[0][0].get("budget") or {}
+    lines, known = [], []
+    for cfg, full, editor, metrics in runs:
+        est, note = estimate(cfg, full, editor=editor, metrics=metrics, **kw)
+        what = f"{full.name} on {editor}"
+        lines.append(f"[editmeter] budget: {what}: {est.describe() if est else note}" + (f"; {note}" if est and note
+                                                                                        else ""))
+        if est is not None:
+            known.append(est)
+    hours = sum(e.hours for e in known)
+    max_hours = float(opts.get("max_gpu_hours", DEFAULT_MAX_HOURS))
+    if len(runs) > 1:
+        lines.append(f"[editmeter] budget: the launch's {len(runs)} runs: ~{hours:,.2f} device hours in all"
+                     + (f" ({len(runs) - len(known)} of unknown cost)" if len(known) < len(runs) else ""))
+    if not known or hours <= max_hours or bool(opts.get("accept", False)):
+        return lines
+    if len(runs) == 1:
+        message = refusal(known[0], max_hours, runs[0][1].name)
+    else:
+        message = (f"budget: the launch's {len(runs)} runs are estimated at ~{hours:,.2f} device hours in all, over "
+                   f"budget.max_gpu_hours={max_hours:g}. Run a sample instead: "
+                   f"{_sample_option(largest_sample(known, max_hours))}; or allow this launch: "
+                   f"budget.max_gpu_hours={math.ceil(hours)} or budget.accept=true")
+    if interactive():
+        print("\n".join(lines))
+        print(f"[editmeter] {message}")
+        if ask("Launch it anyway?"):
+            return ["[editmeter] budget: launch confirmed on the terminal"]  # its lines are printed above
     raise OverBudget(message)

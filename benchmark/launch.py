@@ -15,7 +15,9 @@ with any sweep in the overrides, through the launcher config `configs/hydra/laun
   time limit, memory and the rest are `hydra.launcher.*` overrides.
 - `slurm_local` (submitit's local executor): the Slurm code path on this machine, for tests.
 
-Shards write into the same run folder (see docs/scale.md for what makes that safe). Each job writes its exit status
+Before any worker starts, the launch checks the budget once (`benchmark.budget.check_launch_budget`: every shard's
+queries and loads, every sweep setting) and stops when it is over `budget.max_gpu_hours`; the workers then run with
+`budget.accept=true`. Shards write into the same run folder (see docs/scale.md for what makes that safe). Each job writes its exit status
 to `editmeter_status.json` in its Hydra job folder; after the multirun the launch reads them all, rebuilds the
 leaderboards once from the complete run folders, and exits 1 when a job failed or left no status.
 """
@@ -131,8 +133,37 @@ def collect_statuses(sweep_dir: Path, n_jobs: int) -> tuple[list[dict[str, Any]]
     return records, max(0, n_jobs - len(records))
 
 
-def launch(overrides: Sequence[str], *, workers: int, launcher: str = "local", gpus: Sequence[str] = ()) -> int:
-    """Run the multirun, then aggregate once; returns the exit status (1 when a job failed or left no status)."""
+def launch_runs(overrides: Sequence[str], workers: int) -> list[tuple[Any, Any, str, str]]:
+    """The runs of a launch, one per sweep setting (its shards are one run): (config with `shard.count=workers`,
+    the full query set, editor, metrics), for the launch's budget check. Settings whose preflight is off are left
+    out (`preflight=false` skips the budget, as in `editmeter run`)."""
+    from benchmark.config import compose
+    from benchmark.preflight import load_queries
+
+    runs, seen, sets = [], set(), {}
+    for job in jobs_of(list(overrides)) if overrides else [[]]:
+        job = [o for o in job if not o.startswith(("hydra", "shard."))]
+        key = tuple(sorted(job))
+        if key in seen:
+            continue
+        seen.add(key)
+        cfg, choices = compose([*job, f"shard.count={workers}", "shard.index=0"])
+        if not cfg.get("preflight", True):
+            continue
+        from omegaconf import OmegaConf
+
+        qkey = json.dumps(OmegaConf.to_container(cfg.queryset, resolve=True), sort_keys=True, default=str)
+        if qkey not in sets:  # a sweep over editor settings loads (and hashes) its query set once
+            sets[qkey] = load_queries(cfg)
+        runs.append((cfg, sets[qkey], choices["editor"], choices.get("metrics", "")))
+    return runs
+
+
+def launch(overrides: Sequence[str], *, workers: int, launcher: str = "local", gpus: Sequence[str] = (),
+           **budget_kw: Any) -> int:
+    """Check the budget once for the whole launch, run the multirun, then aggregate once; returns the exit status
+    (1 when a job failed or left no status). Over budget, `OverBudget` is raised before any worker starts
+    (`budget_kw`: `ask`, `interactive`, `gpu_name` of `benchmark.budget.check_launch_budget`, for tests)."""
     from benchmark.config import check_keys, check_overrides, compose
     from benchmark.run import main as run_main
 
@@ -146,6 +177,14 @@ def launch(overrides: Sequence[str], *, workers: int, launcher: str = "local", g
     sweep_dir = results / "hydra" / f"launch-{time.strftime('%Y-%m-%d_%H-%M-%S')}-{uuid.uuid4().hex[:6]}"
     args = build_multirun(overrides, workers=workers, launcher=launcher, gpus=gpus if launcher == "local" else (),
                           sweep_dir=sweep_dir)
+    from benchmark.budget import check_launch_budget
+
+    # the budget is the launch's, not each worker's: its estimate counts every shard's queries and loads (and every
+    # sweep setting), a refusal stops the launch here, and the workers run with budget.accept=true (they print
+    # their estimate, never ask or refuse: they are not on a terminal)
+    for line in check_launch_budget(launch_runs(overrides, workers), **budget_kw):
+        print(line, flush=True)
+    args = [a for a in args if not a.startswith("budget.accept=")] + ["budget.accept=true"]
     n_jobs = len(jobs_of(args[1:]))
     pin = launcher == "local" and bool(gpus)
     print(f"[editmeter] launch: {n_jobs} job(s) ({workers} shard(s) per run) via {launcher}"
@@ -183,6 +222,7 @@ def launch(overrides: Sequence[str], *, workers: int, launcher: str = "local", g
 def main(argv: Sequence[str] | None = None) -> int:
     """`editmeter launch [--workers N] [--launcher local|slurm|slurm_local] [--gpus SPEC] [overrides ...]`."""
     from benchmark.config import UnknownOptionError
+    from benchmark.errors import RunError
 
     ap = argparse.ArgumentParser(prog="editmeter launch", description="Shard a run (or a sweep) across N workers "
                                  "through a Hydra launcher, then rebuild the leaderboards once.")
@@ -199,6 +239,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (LaunchError, UnknownOptionError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except RunError as err:  # the launch's budget refusal (or its query set's preflight error): no worker started
+        print(f"[editmeter] error: {err}", file=sys.stderr)
+        return err.exit_code
 
 
 if __name__ == "__main__":

@@ -113,6 +113,12 @@ def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
     # leftovers of writers killed before their rename (issue 11): in the run folder, and the leaderboards' own
     remove_stale_tmp(run_dir, started)
     remove_stale_tmp(results, started, recursive=False)
+    reuse = None
+    if "edit" in cfg.stages and full.meta.get("sample"):  # a sample: bring in the edits of smaller nested samples
+        from benchmark.stages.reuse import reuse_nested_edits
+
+        with timer("reuse"):
+            reuse = reuse_nested_edits(qs, full, results, run_dir, seed=int(cfg.seed), run_id=run_id)
     scorings = {ms: _scoring(label, group, suite) for label, ms, group, suite in metric_sets}
     scoring = scorings[msig]  # run.json's top-level fields: the first set's (`scored` lists every set)
     meta = {
@@ -133,8 +139,15 @@ def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
     with locked(run_dir / RUN_META):
         # every metric set this folder was scored with, so a second suite never hides the first one's rows
         meta["scored"] = _earlier_scorings(run_dir / RUN_META) | scorings
+        # a sample's edits reused from smaller samples, per source run (each reused edit's record names its source)
+        if full.meta.get("sample") and (reused_from := _reuse_summary(run_dir)):
+            meta["reused_from"] = reused_from
         atomic_write_text(run_dir / RUN_META, canonical_json(meta) + "\n")
     print(f"[editmeter] {len(qs)} queries of {full.name} (hash {full.short_hash}) -> {run_dir}")
+    if reuse is not None and (reuse.reused or reuse.skipped):
+        used = ", ".join(f"{n['edits']} from {rel}" for rel, n in reuse.sources.items()) or "none"
+        skipped = f"; not used: {'; '.join(reuse.skipped)}" if reuse.skipped else ""
+        print(f"[editmeter] reuse: {reuse.reused} edits of smaller nested samples ({used}){skipped}")
 
     summary: dict[str, Any] = {"run_dir": str(run_dir), "run_id": run_id, "editor_sig": sig, "metric_sig": msig,
                                "metric_sigs": {label: ms for label, ms, _, _ in metric_sets}}
@@ -225,6 +238,18 @@ def _earlier_scorings(path: Path) -> dict[str, Any]:
         return {}
     keys = ("metric_set", "metric_order", "column_order", "metrics", "suite")
     return {sig: {k: v[k] for k in keys if k in v} for sig, v in views.items()}
+
+
+def _reuse_summary(run_dir: Path) -> dict[str, Any]:
+    """run.json's `reused_from`, counted from the edit log (benchmark.stages.reuse.reuse_summary); a corrupt log
+    is left to the edit and score stages to report."""
+    from benchmark.errors import CorruptRunFile
+    from benchmark.stages.reuse import reuse_summary
+
+    try:
+        return reuse_summary(run_dir)
+    except CorruptRunFile:
+        return {}
 
 
 def _failure_verdict(stages: list[tuple[str, Any]], max_fraction: float) -> str:

@@ -101,3 +101,37 @@ def test_a_tiny_demo_run_proceeds_and_prints_its_estimate(tmp_path, capsys):
     cfg, editor = _cfg(tmp_path, "editor=identity", "profile=tiny", "limit=2")
     run_pipeline(cfg, editor)
     assert "[editmeter] budget: ~" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("extra", "pool"), [((), 112), (("queryset.sample_types=[obj_add]",), 16),
+                                             (("queryset=demo_mini",), 13)])
+def test_the_suggested_sample_never_exceeds_the_pool_it_is_drawn_from(tmp_path, extra, pool):
+    """3 h fits ~124 p2p queries, more than the demo's 112 HATIE-type queries its samples draw from (sample_types:
+    hatie), or the 16 of a restricted pool; demo_mini draws from all its 14, and a sample of all is refused: 13."""
+    cfg, _ = _cfg(tmp_path, "editor=p2p", "profile=random", "editor.device=cuda", "budget.max_gpu_hours=3", *extra)
+    full = _full(cfg)
+    est, _ = B.estimate(cfg, full, editor="p2p", metrics="hatie", gpu_name=lambda: "H100")
+    n = B.largest_sample(est, 3.0)
+    assert est.pool == pool and n == min(pool, int((3 * 3600 - 44) / est.per_query))
+    if est.hours > 3:
+        assert f"queryset.sample={n} " in B.refusal(est, 3.0, full.name)
+    # the suggestion is a sample the set accepts
+    from hydra.utils import instantiate
+
+    from benchmark.run import compose
+
+    cfg2, _ = compose([*BASE, f"paths.results={tmp_path / 'results'}", *extra, f"queryset.sample={n}"])
+    assert len(instantiate(cfg2.queryset)) == n
+
+
+def test_an_extended_sample_counts_the_smaller_samples_edits_as_done(tmp_path):
+    """sample=28 then sample=56: the estimate counts only the 28 queries the larger run will edit (it reuses the
+    rest, benchmark.stages.reuse)."""
+    cfg, editor = _cfg(tmp_path, "editor=identity", "profile=tiny", "queryset.sample=28")
+    run_pipeline(cfg, editor)
+    cfg, _ = _cfg(tmp_path, "editor=identity", "profile=tiny", "queryset.sample=56")
+    est, _ = B.estimate(cfg, _full(cfg), editor="identity", metrics="basic")
+    assert (est.todo, est.done) == (28, 28)
+    cfg, _ = _cfg(tmp_path, "editor=identity", "profile=tiny", "queryset.sample=56", "seed=1")  # another seed: none
+    est, _ = B.estimate(cfg, _full(cfg), editor="identity", metrics="basic")
+    assert (est.todo, est.done) == (56, 0)

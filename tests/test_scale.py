@@ -15,6 +15,7 @@ import pytest
 
 from benchmark import launch as L
 from benchmark import run as R  # a multirun job's side: GPU leases, pinning, the status file
+from benchmark.budget import OverBudget
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = ["editor=overedit", "queryset=demo_mini", "queryset.first=9", "profile=tiny", "metrics=basic",
@@ -168,3 +169,50 @@ def test_one_setting_written_two_ways_keys_one_run_folder():
     other = {"_target_": "editors.identity.IdentityEditor", "guidance_scale": 5.5, "steps": [1, 2.5]}
     assert editor_signature(cfg, {}, 0, "tiny") == editor_signature(same, {}, 0, "tiny")
     assert editor_signature(cfg, {}, 0, "tiny") != editor_signature(other, {}, 0, "tiny")
+
+
+# -- the launch's budget: checked once, over every shard, before any worker starts (issue 26) -----------------------
+
+BUDGET = ["editor=identity", "queryset=demo_mini", "profile=tiny", "metrics=basic", "progress=false",
+          "aggregate.bootstrap_resamples=50"]
+
+
+def _no_workers(monkeypatch):
+    started = []
+    monkeypatch.setattr(R, "main", lambda args: started.append(args) or 0)
+    return started
+
+
+def test_an_over_budget_launch_stops_before_any_worker_with_every_shards_queries(tmp_path, monkeypatch, capsys):
+    """identity costs 0.02 s per query (configs/costs.yaml): demo_mini's 14 queries over 2 shards are 0.28 s, over a
+    budget of 0.18 s; one shard's 7 queries (0.14 s) would fit, so a per-worker check would have let both run."""
+    started = _no_workers(monkeypatch)
+    res = tmp_path / "r"
+    code = L.main(["--workers", "2", "--gpus", "none", *BUDGET, f"paths.results={res}", "budget.max_gpu_hours=0.00005"])
+    err = capsys.readouterr().err
+    assert code == 1 and started == [] and not (res / "hydra").exists()
+    assert "14 queries to do" in err and "over 2 shards" in err and "queryset.sample=" in err
+    assert "budget.accept=true" in err
+
+
+def test_a_sweep_launch_sums_its_settings_and_asks_once(tmp_path, monkeypatch, capsys):
+    started = _no_workers(monkeypatch)
+    asked = []
+    over = [*BUDGET, f"paths.results={tmp_path / 'r'}", "budget.max_gpu_hours=0.0001", "seed=0,1"]  # 2 x 0.28 s
+    with pytest.raises(OverBudget, match="2 runs"):
+        L.launch(over, workers=2, gpus=[], interactive=lambda: False)
+    assert started == []
+    assert L.launch(over, workers=2, gpus=[], interactive=lambda: True, ask=lambda q: asked.append(q) or True) == 1
+    assert len(asked) == 1 and len(started) == 1  # asked once for the launch; the (stubbed) multirun started
+    assert "budget.accept=true" in started[0]  # the workers never ask or refuse: the launch did
+
+
+def test_workers_of_a_confirmed_launch_run_without_asking(tmp_path, restore_logging):
+    """A real launch over budget, confirmed once: both shards run (as processes that are not on a terminal, which
+    would refuse an over-budget run of their own) and edit every query."""
+    res = tmp_path / "r"
+    code = L.launch([*BUDGET, "queryset.first=4", "stages=[edit]", f"paths.results={res}",
+                     "budget.max_gpu_hours=0.00001"], workers=2, gpus=[], interactive=lambda: True, ask=lambda q: True)
+    assert code == 0 and sorted(s["status"] for s in _statuses(res)) == [0, 0]
+    (run_dir,) = res.glob("runs/*/*")
+    assert len(list((run_dir / "edits").glob("*.png"))) == 4

@@ -275,6 +275,9 @@ def run_edit_stage(
     append_jsonl(log_path, [asdict(r) for r in recovered])
     skipped = len(queryset) - len(todo)
     retried = frozenset(q.id for q in todo if q.id in records and records[q.id]["status"] == "failed")
+    # edits brought in from a smaller nested sample (benchmark.stages.reuse) never ride along as passengers: they
+    # ran in another run's batches, and re-editing them would undo the reuse
+    reused = frozenset(qid for qid, rec in records.items() if rec.get("reused_from"))
     todo_ids = {q.id for q in todo}
     n = len(queryset.queries)
     slots = [list(range(k, min(k + batch_size, n))) for k in range(0, n, batch_size)
@@ -289,7 +292,8 @@ def run_edit_stage(
     try:
         while slots:
             plan = _SlotPlan(queryset.queries, slots, todo_ids, retried, run_dir, claims, tail,
-                             lambda q: EditRecord(q.id, "ok", query_seed(seed, q.id), run_id=run_id, recovered=True))
+                             lambda q: EditRecord(q.id, "ok", query_seed(seed, q.id), run_id=run_id, recovered=True),
+                             reused)
             logged += _edit_pass(queryset, editor, run_dir, plan, seed=seed, num_workers=num_workers, run_id=run_id,
                                  flog=flog, fail_fast=fail_fast, bar=bar)
             by_others += plan.by_others
@@ -348,8 +352,9 @@ class _SlotPlan:
     its `recovered` record here) and may ride along as a passenger."""
 
     def __init__(self, queries: Sequence[Query], slots: list[list[int]], todo: set[str], retried: frozenset[str],
-                 run_dir: Path, claims: Any, tail: _LogTail, recovered: Callable[[Query], EditRecord]) -> None:
-        self.queries, self.slots, self.todo, self.retried = queries, slots, todo, retried
+                 run_dir: Path, claims: Any, tail: _LogTail, recovered: Callable[[Query], EditRecord],
+                 reused: frozenset[str] = frozenset()) -> None:
+        self.queries, self.slots, self.todo, self.retried, self.reused = queries, slots, todo, retried, reused
         self.run_dir, self.claims, self.tail, self.recovered = run_dir, claims, tail, recovered
         self.by_id = {q.id: q for q in queries}
         self.passenger: set[str] = set()
@@ -371,7 +376,8 @@ class _SlotPlan:
             if not still:
                 continue
             work, _, passengers = fixed_batches([self.queries[i] for i in slot], still, len(slot),
-                                                lambda q: edit_path(self.run_dir, q.id).is_file(), self.retried)
+                                                lambda q: q.id not in self.reused
+                                                and edit_path(self.run_dir, q.id).is_file(), self.retried)
             self.passenger |= passengers
             yield [position[q.id] for q in work]
 
@@ -455,7 +461,8 @@ def fixed_batches(queries: Sequence[Query], todo: set[str], batch_size: int, don
     batch a query runs in. So a resumed run edits the same batches an uninterrupted run would: every batch slot
     `[k * batch_size, (k + 1) * batch_size)` of the selection that still holds a query to edit is run whole. Its
     members whose PNG already exists ride along as passengers: edited again (deterministically, the same pixels),
-    never written or logged. Members recorded as failed and not retried stay out, as a failed source does. A slot
+    never written or logged (`done` is false for edits reused from a smaller sample: they stay out too). Members
+    recorded as failed and not retried stay out, as a failed source does. A slot
     whose only work is `retried` failures (retry_failed=true) takes no passengers: that batch failed before, so there
     is no uninterrupted composition to reproduce, and passengers would multiply the cost of scattered retries.
     """
