@@ -7,7 +7,7 @@ Three parts, each row of one table (component, PASS/FAIL with the reason, second
 2. every metric suite scores the oracle's edits of the demo (EditVal's on its own demo set) with no failed row;
 3. timing at real size (`profile=random`: SD v1's architecture with random weights, the editors' real settings):
    each diffusion editor's seconds per query (model load apart) and HATIE's scoring seconds per query; the DiT
-   editors (FLUX.1 Kontext, Qwen-Image-Edit, FLUX.2) with `--dit-timing`.
+   editors (FLUX.1 Kontext, Qwen-Image-Edit, FLUX.2, OmniGen) with `--dit-timing`.
 
 Without CUDA it says so in one line and exits 0 (`--allow-cpu` runs it on the CPU: how the tests exercise it).
 Every run goes through `benchmark.run.run_pipeline`, the code `editmeter run` uses, into a scratch folder.
@@ -28,8 +28,8 @@ from typing import Any
 
 SD_EDITORS = ("ip2p", "magicbrush", "sdedit", "diffedit", "p2p", "imagic", "ledits")
 # DiT instruction editors (benchmark.editing.dit): checked in tiny size like the SD ones; timed at real size only with
-# --dit-timing, since their random real-size weights are built on the CPU first (16-58 GB of memory and disk each).
-DIT_EDITORS = ("flux_kontext", "qwen_image_edit", "flux2")
+# --dit-timing, since their random real-size weights are built on the CPU first (8-58 GB of memory and disk each).
+DIT_EDITORS = ("flux_kontext", "qwen_image_edit", "flux2", "omnigen")
 DIFFUSION_EDITORS = (*SD_EDITORS, *DIT_EDITORS)
 WEIGHT_FREE_EDITORS = ("identity", "oracle", "overedit")
 SUITES = ("basic", "hatie", "editval_oracle", "conventional", "augclip", "bpm")
@@ -264,7 +264,7 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     ap.add_argument("--no-timing", action="store_true", help="correctness only (no real-size models)")
     ap.add_argument("--dit-timing", action="store_true",
                     help="also time the DiT editors at real size (flux_kontext 34 GB, qwen_image_edit 58 GB, flux2 "
-                         "16 GB of random bf16 weights built on the CPU and cached on disk first)")
+                         "16 GB, omnigen 8 GB of random bf16 weights built on the CPU and cached on disk first)")
     ap.add_argument("--markdown", type=Path, help="also write the table to this file")
     ap.add_argument("--work", type=Path, help="scratch folder (default: a temporary one, removed afterwards)")
     ap.add_argument("--allow-cpu", action="store_true", help="run on the CPU when there is no CUDA (slow; tests)")

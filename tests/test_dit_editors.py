@@ -1,4 +1,4 @@
-"""The DiT instruction editors (flux_kontext, qwen_image_edit, flux2): tiny = real architecture, smaller; offload;
+"""The DiT instruction editors (flux_kontext, qwen_image_edit, flux2, omnigen): tiny = real architecture, smaller; offload;
 reruns. The editor contract (shape, batch independence, prompt kind) is tests/test_editors.py's, half precision on the
 model's device tests/test_gpu_class_bugs.py's; both discover these editors from their configs."""
 
@@ -16,7 +16,7 @@ from benchmark.imageio import load_rgb
 from benchmark.models import dit
 
 pytestmark = pytest.mark.usefixtures("single_thread_torch")
-KINDS = ["flux_kontext", "qwen_image_edit", "flux2"]
+KINDS = ["flux_kontext", "qwen_image_edit", "flux2", "omnigen"]
 # What the tiny profile may change: sizes only (widths, depths, head counts, rope axes that must sum to the head
 # width, block counts, vocabulary sizes). A switch that is not a size put into `dit.TINY` fails here.
 SIZE_KEYS = {
@@ -25,7 +25,7 @@ SIZE_KEYS = {
     "layers_per_block", "sample_size", "hidden_size", "intermediate_size", "num_hidden_layers", "projection_dim",
     "d_model", "d_ff", "d_kv", "num_heads", "num_decoder_layers", "base_dim", "dim_mult", "num_res_blocks",
     "temperal_downsample", "num_key_value_heads", "depth", "out_hidden_size", "fullatt_block_indexes", "head_dim",
-    "rope_scaling",  # only its mrope_section (the head width split), checked below
+    "rope_scaling",  # only its per-frequency lists (as long as the head width), checked below
 }
 # Set from the tiny tokenizers (a vocabulary size, and ids of the same special tokens in a smaller vocabulary).
 TOKEN_KEYS = {"vocab_size", "bos_token_id", "eos_token_id", "pad_token_id", "image_token_id", "video_token_id",
@@ -67,8 +67,13 @@ def test_tiny_sizes_are_sizes():
                 if key in sizes:
                     assert set(sizes[key]) <= set(real[key])
             if "rope_scaling" in sizes:
-                assert {k: v for k, v in sizes["rope_scaling"].items() if k != "mrope_section"} == \
-                    {k: v for k, v in real["rope_scaling"].items() if k != "mrope_section"}
+                per_frequency = {"mrope_section", "long_factor", "short_factor"}
+                assert {k: v for k, v in sizes["rope_scaling"].items() if k not in per_frequency} == \
+                    {k: v for k, v in real["rope_scaling"].items() if k not in per_frequency}
+                for key in ("long_factor", "short_factor"):  # OmniGen: the real factors of the first frequencies
+                    if key in sizes["rope_scaling"]:
+                        tiny_list = sizes["rope_scaling"][key]
+                        assert tiny_list == real["rope_scaling"][key][:len(tiny_list)]
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -101,7 +106,7 @@ def test_tiny_components_are_the_real_classes_with_the_real_switches(kind):
     # the written-down real configs are the checkpoints' architecture: the published parameter counts
     counts = dit.parameter_counts(kind)
     published = {"flux_kontext": ("transformer", 12), "qwen_image_edit": ("transformer", 20),
-                 "flux2": ("transformer", 4)}[kind]
+                 "flux2": ("transformer", 4), "omnigen": ("transformer", 4)}[kind]
     assert round(counts[published[0]] / 1e9) == published[1]
 
 
@@ -120,6 +125,11 @@ def test_tiny_tokenizers_and_text_encoders_agree_on_vocabulary_and_special_token
                            ("vision_end_token_id", "<|vision_end|>")):
             assert getattr(cfg, key) == tok.convert_tokens_to_ids(token), key
         assert pipe.processor.image_token_id == cfg.image_token_id
+    if kind == "omnigen":  # its processor strips a leading id 1 (<s>) from text chunks and pads with id 2 (</s>)
+        tok = pipe.tokenizer
+        assert (tok.bos_token_id, tok.eos_token_id) == (1, 2) and tok("a b").input_ids[0] == 1
+        assert len(tok) <= pipe.transformer.config.vocab_size
+        assert pipe.transformer.config.pad_token_id == tok.convert_tokens_to_ids("<|endoftext|>")
     if kind == "flux2":  # Qwen3's chat format with thinking off, as the pipeline asks for it
         text = pipe.tokenizer.apply_chat_template([{"role": "user", "content": "x"}], tokenize=False,
                                                   add_generation_prompt=True, enable_thinking=False)

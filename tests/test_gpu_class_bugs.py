@@ -36,7 +36,7 @@ pytestmark = pytest.mark.usefixtures("single_thread_torch")
 
 def test_every_diffusion_editor_is_covered():
     assert {"ip2p", "magicbrush", "sdedit", "diffedit", "p2p", "imagic", "ledits",
-            "flux_kontext", "qwen_image_edit", "flux2"} <= set(DIFFUSION_EDITORS)  # the DiT ones subclass it too
+            "flux_kontext", "qwen_image_edit", "flux2", "omnigen"} <= set(DIFFUSION_EDITORS)  # the DiT ones subclass it too
 
 
 def _cpu_runs_fp16() -> bool:

@@ -172,6 +172,41 @@ QWEN3_4B = {  # Qwen/Qwen3-4B's config.json (klein's text_encoder/)
     "max_position_embeddings": 40960, "vocab_size": 151936, "tie_word_embeddings": True, "attention_bias": False,
     "bos_token_id": 151643, "eos_token_id": 151645,
 }
+# OmniGen v1 (Shitao/OmniGen-v1-diffusers): a Phi-3-mini-128k transformer (3.8B) that reads text tokens and VAE image
+# tokens in one sequence, the SDXL VAE, Phi-3's Llama tokenizer. The transformer's values are diffusers' class defaults
+# plus what diffusers' conversion script (scripts/convert_omnigen_to_diffusers.py) sets: Phi-3's "su" rope factors,
+# patch 2, 4 input channels, 192 positions per side; its scheduler is the script's.
+OMNIGEN_TRANSFORMER = {
+    "in_channels": 4, "patch_size": 2, "hidden_size": 3072, "rms_norm_eps": 1e-5, "num_attention_heads": 32,
+    "num_key_value_heads": 32, "intermediate_size": 8192, "num_layers": 32, "pad_token_id": 32000,
+    "vocab_size": 32064, "max_position_embeddings": 131072, "original_max_position_embeddings": 4096,
+    "rope_base": 10000, "pos_embed_max_size": 192, "time_step_dim": 256, "flip_sin_to_cos": True,
+    "downscale_freq_shift": 0, "timestep_activation_fn": "silu",
+    "rope_scaling": {"type": "su", "long_factor": [
+        1.0299999713897705, 1.0499999523162842, 1.0499999523162842, 1.0799999237060547, 1.2299998998641968,
+        1.2299998998641968, 1.2999999523162842, 1.4499999284744263, 1.5999999046325684, 1.6499998569488525,
+        1.8999998569488525, 2.859999895095825, 3.68999981880188, 5.419999599456787, 5.489999771118164,
+        5.489999771118164, 9.09000015258789, 11.579999923706055, 15.65999984741211, 15.769999504089355,
+        15.789999961853027, 18.360000610351562, 21.989999771118164, 23.079999923706055, 30.009998321533203,
+        32.35000228881836, 32.590003967285156, 35.56000518798828, 39.95000457763672, 53.840003967285156,
+        56.20000457763672, 57.95000457763672, 59.29000473022461, 59.77000427246094, 59.920005798339844,
+        61.190006256103516, 61.96000671386719, 62.50000762939453, 63.3700065612793, 63.48000717163086,
+        63.48000717163086, 63.66000747680664, 63.850006103515625, 64.08000946044922, 64.760009765625,
+        64.80001068115234, 64.81001281738281, 64.81001281738281], "short_factor": [
+        1.05, 1.05, 1.05, 1.1, 1.1, 1.1, 1.2500000000000002, 1.2500000000000002, 1.4000000000000004,
+        1.4500000000000004, 1.5500000000000005, 1.8500000000000008, 1.9000000000000008] + [2.000000000000001] * 19 + [
+        2.1000000000000005, 2.1000000000000005, 2.2, 2.3499999999999996, 2.3499999999999996, 2.3499999999999996,
+        2.3499999999999996, 2.3999999999999995, 2.3999999999999995, 2.6499999999999986, 2.6999999999999984,
+        2.8999999999999977, 2.9499999999999975, 3.049999999999997, 3.049999999999997, 3.049999999999997]},
+}
+SDXL_VAE = {  # stabilityai/sdxl-vae's config.json (OmniGen's vae/)
+    "in_channels": 3, "out_channels": 3, "latent_channels": 4, "block_out_channels": [128, 256, 512, 512],
+    "down_block_types": ["DownEncoderBlock2D"] * 4, "up_block_types": ["UpDecoderBlock2D"] * 4,
+    "layers_per_block": 2, "act_fn": "silu", "norm_num_groups": 32, "sample_size": 1024, "scaling_factor": 0.13025,
+    "force_upcast": True,
+}
+OMNIGEN_SCHEDULER = {"invert_sigmas": True, "num_train_timesteps": 1}
+PHI3_SPECIALS = ("<|endoftext|>", "<|assistant|>", "<|system|>", "<|end|>", "<|user|>")  # Phi-3's added tokens
 KLEIN_SCHEDULER = dict(FLUX_SCHEDULER)  # FLUX.2's scheduler config equals FLUX.1's (the pipeline computes mu itself)
 KLEIN_PIPELINE = {"is_distilled": True}  # model_index.json of the distilled 4B checkpoint
 
@@ -210,6 +245,16 @@ TINY = {
         "text_encoder": {"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 28,
                          "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 8},
     },
+    "omnigen": {
+        # one head of 8 pairs of rope frequencies: the first 4 of each factor list (a list as long as head_dim / 2)
+        "transformer": {"hidden_size": 32, "num_attention_heads": 4, "num_key_value_heads": 4,
+                        "intermediate_size": 37, "num_layers": 1,
+                        "rope_scaling": {"type": "su",
+                                         "long_factor": OMNIGEN_TRANSFORMER["rope_scaling"]["long_factor"][:4],
+                                         "short_factor": OMNIGEN_TRANSFORMER["rope_scaling"]["short_factor"][:4]}},
+        # four levels like the real VAE: OmniGen's processor counts image tokens as (H / 16) x (W / 16)
+        "vae": {"block_out_channels": [32, 32, 64, 64], "layers_per_block": 1, "sample_size": 64},
+    },
 }
 
 
@@ -242,6 +287,8 @@ KINDS: dict[str, Kind] = {
     "flux2": Kind("Flux2KleinPipeline", {
         "transformer": KLEIN_TRANSFORMER, "vae": FLUX2_VAE, "text_encoder": QWEN3_4B, "scheduler": KLEIN_SCHEDULER,
         "pipeline": KLEIN_PIPELINE}),
+    "omnigen": Kind("OmniGenPipeline", {
+        "transformer": OMNIGEN_TRANSFORMER, "vae": SDXL_VAE, "scheduler": OMNIGEN_SCHEDULER}),
 }
 
 
@@ -321,8 +368,40 @@ def _flux2(c: dict[str, dict[str, Any]], tiny: bool) -> dict[str, Any]:
     }
 
 
+def llama_tokenizer() -> Any:
+    """A real `LlamaTokenizer` (BPE with byte fallback, Metaspace) over printable ASCII and the 256 byte tokens, with
+    Llama's <unk>/<s>/</s> at ids 0/1/2 (which OmniGen's processor relies on: it strips id 1 and pads with id 2) and
+    Phi-3's added chat tokens; it adds <s> in front, as OmniGen's processor expects."""
+    from transformers import LlamaTokenizer
+
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
+    for b in range(256):
+        vocab[f"<0x{b:02X}>"] = len(vocab)
+    vocab["\u2581"] = len(vocab)
+    for c in range(33, 127):
+        vocab[chr(c)] = len(vocab)
+    tok = LlamaTokenizer(vocab=vocab, merges=[], add_bos_token=True, add_eos_token=False)
+    tok.add_special_tokens({"additional_special_tokens": list(PHI3_SPECIALS)})
+    return tok
+
+
+def _omnigen(c: dict[str, dict[str, Any]], tiny: bool) -> dict[str, Any]:
+    import diffusers
+
+    tok = llama_tokenizer()
+    transformer = dict(c["transformer"])
+    if tiny:  # the tokenizer's vocabulary and pad id (random: Phi-3's, 32064 / 32000)
+        transformer.update(vocab_size=len(tok), pad_token_id=tok.convert_tokens_to_ids("<|endoftext|>"))
+    return {
+        "transformer": diffusers.OmniGenTransformer2DModel(**transformer),
+        "vae": diffusers.AutoencoderKL(**c["vae"]),
+        "tokenizer": tok,
+        "scheduler": diffusers.FlowMatchEulerDiscreteScheduler(**c["scheduler"]),
+    }
+
+
 BUILDERS: dict[str, Callable[[dict[str, dict[str, Any]], bool], dict[str, Any]]] = {
-    "flux_kontext": _flux_kontext, "qwen_image_edit": _qwen_image_edit, "flux2": _flux2,
+    "flux_kontext": _flux_kontext, "qwen_image_edit": _qwen_image_edit, "flux2": _flux2, "omnigen": _omnigen,
 }
 
 
