@@ -5,6 +5,7 @@ model's device tests/test_gpu_class_bugs.py's; both discover these editors from 
 from __future__ import annotations
 
 import functools
+import json
 
 import numpy as np
 import pytest
@@ -232,3 +233,35 @@ def test_gpu_check_covers_the_dit_editors_in_tiny_size_and_times_them_only_when_
     args = gpucheck.parse(["--editors", "flux2", "--suites", "basic", "--dtypes", "bf16", "--dit-timing"])
     assert len(gpucheck.plan(args, gpucheck.Device("cpu"), tmp_path)) == 4  # + flux2 at real size
     assert set(dit.KINDS) <= set(gpucheck.DIT_EDITORS)
+
+
+@pytest.mark.parametrize("kind", ["qwen_image_edit", "flux2"])
+def test_the_random_source_builds_in_bf16_and_edits(kind, tmp_path, monkeypatch):
+    """`profile=random`'s build path (bf16, real vocabulary sizes, the offline tokenizers) on the tiny sizes: real
+    size is never built in the tests, but what differs between the two sources is exercised here."""
+    import diffusers
+    from PIL import Image
+
+    dit._build(kind, "random", dit.KINDS[kind].configs(kind, "tiny"), tmp_path)  # the random path, tiny sizes
+    pipe = getattr(diffusers, dit.KINDS[kind].pipeline).from_pretrained(str(tmp_path), dtype=torch.float32)
+    text = getattr(pipe.text_encoder.config, "text_config", pipe.text_encoder.config)
+    real_text = dit.KINDS[kind].real["text_encoder.text" if kind == "qwen_image_edit" else "text_encoder"]
+    assert text.vocab_size == real_text["vocab_size"] > len(pipe.tokenizer)  # the real size, not the tokenizer's
+    saved = json.loads((tmp_path / "transformer" / "config.json").read_text())
+    assert saved["num_layers"] == dit.TINY[kind]["transformer"]["num_layers"]
+    from safetensors import safe_open
+
+    weights = next((tmp_path / "transformer").glob("*.safetensors"))
+    with safe_open(str(weights), "pt") as f:
+        assert f.get_tensor(next(iter(f.keys()))).dtype == torch.bfloat16
+    image = Image.new("RGB", (64, 64), (120, 60, 30))
+    kwargs = {"image": image, "prompt": "add a hat", "height": 64, "width": 64, "num_inference_steps": 2,
+              "generator": torch.Generator().manual_seed(0), "output_type": "np"}
+    if kind == "qwen_image_edit":
+        import diffusers.pipelines.qwenimage.pipeline_qwenimage_edit_plus as module
+
+        monkeypatch.setattr(module, "CONDITION_IMAGE_SIZE", 64 * 64)
+        monkeypatch.setattr(module, "VAE_IMAGE_SIZE", 64 * 64)
+    with torch.inference_mode():
+        out = pipe(**kwargs).images
+    assert out.shape == (1, 64, 64, 3) and np.isfinite(out).all()

@@ -1,17 +1,18 @@
-"""DiT instruction editors' pipelines (FLUX.1 Kontext, Qwen-Image-Edit, FLUX.2 [klein]) from one of three weight
-sources, through one `PipelineClass.from_pretrained(path_or_id)` call, as `benchmark.models.diffusion` does for SD.
+"""DiT instruction editors' pipelines (FLUX.1 Kontext, Qwen-Image-Edit, FLUX.2 [klein], OmniGen) from one of three
+weight sources, through one `PipelineClass.from_pretrained(path_or_id)` call, as `benchmark.models.diffusion` does for SD.
 
 - `pretrained`: the checkpoint's hub id at a pinned revision (users; needs the hub or a local cache).
 - `random`: the checkpoint's real component configs (`KINDS[kind].real`, written down below with their source) with
-  random weights, saved once and loaded like `tiny`: speed and memory at real size on a GPU. 12-20 GB of weights:
-  never built in the tests.
-- `tiny`: the same component configs with only their sizes replaced (`KINDS[kind].tiny`: widths, depths, head
+  random weights, built in bf16, saved once and loaded like `tiny`: speed and memory at real size on a GPU. 8-58 GB
+  of weights: never built in the tests.
+- `tiny`: the same component configs with only their sizes replaced (`TINY[kind]`: widths, depths, head
   counts, vocabulary sizes); every switch that is not a size (activations, norms, rope layout, latent channels,
   VAE scaling, scheduler, special-token roles) is the real one, which tests/test_dit_editors.py checks.
 
 Tokenizers cannot be downloaded here, so every tokenizer is built offline with the real class: CLIP from open_clip's
 bundled BPE (the real vocabulary, `benchmark.models.tokenizer`); T5 (`T5Tokenizer`, a Unigram model over printable
-characters) and Qwen (`Qwen2Tokenizer`, byte-level BPE over the 256 byte symbols, no merges) with small
+characters), Qwen (`Qwen2Tokenizer`, byte-level BPE over the 256 byte symbols, no merges) and Phi-3/Llama
+(`LlamaTokenizer`, BPE with byte fallback, no merges) with small
 vocabularies and the real special tokens, as `benchmark.models.llm` does for its tiny Qwen2. A vocabulary size is a
 size: the tiny text encoders' `vocab_size` and special-token ids are set from these tokenizers.
 
@@ -246,7 +247,7 @@ TINY = {
                          "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 8},
     },
     "omnigen": {
-        # one head of 8 pairs of rope frequencies: the first 4 of each factor list (a list as long as head_dim / 2)
+        # heads of width 8 have 4 rope frequencies: the first 4 of each real factor list (one factor per frequency)
         "transformer": {"hidden_size": 32, "num_attention_heads": 4, "num_key_value_heads": 4,
                         "intermediate_size": 37, "num_layers": 1,
                         "rope_scaling": {"type": "su",
@@ -326,16 +327,14 @@ def _qwen_image_edit(c: dict[str, dict[str, Any]], tiny: bool) -> dict[str, Any]
     tok = qwen_tokenizer(QWEN_VL_SPECIALS)
     ids = {t: tok.convert_tokens_to_ids(t) for t in QWEN_VL_SPECIALS}
     text = dict(c["text_encoder.text"])
-    if tiny:  # tiny: the tokenizer's vocabulary and ids (a vocabulary size is a size)
+    if tiny:  # tiny: the tokenizer's vocabulary (a vocabulary size is a size); random keeps Qwen's 152064 rows
         text["vocab_size"] = len(tok)
+    # Both sources use the tokenizer's ids of Qwen's special tokens: the real tokenizer cannot be fetched here, and
+    # the processor writes the image placeholder with the tokenizer's id, which the model must look for.
     token_ids = {"image_token_id": ids["<|image_pad|>"], "video_token_id": ids["<|video_pad|>"],
                  "vision_start_token_id": ids["<|vision_start|>"], "vision_end_token_id": ids["<|vision_end|>"],
                  "vision_token_id": ids["<|vision_pad|>"], "bos_token_id": ids["<|endoftext|>"],
                  "eos_token_id": ids["<|im_end|>"]}
-    if not tiny:  # random: Qwen2.5-VL's ids (the tokenizer is still the tiny one; the weights are noise anyway)
-        token_ids = {"image_token_id": 151655, "video_token_id": 151656, "vision_start_token_id": 151652,
-                     "vision_end_token_id": 151653, "vision_token_id": 151654, "bos_token_id": 151643,
-                     "eos_token_id": 151645}
     config = Qwen2_5_VLConfig(text_config={**text, **{k: token_ids[k] for k in ("bos_token_id", "eos_token_id")}},
                               vision_config=dict(c["text_encoder.vision"]), **token_ids)
     processor = Qwen2VLProcessor(image_processor=Qwen2VLImageProcessor(), tokenizer=tok,
