@@ -135,3 +135,10 @@ def test_an_extended_sample_counts_the_smaller_samples_edits_as_done(tmp_path):
     cfg, _ = _cfg(tmp_path, "editor=identity", "profile=tiny", "queryset.sample=56", "seed=1")  # another seed: none
     est, _ = B.estimate(cfg, _full(cfg), editor="identity", metrics="basic")
     assert (est.todo, est.done) == (56, 0)
+
+
+@pytest.mark.parametrize("editor", ["ip2p", "magicbrush", "sdedit", "diffedit", "p2p", "imagic", "ledits"])
+def test_tiny_diffusion_editors_have_a_cpu_cost(tmp_path, editor):
+    cfg, _ = _cfg(tmp_path, f"editor={editor}", "profile=tiny", "editor.device=cpu")
+    est, note = B.estimate(cfg, _full(cfg), editor=editor, metrics="basic")
+    assert est is not None and est.device_class == "cpu" and "NOISY" in est.cost.source, note
