@@ -32,7 +32,7 @@ SD_EDITORS = ("ip2p", "magicbrush", "sdedit", "diffedit", "p2p", "imagic", "ledi
 DIT_EDITORS = ("flux_kontext", "qwen_image_edit", "flux2", "omnigen")
 DIFFUSION_EDITORS = (*SD_EDITORS, *DIT_EDITORS)
 WEIGHT_FREE_EDITORS = ("identity", "oracle", "overedit")
-SUITES = ("basic", "hatie", "editval_oracle", "conventional", "augclip", "bpm")
+SUITES = ("basic", "hatie", "editval_oracle", "conventional", "augclip", "bpm", "judge")
 # The query set each suite is checked on (EditVal's rules need its own edit types).
 SUITE_QUERYSET = {"editval_oracle": "demo_editval"}
 HALF = ("fp16", "bf16")
