@@ -276,9 +276,9 @@ def test_metaeval_sees_the_judge_columns(tmp_path, restore_logging):
     for q in map(json.loads, lines):
         src = np.asarray(Image.open(DEMO / q["image"]).convert("RGB"))
         Image.fromarray(255 - src).save(modified / f"{q['id']}.png")
-    # `++`: metaeval checks plain `metrics.<set>.<key>=` overrides against its default set (basic) and refuses them
+    # a `metrics.<suite>.<key>=` override reaches the sets that hold the suite (judge), and is checked against them
     assert main(["metaeval", "gt-selection", "queryset=demo_mini", "profile=tiny", "limit=2",
-                 f"paths.results={tmp_path / 'results'}", "progress=false", f"++metrics.judge.resolution={RES}",
+                 f"paths.results={tmp_path / 'results'}", "progress=false", f"metrics.judge.resolution={RES}",
                  "--metrics", "judge", "--resamples", "50", "--modified", str(modified)]) == 0
     import pandas as pd
 

@@ -543,3 +543,18 @@ def test_cli_skip_missing_that_drops_every_pair_says_so(tmp_path, capsys):
     assert _cli("2afc", *_base(tmp_path), *args) == 2
     err = capsys.readouterr().err
     assert "9" in err and "missing image" in err
+
+
+def test_a_suite_override_reaches_only_the_sets_that_hold_the_suite(tmp_path):
+    from benchmark.metaeval.scoring import MetaevalError, Session, metric_suite
+
+    assert metric_suite("metrics.judge.resolution=224") == "judge" and metric_suite("++metrics.hatie.x=1") == "hatie"
+    assert metric_suite("queryset=demo") is None and metric_suite("metrics=basic") is None
+    common = ["queryset=demo_mini", "profile=tiny", f"paths.results={tmp_path}"]
+    s = Session([*common, "metrics.hatie.weights=default"], ["basic", "hatie"])
+    assert "metrics.hatie.weights=default" in s.overrides_for("hatie")
+    assert "metrics.hatie.weights=default" not in s.overrides_for("basic")
+    with pytest.raises(MetaevalError, match="no metric set of this meta-evaluation has a suite 'judge'"):
+        Session([*common, "metrics.judge.resolution=224"], ["basic"])
+    with pytest.raises(MetaevalError, match="no_such_key"):
+        Session([*common, "metrics.hatie.no_such_key=1"], ["hatie"])

@@ -75,6 +75,12 @@ def composite_scores(x: np.ndarray, weights: np.ndarray) -> np.ndarray:
         return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
 
 
+def metric_suite(override: str) -> str | None:
+    """The suite a `metrics.<suite>.<key>=value` override sets (`+`, `++`, `~` allowed), else None."""
+    parts = override.split("=", 1)[0].lstrip("+~").split(".")
+    return parts[1] if len(parts) > 2 and parts[0] == "metrics" else None
+
+
 # ------------------------------------------------------------------------------------------------- the session
 class Session:
     """One meta-evaluation: the run config (query set, profile, paths) and the metric sets to evaluate."""
@@ -90,11 +96,15 @@ class Session:
             raise MetaevalError(f"{' '.join(bad)}: metaeval chooses metric sets with --metrics and runs its own "
                                 "candidates; drop these overrides")
         self.metric_sets = list(metric_sets) if metric_sets else options("metrics")
+        # `metrics.<suite>.<key>=` overrides apply to the metric sets that hold that suite, and only to them
+        self.overrides = [o for o in overrides if metric_suite(o) is None]
+        self.suite_overrides = [o for o in overrides if metric_suite(o) is not None]
+        self._suites: dict[str, set[str]] = {}
         try:
             for m in self.metric_sets:
                 check_option("metrics", m)
-            self.overrides = list(overrides)
             cfg, _ = compose([*self.overrides, f"metrics={self.metric_sets[0]}"])
+            self._check_suite_overrides()
         except UnknownOptionError as err:
             raise MetaevalError(str(err)) from None
         self.cfg = cfg
@@ -111,6 +121,30 @@ class Session:
         except Exception as err:  # omegaconf's grammar errors have many types
             raise MetaevalError(f"bad metaeval setting in {list(settings)}: {err}") from None
         self.settings = OmegaConf.merge(base, extra)
+
+    def suites(self, metric_set: str) -> set[str]:
+        """The suites (and pairwise metrics) of `metric_set`, as composed (cached)."""
+        from benchmark.run import compose
+
+        if metric_set not in self._suites:
+            self._suites[metric_set] = set(compose([*self.overrides, f"metrics={metric_set}"])[0].metrics)
+        return self._suites[metric_set]
+
+    def overrides_for(self, metric_set: str) -> list[str]:
+        """The run overrides of `metric_set`'s runs: the general ones and those of its own suites."""
+        return self.overrides + [o for o in self.suite_overrides if metric_suite(o) in self.suites(metric_set)]
+
+    def _check_suite_overrides(self) -> None:
+        """Every `metrics.<suite>.<key>=` names a suite of a chosen set, and a key that suite has."""
+        from benchmark.config import check_keys
+
+        for o in self.suite_overrides:
+            holders = [m for m in self.metric_sets if metric_suite(o) in self.suites(m)]
+            if not holders:
+                raise MetaevalError(f"{o}: no metric set of this meta-evaluation has a suite "
+                                    f"{metric_suite(o)!r} (sets: {', '.join(self.metric_sets)}); choose one with "
+                                    "--metrics or drop the override")
+            check_keys([f"metrics={holders[0]}", o])
 
     @property
     def profile(self) -> str:
@@ -144,7 +178,8 @@ class Session:
         from benchmark.run import compose, run_pipeline
 
         if metric_set not in self._composed:  # composing costs ~1 s; every candidate run of a set shares it
-            self._composed[metric_set] = compose([*self.overrides, f"metrics={metric_set}", "editor=identity",
+            self._composed[metric_set] = compose([*self.overrides_for(metric_set), f"metrics={metric_set}",
+                                                  "editor=identity",
                                                   "stages=[edit,score]", "max_failed_fraction=1.0"])[0]
         cfg = copy.deepcopy(self._composed[metric_set])
         with open_dict(cfg):
