@@ -4,6 +4,7 @@ before editing with the estimate and the sample option; under budget, tiny runs 
 import pytest
 
 from benchmark import budget as B
+from benchmark.config import options
 from benchmark.run import compose, run_pipeline
 
 BASE = ("queryset=demo", "progress=false", "aggregate.bootstrap_resamples=200", "stages=[edit]")
@@ -137,7 +138,8 @@ def test_an_extended_sample_counts_the_smaller_samples_edits_as_done(tmp_path):
     assert (est.todo, est.done) == (56, 0)
 
 
-@pytest.mark.parametrize("editor", ["ip2p", "magicbrush", "sdedit", "diffedit", "p2p", "imagic", "ledits"])
+@pytest.mark.parametrize("editor", [e for e in options("editor") if e not in ("identity", "oracle", "overedit",
+                                                                         "external")])
 def test_tiny_diffusion_editors_have_a_cpu_cost(tmp_path, editor):
     cfg, _ = _cfg(tmp_path, f"editor={editor}", "profile=tiny", "editor.device=cpu")
     est, note = B.estimate(cfg, _full(cfg), editor=editor, metrics="basic")

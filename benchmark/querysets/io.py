@@ -510,3 +510,24 @@ def _sampled(queries: list[Query], name: str, meta: dict[str, Any], request: Any
         raise QuerySetError(f"query set {name}: {err}") from None
     info = {**info, "parent": name, "parent_records_hash": records_hash(queries)}
     return picked, sample_name(name, info["n"], seed), {**meta, "sample": info}
+
+
+def sample_set(queryset: QuerySet, request: Any = None, seed: int = 0, types: Any = None) -> QuerySet:
+    """`queryset` itself when `request` is None, else its sample as a query set of its own: its queries, its name
+    (`sample_name`), its hash over them and their files, and `meta["sample"]` (the draw and the set it came from), as
+    `load_queryset(..., sample=...)` makes it. A request it cannot honour is a QuerySetError naming the set."""
+    if request is None:
+        return queryset
+    picked, name, meta = _sampled(list(queryset.queries), queryset.name, dict(queryset.meta), request, seed, types)
+    return QuerySet(name=name, root=queryset.root, queries=tuple(picked),
+                    hash=content_hash(picked, file_digests(queryset.root, picked, meta)), meta=meta)
+
+
+def load_sampled(loader: str, sample: int | float | None = None, sample_seed: int = 0, sample_types: Any = None,
+                 **kwargs: Any) -> QuerySet:
+    """A query-set config's `_target_` for a set whose loader takes no sample keys (e.g. `demo_editval`): load it
+    with `loader` (the dotted name of its function, called with `kwargs`), then draw `queryset.sample=N` from it
+    (`sample_set`), so every query-set config takes the same sample keys."""
+    from hydra.utils import get_method
+
+    return sample_set(get_method(loader)(**kwargs), sample, sample_seed, sample_types)

@@ -21,12 +21,13 @@ from collections import defaultdict
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, TypeVar
 
-from benchmark.types import EDITVAL_TYPES, HATIE_TYPES, Query
+from benchmark.types import EDITVAL_TYPES, GEDIT_TYPES, HATIE_TYPES, Query
 
 T = TypeVar("T")
 
 # `sample_types` shorthands: the edit types of one benchmark family
-TYPE_FAMILIES: dict[str, tuple[str, ...]] = {"hatie": HATIE_TYPES, "editval": EDITVAL_TYPES}
+TYPE_FAMILIES: dict[str, tuple[str, ...]] = {"hatie": HATIE_TYPES, "editval": EDITVAL_TYPES,
+                                              "gedit": GEDIT_TYPES}
 STRATA = ("edit_type", "object_class")  # recorded in the sample's metadata
 
 
@@ -123,31 +124,3 @@ def draw_sample(queries: Sequence[Query], request: Any, *, seed: int = 0,
     meta = {"n": n, "seed": seed, "pool": len(pool), "set_size": len(queries),
             "types": list(wanted) if wanted is not None else None, "strata": list(STRATA)}
     return picked, meta
-
-
-def sample_set(queryset: Any, request: Any = None, seed: int = 0, types: Any = None) -> Any:
-    """`queryset` itself when `request` is None, else its sample as a query set of its own: its queries, its name
-    (`sample_name`), its hash over them and their files, and `meta["sample"]` (the draw and the set it came from), as
-    `load_queryset(..., sample=...)` makes it. A request it cannot honour is a QuerySetError naming the set."""
-    from benchmark.querysets.io import QuerySet, QuerySetError, content_hash, file_digests, records_hash
-
-    if request is None:
-        return queryset
-    try:
-        picked, info = draw_sample(queryset.queries, request, seed=seed, types=types)
-    except SampleError as err:
-        raise QuerySetError(f"query set {queryset.name}: {err}") from None
-    meta = {**queryset.meta, "sample": {**info, "parent": queryset.name,
-                                        "parent_records_hash": records_hash(queryset.queries)}}
-    return QuerySet(name=sample_name(queryset.name, info["n"], seed), root=queryset.root, queries=tuple(picked),
-                    hash=content_hash(picked, file_digests(queryset.root, picked, meta)), meta=meta)
-
-
-def load_sampled(loader: str, sample: int | float | None = None, sample_seed: int = 0, sample_types: Any = None,
-                 **kwargs: Any) -> Any:
-    """A query-set config's `_target_` for a set whose loader takes no sample keys (e.g. `demo_editval`): load it
-    with `loader` (the dotted name of its function, called with `kwargs`), then draw `queryset.sample=N` from it
-    (`sample_set`), so every query-set config takes the same sample keys."""
-    from hydra.utils import get_method
-
-    return sample_set(get_method(loader)(**kwargs), sample, sample_seed, sample_types)
