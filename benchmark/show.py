@@ -252,8 +252,9 @@ def render(results: Path, queryset: str | None = None, *, by: str | None = None,
             if unscored[qs]:  # once per query set, at its first section
                 lines.append(f"\n{unscored[qs]}")
                 unscored[qs] = ""
-            if not valued:  # a scene-graph suite's rows on such a set (a run from before the refusal): no columns
-                continue
+            marked = "mark" in part and part["mark"].fillna("").astype(str).str.strip().ne("").any()
+            if not valued and not marked:  # a scene-graph suite's empty rows there (a run from before the refusal);
+                continue                   # a failed or partial row is always shown, with its mark
         headline = next((m for m in valued if sinfo[m][1]), valued[0] if valued else None)
         key = sort if sort is not None and sort in part and (sort not in metrics_in or sort in own) else headline
         descending = bool(sinfo[key][0]) if key in sinfo else key in COUNT_COLUMNS[:1]
@@ -301,8 +302,8 @@ def render(results: Path, queryset: str | None = None, *, by: str | None = None,
 
 def _without_scene_graphs(results: Path, df: Any) -> dict[str, str]:
     """Query set -> the note that HATIE and EditVal do not apply to it, for every set of `df` whose edit types
-    (leaderboard_by_type.csv) include no HATIE or EditVal type (GEdit-Bench, MagicBrush: no scene graphs)."""
-    from benchmark.types import EDITVAL_TYPES, HATIE_TYPES
+    (leaderboard_by_type.csv) are all of the families without scene graphs (GEdit-Bench's, MagicBrush's free_form)."""
+    from benchmark.types import FREEFORM_TYPES, GEDIT_TYPES
 
     path = results / TABLE_FILES["type"]
     if "queryset" not in df or not path.is_file():
@@ -310,11 +311,11 @@ def _without_scene_graphs(results: Path, df: Any) -> dict[str, str]:
     by_type = _read(path)
     if not {"queryset", "edit_type"} <= set(by_type.columns):
         return {}
-    graph_types = set(HATIE_TYPES) | set(EDITVAL_TYPES)
+    graphless = set(GEDIT_TYPES) | set(FREEFORM_TYPES)
     out = {}
     for qs in sorted(set(df["queryset"].astype(str))):
         types = set(by_type.loc[by_type["queryset"].astype(str) == qs, "edit_type"].astype(str))
-        if types and not types & graph_types:
+        if types and types <= graphless:
             out[qs] = f"HATIE/EditVal do not apply to {qs} (no scene graphs)"
     return out
 
