@@ -69,20 +69,10 @@ class GEditFormatError(ValueError):
 def load_split(dataset: str | os.PathLike[str], split: str, revision: str | None = None) -> Any:
     """A saved dataset folder (`save_to_disk`, a Dataset or a DatasetDict), or a hub id (needs the network)."""
     import datasets
+    from benchmark.querysets.hub_split import load_split as load
 
-    path = Path(dataset)
-    if path.exists():
-        ds = datasets.load_from_disk(str(path))
-    else:
-        ds = datasets.load_dataset(str(dataset), split=split, revision=revision)
-    if isinstance(ds, datasets.DatasetDict):
-        if split not in ds:
-            raise GEditFormatError(f"{dataset}: no split {split!r}; it has {sorted(ds)}")
-        ds = ds[split]
-    missing = [f for f in FEATURES if f not in ds.column_names]
-    if missing:
-        raise GEditFormatError(f"{dataset}: missing GEdit-Bench feature(s) {missing}; it has {ds.column_names}. "
-                               f"Is it {HUB_ID}'s {split!r} split? Fetch it with: make data NAME=gedit")
+    ds = load(dataset, split, features=FEATURES, what="GEdit-Bench", error=GEditFormatError, revision=revision,
+              hint=f". Is it {HUB_ID}'s {split!r} split? Fetch it with: make data NAME=gedit")
     # images are read as stored bytes and decoded here, so an unreadable one is reported with its row
     return ds.cast_column("input_image", datasets.Image(decode=False)).cast_column(
         "input_image_raw", datasets.Image(decode=False))

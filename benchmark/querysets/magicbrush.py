@@ -45,21 +45,9 @@ def edit_region(mask_img: Any) -> np.ndarray:
 
 def load_split(dataset: str | os.PathLike[str], split: str | None) -> Any:
     """A saved dataset folder (`save_to_disk`, a Dataset or a DatasetDict), or a hub id (needs the network)."""
-    import datasets
+    from benchmark.querysets.hub_split import load_split as load
 
-    path = Path(dataset)
-    if path.exists():
-        ds = datasets.load_from_disk(str(path))
-    else:
-        ds = datasets.load_dataset(str(dataset), split=split)
-    if isinstance(ds, datasets.DatasetDict):
-        if split not in ds:
-            raise MagicBrushFormatError(f"{dataset}: no split {split!r}; it has {sorted(ds)}")
-        ds = ds[split]
-    missing = [f for f in FEATURES if f not in ds.column_names]
-    if missing:
-        raise MagicBrushFormatError(f"{dataset}: missing MagicBrush feature(s) {missing}; it has {ds.column_names}")
-    return ds
+    return load(dataset, split, features=FEATURES, what="MagicBrush", error=MagicBrushFormatError)
 
 
 def build(dataset: str | os.PathLike[str], out_dir: str | os.PathLike[str], *, split: str = "dev",
