@@ -160,6 +160,10 @@ class JudgeSuite:
     def model_seconds(self) -> dict[str, float]:
         return {k: v for k, v in self.timings.items() if "forward" in k}
 
+    def step_seconds(self) -> dict[str, float]:
+        """Seconds outside the judge's forward passes and its load (`load images`, ...): what the bench scripts print."""
+        return {k: v for k, v in self.timings.items() if "forward" not in k and k != "load judge"}
+
     @property
     def reader(self) -> Any:
         if self._reader is None:
@@ -274,4 +278,4 @@ class JudgeSuite:
         qs, paths = by_source(queries, edit_paths)
         yield from score_in_chunks(_Samples(queryset, qs, paths, self.resolution), self._score_chunk,
                                    chunk_size=self.chunk_size, desc="judge", num_workers=num_workers,
-                                   progress=progress)
+                                   progress=progress, timings=self.timings)
