@@ -244,8 +244,10 @@ def estimate(cfg: Any, full: Any, *, editor: str, metrics: str, gpu_name: Callab
     cls, note = device_class(resolve_device(str(device)) if device else None, table, gpu_name)
     cost = lookup(table, "editors", editor, size, cls)
     if cost is None:
+        how = ("editmeter gpu-check (its s/query and load s columns)" if cls != "cpu" else
+               f"editmeter run editor={editor} queryset=demo queryset.sample=14 (edit seconds / 14, load editor)")
         return None, (f"cost unknown: configs/costs.yaml has no row for editor {editor} at {size} size on {cls}; "
-                      "measure it with editmeter gpu-check and add it")
+                      f"measure it with {how} and add it")
     count = int(cfg.shard.count)
     selected = {q.id for i in range(count) for q in full.shard(i, count).subset(cfg.limit)}
     editor_cfg = portable(OmegaConf.to_container(cfg.editor, resolve=True))

@@ -75,10 +75,15 @@ def test_an_unlisted_gpu_borrows_the_h100_rows_and_says_so(tmp_path):
     assert "A100" in line and "h100 rows" in line
 
 
-def test_unknown_cost_is_reported_not_blocked(tmp_path):
+def test_unknown_cost_is_reported_not_blocked_with_how_to_measure_it_there(tmp_path):
     cfg, _ = _cfg(tmp_path, "editor=overedit", "profile=tiny", "budget.max_gpu_hours=0")
     line = B.check_budget(cfg, _full(cfg), editor="overedit", metrics="basic", interactive=lambda: False)
-    assert "cost unknown" in line and "gpu-check" in line
+    # on a CPU the measurement is a small run (gpu-check measures nothing without CUDA)
+    assert "cost unknown" in line and "editmeter run editor=overedit" in line and "gpu-check" not in line
+    cfg, _ = _cfg(tmp_path, "editor=omnigen", "profile=random", "editor.device=cuda", "budget.max_gpu_hours=0")
+    line = B.check_budget(cfg, _full(cfg), editor="omnigen", metrics="basic", gpu_name=lambda: "NVIDIA H100",
+                          interactive=lambda: False)
+    assert "cost unknown" in line and "on h100" in line and "gpu-check" in line
 
 
 def test_done_queries_are_not_counted_again(tmp_path, capsys):
