@@ -285,3 +285,41 @@ def test_metaeval_sees_the_judge_columns(tmp_path, restore_logging):
     table = pd.read_csv(next((tmp_path / "results" / "metaeval").glob("gt-selection-*.csv"))).set_index("metric")
     assert {"judge/G_O", "judge/G_SC", "judge/G_PQ", "judge/G_O_argmax"} <= set(table.index)
     assert (table.loc["judge/G_O", ["pref_gt", "pref_preserved", "pref_modified"]].sum()) == pytest.approx(1.0)
+
+
+def test_metaeval_2afc_and_winrate_report_the_judges_agreement_with_people(tmp_path, restore_logging):
+    """People's preferences (a pairs CSV: ground truth > noisy ground truth > inverted source, per query) against
+    the judge's G_O through `editmeter metaeval 2afc` and `winrate`: one row per judge column, every pair scored.
+    (Tiny random weights: the agreement values themselves mean nothing here; the path is what is tested.)"""
+    import csv
+
+    import pandas as pd
+
+    from benchmark.cli import main
+
+    rng = np.random.default_rng(0)
+    rows = []
+    for q in map(json.loads, (DEMO / "queries.jsonl").read_text().splitlines()[:2]):
+        tgt = np.asarray(Image.open(DEMO / q["target_image"]).convert("RGB")).astype(float)
+        src = np.asarray(Image.open(DEMO / q["image"]).convert("RGB")).astype(float)
+        for name, arr in {"gt": tgt, "noisy": tgt + rng.normal(0, 40, tgt.shape), "inverted": 255 - src}.items():
+            (tmp_path / "edits" / name).mkdir(parents=True, exist_ok=True)
+            Image.fromarray(np.clip(arr, 0, 255).astype(np.uint8)).save(tmp_path / "edits" / name / f"{q['id']}.png")
+        for a, b in (("gt", "noisy"), ("gt", "inverted"), ("noisy", "inverted")):
+            rows.append({"query_id": q["id"], "image_a": f"edits/{a}/{q['id']}.png",
+                         "image_b": f"edits/{b}/{q['id']}.png", "preferred": "a", "editor_a": a, "editor_b": b})
+    prefs = tmp_path / "prefs.csv"
+    with prefs.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    base = ["queryset=demo_mini", "profile=tiny", f"paths.results={tmp_path / 'results'}", "progress=false",
+            f"metrics.judge.resolution={RES}", "--metrics", "judge", "--resamples", "50", "--pairs", str(prefs)]
+    for test in ("2afc", "winrate"):
+        assert main(["metaeval", test, *base]) == 0
+        table = pd.read_csv(next((tmp_path / "results" / "metaeval").glob(f"{test}-*.csv"))).set_index("metric")
+        assert {"judge/G_O", "judge/G_SC", "judge/G_PQ"} <= set(table.index)
+        if test == "2afc":
+            assert table.loc["judge/G_O", "n_pairs"] == 6 and 0 <= table.loc["judge/G_O", "agreement"] <= 1
+        else:
+            assert table.loc["judge/G_O", "n_editors"] == 3
