@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmark.metrics.chunking import QuerySamples
+from benchmark.metrics.components import LazyComponents
 from benchmark.metrics.judge.prompts import DEFAULT_VERSION, Prompts, Question, get_prompts
 from benchmark.models.common import resolve_device
 from benchmark.types import MetricInfo, Query
@@ -111,7 +112,7 @@ def reader_identity(factory: Callable[..., Any]) -> tuple[str, str]:
     return built.name, built.dtype
 
 
-class JudgeSuite:
+class JudgeSuite(LazyComponents):
     """VIEScore SC / PQ / O per query with a local VLM judge (specification: docs/judge.md).
 
     vlm(device=) -> `benchmark.models.vlm.ScoreReader`. `resolution`: longer image side in pixels (a multiple of
@@ -134,9 +135,9 @@ class JudgeSuite:
         self.resolution = int(resolution)
         self.device = resolve_device(device)
         self.batch_size, self.chunk_size = batch_size, chunk_size
-        self._factory = vlm
+        self._factories: dict[str, Callable[..., Any] | None] = {"judge": vlm}
+        self._models: dict[str, Any] = {}
         self.model_name, self.dtype = reader_identity(vlm)
-        self._reader: Any = None
         self.timings: dict[str, float] = {}
         self.column_info = column_info(self.prompts) | SUMMARY_INFO
         self.columns = tuple(c for c in self.column_info if c not in SUMMARY_INFO)
@@ -160,21 +161,14 @@ class JudgeSuite:
     def model_seconds(self) -> dict[str, float]:
         return {k: v for k, v in self.timings.items() if "forward" in k}
 
-    def step_seconds(self) -> dict[str, float]:
-        """Seconds outside the judge's forward passes and its load (`load images`, ...): what the bench scripts print."""
-        return {k: v for k, v in self.timings.items() if "forward" not in k and k != "load judge"}
-
     @property
     def reader(self) -> Any:
-        if self._reader is None:
-            t0 = time.perf_counter()
-            r = self._factory(device=self.device)
-            self.timings["load judge"] = time.perf_counter() - t0
-            if (r.name, r.dtype) != (self.model_name, self.dtype):
-                raise RuntimeError(f"the judge loaded as {r.name} ({r.dtype}), but the run was keyed as "
-                                   f"{self.model_name} ({self.dtype}); scores would be filed under the wrong signature")
-            self._reader = r
-        return self._reader
+        """The judge's `ScoreReader`, loaded on first use (LazyComponents), checked against the run's key."""
+        r = self._get("judge")
+        if (r.name, r.dtype) != (self.model_name, self.dtype):
+            raise RuntimeError(f"the judge loaded as {r.name} ({r.dtype}), but the run was keyed as "
+                               f"{self.model_name} ({self.dtype}); scores would be filed under the wrong signature")
+        return r
 
     # -- judging ----------------------------------------------------------------------------------------------
     def request(self, q: Query) -> str:
