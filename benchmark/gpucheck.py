@@ -171,20 +171,23 @@ def check_suite(suite: str, *, device: Device, queries: int, work: Path) -> Row:
         return Row("tiny", f"suite {suite}", False, _first_line(err))
 
 
-def time_editor(editor: str, *, device: Device, queries: int, work: Path) -> Row:
-    """Real-size editor (random weights, real settings, its default dtype): seconds per query and load time."""
+def time_editor(editor: str, *, device: Device, queries: int, work: Path, extra: Sequence[str] = ()) -> Row:
+    """Real-size editor (random weights, real settings, its default dtype): seconds per query and load time.
+    `extra`: further `editor.<key>=` overrides (e.g. `editor.deterministic=false` to price deterministic mode);
+    they are named in the row's component."""
     overrides = [f"editor={editor}", "queryset=demo_mini", "profile=random", f"limit={queries}", "stages=[edit]",
-                 f"device={device.name}", f"editor.device={device.name}"]
+                 f"device={device.name}", f"editor.device={device.name}", *extra]
+    label = " ".join([f"{editor} real size", *extra])
     try:
         device.reset()
         with _scratch(work, "timing") as results:
             summary = run_once(overrides, results)
         failed = _edit_failures(summary)
         t = summary["timings"]
-        return Row("random", f"{editor} real size", not failed, failed or "timed", t.get("edit", 0.0) / queries,
+        return Row("random", label, not failed, failed or "timed", t.get("edit", 0.0) / queries,
                    t.get("load editor"), device.peak_gib())
     except Exception as err:
-        return Row("random", f"{editor} real size", False, _first_line(err))
+        return Row("random", label, False, _first_line(err))
 
 
 def time_hatie(*, device: Device, queries: int, work: Path) -> Row:
@@ -231,15 +234,18 @@ def _cuda_line() -> str | None:
 def plan(args: argparse.Namespace, device: Device, work: Path) -> list[Callable[[], Row]]:
     """The checks to run, in table order."""
     steps: list[Callable[[], Row]] = []
-    for e in args.editors:
-        for dt in (args.dtypes if e in DIFFUSION_EDITORS else [None]):
-            steps.append(lambda e=e, dt=dt: check_editor(e, dt, device=device, queries=args.queries, work=work))
-    for s in args.suites:
-        steps.append(lambda s=s: check_suite(s, device=device, queries=args.queries, work=work))
+    if not args.no_tiny:
+        for e in args.editors:
+            for dt in (args.dtypes if e in DIFFUSION_EDITORS else [None]):
+                steps.append(lambda e=e, dt=dt: check_editor(e, dt, device=device, queries=args.queries, work=work))
+        for s in args.suites:
+            steps.append(lambda s=s: check_suite(s, device=device, queries=args.queries, work=work))
     if not args.no_timing:
         for e in (e for e in args.editors if e in SD_EDITORS or (args.dit_timing and e in DIT_EDITORS)):
-            steps.append(lambda e=e: time_editor(e, device=device, queries=args.timing_queries, work=work))
-        steps.append(lambda: time_hatie(device=device, queries=args.timing_queries, work=work))
+            steps.append(lambda e=e: time_editor(e, device=device, queries=args.timing_queries, work=work,
+                                                 extra=args.timing_set))
+        if "hatie" in args.suites:
+            steps.append(lambda: time_hatie(device=device, queries=args.timing_queries, work=work))
     return steps
 
 
@@ -249,6 +255,12 @@ def _names(text: str, valid: Sequence[str], what: str) -> list[str]:
     if bad:
         raise argparse.ArgumentTypeError(f"unknown {what} {', '.join(bad)}; valid: {', '.join(valid)}")
     return names
+
+
+def _editor_override(text: str) -> str:
+    if not text.startswith("editor.") or "=" not in text:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an editor override; write editor.KEY=VALUE")
+    return text
 
 
 def parse(argv: Sequence[str]) -> argparse.Namespace:
@@ -262,6 +274,11 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     ap.add_argument("--queries", type=int, default=2, help="demo queries per correctness check (default 2)")
     ap.add_argument("--timing-queries", type=int, default=2, help="queries per real-size timing (default 2)")
     ap.add_argument("--no-timing", action="store_true", help="correctness only (no real-size models)")
+    ap.add_argument("--no-tiny", action="store_true", help="timing only (skip the tiny correctness checks)")
+    ap.add_argument("--timing-set", action="append", default=[], metavar="editor.KEY=VALUE",
+                    type=_editor_override,
+                    help="an override for the real-size editor timings, repeatable (e.g. editor.deterministic=false "
+                         "prices deterministic mode); named in the table")
     ap.add_argument("--dit-timing", action="store_true",
                     help="also time the DiT editors at real size (flux_kontext 34 GB, qwen_image_edit 58 GB, flux2 "
                          "16 GB, omnigen 8 GB of random bf16 weights built on the CPU and cached on disk first)")
@@ -269,6 +286,13 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     ap.add_argument("--work", type=Path, help="scratch folder (default: a temporary one, removed afterwards)")
     ap.add_argument("--allow-cpu", action="store_true", help="run on the CPU when there is no CUDA (slow; tests)")
     return ap.parse_args(argv)
+
+
+def _write_markdown(path: Path, device: str, rows: Sequence[Row], *, complete: bool) -> None:
+    from benchmark.provenance import device_name
+
+    state = "" if complete else " (incomplete: the check was still running)"
+    path.write_text(f"Device: {device_name(device)}{state}\n\n{table(rows)}\n")
 
 
 def main(argv: Sequence[str]) -> int:
@@ -287,7 +311,10 @@ def main(argv: Sequence[str]) -> int:
         for i, step in enumerate(steps, 1):
             rows.append(step())
             r = rows[-1]
-            print(f"[gpu-check] {i}/{len(steps)} {r.component}: {'PASS' if r.ok else 'FAIL'} {r.reason}", flush=True)
+            print(f"[gpu-check] {i}/{len(steps)} {r.component}: {'PASS' if r.ok else 'FAIL'} "
+                  f"{r.reason} ({_num(r.seconds_per_query, '.2f')} s/query)", flush=True)
+            if args.markdown:  # rewritten after every row, so a stopped check still leaves its table so far
+                _write_markdown(args.markdown, device.name, rows, complete=i == len(steps))
     finally:
         if args.work is None:
             shutil.rmtree(scratch, ignore_errors=True)
@@ -295,8 +322,6 @@ def main(argv: Sequence[str]) -> int:
 
     out = table(rows)
     print(f"\n{device_name(device.name)}; {time.perf_counter() - started:.0f} s\n{out}")
-    if args.markdown:
-        args.markdown.write_text(f"Device: {device_name(device.name)}\n\n{out}\n")
     failed = sum(not r.ok for r in rows)
     print(f"[gpu-check] {len(rows) - failed} passed, {failed} failed")
     return 1 if failed else 0
