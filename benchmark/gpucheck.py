@@ -244,7 +244,7 @@ def plan(args: argparse.Namespace, device: Device, work: Path) -> list[Callable[
         for e in (e for e in args.editors if e in SD_EDITORS or (args.dit_timing and e in DIT_EDITORS)):
             steps.append(lambda e=e: time_editor(e, device=device, queries=args.timing_queries, work=work,
                                                  extra=args.timing_set))
-        if "hatie" in args.suites:
+        if "hatie" in args.suites:  # `--suites` without hatie: no HATIE timing either
             steps.append(lambda: time_hatie(device=device, queries=args.timing_queries, work=work))
     return steps
 

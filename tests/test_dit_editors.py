@@ -228,10 +228,12 @@ def test_qwen_sizes_the_reference_images_as_configured_and_restores_diffusers(de
 def test_gpu_check_covers_the_dit_editors_in_tiny_size_and_times_them_only_when_asked(tmp_path):
     from benchmark import gpucheck
 
-    args = gpucheck.parse(["--editors", "flux2", "--suites", "basic", "--dtypes", "bf16"])
-    assert len(gpucheck.plan(args, gpucheck.Device("cpu"), tmp_path)) == 3  # tiny bf16, suite, HATIE timing
-    args = gpucheck.parse(["--editors", "flux2", "--suites", "basic", "--dtypes", "bf16", "--dit-timing"])
-    assert len(gpucheck.plan(args, gpucheck.Device("cpu"), tmp_path)) == 4  # + flux2 at real size
+    args = gpucheck.parse(["--editors", "flux2", "--suites", "basic,hatie", "--dtypes", "bf16"])
+    assert len(gpucheck.plan(args, gpucheck.Device("cpu"), tmp_path)) == 4  # tiny bf16, 2 suites, HATIE timing
+    args = gpucheck.parse(["--editors", "flux2", "--suites", "basic,hatie", "--dtypes", "bf16", "--dit-timing"])
+    assert len(gpucheck.plan(args, gpucheck.Device("cpu"), tmp_path)) == 5  # + flux2 at real size
+    args = gpucheck.parse(["--editors", "flux2", "--suites", "basic", "--dtypes", "bf16", "--no-tiny"])
+    assert gpucheck.plan(args, gpucheck.Device("cpu"), tmp_path) == []  # DiT timing not asked, no HATIE timing
     assert set(dit.KINDS) <= set(gpucheck.DIT_EDITORS)
 
 

@@ -21,6 +21,18 @@ pytestmark = pytest.mark.usefixtures("single_thread_torch")
 # of a pixel. Editors quantise once, after resizing (benchmark.editing.base.to_pil), so nothing can amplify it; any
 # real dependence on the batch (shared noise, cross-sample leakage) shows up as tens of levels.
 BATCH_TOLERANCE_LEVELS = 1
+# On CUDA in half precision (the tiny editors' default there) cuBLAS / cuDNN choose kernels by batch shape, and the
+# rounding differences are amplified over the sampling steps: measured on an H100 in fp16, batch 3-4 vs 1 differed by
+# up to 2 levels (ip2p) and 7 (p2p, whose edit runs through the attention maps). docs/diffusion.md#determinism.
+# Cross-sample leakage or shared noise still shows up as tens of levels over the whole image.
+CUDA_BATCH_TOLERANCE_LEVELS = 12
+
+
+def batch_tolerance_levels() -> int:
+    """The largest 8-bit difference allowed between batch size 1 and a larger batch on this machine."""
+    import torch
+
+    return CUDA_BATCH_TOLERANCE_LEVELS if torch.cuda.is_available() else BATCH_TOLERANCE_LEVELS
 
 
 def max_level_diff(a, b) -> int:
@@ -53,7 +65,7 @@ def test_contract(name, demo_qs):
     again = editor.edit(queries, images, seeds=seeds)
     assert all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(out, again, strict=True))
     one_by_one = [editor.edit([q], [im], seeds=[s])[0] for q, im, s in zip(queries, images, seeds, strict=True)]
-    assert max(max_level_diff(a, b) for a, b in zip(out, one_by_one, strict=True)) <= BATCH_TOLERANCE_LEVELS
+    assert max(max_level_diff(a, b) for a, b in zip(out, one_by_one, strict=True)) <= batch_tolerance_levels()
     # the two-phase form the edit stage uses gives the same images, prepared ahead or not
     for prepared in (None, [editor.prepare(im) for im in images]):
         finishers = editor.edit_deferred(queries, images, seeds=seeds, prepared=prepared)

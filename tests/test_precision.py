@@ -117,6 +117,6 @@ def test_every_suite_with_backbones_offers_the_mode_in_its_signature(metric_set)
     # the components that follow the mode are real components of the suite (a typo would silently do nothing)
     reduced = getattr(suites["bf16"], "reduced_components", ())
     assert set(reduced) <= set(getattr(suites["bf16"], "_factories", {})), reduced
-    cfg, _ = compose(["profile=tiny", f"metrics={metric_set}", f"metrics.{suite_name}.precision=tf32"])
+    cfg, _ = compose(["profile=tiny", f"metrics={metric_set}", f"metrics.{suite_name}.precision=tf32", "device=cpu"])
     with pytest.raises(RunError, match=f"metrics {suite_name}: precision tf32 exists only on CUDA"):
         apply_run_checks(cfg, "identity")

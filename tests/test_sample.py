@@ -243,7 +243,7 @@ def test_extending_a_sample_of_a_diffusion_editor_stays_within_the_batch_toleran
     import hydra.utils
     import numpy as np
     from PIL import Image
-    from test_editors import BATCH_TOLERANCE_LEVELS
+    from test_editors import batch_tolerance_levels
 
     from editors.ip2p import InstructPix2PixEditor
 
@@ -269,7 +269,7 @@ def test_extending_a_sample_of_a_diffusion_editor_stays_within_the_batch_toleran
         a = np.asarray(Image.open(png), dtype=np.int16)
         b = np.asarray(Image.open(Path(large["run_dir"]) / "edits" / png.name), dtype=np.int16)
         worst = max(worst, int(np.abs(a - b).max()))
-    assert worst <= BATCH_TOLERANCE_LEVELS
+    assert worst <= batch_tolerance_levels()
 
 
 # -- every query-set config takes the sample keys -------------------------------------------------------------------
