@@ -29,8 +29,9 @@ def test_every_cost_row_says_where_it_was_measured():
                 for cls in rows:
                     cost = B.lookup(table, group, name, size, cls)
                     assert cost is not None and len(cost.source) > 10, (group, name, size, cls)
-    # the H100 rows are the issue reports' numbers
-    assert B.lookup(table, "editors", "p2p", "real", "h100").s_per_query == 86
+    # the H100 rows are measurements: p2p's is gpu-check's on an H100 (configs/costs.yaml says so)
+    p2p = B.lookup(table, "editors", "p2p", "real", "h100")
+    assert p2p.s_per_query == 46.2 and "gpu-check" in p2p.source
 
 
 def test_over_budget_refuses_non_interactively_with_the_estimate_and_the_sample_option(tmp_path):
@@ -39,8 +40,8 @@ def test_over_budget_refuses_non_interactively_with_the_estimate_and_the_sample_
         B.check_budget(cfg, _full(cfg), editor="p2p", metrics="hatie", gpu_name=lambda: "NVIDIA H100 80GB HBM3",
                        interactive=lambda: False)
     msg = str(info.value)
-    # 133 x (86 + 0.09) s + 44 s = 3.19 h > 1
-    assert "133 queries to do" in msg and "86 s edit" in msg and "h100 hours" in msg
+    # 133 x (46.2 + 0.09) s + 44 s = 1.72 h > 1
+    assert "133 queries to do" in msg and "46.2 s edit" in msg and "h100 hours" in msg
     assert "queryset.sample=" in msg and "budget.max_gpu_hours=" in msg and "budget.accept=true" in msg
 
 
