@@ -15,6 +15,13 @@ HELPERS = Path(__file__).parent / "helpers"
 sys.path.insert(0, str(HELPERS))
 
 
+def child_pythonpath(*dirs: Path) -> str:
+    """PYTHONPATH for a `python -m ...` child: `dirs` first, then the inherited one, which may hold the installed
+    packages (pip install --target, as on an offline GPU machine)."""
+    inherited = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return os.pathsep.join([*(str(d) for d in dirs), *inherited])
+
+
 @pytest.fixture(scope="session")
 def demo_qs():
     from benchmark.querysets.io import load_queryset

@@ -9,7 +9,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import HELPERS, ROOT, run_demo
+from conftest import HELPERS, ROOT, child_pythonpath, run_demo
 
 from benchmark.errors import TooManyFailures
 from benchmark.stages.edit import EDITS_LOG, FAILURES_LOG, run_edit_stage
@@ -23,7 +23,7 @@ def _records(run_dir: Path) -> list[dict]:
 
 def test_cli_all_failed_exits_1_with_counted_reasons_and_tracebacks_and_the_sweep_goes_on(tmp_path):
     """A --multirun sweep: the always-failing editor's job reports and the identity job still runs; exit 1."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(HELPERS)]), "HF_HUB_OFFLINE": "1"}
+    env = {**os.environ, "PYTHONPATH": child_pythonpath(ROOT, HELPERS), "HF_HUB_OFFLINE": "1"}
     cmd = [sys.executable, "-m", "benchmark.run", "--multirun",
            "editor._target_=failing_editor.AlwaysFails,editors.identity.IdentityEditor", *RUN, "limit=4",
            "stages=[edit]", f"paths.results={tmp_path}"]

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import HELPERS, ROOT
+from conftest import HELPERS, ROOT, child_pythonpath
 
 from benchmark.querysets.io import load_queryset, write_queries
 
@@ -31,7 +31,7 @@ def mini_set(tmp_path_factory):
 
 
 def _cmd(results: Path, qs_root: Path) -> tuple[list[str], dict[str, str]]:
-    env = dict(os.environ, PYTHONPATH=f"{HELPERS}{os.pathsep}{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+    env = dict(os.environ, PYTHONPATH=child_pythonpath(HELPERS, ROOT),
                HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", EDITMETER_TEST_PART_ROWS=str(PART_ROWS))
     # a slowed identity editor and a slowed metric (batches of 2) so kills land inside the edit and the score stage;
     # the killed runs write score parts of PART_ROWS rows (the in-process clean run one part: the split must not

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import HELPERS, ROOT, run_demo
+from conftest import HELPERS, ROOT, child_pythonpath, run_demo
 from hydra.utils import instantiate
 
 from benchmark.config import CHECKED_GROUPS, UnknownOptionError, check_overrides, options
@@ -109,7 +109,7 @@ def test_cli_unknown_editor_exits_at_once():
 
 
 def _cli(results, *extra):
-    env = dict(os.environ, PYTHONPATH=f"{HELPERS}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", HF_HUB_OFFLINE="1")
+    env = dict(os.environ, PYTHONPATH=child_pythonpath(HELPERS), HF_HUB_OFFLINE="1")
     cmd = [sys.executable, "-m", "benchmark.run", "editor=identity", "queryset=demo", "profile=tiny",
            f"paths.results={results}", "progress=false", "batch_size=2", "aggregate.bootstrap_resamples=200",
            "editor._target_=slow_editor.SlowIdentity", "+editor.delay_s=0.08", *extra]

@@ -15,7 +15,7 @@ from collections import Counter
 from pathlib import Path
 
 import pandas as pd
-from conftest import HELPERS, ROOT
+from conftest import HELPERS, ROOT, child_pythonpath
 
 from benchmark.locking import Claims
 from benchmark.metrics.pixel import PixelMetric
@@ -147,7 +147,7 @@ def test_claims_are_all_or_nothing_and_die_with_their_process(tmp_path):
 def test_kill9_worker_while_another_runs_the_survivor_finishes_everything(tmp_path, demo_qs):
     """Two real runs at once; one is SIGKILLed mid edit stage. The survivor, already running, takes up the dead
     worker's queries and finishes the set: every query edited and scored once per record, none missing."""
-    env = dict(os.environ, PYTHONPATH=f"{HELPERS}{os.pathsep}{ROOT}", HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    env = dict(os.environ, PYTHONPATH=child_pythonpath(HELPERS, ROOT), HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
     cmd = [sys.executable, "-m", "benchmark.run", "editor=identity", "queryset=demo_mini", "profile=tiny",
            "metrics=basic", f"paths.results={tmp_path}", "progress=false", "batch_size=2", "stages=[edit,score]",
            "editor._target_=slow_editor.SlowIdentity", "+editor.delay_s=0.4"]

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import HELPERS, ROOT
+from conftest import HELPERS, ROOT, child_pythonpath
 from local_servers import FakeHub, FileServer, serving
 from omegaconf import OmegaConf
 
@@ -113,7 +113,7 @@ def test_hub_fetch_via_the_cli_then_the_loader_finds_it_offline(tmp_path, monkey
     files["pytorch_model.bin"] = b"decoy: never needed when safetensors exist"
     only_dino = ["editor=identity", "metrics=hatie", *(f"metrics.hatie.{k}.weights=tiny"
                                                        for k in ("segmenter", "clip", "lpips", "fid"))]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(HELPERS)]), "HF_HUB_CACHE": str(tmp_path),
+    env = {**os.environ, "PYTHONPATH": child_pythonpath(ROOT, HELPERS), "HF_HUB_CACHE": str(tmp_path),
            "NO_PROXY": "127.0.0.1,localhost"}
     with serving(FakeHub({DINO_ID: (DINO_REVISION, files)})) as hub:
         env.update(HF_ENDPOINT=hub.url, HF_HUB_OFFLINE="0")
@@ -165,7 +165,7 @@ def test_pipeline_fetch_skips_the_safety_checker_and_loads_offline(tmp_path):
     files["safety_checker/model.safetensors"] = b"never fetched"
     cfg, _ = compose(["editor=ip2p", "metrics=basic", "profile=pretrained"])
     repo, sha = cfg.editor.model_id, cfg.editor.revision
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_CACHE": str(tmp_path), "NO_PROXY": "127.0.0.1,localhost"}
+    env = {**os.environ, "PYTHONPATH": child_pythonpath(ROOT), "HF_HUB_CACHE": str(tmp_path), "NO_PROXY": "127.0.0.1,localhost"}
     with serving(FakeHub({repo: (sha, files)})) as hub:
         env.update(HF_ENDPOINT=hub.url, HF_HUB_OFFLINE="0")
         proc = subprocess.run([sys.executable, "-m", "benchmark.weights", "editor=ip2p", "metrics=basic"], cwd=ROOT,
@@ -196,7 +196,7 @@ def test_an_unreachable_hub_fails_in_seconds_with_one_line_per_checkpoint_and_th
     import time
 
     hub = f"http://127.0.0.1:{_closed_port()}"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_CACHE": str(tmp_path / "hf"), "HF_ENDPOINT": hub,
+    env = {**os.environ, "PYTHONPATH": child_pythonpath(ROOT), "HF_HUB_CACHE": str(tmp_path / "hf"), "HF_ENDPOINT": hub,
            "HF_HUB_OFFLINE": "0", "NO_PROXY": "127.0.0.1,localhost", "TORCH_HOME": str(tmp_path / "torch")}
     t0 = time.perf_counter()
     run = subprocess.run([sys.executable, "-m", "benchmark.weights", "editor=ip2p", "metrics=basic"], cwd=ROOT,
