@@ -32,6 +32,7 @@ from benchmark.metrics.hatie.primitives import (
     DEG_A_THRESHOLD,
     IMAGE_SIZE,
     gray3,
+    interpolate,
     l2_sim,
     resize,
 )
@@ -311,6 +312,4 @@ def _cos01(u: Any, v: Any) -> float:
 
 def _square_resize(img: Any, size: int, mode: str) -> Any:
     """Resize a square image to size x size (antialiased, as torchvision's Resize on tensors)."""
-    import torch.nn.functional as F
-
-    return F.interpolate(img.unsqueeze(0), size=(size, size), mode=mode, antialias=True, align_corners=False).squeeze(0)
+    return interpolate(img, (size, size), mode=mode, antialias=True, align_corners=False)

@@ -172,7 +172,8 @@ def float_chw(arr: np.ndarray) -> Any:
     `imageio.to_float_tensor`, whose layout the workflows' reductions follow, without its float64 and extra copies."""
     import torch
 
-    return torch.from_numpy(arr).float().div(255).permute(2, 0, 1)
+    # in place: the same division, without a second (page-faulting) 3 MB buffer per image
+    return torch.from_numpy(arr).float().div_(255).permute(2, 0, 1)
 
 
 def at512(img: Any) -> Any:
