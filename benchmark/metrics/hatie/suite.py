@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmark.metrics.chunking import QuerySamples
+from benchmark.metrics.chunking import QuerySamples, default_load_threads, load_chunks
 from benchmark.metrics.hatie.primitives import IMAGE_SIZE
 from benchmark.metrics.hatie.weights import CRITERIA, TOTAL_WEIGHTS_KEY, load_weight_profile, query_criteria
 from benchmark.metrics.hatie.workflows import (
@@ -100,6 +100,18 @@ class _HatieSamples(QuerySamples):
         super().__init__(*args, **kwargs)
         self._sources: Any = LRUCache(SOURCE_MEMO)  # source path -> (PIL size, float 512 px original, sha256)
         self._masks: Any = LRUCache(4 * SOURCE_MEMO)  # (mask path, source size) -> (float 512 px mask, sha256)
+        self.__setstate__(self.__dict__)
+
+    # loader threads (`load_chunks`) share the memos: a lock each, so a source is decoded once even when two
+    # threads ask for it together. Locks do not pickle: DataLoader worker processes make their own.
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k not in ("_source_lock", "_mask_lock")}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        import threading
+
+        self.__dict__.update(state)
+        self._source_lock, self._mask_lock = threading.Lock(), threading.Lock()
 
     def item(self, query: Query) -> _Loaded:
         return _Loaded(query)
@@ -109,12 +121,13 @@ class _HatieSamples(QuerySamples):
 
         from benchmark.imageio import load_rgb
 
-        hit = self._sources.get_touch(path)
-        if hit is None:
-            data = _read(path)
-            src = load_rgb(path, data)
-            hit = (src.size, float_chw(np.array(at512(src))), hashlib.sha256(data).hexdigest())
-            self._sources.put(path, hit)
+        with self._source_lock:
+            hit = self._sources.get_touch(path)
+            if hit is None:
+                data = _read(path)
+                src = load_rgb(path, data)
+                hit = (src.size, float_chw(np.array(at512(src))), hashlib.sha256(data).hexdigest())
+                self._sources.put(path, hit)
         return hit
 
     def _mask(self, path: Path, size: tuple[int, int]) -> tuple[Any, str]:
@@ -125,12 +138,13 @@ class _HatieSamples(QuerySamples):
 
         from benchmark.imageio import load_mask
 
-        hit = self._masks.get_touch((path, size))
-        if hit is None:
-            sha = hashlib.sha256(_read(path)).hexdigest()  # digest first: the file load_mask then checks and decodes
-            m = torch.from_numpy(load_mask(path, size)).float()
-            hit = (F.interpolate(m[None, None], size=(IMAGE_SIZE, IMAGE_SIZE), mode="nearest")[0, 0], sha)
-            self._masks.put((path, size), hit)
+        with self._mask_lock:
+            hit = self._masks.get_touch((path, size))
+            if hit is None:
+                sha = hashlib.sha256(_read(path)).hexdigest()  # digest first: the file load_mask then checks and decodes
+                m = torch.from_numpy(load_mask(path, size)).float()
+                hit = (F.interpolate(m[None, None], size=(IMAGE_SIZE, IMAGE_SIZE), mode="nearest")[0, 0], sha)
+                self._masks.put((path, size), hit)
         return hit
 
     def load(self, out: _Loaded, q: Query, edit_path: Path) -> None:
@@ -204,6 +218,8 @@ class HatieSuite:
 
     segmenter(device=) -> Segmenter; clip(device=) -> ClipEncoder; dino(device=) -> DinoEncoder; lpips(device=) ->
     LpipsDistance; fid(device=) -> FeatureExtractor or None to skip IQ; vqa(device=) -> VQA scorer or None (off).
+    `load_threads`: threads that load a chunk's images together when scoring runs without DataLoader workers (None:
+    one per core, at most 4; 1: one by one); speed only, the items are the same.
     """
 
     info = MetricInfo("hatie", VERSION, True, description="HATIE fidelity/consistency criteria and Total")
@@ -214,7 +230,7 @@ class HatieSuite:
                  lpips: Callable[..., Any], fid: Callable[..., Any] | None = None, vqa: Callable[..., Any] | None = None,
                  device: str = "auto", batch_size: int = 32, chunk_size: int = 32,
                  add_relation_text: str = ADD_RELATION_TEXT, cache_size: int = 4096, weights: str | None = None,
-                 precision: str = "fp32") -> None:
+                 precision: str = "fp32", load_threads: int | None = None) -> None:
         from benchmark.metrics.precision import check_precision
 
         if add_relation_text not in ("anchor", "target"):
@@ -226,6 +242,12 @@ class HatieSuite:
         # backbones' forward numerics (benchmark/metrics/precision.py); the segmenter and VQA always run in fp32
         self.precision = check_precision(precision, self.device, what="metrics hatie")
         self.batch_size, self.chunk_size, self.cache_size = batch_size, chunk_size, cache_size
+        if load_threads is not None and (isinstance(load_threads, bool) or not isinstance(load_threads, int)
+                                         or load_threads < 1):
+            raise ValueError(f"load_threads must be a positive integer or null (one per core, at most 4), got "
+                             f"{load_threads!r}")
+        # threads that load a chunk's images together when there are no DataLoader workers (speed only)
+        self.load_threads = default_load_threads() if load_threads is None else load_threads
         self.add_relation_text = add_relation_text
         self._models: dict[str, Any] = {}
         self.timings: dict[str, float] = {}
@@ -348,7 +370,11 @@ class HatieSuite:
                                   batch_size=self.batch_size, cache_size=self.cache_size)
         self.engine = engine
         src_feats: Any = LRUCache(SOURCE_FEATURE_CACHE)  # queries are sorted by image: a few recent ones suffice
-        loader = DataLoader(_HatieSamples(queryset, qs, paths), batch_size=None, shuffle=False, num_workers=num_workers)
+        samples = _HatieSamples(queryset, qs, paths)
+        if num_workers == 0 and self.load_threads > 1:  # one chunk at a time, on several cores
+            loader: Any = load_chunks(samples, self.chunk_size, self.load_threads)
+        else:
+            loader = DataLoader(samples, batch_size=None, shuffle=False, num_workers=num_workers)
         bar = tqdm(total=len(qs), desc="hatie", unit="query", disable=not progress, leave=False)
         chunk: list[_Loaded] = []
 
