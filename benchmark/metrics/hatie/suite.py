@@ -84,6 +84,8 @@ class _Loaded:
     edit_sha: str = ""
     ids: Any = None  # workflows.InputIds: the files the images were read from
     error: str = ""
+    seg: Any = None  # the cached segmentation, read by the loader (None: not cached, or not read there)
+    seg_error: str = ""  # why the cached segmentation was not trusted (the suite quarantines the file)
 
 
 SOURCE_MEMO = 4  # decoded originals and their masks kept per loader (queries arrive sorted by source image)
@@ -98,6 +100,9 @@ class _HatieSamples(QuerySamples):
         from benchmark.metrics.components import LRUCache
 
         super().__init__(*args, **kwargs)
+        # (folder, segmenter signature) of the segmentation cache: set, the loader reads each edit's cached
+        # segmentation too (with the images, on the loader threads); None: the suite reads it
+        self.seg_cache: tuple[Path, str] | None = None
         self._sources: Any = LRUCache(SOURCE_MEMO)  # source path -> (PIL size, float 512 px original, sha256)
         self._masks: Any = LRUCache(4 * SOURCE_MEMO)  # (mask path, source size) -> (float 512 px mask, sha256)
         self.__setstate__(self.__dict__)
@@ -170,6 +175,17 @@ class _HatieSamples(QuerySamples):
                 raise ImageInputError(f"query {q.id}: the mask of object {oid} ({o.name}) is empty")
             out.gt_masks[oid] = m
         out.ids = InputIds(src_sha, out.edit_sha, mask_shas)
+        if self.seg_cache is not None:
+            from benchmark.models.segmenter import SegmentationCacheError, load_segmentation
+
+            folder, sig = self.seg_cache
+            p = folder / _cache_name(out)
+            if p.is_file():
+                try:
+                    out.seg = load_segmentation(p, edit_sha256=out.edit_sha, segmenter=sig,
+                                                shape=(IMAGE_SIZE, IMAGE_SIZE))
+                except SegmentationCacheError as err:
+                    out.seg_error = str(err)
 
 
 def _read(path: Path) -> bytes:
@@ -304,15 +320,19 @@ class HatieSuite:
 
         seg_model = self._get("segmenter")
         sig = self.segmenter_signature
-        folder = cache_dir / _safe(sig)
-        folder.mkdir(parents=True, exist_ok=True)
+        folder = self._seg_folder(cache_dir)
         shape = (IMAGE_SIZE, IMAGE_SIZE)
         out: list[Any] = [None] * len(items)
         todo = []
         with step_time(self.timings, "segmentation cache read"):
             for i, it in enumerate(items):
                 p = folder / _cache_name(it)
-                if p.is_file():
+                if it.seg is not None:  # read by the loader
+                    out[i] = it.seg
+                    continue
+                if it.seg_error and p.is_file():  # the loader did not trust it: moved aside, recomputed
+                    _quarantine(p, cache_dir, it.seg_error)
+                elif p.is_file():
                     try:
                         out[i] = load_segmentation(p, edit_sha256=it.edit_sha, segmenter=sig, shape=shape)
                         continue
@@ -328,6 +348,12 @@ class HatieSuite:
                                   shape=shape)
                 out[i] = s
         return out
+
+    def _seg_folder(self, cache_dir: Path) -> Path:
+        """This segmenter's folder of the segmentation cache under `cache_dir` (made if missing)."""
+        folder = cache_dir / _safe(self.segmenter_signature)
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
 
     def _fid_features(self, items: list[_Loaded], src_cache: dict[str, Any]) -> tuple[list[Any], list[Any]]:
         import torch
@@ -371,6 +397,7 @@ class HatieSuite:
         self.engine = engine
         src_feats: Any = LRUCache(SOURCE_FEATURE_CACHE)  # queries are sorted by image: a few recent ones suffice
         samples = _HatieSamples(queryset, qs, paths)
+        samples.seg_cache = (self._seg_folder(work_dir / SEGMENTATIONS_DIR), self.segmenter_signature)
         if num_workers == 0 and self.load_threads > 1:  # one chunk at a time, on several cores
             loader: Any = load_chunks(samples, self.chunk_size, self.load_threads)
         else:

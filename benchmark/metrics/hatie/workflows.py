@@ -266,7 +266,7 @@ def plan_obj_rep(x: QueryInput) -> Plan:
     assert det is not None
     branch, bg = "detected", c.bc4(m, gt)
     t = c.plan.text(c.edit_crop(det, "T"), q.new_class, with_vqa=x.vqa)  # type: ignore[arg-type]
-    pos = P.pos(m, gt)
+    pos = P.pos(det.mask, gt)  # the bool mask: no float-to-bool conversion
     c.plan.finish = lambda r: {"branch": branch, **_bc(r, bg), "oc_pos": pos, "of_clip": r.clip_it[t],
                                "of_det": det.score, "of_vqa": r.vqa[t] if x.vqa else None}
     return c.plan
@@ -283,7 +283,7 @@ def plan_obj_resize(x: QueryInput) -> Plan:
     assert det is not None
     branch, bg = "detected", c.bc4(m, gt)
     obj = c.plan.pair(c.edit_crop(det, "T"), o_key)
-    pos, sz = P.pos(m, gt), P.size(gt, m, q.size_change)  # type: ignore[arg-type]
+    pos, sz = P.pos(det.mask, gt), P.size(gt, det.mask, q.size_change)  # type: ignore[arg-type]
     c.plan.finish = lambda r: {"branch": branch, **_bc(r, bg), **_bc(r, obj, "oc"), "oc_pos": pos, "of_size": sz}
     return c.plan
 
@@ -303,7 +303,7 @@ def plan_attr_chg(x: QueryInput) -> Plan:
     t_key = c.edit_crop(det, "T")
     req = c.structure(t_key, o_key)
     t = c.plan.text(t_key, f"{q.attribute_after} {o.name}", with_vqa=x.vqa)  # type: ignore[union-attr]
-    pos, sz = P.pos(m, gt), P.size(gt, m, "keep")
+    pos, sz = P.pos(det.mask, gt), P.size(gt, det.mask, "keep")
     c.plan.finish = lambda r: {"branch": branch, **_bc(r, bg), **_structure_scores(r, req, "oc"), "oc_pos": pos,
                                "oc_size": sz, "of_clip": r.clip_it[t], "of_det": det.score,
                                "of_vqa": r.vqa[t] if x.vqa else None}
@@ -328,7 +328,7 @@ def plan_bg_chg(x: QueryInput) -> Plan:
         # black) as 0 on the four appearance similarities; its position and size still count (the mask is there)
         pair = None if BLANK_CROP_IS_MISSING and float(crop.sum()) == 0.0 else \
             c.plan.pair(c.plan.image(f"{c.qk}:T{o.id}", crop), o_key)
-        per_obj.append((pair, P.pos(m, gt), P.size(gt, m, "keep")))
+        per_obj.append((pair, P.pos(det.mask, gt), P.size(gt, det.mask, "keep")))
     bg_key = c.plan.image(f"{c.qk}:bgonly", P.background(x.edit, *detected))
     t = c.plan.text(bg_key, q.background or "", with_vqa=x.vqa)
     n = len(per_obj)
