@@ -79,7 +79,7 @@ class _Loaded:
     query: Query
     original: Any = None
     edit: Any = None
-    edit_u8: Any = None
+    edit_u8: Any = None  # the segmenter's uint8 input (None when the loader read the cached segmentation)
     gt_masks: dict[str, Any] | None = None
     edit_sha: str = ""
     ids: Any = None  # workflows.InputIds: the files the images were read from
@@ -163,7 +163,10 @@ class _HatieSamples(QuerySamples):
         edit = load_rgb(edit_path, edit_bytes)  # one read: hashed and decoded
         scored = np.array(at512(edit))  # uint8 until here: one copy, converted once
         out.edit = float_chw(scored)
-        out.edit_u8 = scored if edit.size == (IMAGE_SIZE, IMAGE_SIZE) else segmenter_input(edit)
+        self._cached_segmentation(out)
+        # the segmenter's input, unless its segmentation is already cached (then nothing needs it)
+        out.edit_u8 = scored if edit.size == (IMAGE_SIZE, IMAGE_SIZE) else \
+            segmenter_input(edit) if out.seg is None else None
         objs = {o.id: o for o in (q.target, q.anchor, *q.editable_objects) if o is not None}
         out.gt_masks, mask_shas = {}, {}
         for oid in needed_masks(q):
@@ -175,17 +178,20 @@ class _HatieSamples(QuerySamples):
                 raise ImageInputError(f"query {q.id}: the mask of object {oid} ({o.name}) is empty")
             out.gt_masks[oid] = m
         out.ids = InputIds(src_sha, out.edit_sha, mask_shas)
-        if self.seg_cache is not None:
-            from benchmark.models.segmenter import SegmentationCacheError, load_segmentation
 
-            folder, sig = self.seg_cache
-            p = folder / _cache_name(out)
-            if p.is_file():
-                try:
-                    out.seg = load_segmentation(p, edit_sha256=out.edit_sha, segmenter=sig,
-                                                shape=(IMAGE_SIZE, IMAGE_SIZE))
-                except SegmentationCacheError as err:
-                    out.seg_error = str(err)
+    def _cached_segmentation(self, out: _Loaded) -> None:
+        """Read the edit's cached segmentation into `out.seg` (or why it is not trusted into `out.seg_error`)."""
+        if self.seg_cache is None:
+            return
+        from benchmark.models.segmenter import SegmentationCacheError, load_segmentation
+
+        folder, sig = self.seg_cache
+        p = folder / _cache_name(out)
+        if p.is_file():
+            try:
+                out.seg = load_segmentation(p, edit_sha256=out.edit_sha, segmenter=sig, shape=(IMAGE_SIZE, IMAGE_SIZE))
+            except SegmentationCacheError as err:
+                out.seg_error = str(err)
 
 
 def _read(path: Path) -> bytes:
