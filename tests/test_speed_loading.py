@@ -4,12 +4,16 @@ when it is asked for (never during the scoring of the chunk before it)."""
 from __future__ import annotations
 
 import threading
+from functools import partial
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
 from benchmark.metrics.chunking import load_chunks
+
+DEMO = Path(__file__).resolve().parents[1] / "datasets" / "demo"
 
 
 class _Recorder:
@@ -57,3 +61,19 @@ def test_threaded_loading_gives_the_items_one_thread_gives(demo_qs):
         assert all(torch.equal(got.gt_masks[k], ref.gt_masks[k]) for k in got.gt_masks)
     with pytest.raises(ValueError, match="load_threads"):
         HatieSuite(segmenter=None, clip=None, dino=None, lpips=None, load_threads=0)
+
+
+def test_the_fid_batch_buffer_holds_what_torch_stack_makes():
+    """Stacking into the suite's kept buffer gives torch.stack's tensor: values, dtype and (contiguous) strides,
+    for decoded (channels-last view) images and contiguous ones, and a smaller last batch."""
+    from benchmark.metrics.hatie.oracle import load_oracle_segmenter
+    from benchmark.metrics.hatie.suite import HatieSuite
+
+    suite = HatieSuite(segmenter=partial(load_oracle_segmenter, root=str(DEMO)), clip=None, dino=None, lpips=None,
+                       batch_size=4)
+    g = torch.Generator().manual_seed(0)
+    decoded = [(torch.randint(0, 256, (16, 16, 3), generator=g).float() / 255).permute(2, 0, 1) for _ in range(4)]
+    for images in (decoded, [x.contiguous() for x in decoded], decoded[:3]):
+        ref = torch.stack(images)
+        got = torch.stack(images, out=suite._batch_buffer(len(images), images[0]))
+        assert torch.equal(got, ref) and got.stride() == ref.stride() and got.dtype == ref.dtype
