@@ -8,7 +8,9 @@ Edits are the demo set's ground-truth targets. The scoring passes read the `orac
 of those renders, benchmark/metrics/hatie/oracle.py), so the object workflows take their `detected` branches
 (crops, structure tests, degradation pyramids) as for a good editor and segmenter; random-weight Mask R-CNN finds
 almost nothing, which would time only the cheap not-detected branch (`--segmentation model` does that). The
-oracle segmentation is computed before the timed passes, so their wall time excludes segmentation.
+oracle segmentation is computed before the timed passes, so their wall time excludes segmentation. One untimed
+pass over one query per type comes first (`--no-warmup` skips it): imports, the heap's first growth and kernel set-up
+are paid once per process, as a long run pays them, not per query; each timed pass starts from cold feature caches.
 
 Segmentation itself is timed apart, in its own process per mode: real-size random-weight Mask R-CNN R50-FPN v2
 over the same edits, 4 images per call vs. one.
@@ -74,7 +76,7 @@ def segmentation_worker(mode: str, per_type: int, device: str) -> dict:
 
 
 def worker(mode: str, per_type: int, device: str, root: Path, by_type_pass: bool = False, repeat: int = 1,
-           segmentation: str = "oracle") -> dict:
+           segmentation: str = "oracle", warmup: bool = True) -> dict:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     if mode == "batch1":  # the per-query loop reuses no feature across queries: no process-wide feature cache
         os.environ["EDITMETER_FEATURE_CACHE_MB"] = "0"
@@ -113,12 +115,17 @@ def worker(mode: str, per_type: int, device: str, root: Path, by_type_pass: bool
     step = m["chunk_size"]
     for s in range(0, len(items), step):
         suite._segment(items[s : s + step], work / SEGMENTATIONS_DIR)
+    if warmup:  # one untimed pass over one query per type: imports, first allocations and kernel set-up are paid
+        # once per process, not per query (a long run pays them once); the timed passes still start from cold caches
+        warm = [by_type[t][0] for t in HATIE_TYPES if by_type[t]]
+        for _ in suite.score_queries(qs, warm, [qs.path(q.target_image) for q in warm], work_dir=work, progress=False):
+            pass
     branches: dict[str, int] = {}
     suite.timings.clear()
     # throughput: one scoring call over the mixed set, as a real run does; repeated from cold caches, the fastest
     # repeat kept (the machine may be shared: other load only ever slows a repeat down)
     best: dict | None = None
-    walls = []
+    walls, passes_nf = [], []  # per repeat: wall, and the non-forward seconds by step (untimed included)
     for _ in range(repeat):
         shared_cache().clear()
         suite.timings.clear()
@@ -136,6 +143,10 @@ def worker(mode: str, per_type: int, device: str, root: Path, by_type_pass: bool
             t1 = time.perf_counter()
         wall = time.perf_counter() - t_all
         walls.append(wall)
+        steps = suite.step_seconds()
+        # what no step timer covers (Python glue, allocation, the loader's own overhead): wall minus forward minus steps
+        fwd = sum(suite.model_seconds().values()) - suite.timings.get("segmenter forward", 0.0)
+        passes_nf.append({**steps, "untimed": max(0.0, wall - fwd - sum(steps.values()))})
         if best is None or wall < best["wall"]:
             best = {"wall": wall, "n": n, "per_query": per_query, "forward": suite.model_seconds(),
                     "seg_left": suite.timings.get("segmenter forward", 0.0), "eng": suite.engine,
@@ -147,9 +158,9 @@ def worker(mode: str, per_type: int, device: str, root: Path, by_type_pass: bool
     items_per_query = {k: v / max(1, n) for k, v in eng.forward_items.items()}
     items_per_query["fid image"] = best["fid_items"] / max(1, n)
     shared_items = {k: v / max(1, n) for k, v in best["feat"].items()}
-    non_forward = dict(best["other"])
-    # what no step timer covers (Python glue, allocation, the loader's own overhead): wall minus forward minus steps
-    non_forward["untimed"] = max(0.0, wall - (sum(forward.values()) - seg_left) - sum(non_forward.values()))
+    # non-forward steps: those of the repeat with the least non-forward time. On a shared machine a neighbour's load
+    # slows the small multi-threaded ops of one repeat several-fold; the fastest wall is decided by the forward passes
+    non_forward = min(passes_nf, key=lambda d: sum(d.values()))
     per_type_s = {t: sum(v) / len(v) for t, v in per_query.items() if v}
     if not per_type_s and by_type_pass:  # batched mode: a type-pure pass per type (fresh caches) for s/query by type
         shared_cache().clear()
@@ -164,6 +175,7 @@ def worker(mode: str, per_type: int, device: str, root: Path, by_type_pass: bool
             "sources": len({q.image for q in queries}), "segmentation_in_wall_s": seg_left,
             "s_per_query_by_type": per_type_s, "forward_s": forward,
             "forward_share": (sum(forward.values()) - seg_left) / wall, "other_s": non_forward,
+            "non_forward_per_repeat_s": [sum(d.values()) for d in passes_nf],
             "forward_calls": dict(eng.forward_calls), "forward_items_per_query": items_per_query,
             "shared_cache_items_per_query": shared_items,
             "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2, "device": device,
@@ -218,6 +230,8 @@ def main() -> None:
                          "random-weight Mask R-CNN's (model: almost all not-detected)")
     ap.add_argument("--no-seg-timing", action="store_true", help="skip timing Mask R-CNN segmentation")
     ap.add_argument("--by-type", action="store_true", help="batched mode: also time a type-pure pass per type")
+    ap.add_argument("--no-warmup", action="store_true",
+                    help="skip the untimed warm-up pass (one query per type) before the timed passes")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--seg-worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--root", default=None, help=argparse.SUPPRESS)
@@ -227,7 +241,7 @@ def main() -> None:
         return
     if args.worker:
         print("RESULT " + json.dumps(worker(args.worker, args.per_type, args.device, Path(args.root), args.by_type,
-                                             args.repeat, args.segmentation)))
+                                             args.repeat, args.segmentation, not args.no_warmup)))
         return
     modes = args.modes.split(",")
     for mode in modes:
@@ -239,7 +253,8 @@ def main() -> None:
     root = tempfile.mkdtemp(prefix="bench-hatie-")  # per-mode work dirs (segmentation caches)
     try:
         results = {mode: _run_worker(["--worker", mode, *common, "--root", root, "--repeat", str(args.repeat),
-                                      "--segmentation", args.segmentation, *(["--by-type"] if args.by_type else [])])
+                                      "--segmentation", args.segmentation, *(["--by-type"] if args.by_type else []),
+                                      *(["--no-warmup"] if args.no_warmup else [])])
                    for mode in modes}
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -262,9 +277,11 @@ def main() -> None:
             print("  s/query by type: " + ", ".join(f"{t} {v:.2f}" for t, v in r["s_per_query_by_type"].items()))
         print("  forward seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in r["forward_s"].items()))
         nf = sum(r["other_s"].values())
-        print(f"  non-forward: {1000 * nf / r['queries']:.0f} ms/query ({100 * nf / r['wall_s']:.0f}% of wall), by step "
-              "(ms/query): " + ", ".join(f"{k} {1000 * v / r['queries']:.1f}" for k, v in
-                                       sorted(r["other_s"].items(), key=lambda kv: -kv[1])))
+        print(f"  non-forward, least of the repeats: {1000 * nf / r['queries']:.0f} ms/query ({100 * nf / r['wall_s']:.0f}% "
+              "of the fastest wall; repeats: " + ", ".join(f"{1000 * v / r['queries']:.0f}" for v in
+                                                          r["non_forward_per_repeat_s"]) + "), by step (ms/query): "
+              + ", ".join(f"{k} {1000 * v / r['queries']:.1f}" for k, v in
+                          sorted(r["other_s"].items(), key=lambda kv: -kv[1])))
         print("  unique forward inputs per query: " + ", ".join(
             f"{k} {v:.1f}" for k, v in r["forward_items_per_query"].items()))
         print("  forward seconds per input: " + ", ".join(

@@ -117,3 +117,31 @@ def test_equal_images_under_different_names_are_encoded_once():
     shared_cache().clear()
     assert eng.forward_items["clip image"] == 2 and eng.forward_items["dino"] == 2
     assert sims[("q:x:bg:e", "q:x:bg:o")]["clip"] == 1.0 or abs(sims[("q:x:bg:e", "q:x:bg:o")]["clip"] - 1) < 1e-6
+
+
+def test_only_whole_images_are_digested_their_pyramid_levels_are_named():
+    """style_chg: a whole edit or original is keyed by its input's digest (other suites share it); every other input,
+    the whole images' edge maps and degradation pyramids included, by name. A second scoring with a fresh engine
+    encodes nothing."""
+    from benchmark.models.clip import load_clip
+    from benchmark.models.dino import load_dino
+    from benchmark.models.perceptual import load_lpips
+
+    img, _ = _scene()
+    edit = (img * 0.7).clamp(0, 1)
+    q = Query(id="q2", image="images/x.png", edit_type="style_chg", instruction="as a painting", style="painting")
+    ids = InputIds(_png_sha(img, 6), _png_sha(edit, 6), {})
+    models = (load_clip("tiny"), load_dino("tiny"), load_lpips("tiny"))
+    cache = shared_cache()
+    cache.clear()
+    encoded = []
+    for _ in range(2):
+        before = sum(cache.forward_items.values())
+        SimilarityEngine(*models, batch_size=8).run([WORKFLOWS["style_chg"](QueryInput(q, img, edit, {}, {}, ids=ids))])
+        encoded.append(sum(cache.forward_items.values()) - before)
+    image_keys = [k for _, k in cache._data if not k.startswith("text\x00")]
+    cache.clear()
+    digests = [k for k in image_keys if not k.startswith("hatie-input:")]
+    assert encoded[0] > 0 and encoded[1] == 0, encoded
+    assert len(digests) == 1, digests  # the whole edit's CLIP input (for the style text): the only whole image encoded
+    assert any(":degA" in k for k in image_keys)  # the pyramid levels, by name

@@ -16,6 +16,25 @@ def by_source(queries: Sequence[Query], edit_paths: Sequence[Path]) -> tuple[lis
     return [queries[i] for i in order], [edit_paths[i] for i in order]
 
 
+def load_chunks(samples: Any, chunk_size: int, threads: int) -> Iterator[Any]:
+    """The items of `samples` (a map-style dataset), in order, each chunk of `chunk_size` items loaded by `threads`
+    threads together (PNG decoding, PIL resizes, hashing and array copies release the GIL, so a chunk loads on
+    several cores). A chunk is loaded when its first item is asked for, not ahead: its loading never competes with
+    the scoring of the previous chunk for the cores (that overlap is what DataLoader workers are for)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max(1, threads), thread_name_prefix="editmeter-load") as pool:
+        for start in range(0, len(samples), chunk_size):
+            yield from pool.map(samples.__getitem__, range(start, min(start + chunk_size, len(samples))))
+
+
+def default_load_threads() -> int:
+    """Loader threads when none are configured: one per core, at most 4 (decoding a chunk scales to about that)."""
+    import os
+
+    return max(1, min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
+
+
 def score_in_chunks(samples: Any, score: Callable[[list[Any]], list[dict[str, Any]]], *, chunk_size: int, desc: str,
                     num_workers: int = 0, progress: bool = True,
                     timings: dict[str, float] | None = None) -> Iterator[list[dict[str, Any]]]:

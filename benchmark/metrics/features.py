@@ -42,14 +42,16 @@ def encoder_signature(encoder: Any) -> str:
 
 
 def tensor_digest(x: Any) -> str:
-    """Digest of a tensor's dtype, shape and bytes (the content key of an encoder input)."""
+    """Digest of a tensor's dtype, shape and bytes (the content key of an encoder input). sha256, truncated to 128
+    bits: with the SHA instructions of current x86 and ARM CPUs it hashes about 2x faster than blake2b, and the keys
+    live only in this process's cache, so the choice of function can change between versions."""
     t = x.detach()
     if t.device.type != "cpu":
         t = t.cpu()
-    h = hashlib.blake2b(digest_size=16)
+    h = hashlib.sha256()
     h.update(f"{t.dtype}|{tuple(t.shape)}|".encode())
-    h.update(t.contiguous().numpy().tobytes())
-    return h.hexdigest()
+    h.update(t.contiguous().numpy().data)  # the buffer itself: the bytes tobytes() would copy out
+    return h.hexdigest()[:32]
 
 
 class FeatureCache:

@@ -415,24 +415,30 @@ def save_segmentation(seg: Segmentation, path: Path, *, edit_sha256: str, segmen
                             segmenter=np.array(segmenter))
 
 
-def _check_headers(z: Any, shape: tuple[int, int]) -> None:
-    """Read every member's .npy header (not its data) and refuse sizes no real segmentation has, so a planted
-    archive cannot make the reader decompress gigabytes."""
+def _read_members(z: Any, shape: tuple[int, int]) -> dict[str, np.ndarray]:
+    """Every member of the archive as an array, each .npy header read (once) and checked before its data: sizes no
+    real segmentation has are refused, so a planted archive cannot make the reader decompress gigabytes."""
     fmt = np.lib.format
     h, w = shape
     limit = {"masks": len(COCO_CLASSES) * h * ((w + 7) // 8), "names": len(COCO_CLASSES), "scores": len(COCO_CLASSES),
              "boxes": 4 * len(COCO_CLASSES)}
+    out = {}
     for key in z.files:
         with z.zip.open(f"{key}.npy") as fh:
             version = fmt.read_magic(fh)
-            dims, _, dtype = (fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0)(fh)
-        count = int(np.prod(dims, dtype=np.int64)) if dims else 1
-        if dtype.hasobject or count > limit.get(key, 1) or dtype.itemsize > 512:
-            raise SegmentationCacheError(f"member {key!r} is {dtype} {dims}: too large or not plain data")
+            dims, fortran, dtype = (fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0)(fh)
+            count = int(np.prod(dims, dtype=np.int64)) if dims else 1
+            if dtype.hasobject or count > limit.get(key, 1) or dtype.itemsize > 512:
+                raise SegmentationCacheError(f"member {key!r} is {dtype} {dims}: too large or not plain data")
+            data = fh.read(count * dtype.itemsize)  # what np.load would read after parsing the header again
+        if len(data) != count * dtype.itemsize:
+            raise SegmentationCacheError(f"member {key!r} is truncated")
+        out[key] = np.frombuffer(data, dtype=dtype, count=count).reshape(dims, order="F" if fortran else "C")
+    return out
 
 
-def _scalar(z: Any, key: str, kind: str) -> Any:
-    a = z[key]
+def _scalar(arr: dict[str, np.ndarray], key: str, kind: str) -> Any:
+    a = arr[key]
     if a.shape != () or a.dtype.kind not in kind:
         raise SegmentationCacheError(f"{key!r} must be a scalar of kind {kind!r}, got {a.dtype} {a.shape}")
     return a.item()
@@ -452,17 +458,17 @@ def load_segmentation(path: Path, *, edit_sha256: str, segmenter: str, shape: tu
             keys = set(z.files)
             if keys != _SEG_KEYS:
                 raise SegmentationCacheError(f"keys {sorted(keys)} != expected {sorted(_SEG_KEYS)}")
-            _check_headers(z, shape)
-            if _scalar(z, "format", "i") != SEG_CACHE_FORMAT:
-                raise SegmentationCacheError(f"format {z['format']} != {SEG_CACHE_FORMAT}")
-            if _scalar(z, "edit_sha256", "U") != edit_sha256:
+            arr = _read_members(z, shape)
+            if _scalar(arr, "format", "i") != SEG_CACHE_FORMAT:
+                raise SegmentationCacheError(f"format {arr['format']} != {SEG_CACHE_FORMAT}")
+            if _scalar(arr, "edit_sha256", "U") != edit_sha256:
                 raise SegmentationCacheError("made for another edit (edit sha256 differs)")
-            if _scalar(z, "segmenter", "U") != segmenter:
-                raise SegmentationCacheError(f"made by another segmenter ({_scalar(z, 'segmenter', 'U')!r})")
-            h, w = _scalar(z, "height", "i"), _scalar(z, "width", "i")
+            if _scalar(arr, "segmenter", "U") != segmenter:
+                raise SegmentationCacheError(f"made by another segmenter ({_scalar(arr, 'segmenter', 'U')!r})")
+            h, w = _scalar(arr, "height", "i"), _scalar(arr, "width", "i")
             if (h, w) != tuple(shape):
                 raise SegmentationCacheError(f"masks are {h}x{w}, the image is {shape[0]}x{shape[1]}")
-            names, scores, boxes, packed = z["names"], z["scores"], z["boxes"], z["masks"]
+            names, scores, boxes, packed = arr["names"], arr["scores"], arr["boxes"], arr["masks"]
             n = len(names) if names.ndim == 1 else -1
             if names.dtype.kind != "U" or n < 0:
                 raise SegmentationCacheError(f"names must be a 1-d string array, got {names.dtype} {names.shape}")
@@ -473,7 +479,7 @@ def load_segmentation(path: Path, *, edit_sha256: str, segmenter: str, shape: tu
             if packed.dtype != np.uint8 or packed.shape != (n, h, (w + 7) // 8):
                 raise SegmentationCacheError(f"masks must be packed uint8 ({n}, {h}, {(w + 7) // 8}), got "
                                              f"{packed.dtype} {packed.shape}")
-            masks = np.unpackbits(packed, axis=-1, count=w).astype(bool)
+            masks = np.unpackbits(packed, axis=-1, count=w).view(bool)  # 0 / 1 bytes: the bools, no copy
     except SegmentationCacheError:
         raise
     except (OSError, ValueError, EOFError, KeyError, TypeError, AttributeError, zipfile.BadZipFile,

@@ -32,6 +32,7 @@ from benchmark.metrics.hatie.primitives import (
     DEG_A_THRESHOLD,
     IMAGE_SIZE,
     gray3,
+    interpolate,
     l2_sim,
     resize,
 )
@@ -119,6 +120,9 @@ class SimilarityEngine:
         # image keys that name their content (plans' keys, workflows.query_scope): the process-wide cache is keyed
         # by them and the input's transform, no digest of the input needed; any other key is digested
         self._named: set[str] = set()
+        # this call's plan keys registered `by_content`: they name their image too (the scope holds the file
+        # digests), their own features are only shared by digest so that other suites find them
+        self._plan_keys_by_content: set[str] = set()
 
     def _count(self, item: str, encoder: Any, fn: Callable[[], Any]) -> Any:
         """Run `fn` (an embed call through the shared cache) and add the inputs it encoded to `item`'s count."""
@@ -230,8 +234,10 @@ class SimilarityEngine:
                 for j in pending:
                     j.e_img, j.o_img = resize(j.e_img, (side, side)), resize(j.o_img, (side, side))
                     pk = (f"{j.e_key}:degA{p}", f"{j.o_key}:degA{p}")
-                    # a level of a named image's pyramid is named by it (gray, then halved p times)
-                    self._named.update(k for k, parent in zip(pk, (j.e_key, j.o_key), strict=True) if parent in self._named)
+                    # a level of a plan image's pyramid is named by its key (gray, then halved p times), a whole
+                    # 512 px image's too: no other suite makes these inputs, so no digest of them is needed
+                    self._named.update(k for k, parent in zip(pk, (j.e_key, j.o_key), strict=True)
+                                       if parent in self._named or parent in self._plan_keys_by_content)
                     images[pk[0]], images[pk[1]] = j.e_img, j.o_img
                     pairs.append(pk)
                     need[pk] = tuple(name for name in SIM_NAMES if j.scores[name] == 0)
@@ -249,6 +255,7 @@ class SimilarityEngine:
             images.update(p.images)
         # this call's named keys only (bounded by a chunk, not the query set)
         self._named = {k for p in plans for k in p.images if k not in p.by_content}
+        self._plan_keys_by_content = {k for p in plans for k in p.by_content}
         pairs = list(dict.fromkeys(pk for p in plans for pk in p.pairs))
         texts = list(dict.fromkeys(tk for p in plans for tk in p.texts))
         vqas = list(dict.fromkeys(tk for p in plans for tk in p.vqa))
@@ -311,6 +318,4 @@ def _cos01(u: Any, v: Any) -> float:
 
 def _square_resize(img: Any, size: int, mode: str) -> Any:
     """Resize a square image to size x size (antialiased, as torchvision's Resize on tensors)."""
-    import torch.nn.functional as F
-
-    return F.interpolate(img.unsqueeze(0), size=(size, size), mode=mode, antialias=True, align_corners=False).squeeze(0)
+    return interpolate(img, (size, size), mode=mode, antialias=True, align_corners=False)

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmark.metrics.chunking import QuerySamples
+from benchmark.metrics.chunking import QuerySamples, default_load_threads, load_chunks
 from benchmark.metrics.hatie.primitives import IMAGE_SIZE
 from benchmark.metrics.hatie.weights import CRITERIA, TOTAL_WEIGHTS_KEY, load_weight_profile, query_criteria
 from benchmark.metrics.hatie.workflows import (
@@ -79,11 +79,13 @@ class _Loaded:
     query: Query
     original: Any = None
     edit: Any = None
-    edit_u8: Any = None
+    edit_u8: Any = None  # the segmenter's uint8 input (None when the loader read the cached segmentation)
     gt_masks: dict[str, Any] | None = None
     edit_sha: str = ""
     ids: Any = None  # workflows.InputIds: the files the images were read from
     error: str = ""
+    seg: Any = None  # the cached segmentation, read by the loader (None: not cached, or not read there)
+    seg_error: str = ""  # why the cached segmentation was not trusted (the suite quarantines the file)
 
 
 SOURCE_MEMO = 4  # decoded originals and their masks kept per loader (queries arrive sorted by source image)
@@ -98,8 +100,23 @@ class _HatieSamples(QuerySamples):
         from benchmark.metrics.components import LRUCache
 
         super().__init__(*args, **kwargs)
+        # (folder, segmenter signature) of the segmentation cache: set, the loader reads each edit's cached
+        # segmentation too (with the images, on the loader threads); None: the suite reads it
+        self.seg_cache: tuple[Path, str] | None = None
         self._sources: Any = LRUCache(SOURCE_MEMO)  # source path -> (PIL size, float 512 px original, sha256)
         self._masks: Any = LRUCache(4 * SOURCE_MEMO)  # (mask path, source size) -> (float 512 px mask, sha256)
+        self.__setstate__(self.__dict__)
+
+    # loader threads (`load_chunks`) share the memos: a lock each, so a source is decoded once even when two
+    # threads ask for it together. Locks do not pickle: DataLoader worker processes make their own.
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k not in ("_source_lock", "_mask_lock")}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        import threading
+
+        self.__dict__.update(state)
+        self._source_lock, self._mask_lock = threading.Lock(), threading.Lock()
 
     def item(self, query: Query) -> _Loaded:
         return _Loaded(query)
@@ -109,12 +126,13 @@ class _HatieSamples(QuerySamples):
 
         from benchmark.imageio import load_rgb
 
-        hit = self._sources.get_touch(path)
-        if hit is None:
-            data = _read(path)
-            src = load_rgb(path, data)
-            hit = (src.size, float_chw(np.array(at512(src))), hashlib.sha256(data).hexdigest())
-            self._sources.put(path, hit)
+        with self._source_lock:
+            hit = self._sources.get_touch(path)
+            if hit is None:
+                data = _read(path)
+                src = load_rgb(path, data)
+                hit = (src.size, float_chw(np.array(at512(src))), hashlib.sha256(data).hexdigest())
+                self._sources.put(path, hit)
         return hit
 
     def _mask(self, path: Path, size: tuple[int, int]) -> tuple[Any, str]:
@@ -125,12 +143,13 @@ class _HatieSamples(QuerySamples):
 
         from benchmark.imageio import load_mask
 
-        hit = self._masks.get_touch((path, size))
-        if hit is None:
-            sha = hashlib.sha256(_read(path)).hexdigest()  # digest first: the file load_mask then checks and decodes
-            m = torch.from_numpy(load_mask(path, size)).float()
-            hit = (F.interpolate(m[None, None], size=(IMAGE_SIZE, IMAGE_SIZE), mode="nearest")[0, 0], sha)
-            self._masks.put((path, size), hit)
+        with self._mask_lock:
+            hit = self._masks.get_touch((path, size))
+            if hit is None:
+                sha = hashlib.sha256(_read(path)).hexdigest()  # digest first: the file load_mask then checks and decodes
+                m = torch.from_numpy(load_mask(path, size)).float()
+                hit = (F.interpolate(m[None, None], size=(IMAGE_SIZE, IMAGE_SIZE), mode="nearest")[0, 0], sha)
+                self._masks.put((path, size), hit)
         return hit
 
     def load(self, out: _Loaded, q: Query, edit_path: Path) -> None:
@@ -144,7 +163,10 @@ class _HatieSamples(QuerySamples):
         edit = load_rgb(edit_path, edit_bytes)  # one read: hashed and decoded
         scored = np.array(at512(edit))  # uint8 until here: one copy, converted once
         out.edit = float_chw(scored)
-        out.edit_u8 = scored if edit.size == (IMAGE_SIZE, IMAGE_SIZE) else segmenter_input(edit)
+        self._cached_segmentation(out)
+        # the segmenter's input, unless its segmentation is already cached (then nothing needs it)
+        out.edit_u8 = scored if edit.size == (IMAGE_SIZE, IMAGE_SIZE) else \
+            segmenter_input(edit) if out.seg is None else None
         objs = {o.id: o for o in (q.target, q.anchor, *q.editable_objects) if o is not None}
         out.gt_masks, mask_shas = {}, {}
         for oid in needed_masks(q):
@@ -156,6 +178,20 @@ class _HatieSamples(QuerySamples):
                 raise ImageInputError(f"query {q.id}: the mask of object {oid} ({o.name}) is empty")
             out.gt_masks[oid] = m
         out.ids = InputIds(src_sha, out.edit_sha, mask_shas)
+
+    def _cached_segmentation(self, out: _Loaded) -> None:
+        """Read the edit's cached segmentation into `out.seg` (or why it is not trusted into `out.seg_error`)."""
+        if self.seg_cache is None:
+            return
+        from benchmark.models.segmenter import SegmentationCacheError, load_segmentation
+
+        folder, sig = self.seg_cache
+        p = folder / _cache_name(out)
+        if p.is_file():
+            try:
+                out.seg = load_segmentation(p, edit_sha256=out.edit_sha, segmenter=sig, shape=(IMAGE_SIZE, IMAGE_SIZE))
+            except SegmentationCacheError as err:
+                out.seg_error = str(err)
 
 
 def _read(path: Path) -> bytes:
@@ -172,7 +208,8 @@ def float_chw(arr: np.ndarray) -> Any:
     `imageio.to_float_tensor`, whose layout the workflows' reductions follow, without its float64 and extra copies."""
     import torch
 
-    return torch.from_numpy(arr).float().div(255).permute(2, 0, 1)
+    # in place: the same division, without a second (page-faulting) 3 MB buffer per image
+    return torch.from_numpy(arr).float().div_(255).permute(2, 0, 1)
 
 
 def at512(img: Any) -> Any:
@@ -203,6 +240,8 @@ class HatieSuite:
 
     segmenter(device=) -> Segmenter; clip(device=) -> ClipEncoder; dino(device=) -> DinoEncoder; lpips(device=) ->
     LpipsDistance; fid(device=) -> FeatureExtractor or None to skip IQ; vqa(device=) -> VQA scorer or None (off).
+    `load_threads`: threads that load a chunk's images together when scoring runs without DataLoader workers (None:
+    one per core, at most 4; 1: one by one); speed only, the items are the same.
     """
 
     info = MetricInfo("hatie", VERSION, True, description="HATIE fidelity/consistency criteria and Total")
@@ -213,7 +252,7 @@ class HatieSuite:
                  lpips: Callable[..., Any], fid: Callable[..., Any] | None = None, vqa: Callable[..., Any] | None = None,
                  device: str = "auto", batch_size: int = 32, chunk_size: int = 32,
                  add_relation_text: str = ADD_RELATION_TEXT, cache_size: int = 4096, weights: str | None = None,
-                 precision: str = "fp32") -> None:
+                 precision: str = "fp32", load_threads: int | None = None) -> None:
         from benchmark.metrics.precision import check_precision
 
         if add_relation_text not in ("anchor", "target"):
@@ -225,6 +264,12 @@ class HatieSuite:
         # backbones' forward numerics (benchmark/metrics/precision.py); the segmenter and VQA always run in fp32
         self.precision = check_precision(precision, self.device, what="metrics hatie")
         self.batch_size, self.chunk_size, self.cache_size = batch_size, chunk_size, cache_size
+        if load_threads is not None and (isinstance(load_threads, bool) or not isinstance(load_threads, int)
+                                         or load_threads < 1):
+            raise ValueError(f"load_threads must be a positive integer or null (one per core, at most 4), got "
+                             f"{load_threads!r}")
+        # threads that load a chunk's images together when there are no DataLoader workers (speed only)
+        self.load_threads = default_load_threads() if load_threads is None else load_threads
         self.add_relation_text = add_relation_text
         self._models: dict[str, Any] = {}
         self.timings: dict[str, float] = {}
@@ -281,15 +326,19 @@ class HatieSuite:
 
         seg_model = self._get("segmenter")
         sig = self.segmenter_signature
-        folder = cache_dir / _safe(sig)
-        folder.mkdir(parents=True, exist_ok=True)
+        folder = self._seg_folder(cache_dir)
         shape = (IMAGE_SIZE, IMAGE_SIZE)
         out: list[Any] = [None] * len(items)
         todo = []
         with step_time(self.timings, "segmentation cache read"):
             for i, it in enumerate(items):
                 p = folder / _cache_name(it)
-                if p.is_file():
+                if it.seg is not None:  # read by the loader
+                    out[i] = it.seg
+                    continue
+                if it.seg_error and p.is_file():  # the loader did not trust it: moved aside, recomputed
+                    _quarantine(p, cache_dir, it.seg_error)
+                elif p.is_file():
                     try:
                         out[i] = load_segmentation(p, edit_sha256=it.edit_sha, segmenter=sig, shape=shape)
                         continue
@@ -306,6 +355,24 @@ class HatieSuite:
                 out[i] = s
         return out
 
+    def _batch_buffer(self, n: int, like: Any) -> Any:
+        """A contiguous (n, *like.shape) tensor of like's dtype and device, a slice of one buffer kept for the next
+        batches (n at most batch_size; made anew when the image shape, dtype or device changes)."""
+        import torch
+
+        buf = getattr(self, "_fid_buffer", None)
+        shape = (max(n, self.batch_size), *like.shape)
+        if buf is None or buf.shape[1:] != shape[1:] or buf.shape[0] < n or buf.dtype != like.dtype \
+                or buf.device != like.device:
+            buf = self._fid_buffer = torch.empty(shape, dtype=like.dtype, device=like.device)
+        return buf[:n]
+
+    def _seg_folder(self, cache_dir: Path) -> Path:
+        """This segmenter's folder of the segmentation cache under `cache_dir` (made if missing)."""
+        folder = cache_dir / _safe(self.segmenter_signature)
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
+
     def _fid_features(self, items: list[_Loaded], src_cache: dict[str, Any]) -> tuple[list[Any], list[Any]]:
         import torch
 
@@ -314,7 +381,9 @@ class HatieSuite:
             return [None] * len(items), [None] * len(items)
         def features(images: list[Any]) -> Any:
             with step_time(self.timings, "batch assembly"):
-                batch = torch.stack(images)
+                # into the suite's own buffer: the same contiguous batch torch.stack makes, without faulting in
+                # fresh pages for every batch (a batch of 32 512 px images is 100 MB, above the size malloc reuses)
+                batch = torch.stack(images, out=self._batch_buffer(len(images), images[0]))
             with step_time(self.timings, "fid forward"):
                 return ext.features(batch).cpu().numpy()
 
@@ -347,7 +416,12 @@ class HatieSuite:
                                   batch_size=self.batch_size, cache_size=self.cache_size)
         self.engine = engine
         src_feats: Any = LRUCache(SOURCE_FEATURE_CACHE)  # queries are sorted by image: a few recent ones suffice
-        loader = DataLoader(_HatieSamples(queryset, qs, paths), batch_size=None, shuffle=False, num_workers=num_workers)
+        samples = _HatieSamples(queryset, qs, paths)
+        samples.seg_cache = (self._seg_folder(work_dir / SEGMENTATIONS_DIR), self.segmenter_signature)
+        if num_workers == 0 and self.load_threads > 1:  # one chunk at a time, on several cores
+            loader: Any = load_chunks(samples, self.chunk_size, self.load_threads)
+        else:
+            loader = DataLoader(samples, batch_size=None, shuffle=False, num_workers=num_workers)
         bar = tqdm(total=len(qs), desc="hatie", unit="query", disable=not progress, leave=False)
         chunk: list[_Loaded] = []
 

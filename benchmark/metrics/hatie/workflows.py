@@ -128,6 +128,14 @@ class _Ctx:
         self.x, self.q, self.plan = x, x.query, Plan()
         self.ids = x.ids or _tensor_ids(x)
         self.src, self.qk = query_scope(x)
+        self._masks: dict[int, Any] = {}
+
+    def mask(self, det: Detection) -> Any:
+        """The detection's float mask, converted once per query (crops, backgrounds and spatial scores share it)."""
+        m = self._masks.get(id(det))
+        if m is None:
+            m = self._masks[id(det)] = _mask(det)
+        return m
 
     def vqa_or_none(self, value: float) -> float | None:
         return value if self.x.vqa else None
@@ -152,7 +160,7 @@ class _Ctx:
         return self.plan.image(key, P.crop(self.x.original, m, _gt_bbox(m))), m
 
     def edit_crop(self, det: Detection, tag: str) -> str:
-        return self.plan.image(f"{self.qk}:{tag}", P.crop(self.x.edit, _mask(det), det.bbox))
+        return self.plan.image(f"{self.qk}:{tag}", P.crop(self.x.edit, self.mask(det), det.bbox))
 
     def structure(self, e_key: str, o_key: str) -> dict[str, tuple[str, str] | list[tuple[str, str]]]:
         """Requests of edge / degA / degB between two images (edit side first)."""
@@ -193,9 +201,9 @@ def _unless_detected(c: _Ctx, det: Detection | None, zeros: dict[str, Any], *gt:
     (without any mask when there are none: the full images), zero scores. Degenerate: BC also without the
     detection's mask, zero scores. Returns the detection's mask when it is usable, else None (plan finished)."""
     if det is not None and not det.degenerate:
-        return _mask(det)
+        return c.mask(det)
     branch = _branch(det)
-    bg = c.bc4(*([_mask(det)] if det is not None else []), *gt)
+    bg = c.bc4(*([c.mask(det)] if det is not None else []), *gt)
     c.plan.finish = lambda r: {"branch": branch, **_bc(r, bg), **zeros}
     return None
 
@@ -241,7 +249,7 @@ def plan_obj_remove(x: QueryInput) -> Plan:
         c.plan.finish = lambda r: {"branch": branch, **_bc(r, bg), "of_clip": 1.0, "of_det": 1.0,
                                    "of_vqa": c.vqa_or_none(1.0)}
         return c.plan
-    bg = c.bc4(_mask(det), gt)
+    bg = c.bc4(c.mask(det), gt)
     t = c.plan.text(c.edit_crop(det, "T"), o.name, with_vqa=x.vqa)  # type: ignore[union-attr]
     c.plan.finish = lambda r: {"branch": branch, **_bc(r, bg), "of_clip": 1.0 - r.clip_it[t], "of_det": 1.0 - det.score,
                                "of_vqa": 1.0 - r.vqa[t] if x.vqa else None}
@@ -258,7 +266,7 @@ def plan_obj_rep(x: QueryInput) -> Plan:
     assert det is not None
     branch, bg = "detected", c.bc4(m, gt)
     t = c.plan.text(c.edit_crop(det, "T"), q.new_class, with_vqa=x.vqa)  # type: ignore[arg-type]
-    pos = P.pos(m, gt)
+    pos = P.pos(det.mask, gt)  # the bool mask: no float-to-bool conversion
     c.plan.finish = lambda r: {"branch": branch, **_bc(r, bg), "oc_pos": pos, "of_clip": r.clip_it[t],
                                "of_det": det.score, "of_vqa": r.vqa[t] if x.vqa else None}
     return c.plan
@@ -275,7 +283,7 @@ def plan_obj_resize(x: QueryInput) -> Plan:
     assert det is not None
     branch, bg = "detected", c.bc4(m, gt)
     obj = c.plan.pair(c.edit_crop(det, "T"), o_key)
-    pos, sz = P.pos(m, gt), P.size(gt, m, q.size_change)  # type: ignore[arg-type]
+    pos, sz = P.pos(det.mask, gt), P.size(gt, det.mask, q.size_change)  # type: ignore[arg-type]
     c.plan.finish = lambda r: {"branch": branch, **_bc(r, bg), **_bc(r, obj, "oc"), "oc_pos": pos, "of_size": sz}
     return c.plan
 
@@ -295,7 +303,7 @@ def plan_attr_chg(x: QueryInput) -> Plan:
     t_key = c.edit_crop(det, "T")
     req = c.structure(t_key, o_key)
     t = c.plan.text(t_key, f"{q.attribute_after} {o.name}", with_vqa=x.vqa)  # type: ignore[union-attr]
-    pos, sz = P.pos(m, gt), P.size(gt, m, "keep")
+    pos, sz = P.pos(det.mask, gt), P.size(gt, det.mask, "keep")
     c.plan.finish = lambda r: {"branch": branch, **_bc(r, bg), **_structure_scores(r, req, "oc"), "oc_pos": pos,
                                "oc_size": sz, "of_clip": r.clip_it[t], "of_det": det.score,
                                "of_vqa": r.vqa[t] if x.vqa else None}
@@ -313,14 +321,14 @@ def plan_bg_chg(x: QueryInput) -> Plan:
             per_obj.append(None)
             continue
         o_key, gt = c.gt_crop(o.id)
-        m = _mask(det)
+        m = c.mask(det)
         detected.append(m)
         crop = P.crop(x.edit, m, det.bbox)
         # BLANK_CROP_IS_MISSING: the release scores an object crop whose pixels sum to zero (e.g. the object painted
         # black) as 0 on the four appearance similarities; its position and size still count (the mask is there)
         pair = None if BLANK_CROP_IS_MISSING and float(crop.sum()) == 0.0 else \
             c.plan.pair(c.plan.image(f"{c.qk}:T{o.id}", crop), o_key)
-        per_obj.append((pair, P.pos(m, gt), P.size(gt, m, "keep")))
+        per_obj.append((pair, P.pos(det.mask, gt), P.size(gt, det.mask, "keep")))
     bg_key = c.plan.image(f"{c.qk}:bgonly", P.background(x.edit, *detected))
     t = c.plan.text(bg_key, q.background or "", with_vqa=x.vqa)
     n = len(per_obj)

@@ -1,0 +1,79 @@
+"""A chunk's images loaded by several threads are the items one thread loads, in order, and a chunk is loaded only
+when it is asked for (never during the scoring of the chunk before it)."""
+
+from __future__ import annotations
+
+import threading
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from benchmark.metrics.chunking import load_chunks
+
+DEMO = Path(__file__).resolve().parents[1] / "datasets" / "demo"
+
+
+class _Recorder:
+    """A map-style dataset that records which indices were loaded, and by how many threads at once."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.loaded, self.lock = n, [], threading.Lock()
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> int:
+        with self.lock:
+            self.loaded.append(i)
+        return i * 10
+
+
+def test_items_come_in_order_and_a_chunk_loads_only_when_asked_for():
+    data = _Recorder(10)
+    it = load_chunks(data, chunk_size=4, threads=3)
+    first = [next(it) for _ in range(4)]
+    assert first == [0, 10, 20, 30]
+    assert sorted(data.loaded) == [0, 1, 2, 3]  # the scorer holds chunk 0: nothing of chunk 1 loaded yet
+    rest = list(it)
+    assert rest == [40, 50, 60, 70, 80, 90] and sorted(data.loaded) == list(range(10))
+
+
+def test_threaded_loading_gives_the_items_one_thread_gives(demo_qs):
+    """Several queries of one source in one chunk: the source is decoded once (the memo's lock) and every item
+    equals a sequential load's, tensor for tensor."""
+    from benchmark.metrics.hatie.suite import HatieSuite, _HatieSamples
+
+    queries = sorted(demo_qs.queries, key=lambda q: (q.image, q.id))[:12]
+    paths = [demo_qs.path(q.target_image) for q in queries]
+    threaded = list(load_chunks(_HatieSamples(demo_qs, queries, paths), chunk_size=5, threads=4))
+    seq = _HatieSamples(demo_qs, queries, paths)
+    assert [it.query.id for it in threaded] == [q.id for q in queries]
+    for i, got in enumerate(threaded):
+        ref = seq[i]
+        assert not got.error and not ref.error
+        assert torch.equal(got.original, ref.original) and torch.equal(got.edit, ref.edit)
+        assert got.original.stride() == ref.original.stride() and got.edit.stride() == ref.edit.stride()
+        assert np.array_equal(got.edit_u8, ref.edit_u8) and got.ids == ref.ids
+        assert got.gt_masks.keys() == ref.gt_masks.keys()
+        assert all(torch.equal(got.gt_masks[k], ref.gt_masks[k]) for k in got.gt_masks)
+    with pytest.raises(ValueError, match="load_threads"):
+        HatieSuite(segmenter=None, clip=None, dino=None, lpips=None, load_threads=0)
+
+
+def test_the_fid_batch_buffer_holds_what_torch_stack_makes():
+    """Stacking into the suite's kept buffer gives torch.stack's tensor: values, dtype and (contiguous) strides,
+    for decoded (channels-last view) images and contiguous ones, and a smaller last batch."""
+    from benchmark.metrics.hatie.oracle import load_oracle_segmenter
+    from benchmark.metrics.hatie.suite import HatieSuite
+
+    suite = HatieSuite(segmenter=partial(load_oracle_segmenter, root=str(DEMO)), clip=None, dino=None, lpips=None,
+                       batch_size=4)
+    g = torch.Generator().manual_seed(0)
+    decoded = [(torch.randint(0, 256, (16, 16, 3), generator=g).float() / 255).permute(2, 0, 1) for _ in range(4)]
+    for images in (decoded, [x.contiguous() for x in decoded], decoded[:3]):
+        ref = torch.stack(images)
+        got = torch.stack(images, out=suite._batch_buffer(len(images), images[0]))
+        assert torch.equal(got, ref) and got.stride() == ref.stride() and got.dtype == ref.dtype
