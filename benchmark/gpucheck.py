@@ -285,7 +285,10 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     ap.add_argument("--markdown", type=Path, help="also write the table to this file")
     ap.add_argument("--work", type=Path, help="scratch folder (default: a temporary one, removed afterwards)")
     ap.add_argument("--allow-cpu", action="store_true", help="run on the CPU when there is no CUDA (slow; tests)")
-    return ap.parse_args(argv)
+    args = ap.parse_args(argv)
+    if args.no_tiny and args.no_timing:
+        ap.error("--no-tiny and --no-timing together leave nothing to check; drop one")
+    return args
 
 
 def _write_markdown(path: Path, device: str, rows: Sequence[Row], *, complete: bool) -> None:

@@ -44,6 +44,35 @@ def test_on_a_device_every_row_passes_and_the_table_has_the_numbers(tmp_path, ca
     assert "3 passed, 0 failed" in out
 
 
+def test_timing_only_with_a_priced_variant_names_it_and_leaves_the_table_after_each_row(tmp_path, monkeypatch):
+    seen = []
+
+    def fake_run(overrides, results, **kw):
+        seen.append(list(overrides))
+        if len(seen) == 2:  # the table of the first row is on disk before the second runs
+            assert "| random | identity real size editor.deterministic=false |" in md.read_text()
+            assert "incomplete" in md.read_text()
+        raise RuntimeError("stop here")
+
+    md = tmp_path / "t.md"
+    monkeypatch.setattr(gpucheck, "run_once", fake_run)
+    monkeypatch.setattr(gpucheck, "SD_EDITORS", ("identity", "oracle"))
+    status = gpucheck.main(["--allow-cpu", "--no-tiny", "--editors", "identity,oracle", "--suites", "basic",
+                            "--timing-set", "editor.deterministic=false", "--markdown", str(md)])
+    assert status == 1 and len(seen) == 2  # two timings, no tiny check, no HATIE timing (hatie not in --suites)
+    assert all("editor.deterministic=false" in o and "profile=random" in o for o in seen)
+    text = md.read_text()
+    assert "incomplete" not in text and text.count("FAIL: RuntimeError: stop here") == 2
+
+
+def test_nothing_to_check_and_bad_overrides_are_refused(capsys):
+    for argv in (["--no-tiny", "--no-timing"], ["--timing-set", "deterministic=false"]):
+        with pytest.raises(SystemExit):
+            gpucheck.parse(argv)
+    err = capsys.readouterr().err
+    assert "leave nothing to check" in err and "write editor.KEY=VALUE" in err
+
+
 def test_a_rerun_that_differs_fails_its_row_with_the_reason(tmp_path, monkeypatch):
     """overedit draws from the query seed: giving the second run another seed must make the rerun check fail."""
     real = gpucheck.run_once
