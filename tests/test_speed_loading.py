@@ -77,3 +77,51 @@ def test_the_fid_batch_buffer_holds_what_torch_stack_makes():
         ref = torch.stack(images)
         got = torch.stack(images, out=suite._batch_buffer(len(images), images[0]))
         assert torch.equal(got, ref) and got.stride() == ref.stride() and got.dtype == ref.dtype
+
+
+def _same(a, b) -> bool:
+    """Field-by-field equality of two loaded items (tensors and arrays exactly, containers recursively)."""
+    import dataclasses
+
+    if dataclasses.is_dataclass(a):
+        return type(a) is type(b) and all(_same(getattr(a, f.name), getattr(b, f.name))
+                                          for f in dataclasses.fields(a))
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
+    if isinstance(a, np.ndarray):
+        return isinstance(b, np.ndarray) and a.dtype == b.dtype and np.array_equal(a, b)
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if hasattr(a, "tobytes") and hasattr(a, "size"):  # PIL images
+        return a.size == b.size and a.mode == b.mode and a.tobytes() == b.tobytes()
+    return a == b
+
+
+SUITE_SAMPLES = {
+    "conventional": lambda qs, q, p: __import__("benchmark.metrics.conventional.suite", fromlist=["_"])._Samples(qs, q, p),
+    "editval": lambda qs, q, p: __import__("benchmark.metrics.editval.suite", fromlist=["_"])._Samples(qs, q, p),
+    "augclip": lambda qs, q, p: __import__("benchmark.metrics.augclip.suite", fromlist=["_"])._Samples(qs, q, p),
+    "bpm": lambda qs, q, p: __import__("benchmark.metrics.bpm.suite", fromlist=["_"])._Samples(qs, q, p, True),
+    "judge": lambda qs, q, p: __import__("benchmark.metrics.judge.suite", fromlist=["_"])._Samples(qs, q, p, 56),
+}
+
+
+@pytest.mark.parametrize("suite", sorted(SUITE_SAMPLES))
+def test_every_suites_loader_gives_the_same_items_on_threads(suite, demo_qs, tmp_path):
+    """The shared chunk loop loads the other suites' chunks on threads too: item for item what one thread loads,
+    in order, a missing edit included (its error, not an exception)."""
+    from benchmark.metrics.chunking import score_in_chunks
+
+    queries = sorted(demo_qs.queries, key=lambda q: (q.image, q.id))[:9]
+    paths = [demo_qs.path(q.target_image) for q in queries]
+    paths[4] = tmp_path / "missing.png"
+    make = SUITE_SAMPLES[suite]
+    seq = [make(demo_qs, queries, paths)[i] for i in range(len(queries))]
+    assert seq[4].error and not any(it.error for i, it in enumerate(seq) if i != 4)
+    chunks = list(score_in_chunks(make(demo_qs, queries, paths), lambda chunk: chunk, chunk_size=4, desc=suite,
+                                  progress=False, load_threads=3))
+    assert [len(c) for c in chunks] == [4, 4, 1]
+    threaded = [it for c in chunks for it in c]
+    assert all(_same(a, b) for a, b in zip(threaded, seq, strict=True))

@@ -36,17 +36,23 @@ def default_load_threads() -> int:
 
 
 def score_in_chunks(samples: Any, score: Callable[[list[Any]], list[dict[str, Any]]], *, chunk_size: int, desc: str,
-                    num_workers: int = 0, progress: bool = True,
-                    timings: dict[str, float] | None = None) -> Iterator[list[dict[str, Any]]]:
+                    num_workers: int = 0, progress: bool = True, timings: dict[str, float] | None = None,
+                    load_threads: int | None = None) -> Iterator[list[dict[str, Any]]]:
     """Yield `score(chunk)` for consecutive chunks of `samples` (a map-style dataset of loaded queries, read in
     order), with a progress bar named `desc`. `timings["load images"]` accumulates the seconds spent waiting for
-    loaded queries (decoding in this process, or waiting on the workers): the bench scripts' first step."""
+    loaded queries (decoding in this process, or waiting on the workers): the bench scripts' first step.
+    Without DataLoader workers a chunk loads on `load_threads` threads (None: `default_load_threads()`), the way
+    HATIE loads its chunks: same items, same order; only the loading is shared across cores."""
     import time
 
     from torch.utils.data import DataLoader
     from tqdm import tqdm
 
-    loader = DataLoader(samples, batch_size=None, shuffle=False, num_workers=num_workers)
+    threads = default_load_threads() if load_threads is None else int(load_threads)
+    if num_workers == 0 and threads > 1:
+        loader: Any = load_chunks(samples, chunk_size, threads)
+    else:
+        loader = DataLoader(samples, batch_size=None, shuffle=False, num_workers=num_workers)
     bar = tqdm(total=len(samples), desc=desc, unit="query", disable=not progress, leave=False)
     chunk: list[Any] = []
     items, t0 = iter(loader), time.perf_counter()
