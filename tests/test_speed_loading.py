@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 from functools import partial
+from importlib import import_module
 from pathlib import Path
 
 import numpy as np
@@ -100,11 +101,11 @@ def _same(a, b) -> bool:
 
 
 SUITE_SAMPLES = {
-    "conventional": lambda qs, q, p: __import__("benchmark.metrics.conventional.suite", fromlist=["_"])._Samples(qs, q, p),
-    "editval": lambda qs, q, p: __import__("benchmark.metrics.editval.suite", fromlist=["_"])._Samples(qs, q, p),
-    "augclip": lambda qs, q, p: __import__("benchmark.metrics.augclip.suite", fromlist=["_"])._Samples(qs, q, p),
-    "bpm": lambda qs, q, p: __import__("benchmark.metrics.bpm.suite", fromlist=["_"])._Samples(qs, q, p, True),
-    "judge": lambda qs, q, p: __import__("benchmark.metrics.judge.suite", fromlist=["_"])._Samples(qs, q, p, 56),
+    "conventional": lambda qs, q, p: import_module("benchmark.metrics.conventional.suite")._Samples(qs, q, p),
+    "editval": lambda qs, q, p: import_module("benchmark.metrics.editval.suite")._Samples(qs, q, p),
+    "augclip": lambda qs, q, p: import_module("benchmark.metrics.augclip.suite")._Samples(qs, q, p),
+    "bpm": lambda qs, q, p: import_module("benchmark.metrics.bpm.suite")._Samples(qs, q, p, True),
+    "judge": lambda qs, q, p: import_module("benchmark.metrics.judge.suite")._Samples(qs, q, p, 56),
 }
 
 

@@ -28,6 +28,18 @@ def load_chunks(samples: Any, chunk_size: int, threads: int) -> Iterator[Any]:
             yield from pool.map(samples.__getitem__, range(start, min(start + chunk_size, len(samples))))
 
 
+def query_loader(samples: Any, *, chunk_size: int, num_workers: int = 0, load_threads: int | None = None) -> Any:
+    """The iterable of `samples`' items, in order, that a chunked scoring loop reads: DataLoader workers that load
+    ahead when `num_workers` > 0; else each chunk loaded on `load_threads` threads (None: `default_load_threads()`)
+    when asked for (`load_chunks`); else one by one in this process."""
+    from torch.utils.data import DataLoader
+
+    threads = default_load_threads() if load_threads is None else int(load_threads)
+    if num_workers == 0 and threads > 1:
+        return load_chunks(samples, chunk_size, threads)
+    return DataLoader(samples, batch_size=None, shuffle=False, num_workers=num_workers)
+
+
 def default_load_threads() -> int:
     """Loader threads when none are configured: one per core, at most 4 (decoding a chunk scales to about that)."""
     import os
@@ -45,14 +57,9 @@ def score_in_chunks(samples: Any, score: Callable[[list[Any]], list[dict[str, An
     HATIE loads its chunks: same items, same order; only the loading is shared across cores."""
     import time
 
-    from torch.utils.data import DataLoader
     from tqdm import tqdm
 
-    threads = default_load_threads() if load_threads is None else int(load_threads)
-    if num_workers == 0 and threads > 1:
-        loader: Any = load_chunks(samples, chunk_size, threads)
-    else:
-        loader = DataLoader(samples, batch_size=None, shuffle=False, num_workers=num_workers)
+    loader = query_loader(samples, chunk_size=chunk_size, num_workers=num_workers, load_threads=load_threads)
     bar = tqdm(total=len(samples), desc=desc, unit="query", disable=not progress, leave=False)
     chunk: list[Any] = []
     items, t0 = iter(loader), time.perf_counter()

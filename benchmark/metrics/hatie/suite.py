@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmark.metrics.chunking import QuerySamples, default_load_threads, load_chunks
+from benchmark.metrics.chunking import QuerySamples, default_load_threads, query_loader
 from benchmark.metrics.hatie.primitives import IMAGE_SIZE
 from benchmark.metrics.hatie.weights import CRITERIA, TOTAL_WEIGHTS_KEY, load_weight_profile, query_criteria
 from benchmark.metrics.hatie.workflows import (
@@ -402,7 +402,6 @@ class HatieSuite:
     def score_queries(self, queryset: Any, queries: Sequence[Query], edit_paths: Sequence[Path], *, work_dir: Path,
                       num_workers: int = 0, progress: bool = True) -> Iterator[list[dict[str, Any]]]:
         """Yield lists of result rows (one dict per query: criteria, raw sub-scores, branch, FID features)."""
-        from torch.utils.data import DataLoader
         from tqdm import tqdm
 
         from benchmark.metrics.components import LRUCache
@@ -418,10 +417,8 @@ class HatieSuite:
         src_feats: Any = LRUCache(SOURCE_FEATURE_CACHE)  # queries are sorted by image: a few recent ones suffice
         samples = _HatieSamples(queryset, qs, paths)
         samples.seg_cache = (self._seg_folder(work_dir / SEGMENTATIONS_DIR), self.segmenter_signature)
-        if num_workers == 0 and self.load_threads > 1:  # one chunk at a time, on several cores
-            loader: Any = load_chunks(samples, self.chunk_size, self.load_threads)
-        else:
-            loader = DataLoader(samples, batch_size=None, shuffle=False, num_workers=num_workers)
+        loader = query_loader(samples, chunk_size=self.chunk_size, num_workers=num_workers,
+                              load_threads=self.load_threads)
         bar = tqdm(total=len(qs), desc="hatie", unit="query", disable=not progress, leave=False)
         chunk: list[_Loaded] = []
 
