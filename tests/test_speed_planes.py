@@ -76,6 +76,10 @@ def test_background_keeps_the_layout_of_the_masked_fill_it_replaced():
     old = img.masked_fill((m != 0).unsqueeze(0), 0.0)
     new = P.background(img, m)
     assert torch.equal(new, old) and new.stride() == old.stride()
+    m2 = (torch.rand(64, 64, generator=g) < 0.3).float()  # two masks: the release's two products
+    old2 = (img * (1 - m)) * (1 - m2)
+    new2 = P.background(img, m, m2)
+    assert torch.equal(new2, old2) and new2.is_contiguous() and new2.dtype == img.dtype
 
 
 def test_centre_of_mass_of_an_empty_mask_is_nan():

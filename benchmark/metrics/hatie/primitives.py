@@ -66,6 +66,8 @@ def background(img: Any, *masks: Any) -> Any:
     keep = masks[0] == 0
     for m in masks[1:]:
         keep &= m == 0
+    # a {0, 1} mask of the image's dtype: the same products as the bool's promotion, without promoting per element
+    keep = keep.to(img.dtype)
     return torch.mul(img, keep.unsqueeze(0), out=torch.empty(img.shape, dtype=img.dtype, device=img.device))
 
 

@@ -86,8 +86,11 @@ class _Loaded:
     error: str = ""
     seg: Any = None  # the cached segmentation, read by the loader (None: not cached, or not read there)
     seg_error: str = ""  # why the cached segmentation was not trusted (the suite quarantines the file)
+    plan: Any = None  # the query's engine.Plan, made by the loader when it read the segmentation (else by the suite)
+    plan_s: float = 0.0  # seconds the loader spent making `plan` (on a loader thread)
 
 
+LOADER_PLAN = "plan, on the loader threads"  # timings key: plans the loader made (not a step of this thread)
 SOURCE_MEMO = 4  # decoded originals and their masks kept per loader (queries arrive sorted by source image)
 
 
@@ -103,6 +106,10 @@ class _HatieSamples(QuerySamples):
         # (folder, segmenter signature) of the segmentation cache: set, the loader reads each edit's cached
         # segmentation too (with the images, on the loader threads); None: the suite reads it
         self.seg_cache: tuple[Path, str] | None = None
+        # item, segmentation -> the query's Plan: set, the loader also plans each query whose segmentation it read
+        # (on the loader threads, so a chunk's plans are made on several cores); None: the suite plans every query.
+        # Only in this process: a plan holds closures, which DataLoader worker processes could not send back.
+        self.planner: Callable[[_Loaded, Any], Any] | None = None
         self._sources: Any = LRUCache(SOURCE_MEMO)  # source path -> (PIL size, float 512 px original, sha256)
         self._masks: Any = LRUCache(4 * SOURCE_MEMO)  # (mask path, source size) -> (float 512 px mask, sha256)
         self.__setstate__(self.__dict__)
@@ -178,6 +185,10 @@ class _HatieSamples(QuerySamples):
                 raise ImageInputError(f"query {q.id}: the mask of object {oid} ({o.name}) is empty")
             out.gt_masks[oid] = m
         out.ids = InputIds(src_sha, out.edit_sha, mask_shas)
+        if self.planner is not None and out.seg is not None:
+            t0 = time.perf_counter()
+            out.plan = self.planner(out, out.seg)
+            out.plan_s = time.perf_counter() - t0
 
     def _cached_segmentation(self, out: _Loaded) -> None:
         """Read the edit's cached segmentation into `out.seg` (or why it is not trusted into `out.seg_error`)."""
@@ -406,7 +417,6 @@ class HatieSuite:
 
         from benchmark.metrics.components import LRUCache
         from benchmark.metrics.hatie.engine import SimilarityEngine
-        from benchmark.models.segmenter import restrict
 
         order = sorted(range(len(queries)), key=lambda i: (queries[i].image, queries[i].id))
         qs = [queries[i] for i in order]
@@ -417,6 +427,8 @@ class HatieSuite:
         src_feats: Any = LRUCache(SOURCE_FEATURE_CACHE)  # queries are sorted by image: a few recent ones suffice
         samples = _HatieSamples(queryset, qs, paths)
         samples.seg_cache = (self._seg_folder(work_dir / SEGMENTATIONS_DIR), self.segmenter_signature)
+        if num_workers == 0:  # loader threads (or this thread) plan the queries whose segmentation is cached
+            samples.planner = self._plan
         loader = query_loader(samples, chunk_size=self.chunk_size, num_workers=num_workers,
                               load_threads=self.load_threads)
         bar = tqdm(total=len(qs), desc="hatie", unit="query", disable=not progress, leave=False)
@@ -427,11 +439,10 @@ class HatieSuite:
             rows = [{"query_id": it.query.id, "status": "failed", "reason": it.error} for it in chunk if it.error]
             if ok:
                 segs = self._segment(ok, work_dir / SEGMENTATIONS_DIR)
-                t0 = time.perf_counter()
-                plans = [WORKFLOWS[it.query.edit_type](QueryInput(
-                    it.query, it.original, it.edit, it.gt_masks or {}, restrict(s, relevant_classes(it.query)),
-                    vqa=self.vqa_on, add_relation_text=self.add_relation_text, ids=it.ids)) for it, s in zip(ok, segs, strict=True)]
-                self.timings["plan (crops, edges, pyramids)"] = self.timings.get("plan (crops, edges, pyramids)", 0.0) + time.perf_counter() - t0
+                with step_time(self.timings, "plan (crops, edges, pyramids)"):
+                    # a plan the loader made is the one this would make: same item, same segmentation
+                    plans = [it.plan if it.plan is not None and it.seg is s else self._plan(it, s)
+                             for it, s in zip(ok, segs, strict=True)]
                 raws = engine.run(plans)
                 f_edit, f_src = self._fid_features(ok, src_feats)
                 with step_time(self.timings, "rows (criteria)"):
@@ -444,6 +455,8 @@ class HatieSuite:
         it_loader, t0 = iter(loader), time.perf_counter()
         for item in it_loader:
             self.timings["load images"] = self.timings.get("load images", 0.0) + time.perf_counter() - t0
+            if item.plan_s:  # inside the wait above when on loader threads: counted apart, not as a step
+                self.timings[LOADER_PLAN] = self.timings.get(LOADER_PLAN, 0.0) + item.plan_s
             chunk.append(item)
             if len(chunk) >= self.chunk_size:
                 yield flush()
@@ -452,14 +465,27 @@ class HatieSuite:
             yield flush()
         bar.close()
 
+    def _plan(self, it: _Loaded, seg: Any) -> Any:
+        """The query's Plan (workflows), from its loaded images and its segmentation."""
+        from benchmark.models.segmenter import restrict
+
+        return WORKFLOWS[it.query.edit_type](QueryInput(
+            it.query, it.original, it.edit, it.gt_masks or {}, restrict(seg, relevant_classes(it.query)),
+            vqa=self.vqa_on, add_relation_text=self.add_relation_text, ids=it.ids))
+
     def step_seconds(self) -> dict[str, float]:
-        """Seconds of every non-forward step the suite and its engine time (model loads excluded)."""
+        """Seconds of every non-forward step the suite and its engine time (model loads excluded), in this thread:
+        work done on loader threads is in the wait for them ("load images"), its own seconds in `loader_seconds`."""
         eng = getattr(self, "engine", None)
         loads = {f"load {name}" for name in self._factories}
-        out = {k: v for k, v in self.timings.items() if "forward" not in k and k not in loads}
+        out = {k: v for k, v in self.timings.items() if "forward" not in k and k not in loads and k != LOADER_PLAN}
         for k, v in (eng.step_seconds.items() if eng is not None else ()):
             out[k] = out.get(k, 0.0) + v
         return out
+
+    def loader_seconds(self) -> dict[str, float]:
+        """Seconds of the work the loader threads did besides loading (summed over threads; they overlap)."""
+        return {k: v for k, v in self.timings.items() if k == LOADER_PLAN}
 
     def model_seconds(self) -> dict[str, float]:
         eng = getattr(self, "engine", None)
