@@ -76,7 +76,10 @@ def segmentation_worker(mode: str, per_type: int, device: str) -> dict:
 
 
 def worker(mode: str, per_type: int, device: str, root: Path, by_type_pass: bool = False, repeat: int = 1,
-           segmentation: str = "oracle", warmup: bool = True) -> dict:
+           segmentation: str = "oracle", warmup: bool = True, loading: dict | None = None) -> dict:
+    """One mode's timed scoring passes. `loading`: num_workers (DataLoader worker processes), load_threads and
+    prefetch, as a run's settings of those names (speed only)."""
+    loading = {"num_workers": 0, "load_threads": None, "prefetch": False, **(loading or {})}
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     if mode == "batch1":  # the per-query loop reuses no feature across queries: no process-wide feature cache
         os.environ["EDITMETER_FEATURE_CACHE_MB"] = "0"
@@ -100,7 +103,9 @@ def worker(mode: str, per_type: int, device: str, root: Path, by_type_pass: bool
         segmenter=segmenter,
         clip=partial(load_clip, weights="random"), dino=partial(load_dino, weights="random"),
         lpips=partial(load_lpips, weights="random"), fid=partial(load_fid_extractor, weights="random"),
-        device=device, batch_size=m["batch_size"], chunk_size=m["chunk_size"], cache_size=m["cache_size"])
+        device=device, batch_size=m["batch_size"], chunk_size=m["chunk_size"], cache_size=m["cache_size"],
+        load_threads=loading["load_threads"], prefetch=loading["prefetch"])
+    workers = loading["num_workers"]
     t0 = time.perf_counter()
     for name in ("segmenter", "clip", "dino", "lpips", "fid"):
         suite._get(name)
@@ -118,7 +123,8 @@ def worker(mode: str, per_type: int, device: str, root: Path, by_type_pass: bool
     if warmup:  # one untimed pass over one query per type: imports, first allocations and kernel set-up are paid
         # once per process, not per query (a long run pays them once); the timed passes still start from cold caches
         warm = [by_type[t][0] for t in HATIE_TYPES if by_type[t]]
-        for _ in suite.score_queries(qs, warm, [qs.path(q.target_image) for q in warm], work_dir=work, progress=False):
+        for _ in suite.score_queries(qs, warm, [qs.path(q.target_image) for q in warm], work_dir=work, progress=False,
+                                         num_workers=workers):
             pass
     branches: dict[str, int] = {}
     suite.timings.clear()
@@ -132,7 +138,8 @@ def worker(mode: str, per_type: int, device: str, root: Path, by_type_pass: bool
         suite.fid_items = 0
         n, per_query, t_all = 0, {t: [] for t in HATIE_TYPES}, time.perf_counter()
         t1 = time.perf_counter()
-        for rows in suite.score_queries(qs, queries, edits, work_dir=work, progress=False):
+        for rows in suite.score_queries(qs, queries, edits, work_dir=work, progress=False,
+                                         num_workers=workers):
             n += len(rows)
             for r in rows:
                 b = str(r.get("branch", r.get("status")))
@@ -167,7 +174,7 @@ def worker(mode: str, per_type: int, device: str, root: Path, by_type_pass: bool
         for t, qt in by_type.items():
             t1 = time.perf_counter()
             for _ in suite.score_queries(qs, qt, [qs.path(q.target_image) for q in qt], work_dir=work,
-                                         progress=False):
+                                         progress=False, num_workers=workers):
                 pass
             per_type_s[t] = (time.perf_counter() - t1) / max(1, len(qt))
     return {"mode": mode, "queries": n, "wall_s": wall, "walls_s": walls, "load_s": load_s, "queries_per_s": n / wall,
@@ -178,7 +185,7 @@ def worker(mode: str, per_type: int, device: str, root: Path, by_type_pass: bool
             "non_forward_per_repeat_s": [sum(d.values()) for d in passes_nf], "loader_threads_s": best["loader"],
             "forward_calls": dict(eng.forward_calls), "forward_items_per_query": items_per_query,
             "shared_cache_items_per_query": shared_items,
-            "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2, "device": device,
+            "loading": loading, "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2, "device": device,
             "threads": __import__("torch").get_num_threads()}
 
 
@@ -232,6 +239,12 @@ def main() -> None:
     ap.add_argument("--by-type", action="store_true", help="batched mode: also time a type-pure pass per type")
     ap.add_argument("--no-warmup", action="store_true",
                     help="skip the untimed warm-up pass (one query per type) before the timed passes")
+    ap.add_argument("--num-workers", type=int, default=0,
+                    help="DataLoader worker processes that load ahead (a run's num_workers; 0: threads, see below)")
+    ap.add_argument("--load-threads", type=int, default=None,
+                    help="without workers: threads that load and plan a chunk (default one per core, at most 4)")
+    ap.add_argument("--prefetch", action="store_true",
+                    help="without workers: load and plan the next chunk while one is scored (metrics.hatie.prefetch)")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--seg-worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--root", default=None, help=argparse.SUPPRESS)
@@ -240,8 +253,9 @@ def main() -> None:
         print("RESULT " + json.dumps(segmentation_worker(args.seg_worker, args.per_type, args.device)))
         return
     if args.worker:
+        loading = {"num_workers": args.num_workers, "load_threads": args.load_threads, "prefetch": args.prefetch}
         print("RESULT " + json.dumps(worker(args.worker, args.per_type, args.device, Path(args.root), args.by_type,
-                                             args.repeat, args.segmentation, not args.no_warmup)))
+                                             args.repeat, args.segmentation, not args.no_warmup, loading)))
         return
     modes = args.modes.split(",")
     for mode in modes:
@@ -254,7 +268,9 @@ def main() -> None:
     try:
         results = {mode: _run_worker(["--worker", mode, *common, "--root", root, "--repeat", str(args.repeat),
                                       "--segmentation", args.segmentation, *(["--by-type"] if args.by_type else []),
-                                      *(["--no-warmup"] if args.no_warmup else [])])
+                                      *(["--no-warmup"] if args.no_warmup else []),
+                                      "--num-workers", str(args.num_workers), *(["--prefetch"] if args.prefetch else []),
+                                      *(["--load-threads", str(args.load_threads)] if args.load_threads else [])])
                    for mode in modes}
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -268,7 +284,10 @@ def main() -> None:
               f"{r['segmentation_s']:.1f} s for {r['segmented_images']} images, "
               f"{r['segmentation_s'] / max(1, r['segmented_images']):.2f} s/image")
     for mode, r in results.items():
-        print(f"\n== {mode}: {r['queries']} queries on {r['device']} ({r['threads']} threads)")
+        ld = r["loading"]
+        print(f"\n== {mode}: {r['queries']} queries on {r['device']} ({r['threads']} threads); loading: "
+              + (f"{ld['num_workers']} DataLoader workers" if ld["num_workers"] else
+                 f"{ld['load_threads'] or 'default'} threads, {'prefetch' if ld['prefetch'] else 'no prefetch'}"))
         print(f"  scoring, segmentation excluded: {r['queries_per_s']:.3f} queries/s, wall {r['wall_s']:.1f} s "
               f"(+ model load {r['load_s']:.1f} s), peak RSS {r['peak_rss_gb']:.2f} GB, "
               f"{100 * r['forward_share']:.0f}% of wall in backbone forward passes; walls of the repeats: "

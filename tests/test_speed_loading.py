@@ -42,6 +42,39 @@ def test_items_come_in_order_and_a_chunk_loads_only_when_asked_for():
     assert rest == [40, 50, 60, 70, 80, 90] and sorted(data.loaded) == list(range(10))
 
 
+def test_prefetch_loads_the_next_chunk_while_one_is_scored_and_keeps_the_order():
+    import time
+
+    data = _Recorder(10)
+    it = load_chunks(data, chunk_size=4, threads=2, prefetch=True)
+    first = [next(it) for _ in range(4)]
+    assert first == [0, 10, 20, 30]
+    deadline = time.monotonic() + 10
+    while len(data.loaded) < 8 and time.monotonic() < deadline:  # chunk 1 loads in the background, not chunk 2
+        time.sleep(0.01)
+    assert sorted(data.loaded) == list(range(8))
+    assert list(it) == [40, 50, 60, 70, 80, 90] and sorted(data.loaded) == list(range(10))
+
+
+def test_a_loop_that_stops_early_does_not_wait_for_loads_nobody_reads():
+    import threading
+
+    gate = threading.Event()
+
+    class _Slow(_Recorder):
+        def __getitem__(self, i: int) -> int:
+            if i >= 2:
+                gate.wait(5)  # blocks until the test releases it (or 5 s)
+            return super().__getitem__(i)
+
+    data = _Slow(40)
+    it = load_chunks(data, chunk_size=20, threads=1, prefetch=True)
+    assert next(it) == 0 and next(it) == 10
+    threading.Timer(0.2, gate.set).start()  # lets the item the thread is loading finish while close() waits
+    it.close()  # the items not started on the one thread (3..39) are cancelled, not loaded
+    assert len(data.loaded) <= 3
+
+
 def test_threaded_loading_gives_the_items_one_thread_gives(demo_qs):
     """Several queries of one source in one chunk: the source is decoded once (the memo's lock) and every item
     equals a sequential load's, tensor for tensor."""

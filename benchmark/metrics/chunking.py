@@ -16,27 +16,44 @@ def by_source(queries: Sequence[Query], edit_paths: Sequence[Path]) -> tuple[lis
     return [queries[i] for i in order], [edit_paths[i] for i in order]
 
 
-def load_chunks(samples: Any, chunk_size: int, threads: int) -> Iterator[Any]:
+def load_chunks(samples: Any, chunk_size: int, threads: int, *, prefetch: bool = False) -> Iterator[Any]:
     """The items of `samples` (a map-style dataset), in order, each chunk of `chunk_size` items loaded by `threads`
     threads together (PNG decoding, PIL resizes, hashing and array copies release the GIL, so a chunk loads on
-    several cores). A chunk is loaded when its first item is asked for, not ahead: its loading never competes with
-    the scoring of the previous chunk for the cores (that overlap is what DataLoader workers are for)."""
+    several cores). By default a chunk is loaded when its first item is asked for, not ahead: on a CPU its loading
+    would only compete with the scoring of the previous chunk for the cores. `prefetch`: the next chunk starts
+    loading when a chunk's first item is handed out, so it loads while that chunk is scored (what a GPU leaves the
+    host's cores free for); the items and their order are the same."""
     from concurrent.futures import ThreadPoolExecutor
 
+    starts = range(0, len(samples), chunk_size)
+
+    def submit(pool: Any, start: int) -> list[Any]:
+        return [pool.submit(samples.__getitem__, i) for i in range(start, min(start + chunk_size, len(samples)))]
+
     with ThreadPoolExecutor(max(1, threads), thread_name_prefix="editmeter-load") as pool:
-        for start in range(0, len(samples), chunk_size):
-            yield from pool.map(samples.__getitem__, range(start, min(start + chunk_size, len(samples))))
+        chunk: list[Any] = []
+        ahead: list[Any] | None = None
+        try:
+            for k, start in enumerate(starts):
+                chunk = ahead if ahead is not None else submit(pool, start)
+                ahead = submit(pool, starts[k + 1]) if prefetch and k + 1 < len(starts) else None
+                for future in chunk:
+                    yield future.result()
+        finally:  # a loop that stops early (an error, ^C) does not wait for loads nobody will read
+            for future in (*chunk, *(ahead or ())):
+                future.cancel()
 
 
-def query_loader(samples: Any, *, chunk_size: int, num_workers: int = 0, load_threads: int | None = None) -> Any:
+def query_loader(samples: Any, *, chunk_size: int, num_workers: int = 0, load_threads: int | None = None,
+                 prefetch: bool = False) -> Any:
     """The iterable of `samples`' items, in order, that a chunked scoring loop reads: DataLoader workers that load
     ahead when `num_workers` > 0; else each chunk loaded on `load_threads` threads (None: `default_load_threads()`)
-    when asked for (`load_chunks`); else one by one in this process."""
+    when asked for, or one chunk ahead with `prefetch` (`load_chunks`); else one by one in this process."""
     from torch.utils.data import DataLoader
 
     threads = default_load_threads() if load_threads is None else int(load_threads)
-    if num_workers == 0 and threads > 1:
-        return load_chunks(samples, chunk_size, threads)
+    if num_workers == 0 and (threads > 1 or prefetch):
+        return load_chunks(samples, chunk_size, threads, prefetch=prefetch)
     return DataLoader(samples, batch_size=None, shuffle=False, num_workers=num_workers)
 
 
