@@ -69,6 +69,8 @@ class Plan:
     vqa: list[TextKey] = field(default_factory=list)
     deg_a: list[DegAJob] = field(default_factory=list)
     finish: Callable[[Results], dict[str, Any]] | None = None
+    # (image key, transform tag) -> the backbone's input, made ahead (SimilarityEngine.prepare_inputs)
+    inputs: dict[tuple[str, str], Any] = field(default_factory=dict)
 
     def image(self, key: str, img: Any, *, by_content: bool = False) -> str:
         """Register `img` under `key`, a name of its content (workflows.query_scope). `by_content`: key its
@@ -123,6 +125,8 @@ class SimilarityEngine:
         # this call's plan keys registered `by_content`: they name their image too (the scope holds the file
         # digests), their own features are only shared by digest so that other suites find them
         self._plan_keys_by_content: set[str] = set()
+        self._ready: dict[tuple[str, str], Any] = {}  # this call's inputs made ahead (plans' `inputs`)
+        self.ready_used = 0  # inputs made ahead that a backbone then encoded (the rest were cache hits)
 
     def _count(self, item: str, encoder: Any, fn: Callable[[], Any]) -> Any:
         """Run `fn` (an embed call through the shared cache) and add the inputs it encoded to `item`'s count."""
@@ -165,7 +169,9 @@ class SimilarityEngine:
                 first = _first_equal(sorted(todo, key=lambda k: k in self._named), images)
             unique = [k for k in todo if first[k] == k]
             with step_time(self.step_seconds, "resize to backbone input"):
-                inputs = [make(images[k]) for k in unique]
+                ready = [self._ready.get((k, tag)) for k in unique]
+                self.ready_used += sum(x is not None for x in ready)
+                inputs = [make(images[k]) if x is None else x for k, x in zip(unique, ready, strict=True)]
             with step_time(self.step_seconds, "cache keys"):
                 ckeys = [f"hatie-input:{k}|{tag}" if k in self._named else tensor_digest(x)
                          for k, x in zip(unique, inputs, strict=True)]
@@ -193,9 +199,7 @@ class SimilarityEngine:
         keys = lambda sim: [k for pk in pairs if sim in want[pk] for k in pk]  # noqa: E731
         clip_f = self._embed("clip", self._clip_cache, keys("clip"), images, self._clip_input(), self.clip)
         # resize each image to the backbone's input size first so differently sized crops stack into one batch
-        dino_f = self._embed("dino", self._dino_cache, keys("dino"), images,
-                             (lambda im: _square_resize(im, DINO_INPUT, "bilinear"), f"square{DINO_INPUT}-bilinear-aa"),
-                             self.dino)
+        dino_f = self._embed("dino", self._dino_cache, keys("dino"), images, self._dino_input(), self.dino)
         lp: dict[PairKey, float] = {}
         lp_pairs = [pk for pk in pairs if "lpips" in want[pk]]
         for start in range(0, len(lp_pairs), self.batch_size):
@@ -215,6 +219,23 @@ class SimilarityEngine:
     def _clip_input(self) -> tuple[Callable[[Any], Any], str]:
         size = self.clip.image_size
         return (lambda im: _square_resize(im, size, "bicubic")), f"square{size}-bicubic-aa"
+
+    @staticmethod
+    def _dino_input() -> tuple[Callable[[Any], Any], str]:
+        # resize each image to the backbone's input size first so differently sized crops stack into one batch
+        return (lambda im: _square_resize(im, DINO_INPUT, "bilinear")), f"square{DINO_INPUT}-bilinear-aa"
+
+    def prepare_inputs(self, plan: Plan) -> None:
+        """Make ahead, into `plan.inputs`, the CLIP and DINOv2 inputs of the plan's edit-side images (the first of
+        each pair, the images of its text scores): those an edit makes anew, so a backbone will almost always encode
+        them. Called where the plan is made (a loader thread running ahead of a GPU), so the resizes leave this
+        thread; the inputs are the same tensors `_embed` would make. Original-side images are left to `_embed`:
+        they are mostly cache hits."""
+        clip_t, dino_t = self._clip_input(), self._dino_input()
+        wanted = [(e, t) for e, _ in plan.pairs for t in (clip_t, dino_t)] + [(k, clip_t) for k, _ in plan.texts]
+        for key, (make, tag) in wanted:
+            if (key, tag) not in plan.inputs:
+                plan.inputs[key, tag] = make(plan.images[key])
 
     def run_deg_a(self, jobs: list[DegAJob]) -> None:
         """Degradation test A for all jobs, one pyramid level at a time over the jobs still pending. At each level a
@@ -256,6 +277,7 @@ class SimilarityEngine:
         # this call's named keys only (bounded by a chunk, not the query set)
         self._named = {k for p in plans for k in p.images if k not in p.by_content}
         self._plan_keys_by_content = {k for p in plans for k in p.by_content}
+        self._ready = {k: x for p in plans for k, x in p.inputs.items()}
         pairs = list(dict.fromkeys(pk for p in plans for pk in p.pairs))
         texts = list(dict.fromkeys(tk for p in plans for tk in p.texts))
         vqas = list(dict.fromkeys(tk for p in plans for tk in p.vqa))
@@ -281,6 +303,7 @@ class SimilarityEngine:
                 self.forward_items["vqa"] += len(chunk)
                 vqa_res.update({tk: float(p) for tk, p in zip(chunk, ps, strict=True)})
         res = Results(pair_res, text_res, vqa_res)
+        self._ready = {}  # inputs made ahead live for this call only
         return [p.finish(res) for p in plans]  # type: ignore[misc]
 
 

@@ -87,10 +87,11 @@ class _Loaded:
     seg: Any = None  # the cached segmentation, read by the loader (None: not cached, or not read there)
     seg_error: str = ""  # why the cached segmentation was not trusted (the suite quarantines the file)
     plan: Any = None  # the query's engine.Plan, made by the loader when it read the segmentation (else by the suite)
-    plan_s: float = 0.0  # seconds the loader spent making `plan` (on a loader thread)
+    loader_s: dict[str, float] = field(default_factory=dict)  # seconds of the loader's work besides loading, by step
 
 
-LOADER_PLAN = "plan, on the loader threads"  # timings key: plans the loader made (not a step of this thread)
+# timings keys of the work loader threads do besides loading (not steps of the scoring thread)
+LOADER_PLAN, LOADER_INPUTS = "plan, on the loader threads", "edit-side backbone inputs, on the loader threads"
 SOURCE_MEMO = 4  # decoded originals and their masks kept per loader (queries arrive sorted by source image)
 
 
@@ -110,6 +111,8 @@ class _HatieSamples(QuerySamples):
         # (on the loader threads, so a chunk's plans are made on several cores); None: the suite plans every query.
         # Only in this process: a plan holds closures, which DataLoader worker processes could not send back.
         self.planner: Callable[[_Loaded, Any], Any] | None = None
+        # plan -> None, making the backbone inputs of its edit-side images ahead (engine.prepare_inputs); None: not
+        self.prepare: Callable[[Any], None] | None = None
         self._sources: Any = LRUCache(SOURCE_MEMO)  # source path -> (PIL size, float 512 px original, sha256)
         self._masks: Any = LRUCache(4 * SOURCE_MEMO)  # (mask path, source size) -> (float 512 px mask, sha256)
         self.__setstate__(self.__dict__)
@@ -188,7 +191,11 @@ class _HatieSamples(QuerySamples):
         if self.planner is not None and out.seg is not None:
             t0 = time.perf_counter()
             out.plan = self.planner(out, out.seg)
-            out.plan_s = time.perf_counter() - t0
+            t1 = time.perf_counter()
+            out.loader_s[LOADER_PLAN] = t1 - t0
+            if self.prepare is not None:
+                self.prepare(out.plan)
+                out.loader_s[LOADER_INPUTS] = time.perf_counter() - t1
 
     def _cached_segmentation(self, out: _Loaded) -> None:
         """Read the edit's cached segmentation into `out.seg` (or why it is not trusted into `out.seg_error`)."""
@@ -253,8 +260,9 @@ class HatieSuite:
     LpipsDistance; fid(device=) -> FeatureExtractor or None to skip IQ; vqa(device=) -> VQA scorer or None (off).
     `load_threads`: threads that load a chunk's images together when scoring runs without DataLoader workers (None:
     one per core, at most 4; 1: one by one); speed only, the items are the same. `prefetch`: those threads load (and
-    plan) the next chunk while the current one is scored, for a GPU that leaves the host's cores idle during its
-    forward passes (on a CPU they would compete for the cores); speed only.
+    plan) the next chunk while the current one is scored, and make the CLIP / DINOv2 inputs of its edit-side images
+    too, for a GPU that leaves the host's cores idle during its forward passes (on a CPU they would compete for the
+    cores); speed only, the inputs are the same tensors.
     """
 
     info = MetricInfo("hatie", VERSION, True, description="HATIE fidelity/consistency criteria and Total")
@@ -434,6 +442,7 @@ class HatieSuite:
         samples.seg_cache = (self._seg_folder(work_dir / SEGMENTATIONS_DIR), self.segmenter_signature)
         if num_workers == 0:  # loader threads (or this thread) plan the queries whose segmentation is cached
             samples.planner = self._plan
+            samples.prepare = engine.prepare_inputs if self.prefetch else None
         loader = query_loader(samples, chunk_size=self.chunk_size, num_workers=num_workers,
                               load_threads=self.load_threads, prefetch=self.prefetch)
         bar = tqdm(total=len(qs), desc="hatie", unit="query", disable=not progress, leave=False)
@@ -460,8 +469,8 @@ class HatieSuite:
         it_loader, t0 = iter(loader), time.perf_counter()
         for item in it_loader:
             self.timings["load images"] = self.timings.get("load images", 0.0) + time.perf_counter() - t0
-            if item.plan_s:  # inside the wait above when on loader threads: counted apart, not as a step
-                self.timings[LOADER_PLAN] = self.timings.get(LOADER_PLAN, 0.0) + item.plan_s
+            for k, v in item.loader_s.items():  # inside the wait above (loader threads): counted apart, not as steps
+                self.timings[k] = self.timings.get(k, 0.0) + v
             chunk.append(item)
             if len(chunk) >= self.chunk_size:
                 yield flush()
@@ -483,14 +492,15 @@ class HatieSuite:
         work done on loader threads is in the wait for them ("load images"), its own seconds in `loader_seconds`."""
         eng = getattr(self, "engine", None)
         loads = {f"load {name}" for name in self._factories}
-        out = {k: v for k, v in self.timings.items() if "forward" not in k and k not in loads and k != LOADER_PLAN}
+        out = {k: v for k, v in self.timings.items()
+               if "forward" not in k and k not in loads and k not in (LOADER_PLAN, LOADER_INPUTS)}
         for k, v in (eng.step_seconds.items() if eng is not None else ()):
             out[k] = out.get(k, 0.0) + v
         return out
 
     def loader_seconds(self) -> dict[str, float]:
         """Seconds of the work the loader threads did besides loading (summed over threads; they overlap)."""
-        return {k: v for k, v in self.timings.items() if k == LOADER_PLAN}
+        return {k: v for k, v in self.timings.items() if k in (LOADER_PLAN, LOADER_INPUTS)}
 
     def model_seconds(self) -> dict[str, float]:
         eng = getattr(self, "engine", None)
