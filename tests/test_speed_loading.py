@@ -164,7 +164,9 @@ def test_every_suites_loader_gives_the_same_items_on_threads(suite, demo_qs, tmp
 def test_plans_made_on_the_loader_threads_score_as_the_suites_own(demo_qs, tmp_path):
     """A re-score reads every segmentation from the cache, so the loader threads plan its queries; the first pass
     segments in the suite, which plans them itself. A third pass prefetches: the threads plan the next chunk ahead
-    and make its edit-side backbone inputs. All three give the same rows, float for float."""
+    and make its edit-side backbone inputs. A fourth prefetches on a cold cache: the suite segments the next chunk
+    before scoring the current one and planning threads make its plans and inputs. All give the same rows, float
+    for float."""
     import math
 
     from benchmark.metrics.features import shared_cache
@@ -178,24 +180,25 @@ def test_plans_made_on_the_loader_threads_score_as_the_suites_own(demo_qs, tmp_p
                for q in [x for x in demo_qs.queries if x.edit_type == t][:2]]
     paths = [demo_qs.path(q.target_image) for q in queries]
     passes = []
-    for prefetch in (False, False, True):
+    for prefetch, work in ((False, tmp_path), (False, tmp_path), (True, tmp_path), (True, tmp_path / "cold")):
         shared_cache().clear()
         suite = HatieSuite(segmenter=partial(load_oracle_segmenter, root=str(DEMO)), clip=partial(load_clip, "tiny"),
                            dino=partial(load_dino, "tiny"), lpips=partial(load_lpips, "tiny"), fid=None, device="cpu",
                            chunk_size=8, load_threads=3, prefetch=prefetch)
-        rows = [r for rs in suite.score_queries(demo_qs, queries, paths, work_dir=tmp_path, progress=False) for r in rs]
+        rows = [r for rs in suite.score_queries(demo_qs, queries, paths, work_dir=work, progress=False) for r in rs]
         passes.append(({r["query_id"]: r for r in rows}, dict(suite.timings), suite.engine.ready_used))
     shared_cache().clear()
-    (first, t1, used1), (second, t2, used2), (third, t3, used3) = passes
+    (first, t1, used1), (second, t2, used2), (third, t3, used3), (fourth, t4, used4) = passes
     assert LOADER_PLAN not in t1 and "segmenter forward" in t1  # the suite segmented and planned every query
     assert t2.get(LOADER_PLAN, 0) > 0 and "segmenter forward" not in t2  # the loader planned them all
     assert LOADER_INPUTS not in t2 and used1 == used2 == 0  # without prefetch no input is made ahead
     assert t3.get(LOADER_INPUTS, 0) > 0 and used3 > 0  # with it, inputs made ahead were encoded
-    assert first.keys() == second.keys() == third.keys() and len(first) == len(queries)
+    assert "segmenter forward" in t4 and t4.get(LOADER_INPUTS, 0) > 0 and used4 > 0  # segmented, then planned ahead
+    assert first.keys() == second.keys() == third.keys() == fourth.keys() and len(first) == len(queries)
     assert any(r["branch"] == "detected" for r in first.values())
     for qid, row in first.items():
         nums = [k for k, v in row.items() if isinstance(v, float)]
         assert nums and row["status"] == "ok"
-        for other in (second[qid], third[qid]):
+        for other in (second[qid], third[qid], fourth[qid]):
             assert other["status"] == "ok" and row["branch"] == other["branch"]
             assert all(row[k] == other[k] or (math.isnan(row[k]) and math.isnan(other[k])) for k in nums), qid

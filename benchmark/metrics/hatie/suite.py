@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -90,8 +91,8 @@ class _Loaded:
     loader_s: dict[str, float] = field(default_factory=dict)  # seconds of the loader's work besides loading, by step
 
 
-# timings keys of the work loader threads do besides loading (not steps of the scoring thread)
-LOADER_PLAN, LOADER_INPUTS = "plan, on the loader threads", "edit-side backbone inputs, on the loader threads"
+# timings keys of the work done ahead on other threads (loader or planning threads; not steps of the scoring thread)
+LOADER_PLAN, LOADER_INPUTS = "plan, on other threads", "edit-side backbone inputs, on other threads"
 SOURCE_MEMO = 4  # decoded originals and their masks kept per loader (queries arrive sorted by source image)
 
 
@@ -446,26 +447,56 @@ class HatieSuite:
         loader = query_loader(samples, chunk_size=self.chunk_size, num_workers=num_workers,
                               load_threads=self.load_threads, prefetch=self.prefetch)
         bar = tqdm(total=len(qs), desc="hatie", unit="query", disable=not progress, leave=False)
-        chunk: list[_Loaded] = []
+        # with prefetch, plans the suite makes itself (segmented here, not read from the cache) are made on threads
+        # of their own while the previous chunk is scored
+        planners = ThreadPoolExecutor(self.load_threads, thread_name_prefix="editmeter-plan") \
+            if self.prefetch and num_workers == 0 else None
 
-        def flush() -> list[dict[str, Any]]:
+        def segment_and_plan(chunk: list[_Loaded]) -> tuple[list[_Loaded], list[_Loaded], list[Any]]:
+            """The chunk's loaded and failed items, and a plan (or a pending one) per loaded item."""
             ok = [it for it in chunk if not it.error]
+            segs = self._segment(ok, work_dir / SEGMENTATIONS_DIR) if ok else []
+            with step_time(self.timings, "plan (crops, edges, pyramids)"):
+                # a plan the loader made is the one this would make: same item, same segmentation
+                plans = [it.plan if it.plan is not None and it.seg is s
+                         else planners.submit(self._plan_ahead, it, s, engine) if planners is not None
+                         else self._plan(it, s) for it, s in zip(ok, segs, strict=True)]
+            return chunk, ok, plans
+
+        def score(chunk: list[_Loaded], ok: list[_Loaded], plans: list[Any]) -> list[dict[str, Any]]:
             rows = [{"query_id": it.query.id, "status": "failed", "reason": it.error} for it in chunk if it.error]
             if ok:
-                segs = self._segment(ok, work_dir / SEGMENTATIONS_DIR)
-                with step_time(self.timings, "plan (crops, edges, pyramids)"):
-                    # a plan the loader made is the one this would make: same item, same segmentation
-                    plans = [it.plan if it.plan is not None and it.seg is s else self._plan(it, s)
-                             for it, s in zip(ok, segs, strict=True)]
+                with step_time(self.timings, "plan (crops, edges, pyramids)"):  # waiting for plans made ahead
+                    plans = [self._made_ahead(p) if isinstance(p, Future) else p for p in plans]
                 raws = engine.run(plans)
                 f_edit, f_src = self._fid_features(ok, src_feats)
                 with step_time(self.timings, "rows (criteria)"):
                     for it, raw, fe, fs in zip(ok, raws, f_edit, f_src, strict=True):
                         rows.append(_row(it, raw, fe, fs))
             bar.update(len(chunk))
-            chunk.clear()
             return rows
 
+        try:
+            # with prefetch a chunk is segmented (and its plans started) before the previous one is scored
+            pending: tuple[list[_Loaded], list[_Loaded], list[Any]] | None = None
+            for chunk in self._chunks(loader):
+                ready = segment_and_plan(chunk)
+                if pending is not None:
+                    yield score(*pending)
+                pending = ready
+                if planners is None:
+                    yield score(*pending)
+                    pending = None
+            if pending is not None:
+                yield score(*pending)
+        finally:
+            if planners is not None:
+                planners.shutdown(wait=True, cancel_futures=True)
+        bar.close()
+
+    def _chunks(self, loader: Any) -> Iterator[list[_Loaded]]:
+        """The loader's items in chunks of `chunk_size`, timing the wait for them ("load images")."""
+        chunk: list[_Loaded] = []
         it_loader, t0 = iter(loader), time.perf_counter()
         for item in it_loader:
             self.timings["load images"] = self.timings.get("load images", 0.0) + time.perf_counter() - t0
@@ -473,11 +504,25 @@ class HatieSuite:
                 self.timings[k] = self.timings.get(k, 0.0) + v
             chunk.append(item)
             if len(chunk) >= self.chunk_size:
-                yield flush()
+                yield chunk
+                chunk = []
             t0 = time.perf_counter()
         if chunk:
-            yield flush()
-        bar.close()
+            yield chunk
+
+    def _plan_ahead(self, it: _Loaded, seg: Any, engine: Any) -> tuple[Any, dict[str, float]]:
+        """The query's plan with its edit-side backbone inputs made (on a planning thread), and the seconds of each."""
+        t0 = time.perf_counter()
+        plan = self._plan(it, seg)
+        t1 = time.perf_counter()
+        engine.prepare_inputs(plan)
+        return plan, {LOADER_PLAN: t1 - t0, LOADER_INPUTS: time.perf_counter() - t1}
+
+    def _made_ahead(self, future: Any) -> Any:
+        plan, seconds = future.result()
+        for k, v in seconds.items():
+            self.timings[k] = self.timings.get(k, 0.0) + v
+        return plan
 
     def _plan(self, it: _Loaded, seg: Any) -> Any:
         """The query's Plan (workflows), from its loaded images and its segmentation."""
@@ -489,7 +534,8 @@ class HatieSuite:
 
     def step_seconds(self) -> dict[str, float]:
         """Seconds of every non-forward step the suite and its engine time (model loads excluded), in this thread:
-        work done on loader threads is in the wait for them ("load images"), its own seconds in `loader_seconds`."""
+        work done ahead on other threads is in the waits for it ("load images", "plan"), its own seconds in
+        `loader_seconds`."""
         eng = getattr(self, "engine", None)
         loads = {f"load {name}" for name in self._factories}
         out = {k: v for k, v in self.timings.items()
@@ -499,7 +545,8 @@ class HatieSuite:
         return out
 
     def loader_seconds(self) -> dict[str, float]:
-        """Seconds of the work the loader threads did besides loading (summed over threads; they overlap)."""
+        """Seconds of the work done ahead on other threads besides loading: plans, edit-side backbone inputs (summed
+        over threads; they overlap the scoring thread's work)."""
         return {k: v for k, v in self.timings.items() if k in (LOADER_PLAN, LOADER_INPUTS)}
 
     def model_seconds(self) -> dict[str, float]:
