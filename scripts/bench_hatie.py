@@ -301,8 +301,8 @@ def main() -> None:
                                                           r["non_forward_per_repeat_s"]) + "), by step (ms/query): "
               + ", ".join(f"{k} {1000 * v / r['queries']:.1f}" for k, v in
                           sorted(r["other_s"].items(), key=lambda kv: -kv[1])))
-        if r.get("loader_threads_s"):  # work the loader threads did while this thread waited in "load images"
-            print("  done on the loader threads, inside 'load images' (seconds summed over threads, ms/query): "
+        if r.get("loader_threads_s"):  # work done ahead on other threads while this one waited ("load images", "plan")
+            print("  done ahead on other threads, inside the waits above (seconds summed over threads, ms/query): "
                   + ", ".join(f"{k} {1000 * v / r['queries']:.1f}" for k, v in r["loader_threads_s"].items()))
         print("  unique forward inputs per query: " + ", ".join(
             f"{k} {v:.1f}" for k, v in r["forward_items_per_query"].items()))

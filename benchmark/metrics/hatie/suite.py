@@ -262,8 +262,9 @@ class HatieSuite:
     `load_threads`: threads that load a chunk's images together when scoring runs without DataLoader workers (None:
     one per core, at most 4; 1: one by one); speed only, the items are the same. `prefetch`: those threads load (and
     plan) the next chunk while the current one is scored, and make the CLIP / DINOv2 inputs of its edit-side images
-    too, for a GPU that leaves the host's cores idle during its forward passes (on a CPU they would compete for the
-    cores); speed only, the inputs are the same tensors.
+    too (a chunk the suite segments itself is segmented before the previous one is scored, and planned on threads of
+    its own), for a GPU that leaves the host's cores idle during its forward passes (on a CPU they would compete for
+    the cores); speed only, the plans and inputs are the same.
     """
 
     info = MetricInfo("hatie", VERSION, True, description="HATIE fidelity/consistency criteria and Total")
