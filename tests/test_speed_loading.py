@@ -70,7 +70,7 @@ def test_a_loop_that_stops_early_does_not_wait_for_loads_nobody_reads():
     data = _Slow(40)
     it = load_chunks(data, chunk_size=20, threads=1, prefetch=True)
     assert next(it) == 0 and next(it) == 10
-    threading.Timer(0.2, gate.set).start()  # lets the item the thread is loading finish while close() waits
+    threading.Timer(1.0, gate.set).start()  # lets the item the thread is loading finish while close() waits
     it.close()  # the items not started on the one thread (3..39) are cancelled, not loaded
     assert len(data.loaded) <= 3
 
