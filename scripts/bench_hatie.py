@@ -158,7 +158,7 @@ def worker(mode: str, per_type: int, device: str, root: Path, by_type_pass: bool
             best = {"wall": wall, "n": n, "per_query": per_query, "forward": suite.model_seconds(),
                     "seg_left": suite.timings.get("segmenter forward", 0.0), "eng": suite.engine,
                     "fid_items": suite.fid_items, "feat": dict(shared_cache().forward_items),
-                    "other": suite.step_seconds(), "loader": suite.loader_seconds()}
+                    "other": suite.step_seconds(), "ahead": suite.ahead_seconds()}
     assert best is not None
     wall, n, per_query, forward, eng = best["wall"], best["n"], best["per_query"], best["forward"], best["eng"]
     seg_left = best["seg_left"]  # 0 unless a cached segmentation was rejected
@@ -182,7 +182,7 @@ def worker(mode: str, per_type: int, device: str, root: Path, by_type_pass: bool
             "sources": len({q.image for q in queries}), "segmentation_in_wall_s": seg_left,
             "s_per_query_by_type": per_type_s, "forward_s": forward,
             "forward_share": (sum(forward.values()) - seg_left) / wall, "other_s": non_forward,
-            "non_forward_per_repeat_s": [sum(d.values()) for d in passes_nf], "loader_threads_s": best["loader"],
+            "non_forward_per_repeat_s": [sum(d.values()) for d in passes_nf], "ahead_s": best["ahead"],
             "forward_calls": dict(eng.forward_calls), "forward_items_per_query": items_per_query,
             "shared_cache_items_per_query": shared_items,
             "loading": loading, "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2, "device": device,
@@ -301,9 +301,9 @@ def main() -> None:
                                                           r["non_forward_per_repeat_s"]) + "), by step (ms/query): "
               + ", ".join(f"{k} {1000 * v / r['queries']:.1f}" for k, v in
                           sorted(r["other_s"].items(), key=lambda kv: -kv[1])))
-        if r.get("loader_threads_s"):  # work done ahead on other threads while this one waited ("load images", "plan")
+        if r.get("ahead_s"):  # work done ahead on other threads while this one waited ("load images", "plan")
             print("  done ahead on other threads, inside the waits above (seconds summed over threads, ms/query): "
-                  + ", ".join(f"{k} {1000 * v / r['queries']:.1f}" for k, v in r["loader_threads_s"].items()))
+                  + ", ".join(f"{k} {1000 * v / r['queries']:.1f}" for k, v in r["ahead_s"].items()))
         print("  unique forward inputs per query: " + ", ".join(
             f"{k} {v:.1f}" for k, v in r["forward_items_per_query"].items()))
         print("  forward seconds per input: " + ", ".join(

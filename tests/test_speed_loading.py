@@ -171,7 +171,7 @@ def test_plans_made_on_the_loader_threads_score_as_the_suites_own(demo_qs, tmp_p
 
     from benchmark.metrics.features import shared_cache
     from benchmark.metrics.hatie.oracle import load_oracle_segmenter
-    from benchmark.metrics.hatie.suite import LOADER_INPUTS, LOADER_PLAN, HatieSuite
+    from benchmark.metrics.hatie.suite import AHEAD_INPUTS, AHEAD_PLAN, HatieSuite
     from benchmark.models.clip import load_clip
     from benchmark.models.dino import load_dino
     from benchmark.models.perceptual import load_lpips
@@ -189,11 +189,11 @@ def test_plans_made_on_the_loader_threads_score_as_the_suites_own(demo_qs, tmp_p
         passes.append(({r["query_id"]: r for r in rows}, dict(suite.timings), suite.engine.ready_used))
     shared_cache().clear()
     (first, t1, used1), (second, t2, used2), (third, t3, used3), (fourth, t4, used4) = passes
-    assert LOADER_PLAN not in t1 and "segmenter forward" in t1  # the suite segmented and planned every query
-    assert t2.get(LOADER_PLAN, 0) > 0 and "segmenter forward" not in t2  # the loader planned them all
-    assert LOADER_INPUTS not in t2 and used1 == used2 == 0  # without prefetch no input is made ahead
-    assert t3.get(LOADER_INPUTS, 0) > 0 and used3 > 0  # with it, inputs made ahead were encoded
-    assert "segmenter forward" in t4 and t4.get(LOADER_INPUTS, 0) > 0 and used4 > 0  # segmented, then planned ahead
+    assert AHEAD_PLAN not in t1 and "segmenter forward" in t1  # the suite segmented and planned every query
+    assert t2.get(AHEAD_PLAN, 0) > 0 and "segmenter forward" not in t2  # the loader planned them all
+    assert AHEAD_INPUTS not in t2 and used1 == used2 == 0  # without prefetch no input is made ahead
+    assert t3.get(AHEAD_INPUTS, 0) > 0 and used3 > 0  # with it, inputs made ahead were encoded
+    assert "segmenter forward" in t4 and t4.get(AHEAD_INPUTS, 0) > 0 and used4 > 0  # segmented, then planned ahead
     assert first.keys() == second.keys() == third.keys() == fourth.keys() and len(first) == len(queries)
     assert any(r["branch"] == "detected" for r in first.values())
     for qid, row in first.items():

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -88,11 +89,11 @@ class _Loaded:
     seg: Any = None  # the cached segmentation, read by the loader (None: not cached, or not read there)
     seg_error: str = ""  # why the cached segmentation was not trusted (the suite quarantines the file)
     plan: Any = None  # the query's engine.Plan, made by the loader when it read the segmentation (else by the suite)
-    loader_s: dict[str, float] = field(default_factory=dict)  # seconds of the loader's work besides loading, by step
+    ahead_s: dict[str, float] = field(default_factory=dict)  # seconds of the loader's work besides loading, by step
 
 
 # timings keys of the work done ahead on other threads (loader or planning threads; not steps of the scoring thread)
-LOADER_PLAN, LOADER_INPUTS = "plan, on other threads", "edit-side backbone inputs, on other threads"
+AHEAD_PLAN, AHEAD_INPUTS = "plan, on other threads", "edit-side backbone inputs, on other threads"
 SOURCE_MEMO = 4  # decoded originals and their masks kept per loader (queries arrive sorted by source image)
 
 
@@ -108,12 +109,11 @@ class _HatieSamples(QuerySamples):
         # (folder, segmenter signature) of the segmentation cache: set, the loader reads each edit's cached
         # segmentation too (with the images, on the loader threads); None: the suite reads it
         self.seg_cache: tuple[Path, str] | None = None
-        # item, segmentation -> the query's Plan: set, the loader also plans each query whose segmentation it read
-        # (on the loader threads, so a chunk's plans are made on several cores); None: the suite plans every query.
-        # Only in this process: a plan holds closures, which DataLoader worker processes could not send back.
-        self.planner: Callable[[_Loaded, Any], Any] | None = None
-        # plan -> None, making the backbone inputs of its edit-side images ahead (engine.prepare_inputs); None: not
-        self.prepare: Callable[[Any], None] | None = None
+        # item, segmentation -> (the query's Plan, seconds by step): set, the loader also plans each query whose
+        # segmentation it read (on the loader threads, so a chunk's plans are made on several cores); None: the
+        # suite plans every query. Only in this process: a plan holds closures, which DataLoader worker processes
+        # could not send back.
+        self.planner: Callable[[_Loaded, Any], tuple[Any, dict[str, float]]] | None = None
         self._sources: Any = LRUCache(SOURCE_MEMO)  # source path -> (PIL size, float 512 px original, sha256)
         self._masks: Any = LRUCache(4 * SOURCE_MEMO)  # (mask path, source size) -> (float 512 px mask, sha256)
         self.__setstate__(self.__dict__)
@@ -190,13 +190,7 @@ class _HatieSamples(QuerySamples):
             out.gt_masks[oid] = m
         out.ids = InputIds(src_sha, out.edit_sha, mask_shas)
         if self.planner is not None and out.seg is not None:
-            t0 = time.perf_counter()
-            out.plan = self.planner(out, out.seg)
-            t1 = time.perf_counter()
-            out.loader_s[LOADER_PLAN] = t1 - t0
-            if self.prepare is not None:
-                self.prepare(out.plan)
-                out.loader_s[LOADER_INPUTS] = time.perf_counter() - t1
+            out.plan, out.ahead_s = self.planner(out, out.seg)
 
     def _cached_segmentation(self, out: _Loaded) -> None:
         """Read the edit's cached segmentation into `out.seg` (or why it is not trusted into `out.seg_error`)."""
@@ -442,9 +436,10 @@ class HatieSuite:
         src_feats: Any = LRUCache(SOURCE_FEATURE_CACHE)  # queries are sorted by image: a few recent ones suffice
         samples = _HatieSamples(queryset, qs, paths)
         samples.seg_cache = (self._seg_folder(work_dir / SEGMENTATIONS_DIR), self.segmenter_signature)
+        # made ahead: with prefetch, plans come with their edit-side backbone inputs
+        plan_ahead = partial(self._plan_ahead, engine=engine if self.prefetch else None)
         if num_workers == 0:  # loader threads (or this thread) plan the queries whose segmentation is cached
-            samples.planner = self._plan
-            samples.prepare = engine.prepare_inputs if self.prefetch else None
+            samples.planner = plan_ahead
         loader = query_loader(samples, chunk_size=self.chunk_size, num_workers=num_workers,
                               load_threads=self.load_threads, prefetch=self.prefetch)
         bar = tqdm(total=len(qs), desc="hatie", unit="query", disable=not progress, leave=False)
@@ -460,7 +455,7 @@ class HatieSuite:
             with step_time(self.timings, "plan (crops, edges, pyramids)"):
                 # a plan the loader made is the one this would make: same item, same segmentation
                 plans = [it.plan if it.plan is not None and it.seg is s
-                         else planners.submit(self._plan_ahead, it, s, engine) if planners is not None
+                         else planners.submit(plan_ahead, it, s) if planners is not None
                          else self._plan(it, s) for it, s in zip(ok, segs, strict=True)]
             return chunk, ok, plans
 
@@ -478,16 +473,16 @@ class HatieSuite:
             return rows
 
         try:
-            # with prefetch a chunk is segmented (and its plans started) before the previous one is scored
             pending: tuple[list[_Loaded], list[_Loaded], list[Any]] | None = None
             for chunk in self._chunks(loader):
                 ready = segment_and_plan(chunk)
+                if planners is None:  # one chunk at a time
+                    yield score(*ready)
+                    continue
+                # with prefetch this chunk was segmented (and its plans started) before the previous one is scored
                 if pending is not None:
                     yield score(*pending)
                 pending = ready
-                if planners is None:
-                    yield score(*pending)
-                    pending = None
             if pending is not None:
                 yield score(*pending)
         finally:
@@ -501,8 +496,7 @@ class HatieSuite:
         it_loader, t0 = iter(loader), time.perf_counter()
         for item in it_loader:
             self.timings["load images"] = self.timings.get("load images", 0.0) + time.perf_counter() - t0
-            for k, v in item.loader_s.items():  # inside the wait above (loader threads): counted apart, not as steps
-                self.timings[k] = self.timings.get(k, 0.0) + v
+            self._add_ahead(item.ahead_s)  # inside the wait above (loader threads): counted apart, not as steps
             chunk.append(item)
             if len(chunk) >= self.chunk_size:
                 yield chunk
@@ -511,19 +505,26 @@ class HatieSuite:
         if chunk:
             yield chunk
 
-    def _plan_ahead(self, it: _Loaded, seg: Any, engine: Any) -> tuple[Any, dict[str, float]]:
-        """The query's plan with its edit-side backbone inputs made (on a planning thread), and the seconds of each."""
+    def _plan_ahead(self, it: _Loaded, seg: Any, engine: Any | None) -> tuple[Any, dict[str, float]]:
+        """The query's plan, made off the scoring thread, with its edit-side backbone inputs when an engine is given
+        (engine.prepare_inputs), and the seconds of each step."""
         t0 = time.perf_counter()
         plan = self._plan(it, seg)
-        t1 = time.perf_counter()
-        engine.prepare_inputs(plan)
-        return plan, {LOADER_PLAN: t1 - t0, LOADER_INPUTS: time.perf_counter() - t1}
+        seconds = {AHEAD_PLAN: time.perf_counter() - t0}
+        if engine is not None:
+            t0 = time.perf_counter()
+            engine.prepare_inputs(plan)
+            seconds[AHEAD_INPUTS] = time.perf_counter() - t0
+        return plan, seconds
 
     def _made_ahead(self, future: Any) -> Any:
         plan, seconds = future.result()
+        self._add_ahead(seconds)
+        return plan
+
+    def _add_ahead(self, seconds: dict[str, float]) -> None:
         for k, v in seconds.items():
             self.timings[k] = self.timings.get(k, 0.0) + v
-        return plan
 
     def _plan(self, it: _Loaded, seg: Any) -> Any:
         """The query's Plan (workflows), from its loaded images and its segmentation."""
@@ -536,19 +537,19 @@ class HatieSuite:
     def step_seconds(self) -> dict[str, float]:
         """Seconds of every non-forward step the suite and its engine time (model loads excluded), in this thread:
         work done ahead on other threads is in the waits for it ("load images", "plan"), its own seconds in
-        `loader_seconds`."""
+        `ahead_seconds`."""
         eng = getattr(self, "engine", None)
         loads = {f"load {name}" for name in self._factories}
         out = {k: v for k, v in self.timings.items()
-               if "forward" not in k and k not in loads and k not in (LOADER_PLAN, LOADER_INPUTS)}
+               if "forward" not in k and k not in loads and k not in (AHEAD_PLAN, AHEAD_INPUTS)}
         for k, v in (eng.step_seconds.items() if eng is not None else ()):
             out[k] = out.get(k, 0.0) + v
         return out
 
-    def loader_seconds(self) -> dict[str, float]:
+    def ahead_seconds(self) -> dict[str, float]:
         """Seconds of the work done ahead on other threads besides loading: plans, edit-side backbone inputs (summed
         over threads; they overlap the scoring thread's work)."""
-        return {k: v for k, v in self.timings.items() if k in (LOADER_PLAN, LOADER_INPUTS)}
+        return {k: v for k, v in self.timings.items() if k in (AHEAD_PLAN, AHEAD_INPUTS)}
 
     def model_seconds(self) -> dict[str, float]:
         eng = getattr(self, "engine", None)
