@@ -165,11 +165,17 @@ def save_mask(mask: np.ndarray, path: Path) -> None:
 
 
 def to_float_tensor(image: Image.Image):
-    """PIL RGB -> torch float32 (3, H, W) in [0, 1]."""
+    """PIL RGB -> torch float32 (3, H, W) in [0, 1], a channels-last view (`float_chw`)."""
+    return float_chw(np.array(image if image.mode == "RGB" else image.convert("RGB")))
+
+
+def float_chw(arr: np.ndarray):
+    """uint8 (H, W, 3) -> float32 (3, H, W) in [0, 1], as a channels-last view of the (H, W, 3) floats (the layout
+    the suites' reductions follow): each value is float32(x) / 255, converted once, with no float64 and no second
+    buffer. `arr` must be writable; its memory is not reused."""
     import torch
 
-    arr = np.asarray(image.convert("RGB"), dtype=np.float32) / 255.0
-    return torch.from_numpy(arr.copy()).permute(2, 0, 1)
+    return torch.from_numpy(arr).float().div_(255).permute(2, 0, 1)
 
 
 def save_bitmask(mask: np.ndarray, path: Path) -> None:

@@ -82,16 +82,19 @@ def test_fast_primitives_equal_the_release_formulas_bit_for_bit():
         assert P.area(b) == float(b.sum()) and math.sqrt(P.area(b) / P.area(a)) == r
 
 
-def test_float_conversion_equals_imageio_for_every_byte_value():
-    """Exhaustive over the 256 values a pixel channel can take, and the same strides (reductions follow them)."""
+def test_float_conversion_equals_the_numpy_recipe_for_every_byte_value():
+    """Exhaustive over the 256 values a pixel channel can take: the float conversion every suite uses (HATIE's from
+    arrays, the others' from PIL images) gives numpy's float32(x) / 255 and its channels-last strides (reductions
+    follow them), for RGB images and images converted to RGB."""
     from PIL import Image
 
-    from benchmark.imageio import to_float_tensor
-    from benchmark.metrics.hatie.suite import float_chw
+    from benchmark.imageio import float_chw, to_float_tensor
 
     arr = (np.arange(16 * 16 * 3) % 256).astype(np.uint8).reshape(16, 16, 3)
-    ref, fast = to_float_tensor(Image.fromarray(arr)), float_chw(arr.copy())
-    assert torch.equal(ref, fast) and ref.stride() == fast.stride() and ref.dtype == fast.dtype
+    ref = torch.from_numpy((np.asarray(arr, dtype=np.float32) / 255.0).copy()).permute(2, 0, 1)
+    for fast in (float_chw(arr.copy()), to_float_tensor(Image.fromarray(arr)),
+                 to_float_tensor(Image.fromarray(arr).convert("RGBA"))):
+        assert torch.equal(ref, fast) and ref.stride() == fast.stride() and ref.dtype == fast.dtype
 
 
 def test_the_loader_memo_gives_what_a_fresh_decode_gives(demo_qs):

@@ -202,3 +202,95 @@ def test_plans_made_on_the_loader_threads_score_as_the_suites_own(demo_qs, tmp_p
         for other in (second[qid], third[qid], fourth[qid]):
             assert other["status"] == "ok" and row["branch"] == other["branch"]
             assert all(row[k] == other[k] or (math.isnan(row[k]) and math.isnan(other[k])) for k in nums), qid
+
+
+# every suite's loading settings: (metric set, suite name in it)
+LOADING_SUITES = [("conventional", "conventional"), ("editval_oracle", "editval"), ("augclip", "augclip"),
+                  ("bpm", "bpm"), ("judge", "judge"), ("hatie_oracle", "hatie")]
+
+
+@pytest.mark.parametrize("metrics,name", LOADING_SUITES)
+@pytest.mark.parametrize("setting,bad", [("prefetch", "yes"), ("load_threads", 0), ("load_threads", "4")])
+def test_every_suite_refuses_a_bad_loading_setting_before_any_work(metrics, name, setting, bad):
+    from hydra.errors import InstantiationException
+    from hydra.utils import instantiate
+
+    from benchmark.run import compose
+
+    node = compose([f"metrics={metrics}", "profile=tiny", "device=cpu"])[0].metrics[name]
+    assert node[setting] == {"prefetch": False, "load_threads": None}[setting]  # in the YAML: no `+` needed
+    node[setting] = bad
+    with pytest.raises((ValueError, InstantiationException), match=f"{setting} must be"):
+        instantiate(node)
+
+
+def _rows(suite, qs, queries, paths, work) -> dict:
+    return {r["query_id"]: r for rs in suite.score_queries(qs, queries, paths, work_dir=work, progress=False)
+            for r in rs}
+
+
+def _same_row(a: dict, b: dict) -> bool:
+    """Column-by-column equality of two result rows (NaN equals NaN; arrays exactly)."""
+    import math
+
+    return a.keys() == b.keys() and all(
+        (isinstance(x, float) and isinstance(y, float) and math.isnan(x) and math.isnan(y)) or _same(x, y)
+        for x, y in ((a[k], b[k]) for k in a))
+
+
+@pytest.mark.parametrize("metrics,name", [s for s in LOADING_SUITES if s[0] not in ("judge", "hatie_oracle")])
+def test_every_suite_scores_the_same_rows_however_it_loads(metrics, name, demo_qs, tmp_path, single_thread_torch):
+    """Chunks of 3 loaded by one thread, then by two threads with prefetch (a chunk loads while the one before it is
+    scored): equal rows, float for float. Then each query alone, from a fresh loader: equal rows up to the float
+    rounding that another batch composition gives. So the originals a loader decodes once for all of their queries
+    (`QuerySamples.sources`) are the ones each query would decode, and nothing a chunk does to them reaches the
+    next query."""
+    import math
+
+    from hydra.utils import instantiate
+
+    from benchmark.metrics.features import shared_cache
+    from benchmark.run import compose
+
+    by_source: dict[str, list] = {}
+    for q in sorted(demo_qs.queries, key=lambda q: (q.image, q.id)):
+        by_source.setdefault(q.image, []).append(q)
+    queries = [q for qs_ in list(by_source.values())[:2] for q in qs_[:4]]  # 2 sources, 4 queries each
+    node = compose([f"metrics={metrics}", "profile=tiny", "device=cpu"])[0].metrics[name]
+    passes = []
+    for settings, groups in (({"load_threads": 1, "chunk_size": 3}, [queries]),
+                             ({"load_threads": 2, "prefetch": True, "chunk_size": 3}, [queries]),
+                             ({"load_threads": 1}, [[q] for q in queries])):
+        shared_cache().clear()  # no feature reuse across passes: each pass encodes what it loads
+        suite = instantiate(node, **settings)
+        rows: dict = {}
+        for group in groups:
+            rows |= _rows(suite, demo_qs, group, [demo_qs.path(q.target_image) for q in group], tmp_path / "w")
+        passes.append(rows)
+    one, prefetched, alone = passes
+    assert set(one) == {q.id for q in queries} and sum(r["status"] == "ok" for r in one.values()) >= 4
+    assert one.keys() == prefetched.keys() and all(_same_row(one[k], prefetched[k]) for k in one)
+    assert one.keys() == alone.keys()
+    for k, row in one.items():
+        assert row.keys() == alone[k].keys()
+        for c, x in row.items():
+            y = alone[k][c]
+            if isinstance(x, float) and isinstance(y, float):
+                assert math.isclose(x, y, rel_tol=1e-5, abs_tol=1e-5) or (math.isnan(x) and math.isnan(y)), (k, c)
+            elif isinstance(x, np.ndarray):
+                assert np.allclose(x, y, rtol=1e-5, atol=1e-5), (k, c)
+            else:
+                assert x == y, (k, c, x, y)
+
+
+@pytest.mark.parametrize("suite", sorted(SUITE_SAMPLES))
+def test_every_suites_loader_decodes_an_original_once_for_its_queries(suite, demo_qs):
+    """Queries arrive sorted by source: each original is decoded (and made into the suite's input) once."""
+    by_source: dict[str, list] = {}
+    for q in sorted(demo_qs.queries, key=lambda q: (q.image, q.id)):
+        by_source.setdefault(q.image, []).append(q)
+    queries = [q for qs_ in list(by_source.values())[:3] for q in qs_[:3]]
+    samples = SUITE_SAMPLES[suite](demo_qs, queries, [demo_qs.path(q.target_image) for q in queries])
+    items = [samples[i] for i in range(len(queries))]
+    assert not any(it.error for it in items)
+    assert samples.sources.made == 3

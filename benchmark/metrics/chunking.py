@@ -9,6 +9,52 @@ from typing import Any
 
 from benchmark.types import Query
 
+SOURCE_MEMO = 4  # decoded originals (and what is made from them) kept per loader: queries arrive sorted by source
+
+
+class Memo:
+    """A small LRU of values made once per key and shared by the loader threads: `get(key, make)` returns the kept
+    value or makes it under a lock, so a source two threads ask for together is decoded once. The lock does not
+    pickle: a DataLoader worker process gets its own memo (empty, as it starts). Values are shared by every item
+    that asks for them, so they must never be modified in place."""
+
+    def __init__(self, capacity: int = SOURCE_MEMO) -> None:
+        from benchmark.metrics.components import LRUCache
+
+        self._values: Any = LRUCache(capacity)
+        self.made = 0  # values made (the rest were hits): what the tests count
+        self.__setstate__(self.__dict__)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "_lock"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        import threading
+
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def get(self, key: Any, make: Callable[[], Any]) -> Any:
+        with self._lock:
+            hit = self._values.get_touch(key)
+            if hit is None:
+                hit = make()
+                self.made += 1
+                self._values.put(key, hit)
+        return hit
+
+
+def check_loading(load_threads: Any, prefetch: Any) -> tuple[int, bool]:
+    """A suite's loading settings, checked (a typo such as `prefetch=yes` stops the run before any work):
+    (loader threads, None giving `default_load_threads()`; prefetch)."""
+    if load_threads is not None and (isinstance(load_threads, bool) or not isinstance(load_threads, int)
+                                     or load_threads < 1):
+        raise ValueError(f"load_threads must be a positive integer or null (one per core, at most 4), got "
+                         f"{load_threads!r}")
+    if not isinstance(prefetch, bool):
+        raise ValueError(f"prefetch must be true or false, got {prefetch!r}")
+    return (default_load_threads() if load_threads is None else load_threads), prefetch
+
 
 def by_source(queries: Sequence[Query], edit_paths: Sequence[Path]) -> tuple[list[Query], list[Path]]:
     """Queries and their edit paths, ordered by (source image, query id)."""
@@ -66,17 +112,19 @@ def default_load_threads() -> int:
 
 def score_in_chunks(samples: Any, score: Callable[[list[Any]], list[dict[str, Any]]], *, chunk_size: int, desc: str,
                     num_workers: int = 0, progress: bool = True, timings: dict[str, float] | None = None,
-                    load_threads: int | None = None) -> Iterator[list[dict[str, Any]]]:
+                    load_threads: int | None = None, prefetch: bool = False) -> Iterator[list[dict[str, Any]]]:
     """Yield `score(chunk)` for consecutive chunks of `samples` (a map-style dataset of loaded queries, read in
     order), with a progress bar named `desc`. `timings["load images"]` accumulates the seconds spent waiting for
     loaded queries (decoding in this process, or waiting on the workers): the bench scripts' first step.
     Without DataLoader workers a chunk loads on `load_threads` threads (None: `default_load_threads()`), the way
-    HATIE loads its chunks: same items, same order; only the loading is shared across cores."""
+    HATIE loads its chunks: same items, same order; only the loading is shared across cores. `prefetch`: those
+    threads load the next chunk while `score` runs on the current one (for a GPU; `load_chunks`)."""
     import time
 
     from tqdm import tqdm
 
-    loader = query_loader(samples, chunk_size=chunk_size, num_workers=num_workers, load_threads=load_threads)
+    loader = query_loader(samples, chunk_size=chunk_size, num_workers=num_workers, load_threads=load_threads,
+                          prefetch=prefetch)
     bar = tqdm(total=len(samples), desc=desc, unit="query", disable=not progress, leave=False)
     chunk: list[Any] = []
     items, t0 = iter(loader), time.perf_counter()
@@ -102,6 +150,9 @@ class QuerySamples:
 
     def __init__(self, queryset: Any, queries: Sequence[Query], edit_paths: Sequence[Path]) -> None:
         self.queryset, self.queries, self.edit_paths = queryset, queries, edit_paths
+        # an original and what is made from it, once for all of its queries (they arrive together, sorted by
+        # source); keyed by the query set's file path and what is made, which a run does not change
+        self.sources = Memo()
 
     def __len__(self) -> int:
         return len(self.queries)

@@ -85,7 +85,9 @@ class _Samples(QuerySamples):
     def load(self, out: _Loaded, q: Query, edit_path: Path) -> None:
         from benchmark.imageio import load_rgb
 
-        out.source = clip_square(load_rgb(self.queryset.path(q.image)))
+        path = self.queryset.path(q.image)
+        # an original once for all of its queries (they arrive together, sorted by source)
+        out.source = self.sources.get(path, lambda: clip_square(load_rgb(path)))
         out.edit = clip_square(load_rgb(edit_path))
 
 
@@ -100,7 +102,9 @@ class AugClipSuite(LazyComponents):
     def __init__(self, *, clip: Callable[..., Any], extractor: Callable[..., Any], attribute_cache: str | None = None,
                  C: float = 1.0, min_weight: float = 1e-3, target_anchor: str = "text",
                  target_text: Sequence[str] = TEXT_FIELDS, device: str = "auto", batch_size: int = 32,
-                 chunk_size: int = 64, precision: str = "fp32") -> None:
+                 chunk_size: int = 64, precision: str = "fp32", load_threads: int | None = None,
+                 prefetch: bool = False) -> None:
+        from benchmark.metrics.chunking import check_loading
         from benchmark.metrics.precision import check_precision
 
         if target_anchor not in TARGET_ANCHORS:
@@ -116,6 +120,7 @@ class AugClipSuite(LazyComponents):
         self.C, self.min_weight, self.target_anchor = float(C), float(min_weight), target_anchor
         self.target_text = tuple(target_text)
         self.batch_size, self.chunk_size = batch_size, chunk_size
+        self.load_threads, self.prefetch = check_loading(load_threads, prefetch)  # speed only (docs/metrics.md)
         self.cache = AttributeCache(attribute_cache) if attribute_cache else None  # validated now, before any work
         self.extractor_signature, self._extractor = _extractor_signature(extractor)
         self._clip: Any = None
@@ -256,7 +261,7 @@ class AugClipSuite(LazyComponents):
         qs, paths = by_source(queries, edit_paths)
         yield from score_in_chunks(_Samples(queryset, qs, paths), self._score_chunk, chunk_size=self.chunk_size,
                                    desc="augclip", num_workers=num_workers, progress=progress,
-                                   timings=self.timings)
+                                   timings=self.timings, load_threads=self.load_threads, prefetch=self.prefetch)
 
     def model_seconds(self) -> dict[str, float]:
         return {k: v for k, v in self.timings.items() if "forward" in k or k == "attribute extraction"}

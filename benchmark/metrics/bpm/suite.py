@@ -69,15 +69,21 @@ class _Samples(QuerySamples):
 
         from benchmark.imageio import load_mask, load_rgb
 
-        src = load_rgb(self.queryset.path(q.image))
+        def decode(path: Path) -> tuple[tuple[int, int], np.ndarray]:
+            img = load_rgb(path)
+            return img.size, np.asarray(img, dtype=np.uint8)
+
+        path = self.queryset.path(q.image)
+        # an original once for all of its queries (they arrive together, sorted by source)
+        size, out.original = self.sources.get(path, lambda: decode(path))
         edit = load_rgb(edit_path)
-        if edit.size != src.size:  # judged at the original's size
-            edit = edit.resize(src.size, Image.Resampling.BICUBIC)
-        out.original, out.edit = np.asarray(src, dtype=np.uint8), np.asarray(edit, dtype=np.uint8)
+        if edit.size != size:  # judged at the original's size
+            edit = edit.resize(size, Image.Resampling.BICUBIC)
+        out.edit = np.asarray(edit, dtype=np.uint8)
         if self.gt_original:  # keyed by role: the target and the anchor may share a class name
             for role, o in (("target", q.target), ("anchor", q.anchor)):
                 if o is not None and o.mask:
-                    out.gt[role] = load_mask(self.queryset.path(o.mask), src.size)
+                    out.gt[role] = load_mask(self.queryset.path(o.mask), size)
 
 
 @dataclass
@@ -107,7 +113,9 @@ class BpmSuite(LazyComponents):
                  llm_parser: Callable[..., Any] | None = None, position: dict[str, float] | None = None,
                  size: dict[str, float] | None = None, semantic_weight: float = 0.7, none_text: str = "background",
                  original_masks: str = "queryset", device: str = "auto", batch_size: int = 32,
-                 chunk_size: int = 32, precision: str = "fp32") -> None:
+                 chunk_size: int = 32, precision: str = "fp32", load_threads: int | None = None,
+                 prefetch: bool = False) -> None:
+        from benchmark.metrics.chunking import check_loading
         from benchmark.metrics.precision import check_precision
 
         if original_masks not in ("queryset", "detector"):
@@ -121,6 +129,7 @@ class BpmSuite(LazyComponents):
         self.position_rule, self.size_rule = PositionRule(**(position or {})), SizeRule(**(size or {}))
         self.semantic_weight, self.none_text, self.original_masks = float(semantic_weight), none_text, original_masks
         self.batch_size, self.chunk_size = batch_size, chunk_size
+        self.load_threads, self.prefetch = check_loading(load_threads, prefetch)  # speed only (docs/metrics.md)
         self.rules = RuleParser()
         self.timings: dict[str, float] = {}
 
@@ -340,7 +349,7 @@ class BpmSuite(LazyComponents):
         samples = _Samples(queryset, qs, paths, self.original_masks == "queryset")
         yield from score_in_chunks(samples, self._score_chunk, chunk_size=self.chunk_size, desc="bpm",
                                    num_workers=num_workers, progress=progress,
-                                   timings=self.timings)
+                                   timings=self.timings, load_threads=self.load_threads, prefetch=self.prefetch)
 
     def model_seconds(self) -> dict[str, float]:
         return {k: v for k, v in self.timings.items() if "forward" in k}

@@ -46,18 +46,22 @@ class _Samples(QuerySamples):
 
         from benchmark.imageio import ImageInputError, load_mask, load_rgb, to_float_tensor
 
-        src = load_rgb(self.queryset.path(q.image))
+        def decode(path: Path) -> tuple[tuple[int, int], Any]:
+            img = load_rgb(path)
+            return img.size, to_float_tensor(img)
+
+        path = self.queryset.path(q.image)
+        (w, h), out.source = self.sources.get(path, lambda: decode(path))  # once for all of the source's queries
         edit = load_rgb(edit_path)
-        if edit.size != src.size:  # pixel metrics compare aligned pixels: never resize an edit silently
-            raise ImageInputError(f"edit is {edit.size[0]}x{edit.size[1]}, source is {src.size[0]}x{src.size[1]}")
-        out.source, out.edit = to_float_tensor(src), to_float_tensor(edit)
+        if edit.size != (w, h):  # pixel metrics compare aligned pixels: never resize an edit silently
+            raise ImageInputError(f"edit is {edit.size[0]}x{edit.size[1]}, source is {w}x{h}")
+        out.edit = to_float_tensor(edit)
         if q.edit_mask:
-            out.mask = torch.from_numpy(load_mask(self.queryset.path(q.edit_mask), src.size))
+            out.mask = torch.from_numpy(load_mask(self.queryset.path(q.edit_mask), (w, h)))
         if q.target_image:
             tgt = load_rgb(self.queryset.path(q.target_image))
-            if tgt.size != src.size:
-                raise ImageInputError(f"ground-truth target is {tgt.size[0]}x{tgt.size[1]}, source is "
-                                      f"{src.size[0]}x{src.size[1]}")
+            if tgt.size != (w, h):
+                raise ImageInputError(f"ground-truth target is {tgt.size[0]}x{tgt.size[1]}, source is {w}x{h}")
             out.target = to_float_tensor(tgt)
 
 
@@ -165,7 +169,9 @@ class ConventionalSuite(LazyComponents):
     def __init__(self, *, clip: Callable[..., Any] | None = None, dino_ev: Callable[..., Any] | None = None,
                  dino_mb: Callable[..., Any] | None = None, lpips: Callable[..., Any] | None = None,
                  device: str = "auto", batch_size: int = 32, chunk_size: int = 64, clip_t_text: str = "auto",
-                 direction_eps: float = DIRECTION_EPS, precision: str = "fp32") -> None:
+                 direction_eps: float = DIRECTION_EPS, precision: str = "fp32", load_threads: int | None = None,
+                 prefetch: bool = False) -> None:
+        from benchmark.metrics.chunking import check_loading
         from benchmark.metrics.precision import check_precision
 
         if clip_t_text not in CLIP_T_TEXT:
@@ -176,6 +182,7 @@ class ConventionalSuite(LazyComponents):
         self.device = resolve_device(device)
         self.precision = check_precision(precision, self.device, what="metrics conventional")
         self.batch_size, self.chunk_size = batch_size, chunk_size
+        self.load_threads, self.prefetch = check_loading(load_threads, prefetch)  # speed only (docs/metrics.md)
         self.clip_t_text, self.direction_eps = clip_t_text, float(direction_eps)
         off = {c for comp, cols in NEEDS.items() if self._factories[comp] is None for c in cols}
         self.columns = tuple(c for c in COLUMN_INFO if c not in off)
@@ -322,7 +329,7 @@ class ConventionalSuite(LazyComponents):
         qs, paths = by_source(queries, edit_paths)
         yield from score_in_chunks(_Samples(queryset, qs, paths), self.score_items, chunk_size=self.chunk_size,
                                    desc="conventional", num_workers=num_workers, progress=progress,
-                                   timings=self.timings)
+                                   timings=self.timings, load_threads=self.load_threads, prefetch=self.prefetch)
 
 
 def _outside(it: _Loaded) -> Any:

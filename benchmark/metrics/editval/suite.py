@@ -47,6 +47,10 @@ class _Loaded:
     query: Query
     original: Any = None   # PIL RGB
     edit: Any = None       # PIL RGB
+    original_key: str = ""  # content keys (`_digest`) and float tensors, made on the loader threads
+    edit_key: str = ""
+    original_t: Any = None
+    edit_t: Any = None
     error: str = ""
 
 
@@ -57,10 +61,16 @@ class _Samples(QuerySamples):
         return _Loaded(query)
 
     def load(self, out: _Loaded, q: Query, edit_path: Path) -> None:
-        from benchmark.imageio import load_rgb
+        from benchmark.imageio import load_rgb, to_float_tensor
 
-        out.original = load_rgb(self.queryset.path(q.image))
-        out.edit = load_rgb(edit_path)
+        def decode(path: Path) -> tuple[Any, str, Any]:
+            img = load_rgb(path)
+            return img, _digest(img), to_float_tensor(img)
+
+        path = self.queryset.path(q.image)
+        # an original once for all of its queries (they arrive together, sorted by source)
+        out.original, out.original_key, out.original_t = self.sources.get(path, lambda: decode(path))
+        out.edit, out.edit_key, out.edit_t = decode(edit_path)
 
 
 def _digest(img: Any) -> str:
@@ -112,7 +122,9 @@ class EditValSuite(LazyComponents):
     def __init__(self, *, detector: Callable[..., Any], dino: Callable[..., Any], fid: Callable[..., Any] | None = None,
                  threshold: float = 0.1, position_delta: float = 0.25, size_margin: float = 0.1,
                  positional_reference: str = "edit", device: str = "auto", batch_size: int = 16,
-                 chunk_size: int = 32, cache_size: int = 1024, precision: str = "fp32") -> None:
+                 chunk_size: int = 32, cache_size: int = 1024, precision: str = "fp32", load_threads: int | None = None,
+                 prefetch: bool = False) -> None:
+        from benchmark.metrics.chunking import check_loading
         from benchmark.metrics.precision import check_precision
 
         self.settings = RuleSettings(threshold=threshold, position_delta=position_delta, size_margin=size_margin,
@@ -121,6 +133,7 @@ class EditValSuite(LazyComponents):
         self.device = resolve_device(device)
         self.precision = check_precision(precision, self.device, what="metrics editval")
         self.batch_size, self.chunk_size = batch_size, chunk_size
+        self.load_threads, self.prefetch = check_loading(load_threads, prefetch)  # speed only (docs/metrics.md)
         self._models: dict[str, Any] = {}
         self._detections_seen = LRUCache(cache_size)  # DINO / FID features live in the shared feature cache
         self.timings: dict[str, float] = {}
@@ -188,19 +201,16 @@ class EditValSuite(LazyComponents):
         return out
 
     def _score_chunk(self, chunk: list[_Loaded]) -> list[dict[str, Any]]:
-        from benchmark.imageio import to_float_tensor
-
         rows = [{"query_id": it.query.id, "status": "failed", "reason": it.error} for it in chunk if it.error]
         ok = [it for it in chunk if not it.error]
         if not ok:
             return rows
-        keys = [(_digest(it.original), _digest(it.edit)) for it in ok]
+        keys = [(it.original_key, it.edit_key) for it in ok]
         tensors: dict[str, Any] = {}
         wanted: dict[str, tuple[Any, set[str]]] = {}
         for it, (ko, ke) in zip(ok, keys, strict=True):
-            for k, img in ((ko, it.original), (ke, it.edit)):
-                if k not in tensors:
-                    tensors[k] = to_float_tensor(img)
+            tensors.setdefault(ko, it.original_t)
+            tensors.setdefault(ke, it.edit_t)
             for image, name in requests(it.query, self.settings).values():
                 k, img = (ko, it.original) if image == "original" else (ke, it.edit)
                 wanted.setdefault(k, (img, set()))[1].add(name)
@@ -245,7 +255,7 @@ class EditValSuite(LazyComponents):
         qs, paths = by_source(queries, edit_paths)
         yield from score_in_chunks(_Samples(queryset, qs, paths), self._score_chunk, chunk_size=self.chunk_size,
                                    desc="editval", num_workers=num_workers, progress=progress,
-                                   timings=self.timings)
+                                   timings=self.timings, load_threads=self.load_threads, prefetch=self.prefetch)
 
     def model_seconds(self) -> dict[str, float]:
         return {k: v for k, v in self.timings.items() if "forward" in k}

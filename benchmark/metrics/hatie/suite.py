@@ -19,7 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from benchmark.metrics.chunking import QuerySamples, default_load_threads, query_loader
+from benchmark.imageio import float_chw
+from benchmark.metrics.chunking import SOURCE_MEMO, Memo, QuerySamples, check_loading, query_loader
 from benchmark.metrics.hatie.primitives import IMAGE_SIZE
 from benchmark.metrics.hatie.weights import CRITERIA, TOTAL_WEIGHTS_KEY, load_weight_profile, query_criteria
 from benchmark.metrics.hatie.workflows import (
@@ -94,7 +95,6 @@ class _Loaded:
 
 # timings keys of the work done ahead on other threads (loader or planning threads; not steps of the scoring thread)
 AHEAD_PLAN, AHEAD_INPUTS = "plan, on other threads", "edit-side backbone inputs, on other threads"
-SOURCE_MEMO = 4  # decoded originals and their masks kept per loader (queries arrive sorted by source image)
 
 
 class _HatieSamples(QuerySamples):
@@ -103,9 +103,7 @@ class _HatieSamples(QuerySamples):
     keyed by the query set's file path, which the query set does not change during a run."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        from benchmark.metrics.components import LRUCache
-
-        super().__init__(*args, **kwargs)
+        super().__init__(*args, **kwargs)  # self.sources: source path -> (PIL size, float 512 px original, sha256)
         # (folder, segmenter signature) of the segmentation cache: set, the loader reads each edit's cached
         # segmentation too (with the images, on the loader threads); None: the suite reads it
         self.seg_cache: tuple[Path, str] | None = None
@@ -114,20 +112,7 @@ class _HatieSamples(QuerySamples):
         # suite plans every query. Only in this process: a plan holds closures, which DataLoader worker processes
         # could not send back.
         self.planner: Callable[[_Loaded, Any], tuple[Any, dict[str, float]]] | None = None
-        self._sources: Any = LRUCache(SOURCE_MEMO)  # source path -> (PIL size, float 512 px original, sha256)
-        self._masks: Any = LRUCache(4 * SOURCE_MEMO)  # (mask path, source size) -> (float 512 px mask, sha256)
-        self.__setstate__(self.__dict__)
-
-    # loader threads (`load_chunks`) share the memos: a lock each, so a source is decoded once even when two
-    # threads ask for it together. Locks do not pickle: DataLoader worker processes make their own.
-    def __getstate__(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k not in ("_source_lock", "_mask_lock")}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        import threading
-
-        self.__dict__.update(state)
-        self._source_lock, self._mask_lock = threading.Lock(), threading.Lock()
+        self._masks = Memo(4 * SOURCE_MEMO)  # (mask path, source size) -> (float 512 px mask, sha256)
 
     def item(self, query: Query) -> _Loaded:
         return _Loaded(query)
@@ -137,14 +122,12 @@ class _HatieSamples(QuerySamples):
 
         from benchmark.imageio import load_rgb
 
-        with self._source_lock:
-            hit = self._sources.get_touch(path)
-            if hit is None:
-                data = _read(path)
-                src = load_rgb(path, data)
-                hit = (src.size, float_chw(np.array(at512(src))), hashlib.sha256(data).hexdigest())
-                self._sources.put(path, hit)
-        return hit
+        def make() -> tuple[tuple[int, int], Any, str]:
+            data = _read(path)
+            src = load_rgb(path, data)
+            return src.size, float_chw(np.array(at512(src))), hashlib.sha256(data).hexdigest()
+
+        return self.sources.get(path, make)
 
     def _mask(self, path: Path, size: tuple[int, int]) -> tuple[Any, str]:
         import hashlib
@@ -154,14 +137,12 @@ class _HatieSamples(QuerySamples):
 
         from benchmark.imageio import load_mask
 
-        with self._mask_lock:
-            hit = self._masks.get_touch((path, size))
-            if hit is None:
-                sha = hashlib.sha256(_read(path)).hexdigest()  # digest first: the file load_mask then checks and decodes
-                m = torch.from_numpy(load_mask(path, size)).float()
-                hit = (F.interpolate(m[None, None], size=(IMAGE_SIZE, IMAGE_SIZE), mode="nearest")[0, 0], sha)
-                self._masks.put((path, size), hit)
-        return hit
+        def make() -> tuple[Any, str]:
+            sha = hashlib.sha256(_read(path)).hexdigest()  # digest first: the file load_mask then checks and decodes
+            m = torch.from_numpy(load_mask(path, size)).float()
+            return F.interpolate(m[None, None], size=(IMAGE_SIZE, IMAGE_SIZE), mode="nearest")[0, 0], sha
+
+        return self._masks.get((path, size), make)
 
     def load(self, out: _Loaded, q: Query, edit_path: Path) -> None:
         import hashlib
@@ -214,15 +195,6 @@ def _read(path: Path) -> bytes:
     if not path.is_file():
         raise ImageInputError(f"{path}: file not found (check the query set folder or re-run its download)")
     return path.read_bytes()
-
-
-def float_chw(arr: np.ndarray) -> Any:
-    """uint8 (H, W, 3) -> float32 (3, H, W) in [0, 1]: the values and the memory layout (a channels-last view) of
-    `imageio.to_float_tensor`, whose layout the workflows' reductions follow, without its float64 and extra copies."""
-    import torch
-
-    # in place: the same division, without a second (page-faulting) 3 MB buffer per image
-    return torch.from_numpy(arr).float().div_(255).permute(2, 0, 1)
 
 
 def at512(img: Any) -> Any:
@@ -281,15 +253,8 @@ class HatieSuite:
         # backbones' forward numerics (benchmark/metrics/precision.py); the segmenter and VQA always run in fp32
         self.precision = check_precision(precision, self.device, what="metrics hatie")
         self.batch_size, self.chunk_size, self.cache_size = batch_size, chunk_size, cache_size
-        if load_threads is not None and (isinstance(load_threads, bool) or not isinstance(load_threads, int)
-                                         or load_threads < 1):
-            raise ValueError(f"load_threads must be a positive integer or null (one per core, at most 4), got "
-                             f"{load_threads!r}")
         # threads that load a chunk's images together when there are no DataLoader workers (speed only)
-        self.load_threads = default_load_threads() if load_threads is None else load_threads
-        if not isinstance(prefetch, bool):
-            raise ValueError(f"prefetch must be true or false, got {prefetch!r}")
-        self.prefetch = prefetch
+        self.load_threads, self.prefetch = check_loading(load_threads, prefetch)
         self.add_relation_text = add_relation_text
         self._models: dict[str, Any] = {}
         self.timings: dict[str, float] = {}

@@ -95,7 +95,9 @@ class _Samples(QuerySamples):
     def load(self, out: _Loaded, q: Query, edit_path: Path) -> None:
         from benchmark.imageio import load_rgb
 
-        out.source = to_judge_input(load_rgb(self.queryset.path(q.image)), self.resolution)
+        path = self.queryset.path(q.image)
+        # an original once for all of its queries (they arrive together, sorted by source)
+        out.source = self.sources.get(path, lambda: to_judge_input(load_rgb(path), self.resolution))
         out.edit = to_judge_input(load_rgb(edit_path), self.resolution)
 
 
@@ -125,7 +127,8 @@ class JudgeSuite(LazyComponents):
 
     def __init__(self, *, vlm: Callable[..., Any], resolution: int = DEFAULT_RESOLUTION,
                  prompt_version: str = DEFAULT_VERSION, device: str = "auto", batch_size: int = 8,
-                 chunk_size: int = 32) -> None:
+                 chunk_size: int = 32, load_threads: int | None = None, prefetch: bool = False) -> None:
+        from benchmark.metrics.chunking import check_loading
         from benchmark.models.vlm import judge_size
 
         if batch_size < 1 or chunk_size < 1:
@@ -135,6 +138,7 @@ class JudgeSuite(LazyComponents):
         self.resolution = int(resolution)
         self.device = resolve_device(device)
         self.batch_size, self.chunk_size = batch_size, chunk_size
+        self.load_threads, self.prefetch = check_loading(load_threads, prefetch)  # speed only (docs/metrics.md)
         self._factories: dict[str, Callable[..., Any] | None] = {"judge": vlm}
         self._models: dict[str, Any] = {}
         self.model_name, self.dtype = reader_identity(vlm)
@@ -272,4 +276,5 @@ class JudgeSuite(LazyComponents):
         qs, paths = by_source(queries, edit_paths)
         yield from score_in_chunks(_Samples(queryset, qs, paths, self.resolution), self._score_chunk,
                                    chunk_size=self.chunk_size, desc="judge", num_workers=num_workers,
-                                   progress=progress, timings=self.timings)
+                                   progress=progress, timings=self.timings, load_threads=self.load_threads,
+                                   prefetch=self.prefetch)
