@@ -218,12 +218,15 @@ class ConventionalSuite(LazyComponents):
         from benchmark.metrics.features import embed_images
 
         enc = self._get(name)
-        inputs, slots = [], []
+        # an original is one tensor for all of its queries (the loader's memo): prepared and digested once. The
+        # inputs keep their order of first appearance, so the batches are those of one input per image.
+        inputs, slots, made = [], [], {}
         for it in items:
             for img in (it.edit, it.source, it.target):
-                slots.append(len(inputs) if img is not None else None)
-                if img is not None:
+                if img is not None and id(img) not in made:
+                    made[id(img)] = len(inputs)
                     inputs.append(prepare(img))
+                slots.append(made[id(img)] if img is not None else None)
         feats = embed_images(enc, inputs, batch_size=self.batch_size,
                              timer=self._timer(f"{name} forward"), steps=self.timings)
         got = [feats[s] if s is not None else None for s in slots]
