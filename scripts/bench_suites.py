@@ -2,6 +2,7 @@
 
     python scripts/bench_suites.py [--metrics conventional,editval_oracle,augclip,bpm,hatie_oracle]
                                    [--profile random] [--per-type 2] [--device cpu] [--precision fp32] [--repeat 2]
+                                   [--prefetch] [--load-threads N] [--num-workers N]
     (or: make bench-suites ARGS="--metrics conventional --profile tiny")
 
 Edits are the demo set's ground-truth targets (every suite scores them as it would an editor's edits). Each metric
@@ -9,7 +10,8 @@ set runs in its own process (peak RSS is its own); a first pass loads the models
 cold feature caches and the fastest is kept. Per set it prints queries/s, the share of wall time inside backbone forward passes (what the suite's
 `model_seconds` counts), the non-forward time in ms per query split by the steps the suite times (`load images`:
 waiting for decoded queries; `cache keys`, `batch assembly`: the shared feature cache; the suite's own steps) and
-`untimed` (wall minus forward minus the steps), and peak RSS. `--profile random` (default) gives the real-size
+`untimed` (wall minus forward minus the steps), and peak RSS. `--prefetch`, `--load-threads` and `--num-workers` set
+every suite's loading as a run's `metrics.<suite>.prefetch` / `load_threads` and `num_workers` do (speed only). `--profile random` (default) gives the real-size
 architectures with random weights (the real cost; on a CPU, minutes per set), `tiny` the test models.
 scripts/bench_hatie.py adds HATIE's batched-vs-per-query comparison and its finer step split.
 """
@@ -45,6 +47,8 @@ def worker(metric_set: str, args: argparse.Namespace) -> dict:
     for name, node in cfg.metrics.items():
         if args.precision != "fp32" and "precision" in node:
             node.precision = args.precision
+        if "prefetch" in node:  # every suite that loads queries (the pairwise pixel metrics load nothing)
+            node.prefetch, node.load_threads = args.prefetch, args.load_threads
         suite = instantiate(node)
         if not hasattr(suite, "score_queries"):
             continue  # a pairwise metric (basic's pixel statistics): no backbone, nothing to time here
@@ -60,12 +64,13 @@ def worker(metric_set: str, args: argparse.Namespace) -> dict:
                 shared_cache().clear()
                 suite.timings.clear()
                 t0 = time.perf_counter()
-                rows = [r for batch in suite.score_queries(qs, queries, edits, work_dir=Path(work), progress=False)
-                        for r in batch]
+                rows = [r for batch in suite.score_queries(qs, queries, edits, work_dir=Path(work), progress=False,
+                                                           num_workers=args.num_workers) for r in batch]
                 wall = time.perf_counter() - t0
                 if i > 0 and (best is None or wall < best["wall_s"]):
                     best = {"wall_s": wall, "forward_s": sum(suite.model_seconds().values()),
                             "steps": dict(suite.step_seconds()) if hasattr(suite, "step_seconds") else {},
+                            "ahead": dict(suite.ahead_seconds()) if hasattr(suite, "ahead_seconds") else {},
                             "n": len(queries), "failed": sum(r["status"] != "ok" for r in rows),
                             "types": len(by_type)}
         out["suites"][name] = best
@@ -84,6 +89,10 @@ def report(result: dict) -> None:
         print(f"   non-forward: {1000 * (wall - fwd) / n:.1f} ms/query = "
               + ", ".join(f"{k} {1000 * v / n:.1f}" for k, v in sorted(steps.items(), key=lambda kv: -kv[1]))
               + f", untimed {1000 * untimed / n:.1f}")
+        ahead = {k: v for k, v in r.get("ahead", {}).items() if v > 0}
+        if ahead:  # HATIE's plans (and inputs, with prefetch) made on other threads, inside the waits above
+            print("   done ahead on other threads (summed over threads, ms/query): "
+                  + ", ".join(f"{k} {1000 * v / n:.1f}" for k, v in ahead.items()))
 
 
 def main() -> None:
@@ -94,16 +103,23 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--precision", default="fp32", help="every suite's `precision` (fp32, tf32 on CUDA, bf16)")
     ap.add_argument("--repeat", type=int, default=2, help="scoring passes per set (cold caches); the fastest is kept")
+    ap.add_argument("--prefetch", action="store_true", help="every suite loads its next chunk while one is scored")
+    ap.add_argument("--load-threads", type=int, default=None, help="loader threads (default: one per core, at most 4)")
+    ap.add_argument("--num-workers", type=int, default=0, help="DataLoader worker processes instead of loader threads")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
         print(json.dumps(worker(args.worker, args)))
         return
+    loading = (f"{args.num_workers} DataLoader workers" if args.num_workers else
+               f"{args.load_threads or 'default'} loader threads, {'prefetch' if args.prefetch else 'no prefetch'}")
     print(f"bench-suites: profile={args.profile} device={args.device} precision={args.precision}, "
-          f"{args.per_type} demo queries per edit type")
+          f"{args.per_type} demo queries per edit type; loading: {loading}")
     for metric_set in args.metrics.split(","):
         cmd = [sys.executable, __file__, "--worker", metric_set, "--profile", args.profile, "--per-type",
-               str(args.per_type), "--device", args.device, "--precision", args.precision, "--repeat", str(args.repeat)]
+               str(args.per_type), "--device", args.device, "--precision", args.precision, "--repeat", str(args.repeat),
+               "--num-workers", str(args.num_workers), *(["--prefetch"] if args.prefetch else []),
+               *(["--load-threads", str(args.load_threads)] if args.load_threads else [])]
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
         if proc.returncode != 0:
             print(f"\n== {metric_set}: FAILED (exit {proc.returncode})\n{proc.stderr[-2000:]}")
