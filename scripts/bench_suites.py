@@ -10,9 +10,10 @@ set runs in its own process (peak RSS is its own); a first pass loads the models
 cold feature caches and the fastest is kept. Per set it prints queries/s, the share of wall time inside backbone forward passes (what the suite's
 `model_seconds` counts), the non-forward time in ms per query split by the steps the suite times (`load images`:
 waiting for decoded queries; `cache keys`, `batch assembly`: the shared feature cache; the suite's own steps) and
-`untimed` (wall minus forward minus the steps), and peak RSS. `--prefetch`, `--load-threads` and `--num-workers` set
-every suite's loading as a run's `metrics.<suite>.prefetch` / `load_threads` and `num_workers` do (speed only). `--profile random` (default) gives the real-size
+`untimed` (wall minus forward minus the steps), and peak RSS. `--profile random` (default) gives the real-size
 architectures with random weights (the real cost; on a CPU, minutes per set), `tiny` the test models.
+`--prefetch`, `--load-threads` and `--num-workers` set every suite's loading as a run's
+`metrics.<suite>.prefetch` / `load_threads` and `num_workers` do (speed only).
 scripts/bench_hatie.py adds HATIE's batched-vs-per-query comparison and its finer step split.
 """
 

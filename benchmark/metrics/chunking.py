@@ -150,8 +150,8 @@ class QuerySamples:
 
     def __init__(self, queryset: Any, queries: Sequence[Query], edit_paths: Sequence[Path]) -> None:
         self.queryset, self.queries, self.edit_paths = queryset, queries, edit_paths
-        # an original and what is made from it, once for all of its queries (they arrive together, sorted by
-        # source); keyed by the query set's file path and what is made, which a run does not change
+        # what is made from an original, once for all of its queries (they arrive together, sorted by source);
+        # keyed by the query set's file path, which a run does not change
         self.sources = Memo()
 
     def __len__(self) -> int:
@@ -167,6 +167,14 @@ class QuerySamples:
         except (ImageInputError, OSError) as err:
             out.error = str(err)
         return out
+
+    def original(self, query: Query, make: Callable[[Any], Any]) -> Any:
+        """`make(decoded original)` for the query's source image, made once for all of its queries (`sources`); a
+        file that cannot be read raises as `imageio.load_rgb` does, for this query and the next that asks."""
+        from benchmark.imageio import load_rgb
+
+        path = self.queryset.path(query.image)
+        return self.sources.get(path, lambda: make(load_rgb(path)))
 
     def item(self, query: Query) -> Any:
         """An empty item for `query` (a dataclass with at least `query` and `error`)."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 
@@ -22,6 +22,10 @@ class LazyComponents:
     # that offers the option sets both. Detectors and segmenters stay out: their thresholds amplify drift.
     reduced_components: tuple[str, ...] = ()
     precision: str = "fp32"
+    # the shared chunk loop's settings (`_score_chunks`; `chunking.check_loading` checks the last two)
+    chunk_size: int
+    load_threads: int
+    prefetch: bool
 
     def _get(self, name: str) -> Any:
         """The component `name`, built on first use (None when its factory is None: the component is off)."""
@@ -41,6 +45,16 @@ class LazyComponents:
         model = self.model_seconds() if hasattr(self, "model_seconds") else {}
         return {k: v for k, v in self.timings.items()
                 if k not in model and "forward" not in k and (k == "load images" or not k.startswith("load "))}
+
+    def _score_chunks(self, samples: Any, score: Callable[[list[Any]], list[dict[str, Any]]], *, desc: str,
+                      num_workers: int, progress: bool) -> Iterator[list[dict[str, Any]]]:
+        """`score` over consecutive chunks of `samples` through the shared chunk loop (`chunking.score_in_chunks`),
+        with the suite's chunk size, loading settings and `timings`."""
+        from benchmark.metrics.chunking import score_in_chunks
+
+        return score_in_chunks(samples, score, chunk_size=self.chunk_size, desc=desc, num_workers=num_workers,
+                               progress=progress, timings=self.timings, load_threads=self.load_threads,
+                               prefetch=self.prefetch)
 
     def _timer(self, key: str) -> Callable[[Callable[[], Any]], Any]:
         """A wrapper that runs a forward call and adds its time to `timings[key]`."""

@@ -85,9 +85,7 @@ class _Samples(QuerySamples):
     def load(self, out: _Loaded, q: Query, edit_path: Path) -> None:
         from benchmark.imageio import load_rgb
 
-        path = self.queryset.path(q.image)
-        # an original once for all of its queries (they arrive together, sorted by source)
-        out.source = self.sources.get(path, lambda: clip_square(load_rgb(path)))
+        out.source = self.original(q, clip_square)
         out.edit = clip_square(load_rgb(edit_path))
 
 
@@ -256,12 +254,11 @@ class AugClipSuite(LazyComponents):
     def score_queries(self, queryset: Any, queries: Sequence[Query], edit_paths: Sequence[Path], *, work_dir: Path,
                       num_workers: int = 0, progress: bool = True) -> Iterator[list[dict[str, Any]]]:
         """Yield lists of result rows (one dict per query)."""
-        from benchmark.metrics.chunking import by_source, score_in_chunks
+        from benchmark.metrics.chunking import by_source
 
         qs, paths = by_source(queries, edit_paths)
-        yield from score_in_chunks(_Samples(queryset, qs, paths), self._score_chunk, chunk_size=self.chunk_size,
-                                   desc="augclip", num_workers=num_workers, progress=progress,
-                                   timings=self.timings, load_threads=self.load_threads, prefetch=self.prefetch)
+        yield from self._score_chunks(_Samples(queryset, qs, paths), self._score_chunk, desc="augclip",
+                                      num_workers=num_workers, progress=progress)
 
     def model_seconds(self) -> dict[str, float]:
         return {k: v for k, v in self.timings.items() if "forward" in k or k == "attribute extraction"}

@@ -69,13 +69,7 @@ class _Samples(QuerySamples):
 
         from benchmark.imageio import load_mask, load_rgb
 
-        def decode(path: Path) -> tuple[tuple[int, int], np.ndarray]:
-            img = load_rgb(path)
-            return img.size, np.asarray(img, dtype=np.uint8)
-
-        path = self.queryset.path(q.image)
-        # an original once for all of its queries (they arrive together, sorted by source)
-        size, out.original = self.sources.get(path, lambda: decode(path))
+        size, out.original = self.original(q, lambda img: (img.size, np.asarray(img, dtype=np.uint8)))
         edit = load_rgb(edit_path)
         if edit.size != size:  # judged at the original's size
             edit = edit.resize(size, Image.Resampling.BICUBIC)
@@ -343,13 +337,12 @@ class BpmSuite(LazyComponents):
     def score_queries(self, queryset: Any, queries: Sequence[Query], edit_paths: Sequence[Path], *, work_dir: Path,
                       num_workers: int = 0, progress: bool = True) -> Iterator[list[dict[str, Any]]]:
         """Yield lists of result rows (one dict per query)."""
-        from benchmark.metrics.chunking import by_source, score_in_chunks
+        from benchmark.metrics.chunking import by_source
 
         qs, paths = by_source(queries, edit_paths)
         samples = _Samples(queryset, qs, paths, self.original_masks == "queryset")
-        yield from score_in_chunks(samples, self._score_chunk, chunk_size=self.chunk_size, desc="bpm",
-                                   num_workers=num_workers, progress=progress,
-                                   timings=self.timings, load_threads=self.load_threads, prefetch=self.prefetch)
+        yield from self._score_chunks(samples, self._score_chunk, desc="bpm", num_workers=num_workers,
+                                      progress=progress)
 
     def model_seconds(self) -> dict[str, float]:
         return {k: v for k, v in self.timings.items() if "forward" in k}

@@ -46,12 +46,7 @@ class _Samples(QuerySamples):
 
         from benchmark.imageio import ImageInputError, load_mask, load_rgb, to_float_tensor
 
-        def decode(path: Path) -> tuple[tuple[int, int], Any]:
-            img = load_rgb(path)
-            return img.size, to_float_tensor(img)
-
-        path = self.queryset.path(q.image)
-        (w, h), out.source = self.sources.get(path, lambda: decode(path))  # once for all of the source's queries
+        (w, h), out.source = self.original(q, lambda img: (img.size, to_float_tensor(img)))
         edit = load_rgb(edit_path)
         if edit.size != (w, h):  # pixel metrics compare aligned pixels: never resize an edit silently
             raise ImageInputError(f"edit is {edit.size[0]}x{edit.size[1]}, source is {w}x{h}")
@@ -327,12 +322,11 @@ class ConventionalSuite(LazyComponents):
     def score_queries(self, queryset: Any, queries: Sequence[Query], edit_paths: Sequence[Path], *, work_dir: Path,
                       num_workers: int = 0, progress: bool = True) -> Iterator[list[dict[str, Any]]]:
         """Yield lists of result rows (one dict per query), chunk by chunk."""
-        from benchmark.metrics.chunking import by_source, score_in_chunks
+        from benchmark.metrics.chunking import by_source
 
         qs, paths = by_source(queries, edit_paths)
-        yield from score_in_chunks(_Samples(queryset, qs, paths), self.score_items, chunk_size=self.chunk_size,
-                                   desc="conventional", num_workers=num_workers, progress=progress,
-                                   timings=self.timings, load_threads=self.load_threads, prefetch=self.prefetch)
+        yield from self._score_chunks(_Samples(queryset, qs, paths), self.score_items, desc="conventional",
+                                      num_workers=num_workers, progress=progress)
 
 
 def _outside(it: _Loaded) -> Any:

@@ -61,16 +61,17 @@ class _Samples(QuerySamples):
         return _Loaded(query)
 
     def load(self, out: _Loaded, q: Query, edit_path: Path) -> None:
-        from benchmark.imageio import load_rgb, to_float_tensor
+        from benchmark.imageio import load_rgb
 
-        def decode(path: Path) -> tuple[Any, str, Any]:
-            img = load_rgb(path)
-            return img, _digest(img), to_float_tensor(img)
+        out.original, out.original_key, out.original_t = self.original(q, _keyed)
+        out.edit, out.edit_key, out.edit_t = _keyed(load_rgb(edit_path))
 
-        path = self.queryset.path(q.image)
-        # an original once for all of its queries (they arrive together, sorted by source)
-        out.original, out.original_key, out.original_t = self.sources.get(path, lambda: decode(path))
-        out.edit, out.edit_key, out.edit_t = decode(edit_path)
+
+def _keyed(img: Any) -> tuple[Any, str, Any]:
+    """A decoded image with its content key and float tensor (made on the loader threads, not in the scoring loop)."""
+    from benchmark.imageio import to_float_tensor
+
+    return img, _digest(img), to_float_tensor(img)
 
 
 def _digest(img: Any) -> str:
@@ -250,12 +251,11 @@ class EditValSuite(LazyComponents):
     def score_queries(self, queryset: Any, queries: Sequence[Query], edit_paths: Sequence[Path], *, work_dir: Path,
                       num_workers: int = 0, progress: bool = True) -> Iterator[list[dict[str, Any]]]:
         """Yield lists of result rows (one dict per query: accuracy, DINO_context, detections, FID features)."""
-        from benchmark.metrics.chunking import by_source, score_in_chunks
+        from benchmark.metrics.chunking import by_source
 
         qs, paths = by_source(queries, edit_paths)
-        yield from score_in_chunks(_Samples(queryset, qs, paths), self._score_chunk, chunk_size=self.chunk_size,
-                                   desc="editval", num_workers=num_workers, progress=progress,
-                                   timings=self.timings, load_threads=self.load_threads, prefetch=self.prefetch)
+        yield from self._score_chunks(_Samples(queryset, qs, paths), self._score_chunk, desc="editval",
+                                      num_workers=num_workers, progress=progress)
 
     def model_seconds(self) -> dict[str, float]:
         return {k: v for k, v in self.timings.items() if "forward" in k}

@@ -95,9 +95,7 @@ class _Samples(QuerySamples):
     def load(self, out: _Loaded, q: Query, edit_path: Path) -> None:
         from benchmark.imageio import load_rgb
 
-        path = self.queryset.path(q.image)
-        # an original once for all of its queries (they arrive together, sorted by source)
-        out.source = self.sources.get(path, lambda: to_judge_input(load_rgb(path), self.resolution))
+        out.source = self.original(q, lambda img: to_judge_input(img, self.resolution))
         out.edit = to_judge_input(load_rgb(edit_path), self.resolution)
 
 
@@ -271,10 +269,8 @@ class JudgeSuite(LazyComponents):
     def score_queries(self, queryset: Any, queries: Sequence[Query], edit_paths: Sequence[Path], *, work_dir: Path,
                       num_workers: int = 0, progress: bool = True) -> Iterator[list[dict[str, Any]]]:
         """Yield lists of result rows (one dict per query), chunk by chunk."""
-        from benchmark.metrics.chunking import by_source, score_in_chunks
+        from benchmark.metrics.chunking import by_source
 
         qs, paths = by_source(queries, edit_paths)
-        yield from score_in_chunks(_Samples(queryset, qs, paths, self.resolution), self._score_chunk,
-                                   chunk_size=self.chunk_size, desc="judge", num_workers=num_workers,
-                                   progress=progress, timings=self.timings, load_threads=self.load_threads,
-                                   prefetch=self.prefetch)
+        yield from self._score_chunks(_Samples(queryset, qs, paths, self.resolution), self._score_chunk,
+                                      desc="judge", num_workers=num_workers, progress=progress)
