@@ -7,41 +7,10 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from benchmark.metrics.memo import Memo
 from benchmark.types import Query
 
 SOURCE_MEMO = 4  # decoded originals (and what is made from them) kept per loader: queries arrive sorted by source
-
-
-class Memo:
-    """A small LRU of values made once per key and shared by the loader threads: `get(key, make)` returns the kept
-    value or makes it under a lock, so a source two threads ask for together is decoded once. The lock does not
-    pickle: a DataLoader worker process gets its own memo (empty, as it starts). Values are shared by every item
-    that asks for them, so they must never be modified in place."""
-
-    def __init__(self, capacity: int = SOURCE_MEMO) -> None:
-        from benchmark.metrics.components import LRUCache
-
-        self._values: Any = LRUCache(capacity)
-        self.made = 0  # values made (the rest were hits): what the tests count
-        self.__setstate__(self.__dict__)
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k != "_lock"}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        import threading
-
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
-
-    def get(self, key: Any, make: Callable[[], Any]) -> Any:
-        with self._lock:
-            hit = self._values.get_touch(key)
-            if hit is None:
-                hit = make()
-                self.made += 1
-                self._values.put(key, hit)
-        return hit
 
 
 def check_loading(load_threads: Any, prefetch: Any) -> tuple[int, bool]:
@@ -152,7 +121,7 @@ class QuerySamples:
         self.queryset, self.queries, self.edit_paths = queryset, queries, edit_paths
         # what is made from an original, once for all of its queries (they arrive together, sorted by source);
         # keyed by the query set's file path, which a run does not change
-        self.sources = Memo()
+        self.sources = Memo(SOURCE_MEMO)
 
     def __len__(self) -> int:
         return len(self.queries)

@@ -1,11 +1,10 @@
 """What every metric suite does with its learned components: build each from its factory once, on first use, and
-account load and forward-pass time in `timings` (the score stage reports `model_seconds` from it); and the bounded
-memo suites keep per-source results in."""
+account load and forward-pass time in `timings` (the score stage reports `model_seconds` from it); and score their
+queries through the shared chunk loop."""
 
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -65,23 +64,3 @@ class LazyComponents:
             return out
 
         return run
-
-
-class LRUCache(OrderedDict):
-    """Bounded memo, least recently used out first (memory must not grow with the query set)."""
-
-    def __init__(self, capacity: int) -> None:
-        super().__init__()
-        self.capacity = capacity
-
-    def get_touch(self, key: Any) -> Any:
-        if key in self:
-            self.move_to_end(key)
-            return self[key]
-        return None
-
-    def put(self, key: Any, value: Any) -> None:
-        self[key] = value
-        self.move_to_end(key)
-        while len(self) > self.capacity:
-            self.popitem(last=False)

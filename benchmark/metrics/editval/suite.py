@@ -25,8 +25,9 @@ from typing import Any
 import numpy as np
 
 from benchmark.metrics.chunking import QuerySamples
-from benchmark.metrics.components import LazyComponents, LRUCache
+from benchmark.metrics.components import LazyComponents
 from benchmark.metrics.editval.rules import RuleSettings, judge, requests, scale_box
+from benchmark.metrics.memo import LRUCache
 from benchmark.models.common import resolve_device
 from benchmark.types import EDITVAL_TYPES, MetricInfo, Query
 

@@ -18,7 +18,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from benchmark.metrics.components import LRUCache
 from benchmark.metrics.features import (
     embed_images,
     embed_texts,
@@ -36,6 +35,7 @@ from benchmark.metrics.hatie.primitives import (
     l2_sim,
     resize,
 )
+from benchmark.metrics.memo import LRUCache
 from benchmark.metrics.timing import step_time
 from benchmark.models.dino import DINO_INPUT
 from benchmark.models.perceptual import LPIPS_SIZE

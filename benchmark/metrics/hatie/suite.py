@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from benchmark.imageio import float_chw
-from benchmark.metrics.chunking import SOURCE_MEMO, Memo, QuerySamples, check_loading, query_loader
+from benchmark.metrics.chunking import SOURCE_MEMO, QuerySamples, check_loading, query_loader
 from benchmark.metrics.hatie.primitives import IMAGE_SIZE
 from benchmark.metrics.hatie.weights import CRITERIA, TOTAL_WEIGHTS_KEY, load_weight_profile, query_criteria
 from benchmark.metrics.hatie.workflows import (
@@ -31,6 +31,7 @@ from benchmark.metrics.hatie.workflows import (
     needed_masks,
     relevant_classes,
 )
+from benchmark.metrics.memo import Memo
 from benchmark.metrics.timing import step_time
 from benchmark.models.common import resolve_device
 from benchmark.types import HATIE_TYPES, MetricInfo, Query
@@ -389,8 +390,8 @@ class HatieSuite:
         """Yield lists of result rows (one dict per query: criteria, raw sub-scores, branch, FID features)."""
         from tqdm import tqdm
 
-        from benchmark.metrics.components import LRUCache
         from benchmark.metrics.hatie.engine import SimilarityEngine
+        from benchmark.metrics.memo import LRUCache
 
         order = sorted(range(len(queries)), key=lambda i: (queries[i].image, queries[i].id))
         qs = [queries[i] for i in order]
