@@ -418,15 +418,15 @@ def save_segmentation(seg: Segmentation, path: Path, *, edit_sha256: str, segmen
 def _read_members(z: Any, shape: tuple[int, int]) -> dict[str, np.ndarray]:
     """Every member of the archive as an array, each .npy header read (once) and checked before its data: sizes no
     real segmentation has are refused, so a planted archive cannot make the reader decompress gigabytes."""
-    fmt = np.lib.format
+    from benchmark.npy_header import read_npy_header
+
     h, w = shape
     limit = {"masks": len(COCO_CLASSES) * h * ((w + 7) // 8), "names": len(COCO_CLASSES), "scores": len(COCO_CLASSES),
              "boxes": 4 * len(COCO_CLASSES)}
     out = {}
     for key in z.files:
         with z.zip.open(f"{key}.npy") as fh:
-            version = fmt.read_magic(fh)
-            dims, fortran, dtype = (fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0)(fh)
+            dims, fortran, dtype = read_npy_header(fh)  # not numpy's reader: its ast parse is not thread-safe
             count = int(np.prod(dims, dtype=np.int64)) if dims else 1
             if dtype.hasobject or count > limit.get(key, 1) or dtype.itemsize > 512:
                 raise SegmentationCacheError(f"member {key!r} is {dtype} {dims}: too large or not plain data")
