@@ -123,4 +123,5 @@ def test_cached_segmentations_are_read_without_ast(tmp_path, monkeypatch):
         t.start()
     for t in threads:
         t.join()
+    monkeypatch.undo()  # pytest's own failure report parses source with ast
     assert not errors, errors[0]
