@@ -15,6 +15,11 @@ are paid once per process, as a long run pays them, not per query; each timed pa
 Segmentation itself is timed apart, in its own process per mode: real-size random-weight Mask R-CNN R50-FPN v2
 over the same edits, 4 images per call vs. one.
 
+`--host-only` records the backbones' outputs in one real pass, then replays them by input digest (`Replay`): the
+timed passes then make every input exactly as a real pass does (their rows are checked equal to the recording
+pass's) while each forward pass costs only a digest and a lookup. A pass takes well under a second, so many repeats
+give a steady non-forward figure on a noisy machine; its queries/s and forward figures describe the host alone.
+
 Reported per mode: queries/s, the share of wall time inside backbone forward passes (CLIP, DINOv2, LPIPS,
 Inception), the unique inputs each backbone encoded per query and its forward seconds per input, the non-forward
 steps the suite times, and peak RSS. The batch-size-1 loop reuses no feature across queries
@@ -75,10 +80,82 @@ def segmentation_worker(mode: str, per_type: int, device: str) -> dict:
             "seg_batch": batch}
 
 
+class _StandIn:
+    """A backbone whose named methods are replaced; every other attribute (signature, image size, device) is the
+    real one's, so cache keys and inputs are made as for the real backbone."""
+
+    def __init__(self, real: object, **methods: object) -> None:
+        self._real = real
+        self.__dict__.update(methods)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._real, name)
+
+
+class Replay:
+    """--host-only: the backbones (CLIP images and texts, DINOv2, LPIPS, the FID Inception) answer from a table of
+    their outputs, keyed by each input's digest (texts by the text), recorded in one real pass over the same queries.
+    A replayed pass therefore gets the very features of a real one, takes the same branches and degradation levels
+    and makes the same inputs, but its forward passes cost only a digest and a lookup: its non-forward figures are
+    the host-side pipeline alone, and a pass takes well under a second, so many repeats fit in a minute. An input
+    the recording pass never saw raises KeyError (the inputs would not be deterministic)."""
+
+    METHODS = {"clip": ("embed_images", "embed_texts"), "dino": ("embed_images",), "lpips": ("distance",),
+               "fid": ("features",)}
+
+    def __init__(self) -> None:
+        self.recording = True
+        self.table: dict[tuple, object] = {}
+        self.real_calls = 0  # calls that reached a real backbone
+
+    def install(self, suite: object) -> None:
+        """Put the replaying stand-ins in place of the suite's backbones (those it has)."""
+        for name, methods in self.METHODS.items():
+            real = suite._get(name)
+            if real is None:
+                continue
+            suite._models[name] = _StandIn(real, **{m: self._wrap(f"{name}.{m}", getattr(real, m)) for m in methods})
+
+    def _wrap(self, name: str, fn: object) -> object:
+        import torch
+
+        from benchmark.metrics.features import tensor_digest
+
+        def call(*xs: object) -> object:
+            keys = list(zip(*[[tensor_digest(t) for t in x] if torch.is_tensor(x) else list(x) for x in xs],
+                            strict=True))
+            if self.recording:
+                self.real_calls += 1
+                out = fn(*xs)
+                self.table.update({(name, k): o.detach().clone() for k, o in zip(keys, out, strict=True)})
+                return out
+            return torch.stack([self.table[name, k] for k in keys])
+
+        return call
+
+
+def _same_row(a: dict, b: dict) -> bool:
+    """Rows equal value for value (arrays element for element, NaN equal to NaN)."""
+    import numpy as np
+
+    if a.keys() != b.keys():
+        return False
+    for k, x in a.items():
+        y = b[k]
+        if isinstance(x, float | int | np.ndarray | list) and not isinstance(x, bool):
+            if not np.array_equal(np.asarray(x, dtype=float), np.asarray(y, dtype=float), equal_nan=True):
+                return False
+        elif x != y:
+            return False
+    return True
+
+
 def worker(mode: str, per_type: int, device: str, root: Path, by_type_pass: bool = False, repeat: int = 1,
-           segmentation: str = "oracle", warmup: bool = True, loading: dict | None = None) -> dict:
+           segmentation: str = "oracle", warmup: bool = True, loading: dict | None = None,
+           host_only: bool = False) -> dict:
     """One mode's timed scoring passes. `loading`: num_workers (DataLoader worker processes), load_threads and
-    prefetch, as a run's settings of those names (speed only)."""
+    prefetch, as a run's settings of those names (speed only). `host_only`: the backbones' outputs recorded in one
+    real pass, then replayed (`Replay`)."""
     loading = {"num_workers": 0, "load_threads": None, "prefetch": False, **(loading or {})}
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     if mode == "batch1":  # the per-query loop reuses no feature across queries: no process-wide feature cache
@@ -110,6 +187,9 @@ def worker(mode: str, per_type: int, device: str, root: Path, by_type_pass: bool
     for name in ("segmenter", "clip", "dino", "lpips", "fid"):
         suite._get(name)
     load_s = time.perf_counter() - t0
+    replay = Replay() if host_only else None
+    if replay is not None:
+        replay.install(suite)
     edits = [qs.path(q.target_image) for q in queries]
     work = root / m.get("seg_from", mode)
     # segmentation first (cached); the scoring passes below read every segmentation from this cache, so their
@@ -126,6 +206,12 @@ def worker(mode: str, per_type: int, device: str, root: Path, by_type_pass: bool
         for _ in suite.score_queries(qs, warm, [qs.path(q.target_image) for q in warm], work_dir=work, progress=False,
                                          num_workers=workers):
             pass
+    recorded: dict[str, dict] = {}
+    if replay is not None:  # the recording pass: every input a cold pass makes, encoded by the real backbones
+        shared_cache().clear()
+        recorded = {r["query_id"]: r for rows in suite.score_queries(qs, queries, edits, work_dir=work, progress=False,
+                                                                     num_workers=workers) for r in rows}
+        replay.recording = False
     branches: dict[str, int] = {}
     suite.timings.clear()
     # throughput: one scoring call over the mixed set, as a real run does; repeated from cold caches, the fastest
@@ -142,6 +228,9 @@ def worker(mode: str, per_type: int, device: str, root: Path, by_type_pass: bool
                                          num_workers=workers):
             n += len(rows)
             for r in rows:
+                if recorded and not _same_row(r, recorded[r["query_id"]]):
+                    raise RuntimeError(f"query {r['query_id']}: the replayed pass scored otherwise than the recording "
+                                       "pass (the inputs of a pass are not deterministic)")
                 b = str(r.get("branch", r.get("status")))
                 b = "detected" if b.endswith(" detected") and not b.startswith("0/") else b
                 branches[b] = branches.get(b, 0) + 1
@@ -185,7 +274,7 @@ def worker(mode: str, per_type: int, device: str, root: Path, by_type_pass: bool
             "non_forward_per_repeat_s": [sum(d.values()) for d in passes_nf], "ahead_s": best["ahead"],
             "forward_calls": dict(eng.forward_calls), "forward_items_per_query": items_per_query,
             "shared_cache_items_per_query": shared_items,
-            "loading": loading, "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2, "device": device,
+            "loading": loading, "host_only": host_only, "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2, "device": device,
             "threads": __import__("torch").get_num_threads()}
 
 
@@ -245,6 +334,9 @@ def main() -> None:
                     help="without workers: threads that load and plan a chunk (default one per core, at most 4)")
     ap.add_argument("--prefetch", action="store_true",
                     help="without workers: load and plan the next chunk while one is scored (metrics.hatie.prefetch)")
+    ap.add_argument("--host-only", action="store_true",
+                    help="record the backbones' outputs in one real pass, then time passes that replay them: the "
+                         "host-side pipeline alone, with many repeats (see Replay)")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--seg-worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--root", default=None, help=argparse.SUPPRESS)
@@ -255,7 +347,8 @@ def main() -> None:
     if args.worker:
         loading = {"num_workers": args.num_workers, "load_threads": args.load_threads, "prefetch": args.prefetch}
         print("RESULT " + json.dumps(worker(args.worker, args.per_type, args.device, Path(args.root), args.by_type,
-                                             args.repeat, args.segmentation, not args.no_warmup, loading)))
+                                             args.repeat, args.segmentation, not args.no_warmup, loading,
+                                             args.host_only)))
         return
     modes = args.modes.split(",")
     for mode in modes:
@@ -270,6 +363,7 @@ def main() -> None:
                                       "--segmentation", args.segmentation, *(["--by-type"] if args.by_type else []),
                                       *(["--no-warmup"] if args.no_warmup else []),
                                       "--num-workers", str(args.num_workers), *(["--prefetch"] if args.prefetch else []),
+                                      *(["--host-only"] if args.host_only else []),
                                       *(["--load-threads", str(args.load_threads)] if args.load_threads else [])])
                    for mode in modes}
     finally:
@@ -287,7 +381,9 @@ def main() -> None:
         ld = r["loading"]
         print(f"\n== {mode}: {r['queries']} queries on {r['device']} ({r['threads']} threads); loading: "
               + (f"{ld['num_workers']} DataLoader workers" if ld["num_workers"] else
-                 f"{ld['load_threads'] or 'default'} threads, {'prefetch' if ld['prefetch'] else 'no prefetch'}"))
+                 f"{ld['load_threads'] or 'default'} threads, {'prefetch' if ld['prefetch'] else 'no prefetch'}")
+              + ("; HOST ONLY: backbones replayed from a recording pass, the walls are the host-side pipeline alone"
+                 if r["host_only"] else ""))
         print(f"  scoring, segmentation excluded: {r['queries_per_s']:.3f} queries/s, wall {r['wall_s']:.1f} s "
               f"(+ model load {r['load_s']:.1f} s), peak RSS {r['peak_rss_gb']:.2f} GB, "
               f"{100 * r['forward_share']:.0f}% of wall in backbone forward passes; walls of the repeats: "

@@ -124,3 +124,48 @@ def test_the_benchmark_splits_its_ratio_into_reuse_batching_and_the_rest():
     twice = _mode(10 / 16.0, 1.0, {"dino": 4.0}, {"dino forward": 10 * 4.0 * 0.4})
     d = bench.decompose(same_cost, twice)
     assert d["reuse"] == pytest.approx(2.0) and d["batching"] == pytest.approx(1.0) and d["total"] == pytest.approx(2.0)
+
+
+def test_the_host_only_bench_replays_the_real_pass_without_calling_a_backbone(demo_qs, tmp_path):
+    """`bench_hatie.py --host-only`: a replayed pass makes the same inputs as a real one (so it gets the same rows,
+    float for float), and no call reaches a real backbone; an input the recording pass never saw is an error."""
+    from benchmark.metrics.features import shared_cache
+    from benchmark.metrics.hatie.oracle import load_oracle_segmenter
+    from benchmark.metrics.hatie.suite import HatieSuite
+    from benchmark.models.clip import load_clip
+    from benchmark.models.dino import load_dino
+    from benchmark.models.inception import load_fid_extractor
+    from benchmark.models.perceptual import load_lpips
+    from benchmark.types import HATIE_TYPES
+
+    bench = _bench()
+
+    def suite():
+        return HatieSuite(segmenter=partial(load_oracle_segmenter, root=str(DEMO)), clip=partial(load_clip, "tiny"),
+                          dino=partial(load_dino, "tiny"), lpips=partial(load_lpips, "tiny"),
+                          fid=partial(load_fid_extractor, "tiny"), device="cpu", chunk_size=4)
+
+    def score(s, queries):
+        shared_cache().clear()
+        return {r["query_id"]: r for rows in s.score_queries(demo_qs, queries, [demo_qs.path(q.target_image)
+                                                                               for q in queries],
+                                                             work_dir=tmp_path, progress=False) for r in rows}
+
+    queries = [next(q for q in demo_qs.queries if q.edit_type == t) for t in HATIE_TYPES]
+    real = score(suite(), queries)
+    replayed_suite, replay = suite(), bench.Replay()
+    replay.install(replayed_suite)
+    recorded = score(replayed_suite, queries)
+    calls = replay.real_calls
+    replay.recording = False
+    replayed = score(replayed_suite, queries)
+    assert calls > 0 and replay.real_calls == calls
+    assert real.keys() == recorded.keys() == replayed.keys() and len(real) == len(HATIE_TYPES)
+    for qid, row in real.items():
+        assert bench._same_row(recorded[qid], row) and bench._same_row(replayed[qid], row), qid
+    qid, row = next(iter(real.items()))
+    key = next(k for k, v in row.items() if isinstance(v, float) and v == v)
+    assert not bench._same_row({**row, key: row[key] + 1e-12}, row)  # the comparison can fail
+    other = next(q for q in demo_qs.queries if q.edit_type == "attr_chg" and q.image != queries[0].image)
+    with pytest.raises(KeyError):
+        score(replayed_suite, [other])
