@@ -80,16 +80,21 @@ def segmentation_worker(mode: str, per_type: int, device: str) -> dict:
             "seg_batch": batch}
 
 
-class _StandIn:
-    """A backbone whose named methods are replaced; every other attribute (signature, image size, device) is the
-    real one's, so cache keys and inputs are made as for the real backbone."""
+class _Replayed:
+    """A backbone whose forward methods (the ones `benchmark.metrics.precision` wraps) answer through a `Replay`;
+    every other attribute (signature, image size, device) is the real one's, so cache keys and inputs are made as
+    for the real backbone."""
 
-    def __init__(self, real: object, **methods: object) -> None:
-        self._real = real
-        self.__dict__.update(methods)
+    def __init__(self, inner: object, component: str, replay: Replay) -> None:
+        self._inner, self._component, self._replay = inner, component, replay
 
     def __getattr__(self, name: str) -> object:
-        return getattr(self._real, name)
+        from benchmark.metrics.precision import FORWARD_METHODS
+
+        attr = getattr(self._inner, name)
+        if name not in FORWARD_METHODS or not callable(attr):
+            return attr
+        return self._replay.answer(f"{self._component}.{name}", attr)
 
 
 class Replay:
@@ -100,8 +105,7 @@ class Replay:
     the host-side pipeline alone, and a pass takes well under a second, so many repeats fit in a minute. An input
     the recording pass never saw raises KeyError (the inputs would not be deterministic)."""
 
-    METHODS = {"clip": ("embed_images", "embed_texts"), "dino": ("embed_images",), "lpips": ("distance",),
-               "fid": ("features",)}
+    BACKBONES = ("clip", "dino", "lpips", "fid")
 
     def __init__(self) -> None:
         self.recording = True
@@ -109,14 +113,14 @@ class Replay:
         self.real_calls = 0  # calls that reached a real backbone
 
     def install(self, suite: object) -> None:
-        """Put the replaying stand-ins in place of the suite's backbones (those it has)."""
-        for name, methods in self.METHODS.items():
+        """Put replaying stand-ins in place of the suite's backbones (those it has)."""
+        for name in self.BACKBONES:
             real = suite._get(name)
-            if real is None:
-                continue
-            suite._models[name] = _StandIn(real, **{m: self._wrap(f"{name}.{m}", getattr(real, m)) for m in methods})
+            if real is not None:
+                suite._models[name] = _Replayed(real, name, self)
 
-    def _wrap(self, name: str, fn: object) -> object:
+    def answer(self, name: str, fn: object) -> object:
+        """`fn` (the real forward method `name`), recording its outputs, or replaying them once recorded."""
         import torch
 
         from benchmark.metrics.features import tensor_digest
