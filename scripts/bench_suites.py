@@ -107,6 +107,8 @@ def main() -> None:
     ap.add_argument("--prefetch", action="store_true", help="every suite loads its next chunk while one is scored")
     ap.add_argument("--load-threads", type=int, default=None, help="loader threads (default: one per core, at most 4)")
     ap.add_argument("--num-workers", type=int, default=0, help="DataLoader worker processes instead of loader threads")
+    ap.add_argument("--json", action="store_true",
+                    help="also print every set's figures as one line `JSON {...}` at the end (for other scripts)")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
@@ -116,6 +118,7 @@ def main() -> None:
                f"{args.load_threads or 'default'} loader threads, {'prefetch' if args.prefetch else 'no prefetch'}")
     print(f"bench-suites: profile={args.profile} device={args.device} precision={args.precision}, "
           f"{args.per_type} demo queries per edit type; loading: {loading}")
+    results = {}
     for metric_set in args.metrics.split(","):
         cmd = [sys.executable, __file__, "--worker", metric_set, "--profile", args.profile, "--per-type",
                str(args.per_type), "--device", args.device, "--precision", args.precision, "--repeat", str(args.repeat),
@@ -125,7 +128,10 @@ def main() -> None:
         if proc.returncode != 0:
             print(f"\n== {metric_set}: FAILED (exit {proc.returncode})\n{proc.stderr[-2000:]}")
             continue
-        report(json.loads(proc.stdout.strip().splitlines()[-1]))
+        results[metric_set] = json.loads(proc.stdout.strip().splitlines()[-1])
+        report(results[metric_set])
+    if args.json:  # a set that failed is absent
+        print("JSON " + json.dumps({"device": args.device, "precision": args.precision, "sets": results}))
 
 
 if __name__ == "__main__":
