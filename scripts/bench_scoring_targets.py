@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -88,21 +90,22 @@ def plan(args: argparse.Namespace) -> list[Step]:
 def run_step(step: Step, log_dir: Path) -> None:
     """Run `step` from the repository root, keeping its whole output in `log_dir`."""
     t0 = time.perf_counter()
+    # a session of its own: the timing scripts start worker processes, and one left running past its step's time
+    # limit would hold the GPU (and skew the next step's timings), so a step out of time ends with all of them
+    proc = subprocess.Popen(step.argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
     try:
-        proc = subprocess.run(step.argv, cwd=ROOT, capture_output=True, text=True, timeout=step.timeout_s,
-                              check=False)
-        step.rc, step.stdout, err = proc.returncode, proc.stdout, proc.stderr
-    except subprocess.TimeoutExpired as exc:
-        step.rc, step.stdout = -1, _text(exc.stdout)
-        err = _text(exc.stderr) + f"\nout of time after {step.timeout_s:.0f} s"
+        step.stdout, err = proc.communicate(timeout=step.timeout_s)
+        step.rc = proc.returncode
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        step.rc, step.stdout = -1, out
+        err += f"\nout of time after {step.timeout_s:.0f} s"
     step.seconds = time.perf_counter() - t0
     stem = step.name.replace(" ", "_")
     (log_dir / f"{stem}.out").write_text(step.stdout)
     (log_dir / f"{stem}.err").write_text(err)
-
-
-def _text(b: bytes | str | None) -> str:
-    return b.decode(errors="replace") if isinstance(b, bytes) else (b or "")
 
 
 def _json_line(step: Step | None) -> dict | None:
@@ -186,7 +189,7 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None, runner: Callable[[Step, Path], None] = run_step) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
-    if args.device.startswith("cuda") and runner is run_step:
+    if args.device.startswith("cuda") and runner is run_step:  # (a test's runner runs nothing)
         import torch
 
         if not torch.cuda.is_available():

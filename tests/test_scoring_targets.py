@@ -7,6 +7,7 @@ import importlib.util
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -113,3 +114,30 @@ def test_bench_suites_json_line_gives_the_precision_step_its_wall(tmp_path):
     assert fig["precision_gain"] == pytest.approx(1.0)  # the same run's wall on both sides
     wall = json.loads(proc.stdout.splitlines()[-1][5:])["sets"]["hatie_oracle"]["suites"]["hatie"]["wall_s"]
     assert wall > 0
+
+
+def _alive(pid: int) -> bool:
+    """Running (a killed process whose parent died too may linger as a zombie until it is reaped: not running)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads process states from /proc")
+def test_a_step_out_of_time_ends_with_the_workers_it_started(tmp_path):
+    """The timing scripts start worker processes; one left running would hold the GPU during the next step."""
+    parent = ("import subprocess, sys, time\n"
+              "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
+              "print(p.pid, flush=True)\n"
+              "time.sleep(120)\n")
+    step = T.Step("slow", [sys.executable, "-c", parent], timeout_s=3)
+    T.run_step(step, tmp_path)
+    assert step.rc == -1 and step.seconds < 60
+    worker = int(step.stdout.split()[0])
+    deadline = time.monotonic() + 10
+    while _alive(worker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(worker)
+    assert "out of time after 3 s" in (tmp_path / "slow.err").read_text()
