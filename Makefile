@@ -39,11 +39,11 @@ TINY        := queryset=demo profile=tiny
 # them erratic.
 ONE_THREAD  := OMP_NUM_THREADS=1
 
-.PHONY: gpu-check help install demo demo-hatie demo-editval demo-diffusion demo-diffusion-run bench sweep score weights bench-hatie bench-suites bench-scoring-targets bench-backbones bench-editors bench-aggregate data test test-all lint clean-results
+.PHONY: gpu-check help install demo demo-hatie demo-editval demo-diffusion demo-diffusion-run bench sweep score weights bench-hatie bench-suites bench-targets bench-backbones bench-editors bench-aggregate data test test-all lint clean-results
 
 # Offline by design: the demos and benchmarks use tiny random-weight models and bundled data; tests never touch
 # the network. (Target-specific: `make bench`, `make weights` and `make data` stay online.)
-demo demo-hatie demo-diffusion demo-diffusion-run test bench-hatie bench-suites bench-scoring-targets bench-backbones bench-editors gpu-check: export HF_HUB_OFFLINE = 1
+demo demo-hatie demo-diffusion demo-diffusion-run test bench-hatie bench-suites bench-targets bench-backbones bench-editors gpu-check: export HF_HUB_OFFLINE = 1
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 16
@@ -100,7 +100,7 @@ bench-hatie: ## time the HATIE scoring stage, batched vs batch size 1 (real-size
 bench-suites: ## the same scoring figures for every suite: queries/s, forward share, non-forward ms/query by step: make bench-suites [ARGS="--metrics conventional --profile tiny --precision bf16"]
 	$(PY) scripts/bench_suites.py $(ARGS)
 
-bench-scoring-targets: ## on a GPU machine, one command: HATIE scoring speed against its targets (docs/hatie.md#targets): make bench-scoring-targets [ARGS="--steps hatie,prefetch"]
+bench-targets: ## on a GPU machine, one command: HATIE scoring speed against its targets (docs/hatie.md#targets): make bench-targets [ARGS="--steps hatie,prefetch"]
 	$(PY) scripts/bench_scoring_targets.py $(ARGS)
 
 bench-backbones: ## per-image forward time of each HATIE model by batch size (what batching alone can gain here)

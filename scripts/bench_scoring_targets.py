@@ -1,7 +1,7 @@
 """Scoring speed on a GPU machine against the targets in docs/hatie.md#targets, in one command.
 
     python scripts/bench_scoring_targets.py [--device cuda] [--per-type 16] [--load-threads 8] [--out DIR]
-    (or: make bench-scoring-targets ARGS="--per-type 16")
+    (or: make bench-targets ARGS="--per-type 16")
 
 It runs the timing scripts one after the other, each in its own processes and under its own time limit, and
 prints one table: every target, the figure measured, and whether it is met. A step that fails or runs out of time
