@@ -17,7 +17,7 @@ from benchmark.editing.base import DiffusionEditor, Item
 class PromptToPromptEditor(DiffusionEditor):
     """Args (besides DiffusionEditor's): steps (DDIM), guidance_scale, mode ('replace' | 'refine' | 'auto'),
     cross_replace_steps, self_replace_steps (tau), self_replace_max_tokens, reweight ({word: scale}),
-    null_text_inner_steps, null_text_lr, null_text_lr_decay, null_text_early_stop, null_text_early_stop_growth."""
+    token_mapping ('reference': the authors' token mappers | 'aligned': editmeter's earlier ones), null_text_inner_steps, null_text_lr, null_text_lr_decay, null_text_early_stop, null_text_early_stop_growth."""
 
     prompt_kind: ClassVar[Literal["instruction", "description"]] = "description"
     family: ClassVar[str] = "sd"
@@ -25,19 +25,24 @@ class PromptToPromptEditor(DiffusionEditor):
 
     def __init__(self, *, steps: int, guidance_scale: float, mode: str, cross_replace_steps: float,
                  self_replace_steps: float, self_replace_max_tokens: int, reweight: dict[str, float],
+                 token_mapping: str,
                  null_text_inner_steps: int, null_text_lr: float, null_text_lr_decay: float,
                  null_text_early_stop: float, null_text_early_stop_growth: float, **common: Any) -> None:
         from benchmark.editing.attention import MODES
+        from benchmark.editing.token_maps import TOKEN_MAPPINGS
         from benchmark.models.diffusion import set_scheduler
 
         if mode not in MODES:
             raise ValueError(f"p2p: unknown mode {mode!r}; expected one of {', '.join(MODES)}")
+        if token_mapping not in TOKEN_MAPPINGS:
+            raise ValueError(f"p2p: unknown token_mapping {token_mapping!r}; expected one of {', '.join(TOKEN_MAPPINGS)}")
         super().__init__(**common)
         set_scheduler(self.pipe, "DDIMScheduler")
         self.steps, self.guidance_scale, self.mode = int(steps), float(guidance_scale), mode
         self.cross_replace_steps, self.self_replace_steps = float(cross_replace_steps), float(self_replace_steps)
         self.self_replace_max_tokens = int(self_replace_max_tokens)
         self.reweight = {str(k): float(v) for k, v in dict(reweight or {}).items()}
+        self.token_mapping = token_mapping
         self.null_text = {"inner_steps": int(null_text_inner_steps), "lr": float(null_text_lr),
                           "lr_decay": float(null_text_lr_decay), "early_stop": float(null_text_early_stop),
                           "early_stop_growth": float(null_text_early_stop_growth)}
@@ -55,7 +60,8 @@ class PromptToPromptEditor(DiffusionEditor):
         traj = inv.ddim_invert(unet, grid, x0, src_emb)
         nulls = inv.null_text_optimise(unet, grid, traj, src_emb, empty, guidance=self.guidance_scale, **self.null_text)
         controller = AttentionController(
-            [build_token_edit(p.tokenizer, s, t, mode=self.mode, reweight=self.reweight) for s, t in zip(src, tgt, strict=True)],
+            [build_token_edit(p.tokenizer, s, t, mode=self.mode, reweight=self.reweight,
+                              token_mapping=self.token_mapping) for s, t in zip(src, tgt, strict=True)],
             num_steps=self.steps, cross_replace_steps=self.cross_replace_steps,
             self_replace_steps=self.self_replace_steps, self_replace_max_tokens=self.self_replace_max_tokens,
             device=unet.device)
@@ -71,7 +77,7 @@ class PromptToPromptEditor(DiffusionEditor):
         return {"scheduler": "DDIM (eta 0)", "steps": self.steps, "guidance_scale": self.guidance_scale,
                 "mode": self.mode, "cross_replace_steps": self.cross_replace_steps,
                 "self_replace_steps": self.self_replace_steps, "self_replace_max_tokens": self.self_replace_max_tokens,
-                "reweight": self.reweight, "null_text": self.null_text}
+                "reweight": self.reweight, "token_mapping": self.token_mapping, "null_text": self.null_text}
 
 
 def _interleave(a: Any, b: Any) -> Any:

@@ -323,12 +323,16 @@ def test_p2p_through_the_edit_stage_and_rerun(tmp_path):
 
 
 def test_word_swap_with_different_token_counts_maps_words_onto_words(sd):
+    """The `aligned` option (editmeter's earlier rule); the authors' rule is pinned in test_p2p_reference.py."""
     src, tgt = "a red ball on the grass", "a aquamarine ball on the grass"  # 1 token -> 2 tokens
-    e = build_token_edit(sd.tokenizer, src, tgt, mode="auto")
+    e = build_token_edit(sd.tokenizer, src, tgt, mode="auto", token_mapping="aligned")
     assert e.mode == "replace"
     m = e.mapper
     torch.testing.assert_close(m.sum(0), torch.ones(77))  # every target position is a convex mix of source maps
     assert m[2, 2] == 1 and m[2, 3] == 1  # "red" -> both tokens of "aquamarine"
     assert m[3, 4] == 1 and m[0, 0] == 1  # "ball" keeps its layout, shifted by one; start of text stays
+    # the authors' rule: half of "red"'s map on each token, then target position j takes source position j
+    ref = build_token_edit(sd.tokenizer, src, tgt, mode="auto").mapper
+    assert ref[2, 2] == ref[2, 3] == 0.5 and ref[4, 4] == 1 and ref[3, 4] == 0
     with pytest.raises(ValueError, match="same number of words"):
         build_token_edit(sd.tokenizer, src, "a ball", mode="replace")

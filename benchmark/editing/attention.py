@@ -4,16 +4,16 @@ The edit batch for B queries is `[uncond (B x [source, target]), cond (B x [sour
 computes its probabilities explicitly (P2P edits them, so the fused SDPA kernel cannot be used here), hands them to
 the `AttentionController`, which rewrites only the conditional target branch from the conditional source branch:
 
-- cross-attention, for steps before `cross_replace_steps * n`: word swap (`replace`: the target's maps are the
+- cross-attention, for steps before `int(cross_replace_steps * (n + 1))` (the authors' window): word swap (`replace`: the target's maps are the
   source's maps through a token mapper), refinement (`refine`: aligned tokens take the source's maps, new tokens keep
-  their own), then re-weighting (`equalizer`: scale chosen tokens' maps);
-- self-attention, for steps before `self_replace_steps * n` (P2P's tau) and layers with at most
+  their own), then re-weighting (`equalizer`: scale chosen tokens' maps); the mappers are built in
+  benchmark.editing.token_maps, by the authors' rules unless `token_mapping` says otherwise;
+- self-attention, for steps before `int(self_replace_steps * n)` (P2P's tau) and layers with at most
   `self_replace_max_tokens` query positions: the target's self-attention is the source's.
 """
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -43,85 +43,55 @@ class TokenEdit:
         return TokenEdit(self.mode, move(self.mapper), move(self.alphas), move(self.equalizer))
 
 
-def _ids(tokenizer: Any, text: str) -> list[int]:
-    return list(tokenizer(text, truncation=True, max_length=tokenizer.model_max_length).input_ids)
+def word_positions(tokenizer: Any, prompt: str, word: str, *, token_mapping: str = "reference") -> list[int]:
+    """Token positions (in the padded prompt, start of text = 0) of `word` in `prompt`: the words equal to it
+    (`reference`, the authors' rule) or every run of its tokens (`aligned`); see benchmark.editing.token_maps."""
+    from benchmark.editing import token_maps as tm
 
-
-def word_positions(tokenizer: Any, prompt: str, word: str) -> list[int]:
-    """Token positions (in the padded prompt, bos = 0) of every occurrence of `word`'s tokens in `prompt`."""
-    ids, sub = _ids(tokenizer, prompt), _ids(tokenizer, word)[1:-1]
-    return [i + k for i in range(len(ids) - len(sub) + 1) if ids[i : i + len(sub)] == sub for k in range(len(sub))]
+    if token_mapping == "reference":
+        return [p for p in tm.reference_word_positions(tokenizer, prompt, word) if p < tokenizer.model_max_length]
+    return tm.aligned_word_positions(tokenizer, prompt, word)
 
 
 def build_token_edit(tokenizer: Any, source: str, target: str, *, mode: str,
-                     reweight: dict[str, float] | None = None) -> TokenEdit:
+                     reweight: dict[str, float] | None = None, token_mapping: str = "reference") -> TokenEdit:
     """The word-swap / refinement mapper and equalizer for one (source, target) caption pair.
 
-    mode 'auto' picks 'replace' (a word swap) when both captions have the same number of tokens or of words, else
-    'refine'.
-    Refinement aligns the two token sequences (longest matching blocks); tokens substituted one-for-one map onto
-    the source token they replace, inserted tokens keep their own attention (alpha 0).
+    mode 'auto' picks 'replace' (a word swap) when both captions have the same number of words and the swap can be
+    built, else 'refine'. `token_mapping` picks the rule set (benchmark.editing.token_maps): 'reference' (the
+    authors' code, the default) or 'aligned' (editmeter's earlier rules, whose 'auto' also swaps at equal token
+    counts).
     """
     import torch
+
+    from benchmark.editing import token_maps as tm
 
     if mode not in MODES:
         raise ValueError(f"unknown P2P mode {mode!r}; expected one of {', '.join(MODES)}")
+    if token_mapping not in tm.TOKEN_MAPPINGS:
+        raise ValueError(f"unknown P2P token_mapping {token_mapping!r}; expected one of {', '.join(tm.TOKEN_MAPPINGS)}")
     n = tokenizer.model_max_length
-    src, tgt = _ids(tokenizer, source), _ids(tokenizer, target)
     equalizer = torch.ones(n)
     for word, scale in (reweight or {}).items():
-        for p in word_positions(tokenizer, target, word):
+        for p in word_positions(tokenizer, target, word, token_mapping=token_mapping):
             equalizer[p] = float(scale)
+    swap = tm.reference_swap_for_captions if token_mapping == "reference" else tm.aligned_swap_for_captions
     if mode == "auto":
-        same_words = len(source.split()) == len(target.split())
-        mode = "replace" if len(src) == len(tgt) or same_words else "refine"
+        same_tokens = token_mapping == "aligned" and len(tm.token_ids(tokenizer, source)) == len(tm.token_ids(tokenizer, target))
+        mode = "replace" if same_tokens or tm.same_word_count(source, target, token_mapping) else "refine"
+        if mode == "replace":
+            try:
+                matrix = swap(tokenizer, source, target)
+            except ValueError:  # a swapped word without tokens in the 77 positions: refinement still applies
+                mode = "refine"
+    elif mode == "replace":
+        matrix = swap(tokenizer, source, target)
     if mode == "replace":
-        return TokenEdit("replace", mapper=_swap_mapper(tokenizer, source, target, len(src), len(tgt)),
-                         equalizer=equalizer)
-    mapper, alphas = torch.arange(n), torch.zeros(n)
-    for op, i0, i1, j0, j1 in difflib.SequenceMatcher(None, src, tgt, autojunk=False).get_opcodes():
-        if op == "equal" or (op == "replace" and i1 - i0 == j1 - j0):
-            mapper[j0:j1] = torch.arange(i0, i1)
-            alphas[j0:j1] = 1.0
-        else:
-            mapper[j0:j1] = 0  # unused: alpha 0 keeps the target's own map
-    # Padding after the end of text: align the tails so the "rest of the sentence" maps keep their layout.
-    tail = torch.arange(len(tgt), n)
-    mapper[len(tgt) :] = (tail - len(tgt) + len(src)).clamp(max=n - 1)
-    alphas[len(tgt) :] = 1.0
-    return TokenEdit("refine", mapper=mapper, alphas=alphas, equalizer=equalizer)
-
-
-def _swap_mapper(tokenizer: Any, source: str, target: str, n_src: int, n_tgt: int) -> Any:
-    """(77, 77) word-swap mapper: target maps = source maps @ mapper.
-
-    Same token count: the identity. Otherwise the captions must have the same number of words; word k of the target
-    takes the mean of word k's source token maps on each of its tokens (so a 1-token word swapped for a 2-token
-    word keeps its layout), and the end-of-text/padding tails are aligned.
-    """
-    import torch
-
-    n = tokenizer.model_max_length
-    if n_src == n_tgt:
-        return torch.eye(n)
-    s_words, t_words = source.split(), target.split()
-    if len(s_words) != len(t_words):
-        raise ValueError(f"word swap needs captions with the same number of words: {source!r} vs {target!r}")
-    mapper = torch.zeros(n, n)
-    mapper[0, 0] = 1.0  # start of text
-    i = j = 1
-    for sw, tw in zip(s_words, t_words, strict=True):
-        a, b = len(_ids(tokenizer, sw)) - 2, len(_ids(tokenizer, tw)) - 2
-        if i + a > n_src - 1 or j + b > n_tgt - 1:
-            break  # truncated caption: the rest is treated as tail
-        if a == b:
-            mapper[torch.arange(i, i + a), torch.arange(j, j + b)] = 1.0
-        else:
-            mapper[i : i + a, j : j + b] = 1.0 / a
-        i, j = i + a, j + b
-    for k in range(n - j):  # end of text and padding, aligned from the end of each caption
-        mapper[min(i + k, n - 1), j + k] = 1.0
-    return mapper
+        return TokenEdit("replace", mapper=torch.tensor(matrix, dtype=torch.float32), equalizer=equalizer)
+    refine = tm.reference_refinement if token_mapping == "reference" else tm.aligned_refinement
+    mapper, alphas = refine(tm.token_ids(tokenizer, source), tm.token_ids(tokenizer, target), n)
+    return TokenEdit("refine", mapper=torch.tensor(mapper, dtype=torch.long),
+                     alphas=torch.tensor(alphas, dtype=torch.float32), equalizer=equalizer)
 
 
 class AttentionController:
@@ -143,7 +113,9 @@ class AttentionController:
                  recorder: Callable[[int, bool, Any, Any], None] | None = None, device: Any = None) -> None:
         """Builds the controller for one batch; the sampling loop then sets `step` before each UNet call."""
         self.edits = [e.to(device) for e in edits] if device is not None else list(edits)
-        self.cross_until = int(cross_replace_steps * num_steps)
+        # The authors' code builds its cross-attention schedule over num_steps + 1 entries (and the self-attention
+        # one over num_steps): int(0.8 * 51) = 40 at 50 steps, but int(0.8 * 4) = 3 (not 2) at 3 steps.
+        self.cross_until = int(cross_replace_steps * (num_steps + 1))
         self.self_until = int(self_replace_steps * num_steps)
         self.self_max_tokens = int(self_replace_max_tokens)
         self.recorder = recorder

@@ -105,6 +105,11 @@ def torch_cat(xs: Sequence[Any]) -> Any:
     return torch.cat(list(xs))
 
 
+def loss_scale(elements: int) -> float:
+    """The power of two nearest above `elements`: the backward scale of a mean over that many elements."""
+    return float(2 ** max(0, (int(elements) - 1).bit_length()))
+
+
 def null_text_optimise(unet: Any, grid: DDIMGrid, traj: Sequence[Any], cond: Any, uncond: Any, *, guidance: float,
                        inner_steps: int, lr: float, lr_decay: float, early_stop: float,
                        early_stop_growth: float) -> list[Any]:
@@ -118,6 +123,7 @@ def null_text_optimise(unet: Any, grid: DDIMGrid, traj: Sequence[Any], cond: Any
     import torch
 
     b = cond.shape[0]
+    scale = loss_scale(traj[-1][0].numel())
     current = [uncond[i : i + 1].detach().float().clone() for i in range(b)]
     out, x = [], traj[-1]
     n = len(grid.timesteps)
@@ -138,13 +144,17 @@ def null_text_optimise(unet: Any, grid: DDIMGrid, traj: Sequence[Any], cond: Any
             pred = ddim_move(x, eps, a_t, a_prev)
             losses = ((pred - target) ** 2).flatten(1).mean(1)
             opt.zero_grad(set_to_none=True)
-            # Per-query losses: each gradient only reaches its own embedding. Backpropagate the *sum* of squared
-            # errors (mean x element count): Adam is invariant to a constant loss scale, and with an fp16 UNet on
-            # CUDA the mean's per-element gradients (~1e-3 / 16384 at 512 px) would underflow to zero.
-            (losses.sum() * pred[0].numel()).backward()
+            # Per-query losses: each gradient only reaches its own embedding. The loss is scaled up for backward
+            # (an fp16 UNet would underflow the mean's per-element gradients, ~1e-3 / 16384 at 512 px) and the
+            # embedding's fp32 gradient scaled back before Adam: Adam is not invariant to a loss scale (its eps is
+            # not scaled), and the authors' optimisation sees the mean's gradient. A power of two makes both
+            # multiplications exact, so in fp32 the gradient is bit-identical to the unscaled one.
+            (losses.sum() * scale).backward()
             for k in range(b):
                 if not active[k]:
                     params[k].grad = None  # Adam skips it: a finished query stays exactly where it stopped
+                elif params[k].grad is not None:
+                    params[k].grad.div_(scale)
             opt.step()
             for k, v in enumerate(losses.detach().tolist()):
                 if v < threshold:
