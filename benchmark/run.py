@@ -101,6 +101,10 @@ def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
             print(check_budget(cfg, full, editor=editor_name, metrics=_choices(cfg).get("metrics", "")))  # issue 26
     with timer("load editor"):
         editor = instantiate(cfg.editor)
+        if getattr(editor, "reuse_inversions", False):  # shared by every run under these results (sweeps, shards)
+            from benchmark.editing.inversion_store import INVERSIONS_DIR, InversionStore
+
+            editor.inversion_store = InversionStore(Path(cfg.paths.results) / INVERSIONS_DIR)
         metrics = {name: instantiate(node) for name, node in cfg.metrics.items()}
     editor_cfg = OmegaConf.to_container(cfg.editor, resolve=True)
     sig = editor_signature(editor_cfg, editor.info(), cfg.seed, profile)
@@ -139,6 +143,9 @@ def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
     with locked(run_dir / RUN_META):
         # every metric set this folder was scored with, so a second suite never hides the first one's rows
         meta["scored"] = _earlier_scorings(run_dir / RUN_META) | scorings
+        # each invocation's counted edit work (run id -> entry), added after its edit stage: kept across invocations
+        if edit_work := _earlier_edit_work(run_dir / RUN_META):
+            meta["edit_work"] = edit_work
         # a sample's edits reused from smaller samples, per source run (each reused edit's record names its source)
         if full.meta.get("sample") and (reused_from := _reuse_summary(run_dir)):
             meta["reused_from"] = reused_from
@@ -158,7 +165,10 @@ def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
                                 fail_fast=bool(cfg.get("fail_fast", False)))
         summary["edit"] = st
         others = f", {st.by_others} by another worker" if st.by_others else ""
-        print(f"[editmeter] edit: {st.computed} edited ({st.failed} failed), {st.skipped} already done{others}")
+        work = f"; {st.work_summary()}" if st.work else ""
+        print(f"[editmeter] edit: {st.computed} edited ({st.failed} failed), {st.skipped} already done{others}{work}")
+        if st.work:
+            _record_edit_work(run_dir / RUN_META, run_id, st)
         if st.failed_total:
             print(f"[editmeter] {st.failure_summary()}")
     if "score" in cfg.stages:
@@ -238,6 +248,34 @@ def _earlier_scorings(path: Path) -> dict[str, Any]:
         return {}
     keys = ("metric_set", "metric_order", "column_order", "metrics", "suite")
     return {sig: {k: v[k] for k in keys if k in v} for sig, v in views.items()}
+
+
+def _earlier_edit_work(path: Path) -> dict[str, Any]:
+    """The `edit_work` entries an existing run.json records, or {} when it has none or is unreadable."""
+    try:
+        earlier = json.loads(path.read_text(encoding="utf-8")).get("edit_work")
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError, RecursionError):
+        return {}
+    return earlier if isinstance(earlier, dict) else {}
+
+
+def _record_edit_work(path: Path, run_id: str, st: Any) -> None:
+    """Add this invocation's counted edit work to run.json's `edit_work` (run id -> {queries, work, per_query}:
+    docs/results.md, "Counting the work"), under the run folder's lock (shards write the same file)."""
+    from benchmark.fileio import atomic_write_text
+    from benchmark.hashing import canonical_json
+    from benchmark.locking import locked
+
+    entry = {"queries": st.computed, "work": dict(st.work), "per_query": st.work_per_query()}
+    with locked(path):
+        try:
+            meta = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+            return  # written by this invocation before its edit stage; unreadable now: the next invocation rewrites it
+        if not isinstance(meta, dict):
+            return
+        meta["edit_work"] = {**_earlier_edit_work(path), run_id: entry}
+        atomic_write_text(path, canonical_json(meta) + "\n")
 
 
 def _reuse_summary(run_dir: Path) -> dict[str, Any]:

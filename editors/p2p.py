@@ -17,17 +17,21 @@ from benchmark.editing.base import DiffusionEditor, Item
 class PromptToPromptEditor(DiffusionEditor):
     """Args (besides DiffusionEditor's): steps (DDIM), guidance_scale, mode ('replace' | 'refine' | 'auto'),
     cross_replace_steps, self_replace_steps (tau), self_replace_max_tokens, reweight ({word: scale}),
-    token_mapping ('reference': the authors' token mappers | 'aligned': editmeter's earlier ones), null_text_inner_steps, null_text_lr, null_text_lr_decay, null_text_early_stop, null_text_early_stop_growth."""
+    token_mapping ('reference': the authors' token mappers | 'aligned': editmeter's earlier ones),
+    null_text_inner_steps, null_text_lr, null_text_lr_decay, null_text_early_stop, null_text_early_stop_growth,
+    reuse_inversions (share each source's inversion through `inversion_store`, which the run sets to
+    `<results>/inversions`; without a store every query inverts its own source)."""
 
     prompt_kind: ClassVar[Literal["instruction", "description"]] = "description"
     family: ClassVar[str] = "sd"
     name: ClassVar[str] = "p2p"
+    shares_inversions: ClassVar[bool] = True  # one inversion per source (image, caption): benchmark.budget
 
     def __init__(self, *, steps: int, guidance_scale: float, mode: str, cross_replace_steps: float,
                  self_replace_steps: float, self_replace_max_tokens: int, reweight: dict[str, float],
-                 token_mapping: str,
-                 null_text_inner_steps: int, null_text_lr: float, null_text_lr_decay: float,
-                 null_text_early_stop: float, null_text_early_stop_growth: float, **common: Any) -> None:
+                 token_mapping: str, null_text_inner_steps: int, null_text_lr: float, null_text_lr_decay: float,
+                 null_text_early_stop: float, null_text_early_stop_growth: float, reuse_inversions: bool = True,
+                 **common: Any) -> None:
         from benchmark.editing.attention import MODES
         from benchmark.editing.token_maps import TOKEN_MAPPINGS
         from benchmark.models.diffusion import set_scheduler
@@ -46,6 +50,8 @@ class PromptToPromptEditor(DiffusionEditor):
         self.null_text = {"inner_steps": int(null_text_inner_steps), "lr": float(null_text_lr),
                           "lr_decay": float(null_text_lr_decay), "early_stop": float(null_text_early_stop),
                           "early_stop_growth": float(null_text_early_stop_growth)}
+        self.reuse_inversions = bool(reuse_inversions)
+        self.inversion_store: Any = None  # an InversionStore, set by the run when reuse_inversions is on
 
     def _edit_chunk(self, items: Sequence[Item]) -> list[Any]:
         from benchmark.editing import inversion as inv
@@ -54,11 +60,9 @@ class PromptToPromptEditor(DiffusionEditor):
         p, unet = self.pipe, self.pipe.unet
         src = [it.query.source_caption for it in items]
         tgt = [it.query.target_caption for it in items]
-        x0 = inv.encode_images(p, [it.image for it in items])
-        src_emb, tgt_emb, empty = inv.encode_text(p, src), inv.encode_text(p, tgt), inv.encode_text(p, [""] * len(items))
+        x_t, nulls = self._inversions(items)
+        src_emb, tgt_emb = inv.encode_text(p, src), inv.encode_text(p, tgt)
         grid = inv.ddim_grid(p.scheduler, self.steps)
-        traj = inv.ddim_invert(unet, grid, x0, src_emb)
-        nulls = inv.null_text_optimise(unet, grid, traj, src_emb, empty, guidance=self.guidance_scale, **self.null_text)
         controller = AttentionController(
             [build_token_edit(p.tokenizer, s, t, mode=self.mode, reweight=self.reweight,
                               token_mapping=self.token_mapping) for s, t in zip(src, tgt, strict=True)],
@@ -68,16 +72,93 @@ class PromptToPromptEditor(DiffusionEditor):
         # Batch layout the controller expects: per query [source, target] side by side.
         cond = _interleave(src_emb, tgt_emb)
         with controlled_attention(unet, controller):
-            x = inv.ddim_sample(unet, grid, _interleave(traj[-1], traj[-1]), cond,
-                                [_interleave(n, n) for n in nulls], self.guidance_scale,
-                                on_step=lambda i: setattr(controller, "step", i))
+            x = inv.ddim_sample(unet, grid, _interleave(x_t, x_t), cond, [_interleave(n, n) for n in nulls],
+                                self.guidance_scale, on_step=lambda i: setattr(controller, "step", i))
         return inv.decode_latents(p, x[1::2])
+
+    # --- inversions: DDIM inversion + null-text optimisation, shared per source ------------------------------------
+
+    def invert_sources(self, queries: Sequence[Any], images: Sequence[Any], *, seeds: Sequence[int]) -> None:
+        """Compute and store the inversions of these sources (`images` prepared by `prepare`) that the store lacks.
+        The edit stage calls this with `batch_size` distinct sources at a time before editing, so the null-text
+        optimisation runs on full batches however few queries each source has. A no-op without a store."""
+        from benchmark.editing.determinism import deterministic_algorithms
+
+        if self.inversion_store is None:
+            return
+        items = [Item(q, im, int(s)) for q, im, s in zip(queries, images, seeds, strict=True)]
+        with deterministic_algorithms(self.deterministic):
+            self.runner(lambda chunk: [None] * len(self._inversions(chunk, count_reuse=False)[0]), items)
+
+    def inversion_key(self, item: Item) -> str:
+        """The store key of `item`'s inversion: its source's pixels and caption, and every setting of the inversion
+        (never an editing setting, so a sweep of tau, mode or reweight shares it)."""
+        import diffusers
+        import torch
+
+        from benchmark.editing.imagic import image_digest
+        from benchmark.editing.inversion_store import inversion_key
+
+        dev = torch.device(self.pipe.unet.device)
+        device_class = torch.cuda.get_device_name(dev) if dev.type == "cuda" else dev.type
+        return inversion_key(
+            INVERSION_KIND, image=image_digest(item.image), source_caption=item.query.source_caption,
+            weights={k: v for k, v in self.provenance.items() if k != "device"}, device_class=device_class,
+            scheduler=dict(self.pipe.scheduler.config), steps=self.steps, guidance_scale=self.guidance_scale,
+            null_text=self.null_text, deterministic=self.deterministic,
+            versions={"torch": torch.__version__, "diffusers": diffusers.__version__})
+
+    def _inversions(self, items: Sequence[Item], count_reuse: bool = True) -> tuple[Any, list[Any]]:
+        """(x_T (B, C, h, w), the per-step null embeddings: n tensors (B, 77, D)) of `items`, fp32 on the UNet's
+        device: read from the store or computed now and stored. Without a store every item is inverted here.
+        `work` counts the inversions computed and, with `count_reuse`, the items served from the store (the
+        inversion pass only makes sure they are stored)."""
+        import torch
+
+        if self.inversion_store is None:
+            per_item = self._compute_inversions(items)
+            self.work["inversions_computed"] += len(items)
+        else:
+            c = self.pipe.unet.config.in_channels
+            side = self.resolution // self.pipe.vae_scale_factor
+            width = self.pipe.text_encoder.config.hidden_size
+            expected = {"x_T": ((1, c, side, side), "float32"),
+                        "null_embeddings": ((self.steps, self.pipe.tokenizer.model_max_length, width), "float32")}
+            per_item, computed, reused = self.inversion_store.get_or_compute(
+                [self.inversion_key(it) for it in items], INVERSION_KIND, expected,
+                lambda idx: self._compute_inversions([items[i] for i in idx]))
+            self.work["inversions_computed"] += computed
+            if count_reuse:
+                self.work["inversions_reused"] += reused
+        dev = self.pipe.unet.device
+        x_t = torch.cat([t["x_T"] for t in per_item]).to(dev)
+        nulls = torch.stack([t["null_embeddings"] for t in per_item], dim=1).to(dev)  # (n, B, 77, D)
+        return x_t, list(nulls)
+
+    def _compute_inversions(self, items: Sequence[Item]) -> list[dict[str, Any]]:
+        """DDIM-invert each source under its caption and optimise its null-text embeddings, as one batch."""
+        import torch
+
+        from benchmark.editing import inversion as inv
+
+        p, unet = self.pipe, self.pipe.unet
+        src_emb = inv.encode_text(p, [it.query.source_caption for it in items])
+        empty = inv.encode_text(p, [""] * len(items))
+        grid = inv.ddim_grid(p.scheduler, self.steps)
+        traj = inv.ddim_invert(unet, grid, inv.encode_images(p, [it.image for it in items]), src_emb)
+        nulls = inv.null_text_optimise(unet, grid, traj, src_emb, empty, guidance=self.guidance_scale, **self.null_text)
+        stacked = torch.stack(nulls, dim=1).float()  # (B, n, 77, D)
+        return [{"x_T": traj[-1][i : i + 1].float(), "null_embeddings": stacked[i]} for i in range(len(items))]
 
     def hyperparameters(self) -> dict[str, Any]:
         return {"scheduler": "DDIM (eta 0)", "steps": self.steps, "guidance_scale": self.guidance_scale,
                 "mode": self.mode, "cross_replace_steps": self.cross_replace_steps,
                 "self_replace_steps": self.self_replace_steps, "self_replace_max_tokens": self.self_replace_max_tokens,
-                "reweight": self.reweight, "token_mapping": self.token_mapping, "null_text": self.null_text}
+                "reweight": self.reweight, "token_mapping": self.token_mapping, "null_text": self.null_text,
+                "reuse_inversions": self.reuse_inversions}
+
+
+INVERSION_KIND = "p2p-null-text"
 
 
 def _interleave(a: Any, b: Any) -> Any:

@@ -19,7 +19,7 @@ import traceback
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TypeVar
@@ -56,10 +56,46 @@ class EditStats:
     reasons: tuple[tuple[str, int], ...] = ()  # (reason, count) over those, most common first
     failures_log: str = ""  # where their tracebacks are
     by_others: int = 0  # queries another worker on this run folder edited or failed while this call ran
+    # the editor's counted work in this call (`Editor.work_counts()` after minus before; {} for an editor that
+    # counts nothing): UNet sample evaluations, inversions computed / reused (docs/results.md, "Counting the work")
+    work: dict[str, int] = field(default_factory=dict)
 
     def failure_summary(self, top: int = 3) -> str:
         """'16 of 16 failed: 16 x RuntimeError: ...; tracebacks in <log>' (empty when nothing failed)."""
         return failure_summary(self.failed_total, self.total, self.reasons, self.failures_log, top)
+
+    def work_per_query(self) -> dict[str, float]:
+        """`work` divided by the queries computed (edited or failed) in this call; {} when none was."""
+        return {k: v / self.computed for k, v in self.work.items()} if self.computed else {}
+
+    def work_summary(self) -> str:
+        """'UNet per query: 24 forward, 6 forward+backward; inversions: 1 computed, 3 reused' ('' when the editor
+        counts nothing; totals instead of per-query figures when no query was computed)."""
+        return work_summary(self.work, self.computed)
+
+
+_UNET_LABELS = {"unet_forward": "forward", "unet_forward_backward": "forward+backward"}
+_INVERSION_LABELS = {"inversions_computed": "computed", "inversions_reused": "reused"}
+
+
+def _number(x: float) -> str:
+    return f"{x:,.0f}" if float(x).is_integer() else f"{x:,.1f}"
+
+
+def work_summary(work: dict[str, int], computed: int) -> str:
+    """The console's words for an edit stage's counted work: UNet evaluations per query computed (totals when no
+    query was), inversions and any other counter as totals; only the keys present ('' for none)."""
+    parts = []
+    unet = [(label, work[k]) for k, label in _UNET_LABELS.items() if k in work]
+    if unet:
+        what = "UNet per query" if computed else "UNet"
+        parts.append(f"{what}: " + ", ".join(f"{_number(v / computed if computed else v)} {label}"
+                                            for label, v in unet))
+    inversions = [(label, work[k]) for k, label in _INVERSION_LABELS.items() if k in work]
+    if inversions:
+        parts.append("inversions: " + ", ".join(f"{_number(v)} {label}" for label, v in inversions))
+    parts += [f"{k}: {_number(v)}" for k, v in work.items() if k not in _UNET_LABELS and k not in _INVERSION_LABELS]
+    return "; ".join(parts)
 
 
 def failure_summary(failed_total: int, total: int, reasons: Sequence[tuple[str, int]], failures_log: str,
@@ -255,9 +291,12 @@ def run_edit_stage(
     (it was killed) is edited here. The stage returns when every query of the selection is edited or failed."""
     from tqdm import tqdm
 
+    from benchmark.editing.work_counter import difference
     from benchmark.locking import Claims
+    from benchmark.stages.invert import run_inversion_pass
 
     start = time.perf_counter()
+    work_before = editor.work_counts()
     log_path = run_dir / EDITS_LOG
     offset = log_path.stat().st_size if log_path.is_file() else 0  # before reading: a later append is seen as new
     records = latest_records(run_dir)
@@ -283,6 +322,9 @@ def run_edit_stage(
     slots = [list(range(k, min(k + batch_size, n))) for k in range(0, n, batch_size)
              if any(q.id in todo_ids for q in queryset.queries[k:k + batch_size])]
     (run_dir / EDITS_DIR).mkdir(parents=True, exist_ok=True)
+    # an editor that shares inversions inverts each distinct source of the slots once, batch_size sources at a time
+    run_inversion_pass(queryset, editor, [queryset.queries[i] for slot in slots for i in slot], seed=seed,
+                       batch_size=batch_size, progress=progress, fail_fast=fail_fast)
     bar = tqdm(total=len(todo), desc=f"edit {type(editor).__name__}", unit="img", disable=not progress, leave=False)
     flog = FailureLog(run_dir / FAILURES_LOG, run_id)
     claims = Claims(claims_dir(run_dir, "edit"))
@@ -308,7 +350,7 @@ def run_edit_stage(
     failed_total, reasons = _failures(queryset, run_dir)
     return EditStats(len(queryset), len(logged), skipped, n_failed, time.perf_counter() - start,
                      failed_total=failed_total, reasons=reasons, failures_log=str(run_dir / FAILURES_LOG),
-                     by_others=by_others)
+                     by_others=by_others, work=difference(editor.work_counts(), work_before))
 
 
 CLAIMS_DIR = "claims"  # <run dir>/claims/<stage>/<query id>.claim: held by the worker working on that query

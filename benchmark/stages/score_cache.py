@@ -177,8 +177,9 @@ def check_part(path: Path, valid_ids: frozenset[str] | None, columns: Sequence[s
     return df if columns is None else df[[c for c in columns if c in df.columns]]
 
 
-def quarantine(path: Path, reason: str) -> Path | None:
-    """Move a bad cache file into `quarantine/` beside it with a reason file; warn naming both."""
+def quarantine(path: Path, reason: str, then: str = "its rows will be recomputed by the next score run"
+               ) -> Path | None:
+    """Move a bad cache file into `quarantine/` beside it with a reason file; warn naming both and `then`."""
     qdir = path.parent / QUARANTINE_DIR
     dest = qdir / path.name
     try:
@@ -193,7 +194,7 @@ def quarantine(path: Path, reason: str) -> Path | None:
     except OSError as err:
         warn(f"{path}: {reason}; NOT used (could not move it aside: {err})")
         return None
-    warn(f"{path}: {reason}; moved to {dest}, its rows will be recomputed by the next score run")
+    warn(f"{path}: {reason}; moved to {dest}, {then}")
     return dest
 
 

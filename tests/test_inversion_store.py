@@ -1,0 +1,140 @@
+"""The inversion store: content-addressed safetensors files, validated on read, claimed while computed; P2P shares
+one inversion per source across its queries, reruns and sweeps, with PNGs byte-identical to inverting per query."""
+
+import threading
+import time
+
+import pytest
+import torch
+
+from benchmark.editing.inversion_store import InversionStore, inversion_key
+
+pytestmark = pytest.mark.usefixtures("single_thread_torch")
+
+KIND = "test-kind"
+EXPECTED = {"x": ((1, 2), "float32"), "e": ((3,), "float32")}
+
+
+def tensors(v: float):
+    return {"x": torch.full((1, 2), v), "e": torch.arange(3, dtype=torch.float32) + v}
+
+
+def test_key_covers_every_part_and_kind():
+    base = dict(image="abc", source_caption="a cat", steps=50)
+    k = inversion_key(KIND, **base)
+    assert k == inversion_key(KIND, **dict(reversed(list(base.items()))))  # order of parts does not matter
+    assert len({k, inversion_key("other", **base), inversion_key(KIND, **{**base, "steps": 49}),
+                inversion_key(KIND, **{**base, "image": "abd"})}) == 4
+
+
+def test_round_trip_is_exact_and_repeated_keys_are_computed_once(tmp_path):
+    store = InversionStore(tmp_path)
+    calls = []
+
+    def compute(idx):
+        calls.append(idx)
+        return [tensors(float(i) + 0.1) for i in idx]
+
+    out, computed, reused = store.get_or_compute(["a", "a", "b"], KIND, EXPECTED, compute)
+    assert calls == [[0, 2]] and (computed, reused) == (2, 1)
+    assert torch.equal(out[0]["x"], tensors(0.1)["x"]) and torch.equal(out[1]["e"], out[0]["e"])
+    assert torch.equal(out[2]["e"], tensors(2.1)["e"])
+    again, computed, reused = store.get_or_compute(["b", "a"], KIND, EXPECTED, compute)
+    assert calls == [[0, 2]] and (computed, reused) == (0, 2)
+    assert torch.equal(again[0]["e"], out[2]["e"])
+    assert not list(tmp_path.rglob("*.tmp"))  # written atomically, nothing left over
+
+
+@pytest.mark.parametrize("spoil", ["truncate", "pickle", "other key", "nan", "shape", "extra tensor"])
+def test_a_bad_file_is_quarantined_and_recomputed(tmp_path, spoil):
+    import pickle
+
+    from safetensors.torch import save
+
+    store = InversionStore(tmp_path)
+    store.put("a", KIND, tensors(1.0))
+    path = store.path("a")
+    if spoil == "truncate":
+        path.write_bytes(path.read_bytes()[:-5])
+    elif spoil == "pickle":
+        path.write_bytes(pickle.dumps({"x": 1}))
+    elif spoil == "other key":
+        store.put("b", KIND, tensors(1.0))
+        path.write_bytes(store.path("b").read_bytes())
+    elif spoil == "nan":
+        store.put("a", KIND, {"x": torch.tensor([[1.0, float("nan")]]), "e": torch.zeros(3)})
+    elif spoil == "shape":
+        store.put("a", KIND, {"x": torch.zeros(2, 1), "e": torch.zeros(3)})
+    else:
+        path.write_bytes(save({**tensors(1.0), "z": torch.zeros(1)}, metadata={"format": "editmeter-inversion/1",
+                                                                            "kind": KIND, "key": "a"}))
+    with pytest.warns(UserWarning, match="computed again"):
+        assert store.get("a", KIND, EXPECTED) is None
+    assert not path.exists() and list((path.parent / "quarantine").glob("a.safetensors*.reason.txt"))
+    out, computed, _ = store.get_or_compute(["a"], KIND, EXPECTED, lambda idx: [tensors(7.0)])
+    assert computed == 1 and torch.equal(out[0]["x"], tensors(7.0)["x"])
+
+
+def test_a_key_another_worker_holds_is_waited_for_and_read(tmp_path):
+    """Two workers never compute one source twice: the second waits for the first's claim, then reads its file."""
+    store, other = InversionStore(tmp_path), InversionStore(tmp_path)
+    assert other.claims.try_claim(["a"])  # the other worker is computing "a"
+    result = {}
+
+    def second_worker():
+        result["out"] = store.get_or_compute(["a", "b"], KIND, EXPECTED, lambda idx: [tensors(5.0) for _ in idx])
+
+    t = threading.Thread(target=second_worker)
+    t.start()
+    time.sleep(0.5)
+    assert t.is_alive()  # "b" is done, "a" is waited for
+    other.put("a", KIND, tensors(9.0))
+    other.claims.release(["a"])
+    t.join(timeout=30)
+    out, computed, reused = result["out"]
+    assert (computed, reused) == (1, 1) and torch.equal(out[0]["x"], tensors(9.0)["x"])
+
+
+def test_a_key_whose_holder_died_without_writing_is_computed(tmp_path):
+    store, other = InversionStore(tmp_path), InversionStore(tmp_path)
+    assert other.claims.try_claim(["a"])
+    threading.Timer(0.3, lambda: other.claims.release(["a"])).start()  # it stops without writing
+    out, computed, _ = store.get_or_compute(["a"], KIND, EXPECTED, lambda idx: [tensors(3.0)])
+    assert computed == 1 and torch.equal(out[0]["x"], tensors(3.0)["x"]) and store.path("a").is_file()
+
+
+# --- P2P through the harness ---------------------------------------------------------------------------------------
+
+def _pngs(summary_dir):
+    return {p.name: p.read_bytes() for p in sorted(summary_dir.glob("runs/*/*/edits/*.png"))}
+
+
+def _run(results, *extra):
+    from conftest import run_demo
+
+    return run_demo(results, "p2p", "queryset=demo_mini", "limit=3", "stages=[edit]", *extra)
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_p2p_with_shared_inversions_equals_one_inversion_per_query_byte_for_byte(tmp_path, dtype):
+    """The first 3 queries of one demo scene share one source: inverted once (not 3 times), and every PNG is the one each
+    query's own inversion gives (batch size 1, so both ways run the same kernels)."""
+    args = ("batch_size=1", f"editor.dtype={dtype}")
+    own = _run(tmp_path / "own", "editor.reuse_inversions=false", *args)["edit"]
+    shared = _run(tmp_path / "shared", *args)["edit"]
+    assert own.work["inversions_computed"] == 3 and "inversions_reused" not in own.work
+    assert (shared.work["inversions_computed"], shared.work["inversions_reused"]) == (1, 3)
+    a, b = _pngs(tmp_path / "own"), _pngs(tmp_path / "shared")
+    assert len(a) == 3 and a == b
+    assert len(list((tmp_path / "shared" / "inversions").rglob("*.safetensors"))) == 1
+
+
+def test_a_sweep_of_editing_settings_inverts_nothing_again(tmp_path):
+    first = _run(tmp_path, "batch_size=4")["edit"]
+    assert first.work["inversions_computed"] == 1
+    for tau in (0.5, 0.8):
+        sweep = _run(tmp_path, "batch_size=4", f"editor.self_replace_steps={tau}")["edit"]
+        assert sweep.computed == 3 and sweep.work["inversions_computed"] == 0
+        assert sweep.work["inversions_reused"] == 3
+    changed = _run(tmp_path, "batch_size=4", "editor.null_text_lr=0.02")["edit"]  # an inversion setting
+    assert changed.work["inversions_computed"] == 1
