@@ -326,7 +326,13 @@ def resolve(cfg: Any, editor_name: str = "") -> list[Checkpoint]:
     editor = OmegaConf.to_container(cfg.editor, resolve=True)
     label = f"editor {editor_name}".strip()
     if isinstance(editor, dict) and editor.get("weights") == "pretrained":
-        if "model_id" in editor:  # every hub editor today is a diffusers pipeline (benchmark.editing.base)
+        if editor.get("checkpoint") == "single_file" and isinstance(editor.get("single_file"), dict):
+            # the original checkpoint file (benchmark.models.diffusion.load_pipeline); from_single_file reads only
+            # the component configs of `config`, fetched on first load
+            sf = editor["single_file"]
+            found.append(Checkpoint(label, "hf-file", sf["repo_id"], sf.get("revision"), (sf["filename"],),
+                                    note=f"original checkpoint (from_single_file; configs of {sf.get('config')})"))
+        elif "model_id" in editor:  # every hub editor today is a diffusers pipeline (benchmark.editing.base)
             found.append(Checkpoint(label, "hf-pipeline", editor["model_id"], editor.get("revision"),
                                     note="diffusers pipeline (safety checker not loaded)"))
         else:
@@ -440,7 +446,8 @@ def fetch(ck: Checkpoint, *, progress: bool = True) -> Path:
     if ck.kind == "hf-file":
         from open_clip.pretrained import download_pretrained_from_hf
 
-        return Path(download_pretrained_from_hf(ck.source, filename=ck.files[-1], cache_dir=str(cache)))
+        return Path(download_pretrained_from_hf(ck.source, filename=ck.files[-1], revision=ck.revision,
+                                                cache_dir=str(cache)))
     raise ValueError(f"{ck.component}: cannot download {ck.source!r} ({ck.kind}): {ck.note}")
 
 

@@ -10,7 +10,8 @@ from benchmark.editing.base import DiffusionEditor, Item
 
 
 class DiffEditEditor(DiffusionEditor):
-    """Args (besides DiffusionEditor's): steps, guidance_scale, inpaint_strength (how far inversion goes),
+    """Args (besides DiffusionEditor's): steps, guidance_scale (mask estimation, inversion and denoising alike),
+    inpaint_strength (how far inversion goes),
     mask_encode_strength, mask_thresholding_ratio, num_maps_per_mask (DiffEdit's mask estimation)."""
 
     prompt_kind: ClassVar[Literal["instruction", "description"]] = "description"
@@ -46,8 +47,11 @@ class DiffEditEditor(DiffusionEditor):
                 mask_encode_strength=self.mask_encode_strength, mask_thresholding_ratio=self.mask_thresholding_ratio,
                 num_inference_steps=self.steps, guidance_scale=self.guidance_scale, generator=g,
             )) for it, s, t, g in zip(items, src, tgt, gens, strict=True)])
+            # The inversion is guided too, with the same scale: diffusers' DiffEdit example leaves guidance_scale at
+            # its default, 7.5, in generate_mask, invert and the final call alike.
             inverted = p.invert(prompt=src, image=[it.image for it in items], num_inference_steps=self.steps,
-                                inpaint_strength=self.inpaint_strength, generator=gens).latents
+                                inpaint_strength=self.inpaint_strength, guidance_scale=self.guidance_scale,
+                                generator=gens).latents
             return list(p(prompt=tgt, negative_prompt=src, mask_image=masks, image_latents=inverted,
                           inpaint_strength=self.inpaint_strength, num_inference_steps=self.steps,
                           guidance_scale=self.guidance_scale, generator=gens, output_type="np").images)

@@ -2,7 +2,9 @@
 
 Subclasses set `prompt_kind`, `family`, `name`, implement `_edit_chunk(items)` and `hyperparameters()`. Images are
 resized to a square `resolution` for the model and the result back to the source size (Stable Diffusion works on
-multiples of 8 latent pixels; HATIE and MagicBrush images have many aspect ratios).
+multiples of 8 latent pixels; HATIE and MagicBrush images have many aspect ratios). A subclass may size its inputs
+otherwise by overriding `prepare` and `finisher` (InstructPix2Pix and MagicBrush keep the aspect ratio, as their
+authors' script does: benchmark.editing.ip2p).
 """
 
 from __future__ import annotations
@@ -61,6 +63,9 @@ class DiffusionEditor(Editor):
     max_batch: largest batch sent to the model at once (None: the harness's batch); halves on CUDA OOM.
     tiny_overrides: changes to the tiny components for this editor (tiny profile only), merged over the class
         attribute of the same name, e.g. `{"unet": {"block_out_channels": [32, 32, 64]}}`.
+    checkpoint, single_file: 'diffusers' (default: model_id at revision) or 'single_file' (pretrained only: the
+        original checkpoint file `single_file` names, through diffusers' from_single_file; see
+        benchmark.models.diffusion.load_pipeline).
     """
 
     family: ClassVar[str] = "sd"
@@ -71,7 +76,8 @@ class DiffusionEditor(Editor):
 
     def __init__(self, *, weights: str, model_id: str, revision: str, resolution: int, device: str = "auto",
                  dtype: str = "auto", max_batch: int | None = None, deterministic: bool = False,
-                 tiny_overrides: dict[str, dict[str, Any]] | None = None) -> None:
+                 tiny_overrides: dict[str, dict[str, Any]] | None = None, checkpoint: str = "diffusers",
+                 single_file: dict[str, Any] | None = None) -> None:
         """Loads `self.pipe` for `family` from `weights` and records its provenance; see the class docstring."""
         from benchmark.editing.determinism import configure_cublas
         from benchmark.models.diffusion import load_pipeline, merge_tiny_overrides
@@ -82,7 +88,8 @@ class DiffusionEditor(Editor):
         what = f"editor {self.name!r}"
         overrides = merge_tiny_overrides(type(self).tiny_overrides, tiny_overrides, what=what)
         self.pipe, self.provenance = load_pipeline(self.family, weights=weights, model_id=model_id, revision=revision,
-                                                   device=device, dtype=dtype, what=what, tiny_overrides=overrides)
+                                                   device=device, dtype=dtype, what=what, tiny_overrides=overrides,
+                                                   checkpoint=checkpoint, single_file=single_file)
         self.device = self.provenance["device"]
         self.runner = HalvingRunner(max_batch)
 
@@ -100,23 +107,31 @@ class DiffusionEditor(Editor):
         items = [Item(q, im, int(s)) for q, im, s in zip(queries, model_inputs, seeds, strict=True)]
         with deterministic_algorithms(self.deterministic):
             outs = self.runner(self._edit_chunk, items)
-        return [functools.partial(to_pil, o, im.size) for o, im in zip(outs, images, strict=True)]
+        return [self.finisher(o, im) for o, im in zip(outs, images, strict=True)]
 
     def prepare(self, image: Image.Image) -> Image.Image:
-        """The source as PIL RGB at the model resolution (square `resolution`, bicubic): what `Item.image` holds."""
+        """The source as PIL RGB at the model resolution (square `resolution`, bicubic): what `Item.image` holds.
+        A subclass that sizes its inputs otherwise (InstructPix2Pix's aspect-keeping sizes, benchmark.editing.ip2p)
+        overrides this and `finisher` together."""
         return image.convert("RGB").resize((self.resolution, self.resolution), Image.Resampling.BICUBIC)
+
+    def finisher(self, output: Any, source: Image.Image) -> Callable[[], Image.Image]:
+        """What turns one model output back into an image of its source's size, run later on the caller's thread:
+        `to_pil` (resize the whole output to the source size, quantise once)."""
+        return functools.partial(to_pil, output, source.size)
 
     def generators(self, items: Sequence[Item]) -> list[Any]:
         """One CPU generator per query (same stream whatever the batch)."""
         return generators([it.seed for it in items])
 
-    def initial_latents(self, items: Sequence[Item], gens: Sequence[Any]) -> Any:
-        """Start noise drawn per query on the CPU, so it matches across batch sizes and devices."""
+    def initial_latents(self, items: Sequence[Item], gens: Sequence[Any], size: tuple[int, int] | None = None) -> Any:
+        """Start noise drawn per query on the CPU, so it matches across batch sizes and devices; for images of
+        `size` (w, h) pixels, square `resolution` by default."""
         import torch
 
-        c = self.pipe.unet.config.out_channels
-        side = self.resolution // self.pipe.vae_scale_factor
-        lat = torch.cat([torch.randn((1, c, side, side), generator=g) for g in gens])
+        c, f = self.pipe.unet.config.out_channels, self.pipe.vae_scale_factor
+        w, h = size or (self.resolution, self.resolution)
+        lat = torch.cat([torch.randn((1, c, h // f, w // f), generator=g) for g in gens])
         return lat.to(self.device, self.pipe.unet.dtype)
 
     def _edit_chunk(self, items: Sequence[Item]) -> list[Any]:

@@ -241,6 +241,60 @@ def resolve_dtype(dtype: str, device: str, *, what: str = "a diffusion editor") 
     return {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[dtype]
 
 
+# How `profile=pretrained` weights are stored: a diffusers folder on the hub (`model_id` at `revision`), or one
+# original (LDM / CompVis-format) checkpoint file loaded with diffusers' `from_single_file` (`single_file`).
+CHECKPOINT_FORMATS = ("diffusers", "single_file")
+SINGLE_FILE_KEYS = ("repo_id", "filename", "revision", "config", "config_revision", "extract_ema")
+
+
+class SingleFileUnavailableError(WeightsUnavailableError):
+    """The original checkpoint file (`checkpoint: single_file`) cannot be loaded; the message names the file and
+    both fixes (download it once, or load the diffusers form)."""
+
+    def __init__(self, what: str, spec: dict[str, Any], cause: BaseException | None = None) -> None:
+        weights_id = f"{spec['repo_id']}/{spec['filename']}@{spec['revision']}"
+        super().__init__(what, weights_id, cause)
+        self.args = (f"{self.args[0]} The file is the hub file {spec['filename']!r} of {spec['repo_id']!r} (revision "
+                     f"{spec['revision']}), with the component configs of {spec['config']!r}@{spec['config_revision']}: "
+                     "fetch it with network access (`editmeter weights editor=<name> editor.checkpoint=single_file`), "
+                     "or load the diffusers form instead (`editor.checkpoint=diffusers`).",)
+
+
+def single_file_spec(single_file: Any, *, what: str) -> dict[str, Any]:
+    """`single_file` as a plain dict with every key of `SINGLE_FILE_KEYS`; a ValueError naming what is missing."""
+    spec = dict(_plain(single_file or {}))
+    missing = [k for k in SINGLE_FILE_KEYS if spec.get(k) is None]
+    unknown = sorted(set(spec) - set(SINGLE_FILE_KEYS))
+    if missing or unknown:
+        raise ValueError(f"{what}: checkpoint=single_file needs single_file.{{{', '.join(SINGLE_FILE_KEYS)}}}"
+                         + (f"; missing: {', '.join(missing)}" if missing else "")
+                         + (f"; unknown: {', '.join(unknown)}" if unknown else ""))
+    return spec
+
+
+def _load_single_file(cls: Any, spec: dict[str, Any], torch_dtype: Any, *, what: str) -> tuple[Any, dict[str, Any]]:
+    """Download the original checkpoint file into the Hugging Face cache (`hf_hub_download`, pinned revision) and
+    build `cls` from it with `from_single_file`, component configs from `spec['config']` at its revision."""
+    import re
+
+    import huggingface_hub
+    from huggingface_hub.errors import EntryNotFoundError
+
+    try:
+        path = huggingface_hub.hf_hub_download(spec["repo_id"], spec["filename"], revision=spec["revision"])
+        pipe = cls.from_single_file(path, config=spec["config"], revision=spec["config_revision"],
+                                    extract_ema=bool(spec["extract_ema"]), dtype=torch_dtype, safety_checker=None,
+                                    requires_safety_checker=False)
+    except (OSError, ValueError, EntryNotFoundError) as err:  # offline / not cached / no such file or revision
+        raise SingleFileUnavailableError(what, spec, err) from err
+    # the hub cache keeps files under snapshots/<commit>/: the commit actually loaded, even for a branch name
+    commit = Path(path).parent.name if re.fullmatch(r"[0-9a-f]{40}", Path(path).parent.name) else spec["revision"]
+    prov = {"weights": "pretrained", "model_id": f"{spec['repo_id']}/{spec['filename']}", "revision": commit,
+            "checkpoint": "single_file", "config": f"{spec['config']}@{spec['config_revision']}",
+            "extract_ema": bool(spec["extract_ema"])}
+    return pipe, prov
+
+
 def load_pipeline(
     family: str,
     *,
@@ -251,6 +305,8 @@ def load_pipeline(
     dtype: str = "auto",
     what: str = "a diffusion editor",
     tiny_overrides: dict[str, dict[str, Any]] | None = None,
+    checkpoint: str = "diffusers",
+    single_file: dict[str, Any] | None = None,
 ) -> tuple[Any, dict[str, Any]]:
     """Load the base pipeline of `family` from `weights` ('pretrained' | 'tiny' | 'random'); returns (pipeline,
     provenance).
@@ -259,14 +315,24 @@ def load_pipeline(
     `WeightsUnavailableError` naming it and the `PROFILE=tiny` fallback. `tiny_overrides` (see `tiny_configs`)
     change the tiny components only; the pretrained checkpoint is what it is. The safety checker is not loaded: a
     benchmark must score what the model made, and a blanked image would be recorded as a failure anyway.
+
+    `checkpoint='single_file'` (pretrained only) loads the original checkpoint file `single_file` describes
+    (`SINGLE_FILE_KEYS`: hub repo, file name and revision, the diffusers repo and revision whose component configs
+    fit it, whether to take its EMA weights) with `PipelineClass.from_single_file` instead of `model_id`: the way to
+    check a diffusers conversion against the authors' file. Tiny and random weights ignore it (they are built here).
     """
     import diffusers
 
     check_source(weights)
+    if checkpoint not in CHECKPOINT_FORMATS:
+        raise ValueError(f"{what}: checkpoint={checkpoint!r}; expected one of {', '.join(CHECKPOINT_FORMATS)}")
     dev = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, dev, what=what)
     cls = getattr(diffusers, FAMILIES[family]["pipeline"])
-    if weights == "tiny":
+    single = weights == "pretrained" and checkpoint == "single_file"
+    if single:
+        pipe, prov = _load_single_file(cls, single_file_spec(single_file, what=what), torch_dtype, what=what)
+    elif weights == "tiny":
         overrides = {k: v for k, v in _plain(tiny_overrides or {}).items() if v}
         source, kwargs = str(tiny_pipeline_dir(family, overrides=overrides, what=what)), {}
         prov = {"weights": "tiny", "model_id": f"tiny-{family}", "revision": Path(source).name}
@@ -278,13 +344,14 @@ def load_pipeline(
     else:
         source, kwargs = model_id, {"revision": revision}
         prov = {"weights": "pretrained", "model_id": model_id, "revision": revision}
-    try:
-        pipe = cls.from_pretrained(source, dtype=torch_dtype, safety_checker=None, requires_safety_checker=False,
-                                   **kwargs)
-    except (OSError, ValueError) as err:  # hub unreachable / not cached / incomplete snapshot
-        if weights != "pretrained":
-            raise
-        raise WeightsUnavailableError(what, f"{model_id}@{revision}", err) from err
+    if not single:
+        try:
+            pipe = cls.from_pretrained(source, dtype=torch_dtype, safety_checker=None, requires_safety_checker=False,
+                                       **kwargs)
+        except (OSError, ValueError) as err:  # hub unreachable / not cached / incomplete snapshot
+            if weights != "pretrained":
+                raise
+            raise WeightsUnavailableError(what, f"{model_id}@{revision}", err) from err
     pipe = pipe.to(dev)
     pipe.set_progress_bar_config(disable=True)
     if dev.startswith("cuda"):
