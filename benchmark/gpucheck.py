@@ -171,13 +171,14 @@ def check_suite(suite: str, *, device: Device, queries: int, work: Path) -> Row:
         return Row("tiny", f"suite {suite}", False, _first_line(err))
 
 
-def time_editor(editor: str, *, device: Device, queries: int, work: Path, extra: Sequence[str] = ()) -> Row:
+def time_editor(editor: str, *, device: Device, queries: int, work: Path, extra: Sequence[str] = (),
+                queryset: str = "demo_mini") -> Row:
     """Real-size editor (random weights, real settings, its default dtype): seconds per query and load time.
     `extra`: further `editor.<key>=` overrides (e.g. `editor.deterministic=false` to price deterministic mode);
-    they are named in the row's component."""
-    overrides = [f"editor={editor}", "queryset=demo_mini", "profile=random", f"limit={queries}", "stages=[edit]",
+    they are named in the row's component, as a `queryset` other than demo_mini is."""
+    overrides = [f"editor={editor}", f"queryset={queryset}", "profile=random", f"limit={queries}", "stages=[edit]",
                  f"device={device.name}", f"editor.device={device.name}", *extra]
-    label = " ".join([f"{editor} real size", *extra])
+    label = " ".join([f"{editor} real size", *([] if queryset == "demo_mini" else [queryset]), *extra])
     try:
         device.reset()
         with _scratch(work, "timing") as results:
@@ -243,7 +244,7 @@ def plan(args: argparse.Namespace, device: Device, work: Path) -> list[Callable[
     if not args.no_timing:
         for e in (e for e in args.editors if e in SD_EDITORS or (args.dit_timing and e in DIT_EDITORS)):
             steps.append(lambda e=e: time_editor(e, device=device, queries=args.timing_queries, work=work,
-                                                 extra=args.timing_set))
+                                                 extra=args.timing_set, queryset=args.timing_queryset))
         if "hatie" in args.suites:  # `--suites` without hatie: no HATIE timing either
             steps.append(lambda: time_hatie(device=device, queries=args.timing_queries, work=work))
     return steps
@@ -273,6 +274,9 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     ap.add_argument("--dtypes", default=",".join(HALF), type=lambda t: _names(t, (*HALF, "fp32"), "dtype(s)"))
     ap.add_argument("--queries", type=int, default=2, help="demo queries per correctness check (default 2)")
     ap.add_argument("--timing-queries", type=int, default=2, help="queries per real-size timing (default 2)")
+    ap.add_argument("--timing-queryset", default="demo_mini", choices=("demo_mini", "demo_per_source_3"),
+                    help="the queries timed: demo_mini (7 per source) or demo_per_source_3 (3 per source, close to "
+                         "HATIE's 2.73: what p2p's shared inversions meet in a real run)")
     ap.add_argument("--no-timing", action="store_true", help="correctness only (no real-size models)")
     ap.add_argument("--no-tiny", action="store_true", help="timing only (skip the tiny correctness checks)")
     ap.add_argument("--timing-set", action="append", default=[], metavar="editor.KEY=VALUE",

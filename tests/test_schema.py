@@ -128,3 +128,24 @@ def test_a_named_first_n_subset_is_a_set_of_its_own():
             load_queryset(ROOT / "datasets" / "demo", name="x", first=bad)
     with pytest.raises(QuerySetError, match="give it a name"):
         load_queryset(ROOT / "datasets" / "demo", first=3)
+
+
+def test_a_per_source_subset_keeps_the_first_n_queries_of_each_source():
+    from collections import Counter
+
+    from conftest import ROOT
+
+    from benchmark.querysets.io import load_queryset
+
+    full = load_queryset(ROOT / "datasets" / "demo")
+    three = load_queryset(ROOT / "datasets" / "demo", name="demo_per_source_3", per_source=3)
+    per_image = Counter(q.image for q in full.queries)
+    assert Counter(q.image for q in three.queries) == {im: min(n, 3) for im, n in per_image.items()}
+    # the first three of each source, in the file's order
+    firsts = [q.id for q in full.queries if [x.id for x in full.queries if x.image == q.image].index(q.id) < 3]
+    assert [q.id for q in three.queries] == firsts
+    assert three.hash != full.hash and three.name == "demo_per_source_3"
+    with pytest.raises(QuerySetError, match="give it a name"):
+        load_queryset(ROOT / "datasets" / "demo", per_source=3)
+    with pytest.raises(QuerySetError, match="positive"):
+        load_queryset(ROOT / "datasets" / "demo", name="x", per_source=0)

@@ -433,14 +433,15 @@ def write_built_queryset(out: Path, queries: Sequence[Query], *, name: str, coun
 
 def load_queryset(root: str | os.PathLike[str], name: str | None = None, build: str | None = None,
                   first: int | None = None, sample: int | float | None = None, sample_seed: int = 0,
-                  sample_types: Any = None) -> QuerySet:
+                  sample_types: Any = None, per_source: int | None = None) -> QuerySet:
     """Load a query set folder (queryset.json + queries.jsonl).
 
     `build` is the command that creates the folder (configs of downloaded sets give it); when the folder is not
     built, the error names the set and that command. `first` makes a named set of the file's first N queries (e.g.
     `demo_mini`): a set of its own, with its own name and hash, so its runs are complete at N queries, unlike a
     `limit`, which is a partial run of the whole set. `sample` (with `sample_seed`, `sample_types`) makes a set of
-    a seeded stratified sample of them the same way (`benchmark.querysets.sample`).
+    a seeded stratified sample of them the same way (`benchmark.querysets.sample`). `per_source` keeps the first N
+    queries of each source image (a set of its own too), e.g. to give the demo HATIE's few queries per source.
     """
     root = Path(root).resolve()
     meta_path = root / META_FILE
@@ -473,6 +474,18 @@ def load_queryset(root: str | os.PathLike[str], name: str | None = None, build: 
         if not name:
             raise QuerySetError("first= defines a set of its own: give it a name (e.g. name: demo_mini)")
         queries = queries[:first]
+    if per_source is not None:
+        if isinstance(per_source, bool) or not isinstance(per_source, int) or per_source < 1:
+            raise QuerySetError(f"per_source={per_source!r}: must be a positive number of queries")
+        if not name:
+            raise QuerySetError("per_source= defines a set of its own: give it a name (e.g. name: demo_per_source_3)")
+        seen: Counter[str] = Counter()
+        kept = []
+        for q in queries:
+            seen[q.image] += 1
+            if seen[q.image] <= per_source:
+                kept.append(q)
+        queries = kept
     name = name or meta.get("name", root.name)
     if sample is not None:
         queries, name, meta = _sampled(queries, name, meta, sample, sample_seed, sample_types)
