@@ -3,7 +3,9 @@ budget.
 
 The estimate is the editor's seconds per query and load time on this device class (`configs/costs.yaml`, each
 number with where it was measured) times the queries still to do, plus the metric suite's scoring seconds where the
-table has them. Above `budget.max_gpu_hours` the run asks on a terminal and refuses otherwise, naming the stratified
+table has them. An editor that shares one inversion among the queries of a source (its class sets
+`shares_inversions`, e.g. P2P) and whose row splits its cost (`s_per_source`) pays the inversion part once per
+distinct (source image, source caption) among the queries to do, and the edit part once per query. Above `budget.max_gpu_hours` the run asks on a terminal and refuses otherwise, naming the stratified
 sample option (`queryset.sample=N`, benchmark.querysets.sample) that fits the budget. An editor, profile or device
 without a row is never blocked: its cost is reported unknown.
 """
@@ -30,11 +32,18 @@ class OverBudget(PreflightError):
 
 @dataclass(frozen=True)
 class Cost:
-    """One row of the cost table: seconds per query, load seconds, and where they were measured."""
+    """One row of the cost table: seconds per query, load seconds, and where they were measured. A row that splits
+    an inversion off (`s_per_source`, seconds per inverted source) gives the edit part alone in `s_per_query`."""
 
     s_per_query: float
     load_s: float
     source: str
+    s_per_source: float | None = None
+
+    @property
+    def s_unshared(self) -> float:
+        """Seconds per query when every query inverts its own source (no sharing): both parts."""
+        return self.s_per_query + (self.s_per_source or 0.0)
 
 
 @dataclass(frozen=True)
@@ -49,18 +58,38 @@ class Estimate:
     cost: Cost
     score: Cost | None  # the metric suite's scoring cost, when the table has it
     pool: int | None = None  # the largest `queryset.sample=N` the set allows (None: not known)
+    # distinct (source image, source caption) among the queries to do, when the editor shares one inversion among
+    # them and the row splits the inversion off (None: every query pays the whole row)
+    sources: int | None = None
+
+    @property
+    def shared(self) -> bool:
+        return self.sources is not None and self.cost.s_per_source is not None
 
     @property
     def per_query(self) -> float:
-        return self.cost.s_per_query + (self.score.s_per_query if self.score else 0.0)
+        """Seconds per query, each query inverting its own source where the row splits an inversion off: the bound
+        a sample of unknown sources is sized with (`largest_sample`)."""
+        return self.cost.s_unshared + (self.score.s_per_query if self.score else 0.0)
+
+    @property
+    def _inversion_s(self) -> float:
+        return (self.sources or 0) * (self.cost.s_per_source or 0.0)
 
     @property
     def hours(self) -> float:
-        return (self.todo * self.per_query + self.shards * self.cost.load_s) / 3600
+        if not self.shared:
+            return (self.todo * self.per_query + self.shards * self.cost.load_s) / 3600
+        edit = self.cost.s_per_query + (self.score.s_per_query if self.score else 0.0)
+        return (self.todo * edit + self._inversion_s + self.shards * self.cost.load_s) / 3600
 
     @property
     def wall_s(self) -> float:
-        return math.ceil(self.todo / self.shards) * self.per_query + self.cost.load_s
+        if not self.shared:
+            return math.ceil(self.todo / self.shards) * self.per_query + self.cost.load_s
+        edit = self.cost.s_per_query + (self.score.s_per_query if self.score else 0.0)
+        return (math.ceil(self.todo / self.shards) * edit
+                + math.ceil((self.sources or 0) / self.shards) * (self.cost.s_per_source or 0.0) + self.cost.load_s)
 
     def describe(self) -> str:
         """One line: hours, wall time and how they were computed, with the sources."""
@@ -68,8 +97,11 @@ class Estimate:
         done = f" ({self.done} already done)" if self.done else ""
         shards = f" over {self.shards} shards" if self.shards > 1 else ""
         sources = self.cost.source + (f"; scoring: {self.score.source}" if self.score else "")
+        edit = self.cost.s_per_query if self.shared else self.cost.s_unshared
+        inversions = (f" + {self.sources} sources x {self.cost.s_per_source:g} s inversion (shared by their queries)"
+                      if self.shared else "")
         return (f"~{self.hours:,.2f} {self.device_class} hours, wall ~{human_time(self.wall_s)}{shards}: "
-                f"{self.todo} queries to do{done} x ({self.cost.s_per_query:g} s edit{scoring}) + "
+                f"{self.todo} queries to do{done} x ({edit:g} s edit{scoring}){inversions} + "
                 f"{self.shards} x {self.cost.load_s:g} s load [{sources}]")
 
 
@@ -99,9 +131,33 @@ def load_costs(path: Path = COSTS_FILE) -> dict[str, Any]:
 
 def _row(node: Any, where: str) -> Cost:
     try:
-        return Cost(float(node["s_per_query"]), float(node.get("load_s", 0.0)), str(node["source"]))
-    except (KeyError, TypeError, ValueError) as err:
-        raise PreflightError(f"budget: cost table row {where} needs s_per_query, load_s and source ({err})") from None
+        per_source = node.get("s_per_source")
+        return Cost(float(node["s_per_query"]), float(node.get("load_s", 0.0)), str(node["source"]),
+                    None if per_source is None else float(per_source))
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
+        raise PreflightError(f"budget: cost table row {where} needs s_per_query, load_s and source, and optionally "
+                             f"s_per_source ({err})") from None
+
+
+def shares_inversions(editor_cfg: Any) -> bool:
+    """Whether the configured editor inverts each source once for all its queries: its class declares
+    `shares_inversions` and its config does not turn the sharing off (`reuse_inversions: false`). The class is
+    imported, not built (no weights load)."""
+    from hydra.utils import get_class
+
+    target = editor_cfg.get("_target_") if editor_cfg is not None else None
+    if not target:
+        return False
+    try:
+        cls = get_class(str(target))
+    except Exception:  # noqa: BLE001 - an unimportable editor is the run's error to report, not the estimate's
+        return False
+    return bool(getattr(cls, "shares_inversions", False)) and bool(editor_cfg.get("reuse_inversions", True))
+
+
+def distinct_sources(queries: Any) -> int:
+    """The number of distinct (source image, source caption) pairs among `queries`: the inversions they need."""
+    return len({(q.image, q.source_caption) for q in queries})
 
 
 def device_class(device: str | None, table: dict[str, Any], gpu_name: Callable[[], str]) -> tuple[str, str]:
@@ -249,12 +305,16 @@ def estimate(cfg: Any, full: Any, *, editor: str, metrics: str, gpu_name: Callab
         return None, (f"cost unknown: configs/costs.yaml has no row for editor {editor} at {size} size on {cls}; "
                       f"measure it with {how} and add it")
     count = int(cfg.shard.count)
-    selected = {q.id for i in range(count) for q in full.shard(i, count).subset(cfg.limit)}
+    selected = {q.id: q for i in range(count) for q in full.shard(i, count).subset(cfg.limit)}
     editor_cfg = portable(OmegaConf.to_container(cfg.editor, resolve=True))
-    done = len(selected & done_ids(Path(cfg.paths.results), f"{full.name}-{full.short_hash}", editor, editor_cfg,
-                                   int(cfg.seed), profile, full.meta.get("sample")))
+    done = set(selected) & done_ids(Path(cfg.paths.results), f"{full.name}-{full.short_hash}", editor, editor_cfg,
+                                    int(cfg.seed), profile, full.meta.get("sample"))
     score = lookup(table, "metrics", metrics, size, cls)
-    return Estimate(editor, cls, len(selected) - done, done, count, cost, score, sample_pool(cfg, full)), note
+    # one inversion per source for all shards: they share the inversion store under the results folder
+    sources = (distinct_sources(q for qid, q in selected.items() if qid not in done)
+               if cost.s_per_source is not None and shares_inversions(cfg.editor) else None)
+    return Estimate(editor, cls, len(selected) - len(done), len(done), count, cost, score, sample_pool(cfg, full),
+                    sources), note
 
 
 def check_budget(cfg: Any, full: Any, *, editor: str, metrics: str, ask: Callable[[str], bool] = _confirm,

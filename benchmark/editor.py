@@ -44,6 +44,9 @@ class Editor(abc.ABC):
     `edit_deferred` are optional (the guide: docs/editors.md)."""
 
     prompt_kind: ClassVar[Literal["instruction", "description"]]
+    # True: the editor inverts each source once for all its queries (same image and source caption), so the budget
+    # counts that part of its cost per distinct source (benchmark.budget, configs/costs.yaml `s_per_source`)
+    shares_inversions: ClassVar[bool] = False
 
     @abc.abstractmethod
     def edit(self, queries: Sequence[Query], images: Sequence[Image.Image], *, seeds: Sequence[int]) -> list[Image.Image]:
@@ -74,6 +77,12 @@ class Editor(abc.ABC):
         everything inside `edit`.
         """
         return [functools.partial(_finished, image) for image in self.edit(queries, images, seeds=seeds)]
+
+    def work_counts(self) -> dict[str, int]:
+        """Cumulative counts of the work done since construction, {counter: n}; the edit stage records the
+        difference over its call (docs/results.md, "Counting the work"). Diffusion editors count UNet sample
+        evaluations (benchmark.editing.work_counter). Default: nothing counted ({})."""
+        return {}
 
     def check_prompts(self, queries: Sequence[Query]) -> None:
         """Refuse queries without the text this editor family reads (instruction or both captions), and queries

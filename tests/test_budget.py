@@ -29,24 +29,37 @@ def test_every_cost_row_says_where_it_was_measured():
                 for cls in rows:
                     cost = B.lookup(table, group, name, size, cls)
                     assert cost is not None and len(cost.source) > 10, (group, name, size, cls)
-    # the H100 rows are measurements: p2p's is gpu-check's on an H100 (configs/costs.yaml says so)
+    # the H100 rows are measurements: p2p's is gpu-check's on an H100 (configs/costs.yaml says so), split into an
+    # inversion part per source and an edit part per query that add up to the measured 46.2 s per query
     p2p = B.lookup(table, "editors", "p2p", "real", "h100")
-    assert p2p.s_per_query == 46.2 and "gpu-check" in p2p.source
+    assert p2p.s_per_query + p2p.s_per_source == pytest.approx(46.2) and "gpu-check" in p2p.source
+
+
+@pytest.mark.parametrize("size", ["real", "tiny"])
+def test_the_p2p_split_follows_the_unet_evaluations(size):
+    """s_per_source / s_per_query is the inversion's UNet work over the edit's (forward+backward = 3 forwards):
+    (4n + 3nk) / 4n at the steps n and null-text inner steps k of that size."""
+    n, k = {"real": (50, 10), "tiny": (3, 2)}[size]
+    cls = "h100" if size == "real" else "cpu"
+    row = B.lookup(B.load_costs(), "editors", "p2p", size, cls)
+    inversion, edit = 4 * n + 3 * n * k, 4 * n
+    assert row.s_per_source / row.s_unshared == pytest.approx(inversion / (inversion + edit), abs=0.005)
 
 
 def test_over_budget_refuses_non_interactively_with_the_estimate_and_the_sample_option(tmp_path):
-    cfg, _ = _cfg(tmp_path, "editor=p2p", "profile=random", "editor.device=cuda", "budget.max_gpu_hours=1")
+    cfg, _ = _cfg(tmp_path, "editor=p2p", "profile=random", "editor.device=cuda", "budget.max_gpu_hours=0.25")
     with pytest.raises(B.OverBudget) as info:
         B.check_budget(cfg, _full(cfg), editor="p2p", metrics="hatie", gpu_name=lambda: "NVIDIA H100 80GB HBM3",
                        interactive=lambda: False)
     msg = str(info.value)
-    # 133 x (46.2 + 0.09) s + 44 s = 1.72 h > 1
-    assert "133 queries to do" in msg and "46.2 s edit" in msg and "h100 hours" in msg
+    # 133 x (4.86 + 0.09) s + 16 sources x 41.34 s + 44 s = 0.38 h > 0.25
+    assert "133 queries to do" in msg and "4.86 s edit" in msg and "16 sources x 41.34 s inversion" in msg
+    assert "h100 hours" in msg
     assert "queryset.sample=" in msg and "budget.max_gpu_hours=" in msg and "budget.accept=true" in msg
 
 
 def test_over_budget_on_a_terminal_asks(tmp_path):
-    cfg, _ = _cfg(tmp_path, "editor=p2p", "profile=random", "editor.device=cuda", "budget.max_gpu_hours=1")
+    cfg, _ = _cfg(tmp_path, "editor=p2p", "profile=random", "editor.device=cuda", "budget.max_gpu_hours=0.25")
     kw = {"gpu_name": lambda: "NVIDIA H100", "interactive": lambda: True}
     line = B.check_budget(cfg, _full(cfg), editor="p2p", metrics="hatie", ask=lambda q: True, **kw)
     assert "confirmed" in line
@@ -64,7 +77,8 @@ def test_the_suggested_sample_fits_the_budget(tmp_path):
 
 @pytest.mark.parametrize("extra", [("budget.max_gpu_hours=4",), ("budget.accept=true",), ("queryset.sample=28",)])
 def test_allowed_or_sampled_runs_proceed(tmp_path, extra):
-    cfg, _ = _cfg(tmp_path, "editor=p2p", "profile=random", "editor.device=cuda", "budget.max_gpu_hours=1", *extra)
+    # the whole set is over 0.25 h (above); a sample of 28 queries on 14 sources is 0.21 h
+    cfg, _ = _cfg(tmp_path, "editor=p2p", "profile=random", "editor.device=cuda", "budget.max_gpu_hours=0.25", *extra)
     line = B.check_budget(cfg, _full(cfg), editor="p2p", metrics="hatie", gpu_name=lambda: "NVIDIA H100",
                           interactive=lambda: False)
     assert line.startswith("[editmeter] budget: ~")
@@ -150,3 +164,42 @@ def test_tiny_diffusion_editors_have_a_cpu_cost(tmp_path, editor):
     cfg, _ = _cfg(tmp_path, f"editor={editor}", "profile=tiny", "editor.device=cpu")
     est, note = B.estimate(cfg, _full(cfg), editor=editor, metrics="basic")
     assert est is not None and est.device_class == "cpu" and "NOISY" in est.cost.source, note
+
+
+def _sources(queries):
+    return len({(q.image, q.source_caption) for q in queries})
+
+
+@pytest.mark.parametrize("extra", [("queryset=demo_mini",), ("queryset=demo_mini", "limit=9"), ("limit=40",),
+                                   ("queryset.sample=28",), ("shard.count=3",)])
+def test_an_inversion_sharing_editor_pays_one_inversion_per_source(tmp_path, extra):
+    """P2P inverts each (source image, source caption) once for all its queries: the estimate counts the distinct
+    sources of the queries to do (demo_mini: 7 queries per source, 1 inversion each) for the inversion part and
+    every query for the edit part."""
+    from benchmark.preflight import load_selection
+
+    cfg, _ = _cfg(tmp_path, "editor=p2p", "profile=random", "editor.device=cuda", *extra)
+    full, _ = load_selection(cfg)
+    est, _ = B.estimate(cfg, full, editor="p2p", metrics="hatie", gpu_name=lambda: "H100")
+    count = int(cfg.shard.count)
+    queries = [q for i in range(count) for q in full.shard(i, count).subset(cfg.limit)]
+    assert est.todo == len(queries) and est.sources == _sources(queries) < len(queries)
+    row, score = est.cost, est.score.s_per_query
+    assert est.hours * 3600 == pytest.approx(len(queries) * (row.s_per_query + score)
+                                             + est.sources * row.s_per_source + count * row.load_s)
+    assert f"{est.sources} sources x {row.s_per_source:g} s inversion" in est.describe()
+    if extra == ("queryset=demo_mini",):
+        assert (est.todo, est.sources) == (14, 2)
+
+
+def test_without_sharing_every_query_pays_the_whole_row(tmp_path):
+    """An editor whose class does not share inversions (ip2p), or P2P with the sharing turned off, pays its whole
+    per-query cost on every query."""
+    cfg, _ = _cfg(tmp_path, "editor=p2p", "profile=random", "editor.device=cuda", "queryset=demo_mini",
+                  "editor.reuse_inversions=false")
+    est, _ = B.estimate(cfg, _full(cfg), editor="p2p", metrics="hatie", gpu_name=lambda: "H100")
+    assert est.sources is None and est.hours * 3600 == pytest.approx(14 * est.per_query + est.cost.load_s)
+    assert est.per_query == pytest.approx(46.2 + est.score.s_per_query)
+    cfg, _ = _cfg(tmp_path, "editor=ip2p", "profile=random", "editor.device=cuda", "queryset=demo_mini")
+    est, _ = B.estimate(cfg, _full(cfg), editor="ip2p", metrics="hatie", gpu_name=lambda: "H100")
+    assert est.sources is None and "inversion" not in est.describe()

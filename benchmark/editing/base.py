@@ -10,6 +10,7 @@ authors' script does: benchmark.editing.ip2p).
 from __future__ import annotations
 
 import functools
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -18,6 +19,7 @@ from PIL import Image
 
 from benchmark.editing.batching import HalvingRunner
 from benchmark.editing.determinism import deterministic_algorithms
+from benchmark.editing.work_counter import count_unet_calls
 from benchmark.editor import Editor, generators
 from benchmark.types import Query
 
@@ -92,6 +94,15 @@ class DiffusionEditor(Editor):
                                                    checkpoint=checkpoint, single_file=single_file)
         self.device = self.provenance["device"]
         self.runner = HalvingRunner(max_batch)
+        # what `work_counts` reports: UNet sample evaluations (benchmark.editing.work_counter); a subclass adds its
+        # own keys, created at 0 in its __init__ and incremented where the work happens
+        self.work: Counter[str] = Counter()
+        count_unet_calls(self.pipe.unet, self.work)
+
+    def work_counts(self) -> dict[str, int]:
+        """Cumulative counters since construction: `unet_forward` and `unet_forward_backward` (UNet sample
+        evaluations, benchmark.editing.work_counter) and whatever keys the subclass adds to `self.work`."""
+        return dict(getattr(self, "work", {}))
 
     def edit(self, queries: Sequence[Query], images: Sequence[Image.Image], *, seeds: Sequence[int]) -> list[Image.Image]:
         """One PIL RGB image per query at its source's size: `edit_deferred` with every output finished at once."""
