@@ -87,8 +87,12 @@ class PromptToPromptEditor(DiffusionEditor):
         if self.inversion_store is None:
             return
         items = [Item(q, im, int(s)) for q, im, s in zip(queries, images, seeds, strict=True)]
-        with deterministic_algorithms(self.deterministic):
-            self.runner(lambda chunk: [None] * len(self._inversions(chunk, count_reuse=False)[0]), items)
+        missing = set(self.inversion_store.missing([self.inversion_key(it) for it in items], INVERSION_KIND,
+                                                   self._stored_shapes()))
+        items = [it for it in items if self.inversion_key(it) in missing]  # a rerun reads no stored values here
+        if items:
+            with deterministic_algorithms(self.deterministic):
+                self.runner(lambda chunk: [None] * len(self._inversions(chunk, count_reuse=False)[0]), items)
 
     def inversion_key(self, item: Item) -> str:
         """The store key of `item`'s inversion: its source's pixels and caption, and every setting of the inversion
@@ -119,13 +123,8 @@ class PromptToPromptEditor(DiffusionEditor):
             per_item = self._compute_inversions(items)
             self.work["inversions_computed"] += len(items)
         else:
-            c = self.pipe.unet.config.in_channels
-            side = self.resolution // self.pipe.vae_scale_factor
-            width = self.pipe.text_encoder.config.hidden_size
-            expected = {"x_T": ((1, c, side, side), "float32"),
-                        "null_embeddings": ((self.steps, self.pipe.tokenizer.model_max_length, width), "float32")}
             per_item, computed, reused = self.inversion_store.get_or_compute(
-                [self.inversion_key(it) for it in items], INVERSION_KIND, expected,
+                [self.inversion_key(it) for it in items], INVERSION_KIND, self._stored_shapes(),
                 lambda idx: self._compute_inversions([items[i] for i in idx]))
             self.work["inversions_computed"] += computed
             if count_reuse:
@@ -134,6 +133,14 @@ class PromptToPromptEditor(DiffusionEditor):
         x_t = torch.cat([t["x_T"] for t in per_item]).to(dev)
         nulls = torch.stack([t["null_embeddings"] for t in per_item], dim=1).to(dev)  # (n, B, 77, D)
         return x_t, list(nulls)
+
+    def _stored_shapes(self) -> dict[str, tuple[tuple[int, ...], str]]:
+        """The tensors one stored inversion holds: {name: (shape, dtype)}."""
+        c = self.pipe.unet.config.in_channels
+        side = self.resolution // self.pipe.vae_scale_factor
+        width = self.pipe.text_encoder.config.hidden_size
+        return {"x_T": ((1, c, side, side), "float32"),
+                "null_embeddings": ((self.steps, self.pipe.tokenizer.model_max_length, width), "float32")}
 
     def _compute_inversions(self, items: Sequence[Item]) -> list[dict[str, Any]]:
         """DDIM-invert each source under its caption and optimise its null-text embeddings, as one batch."""

@@ -75,6 +75,16 @@ def test_a_bad_file_is_quarantined_and_recomputed(tmp_path, spoil):
     assert computed == 1 and torch.equal(out[0]["x"], tensors(7.0)["x"])
 
 
+def test_missing_reads_headers_only(tmp_path):
+    """The inversion pass asks which sources lack a file with the right header; values are checked when read."""
+    store = InversionStore(tmp_path)
+    store.put("a", KIND, tensors(1.0))
+    store.put("b", KIND, {"x": torch.zeros(2, 1), "e": torch.zeros(3)})  # a wrong shape
+    store.put("n", KIND, {"x": torch.tensor([[1.0, float("nan")]]), "e": torch.zeros(3)})  # a bad value
+    store.put("k", "another kind", tensors(1.0))
+    assert store.missing(["a", "b", "c", "n", "k"], KIND, EXPECTED) == ["b", "c", "k"]
+
+
 def test_a_key_another_worker_holds_is_waited_for_and_read(tmp_path):
     """Two workers never compute one source twice: the second waits for the first's claim, then reads its file."""
     store, other = InversionStore(tmp_path), InversionStore(tmp_path)

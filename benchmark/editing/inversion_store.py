@@ -68,6 +68,21 @@ class InversionStore:
             quarantine(path, str(err), then="the inversion will be computed again")
             return None
 
+    def missing(self, keys: Sequence[str], kind: str, expected: Mapping[str, tuple[tuple[int, ...], str]]
+                ) -> list[str]:
+        """The keys of `keys` without a stored file whose header (metadata, tensor names, shapes, dtypes) is right.
+        Reads only the headers, not the values: a file whose values are bad is found when `get` reads it."""
+        out = []
+        for key in keys:
+            path = self.path(key)
+            try:
+                ok = path.is_file() and _header_ok(path, key, kind, expected)
+            except (OSError, ValueError):
+                ok = False
+            if not ok:
+                out.append(key)
+        return out
+
     def put(self, key: str, kind: str, tensors: Mapping[str, Any]) -> None:
         """Write `tensors` (moved to the CPU, contiguous) as the inversion of `key`, atomically."""
         from safetensors.torch import save
@@ -152,6 +167,25 @@ def _read(path: Path, key: str, kind: str, expected: Mapping[str, tuple[tuple[in
         if t.is_floating_point() and not bool(torch.isfinite(t).all()):
             raise BadInversionFile(f"{name} holds a NaN or an infinity")
     return tensors
+
+
+_DTYPES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16", "F64": "float64", "I64": "int64"}
+
+
+def _header_ok(path: Path, key: str, kind: str, expected: Mapping[str, tuple[tuple[int, ...], str]]) -> bool:
+    """Whether a safetensors file's header says it holds `key`'s tensors as `expected` (its values unread)."""
+    import json
+
+    with open(path, "rb") as fh:
+        n = int.from_bytes(fh.read(8), "little")
+        if not 0 < n <= 1 << 20:
+            return False
+        header = json.loads(fh.read(n))
+    meta = header.pop("__metadata__", None) or {}
+    if meta.get("format") != FORMAT or meta.get("kind") != kind or meta.get("key") != key or set(header) != set(expected):
+        return False
+    return all(tuple(header[k].get("shape", ())) == tuple(shape) and _DTYPES.get(header[k].get("dtype")) == dtype
+               for k, (shape, dtype) in expected.items())
 
 
 def _metadata(raw: bytes) -> dict[str, str]:
