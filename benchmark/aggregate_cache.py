@@ -5,7 +5,7 @@ run's rows depend only on that run's files, so they are cached in `results/.aggr
 when an input changed. The key is a sha256 over everything the rows depend on:
 
 - the run.json view of that metric set (`leaderboard.scorings`: identity, metrics, suite, provenance, selection,
-  editor config and info; only `updated_at`, which no table shows, is left out),
+  editor config and info; only `updated_at` and `edit_work`, which no table shows, are left out),
 - the stat (name, size, mtime_ns, ctime_ns, inode, device) of every score part, of `queries.json` and of every
   edit PNG of the run (parts are written by rename, so a rewrite changes the inode and ctime; a user cannot set
   ctime back; a replaced edit makes the rows recompute, which marks them STALE when its hash changed),
@@ -39,7 +39,9 @@ FORMAT = 1
 # Bump when the rows change meaning in a way the code hash cannot see (it already covers every source change).
 AGGREGATE_VERSION = 1
 _ENTRY_NAME = re.compile(r"[0-9a-f]{32}\.json")
-_VOLATILE = ("updated_at",)  # run.json fields no table shows: a rewrite of only these keeps the entry
+# run.json fields no table shows: a rewrite of only these keeps the entry (`edit_work` gains an entry with every
+# invocation that edits, a rerun that edits nothing included: docs/results.md, "Counting the work")
+_VOLATILE = ("updated_at", "edit_work")
 
 
 @dataclass

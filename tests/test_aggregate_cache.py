@@ -93,6 +93,10 @@ def test_changed_code_or_run_json_recomputes_but_a_new_timestamp_does_not(five, 
     meta = json.loads(meta_path.read_text())
     meta_path.write_text(json.dumps(meta | {"updated_at": "2027-01-01T00:00:00"}))
     assert summarise(five, None, R, SEED)[1].computed == 0
+    # nor does the counted work of another invocation (a rerun that edited nothing records zeros there)
+    work = {"queries": 0, "work": {"unet_forward": 0}, "per_query": {}}
+    meta_path.write_text(json.dumps(meta | {"edit_work": {"0123456789ab": work}}))
+    assert summarise(five, None, R, SEED)[1].computed == 0
     meta_path.write_text(json.dumps(meta | {"editor_info": meta["editor_info"] | {"guidance_scale": 1.0}}))
     assert summarise(five, None, R, SEED)[1].computed == 1
     monkeypatch.setattr(aggregate_cache, "code_version", lambda: "another version of the code")
