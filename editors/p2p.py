@@ -52,6 +52,7 @@ class PromptToPromptEditor(DiffusionEditor):
                           "early_stop_growth": float(null_text_early_stop_growth)}
         self.reuse_inversions = bool(reuse_inversions)
         self.inversion_store: Any = None  # an InversionStore, set by the run when reuse_inversions is on
+        self.work.update({"inversions_computed": 0, "inversions_reused": 0})  # a rerun that edits nothing says 0
 
     def _edit_chunk(self, items: Sequence[Item]) -> list[Any]:
         from benchmark.editing import inversion as inv
