@@ -363,8 +363,9 @@ def load_pipeline(
     return pipe, prov
 
 
-def set_scheduler(pipe: Any, name: str) -> None:
-    """Swap the pipeline's scheduler for diffusers class `name`, keeping the checkpoint's noise schedule."""
+def set_scheduler(pipe: Any, name: str, **overrides: Any) -> None:
+    """Swap the pipeline's scheduler for diffusers class `name`, keeping the checkpoint's noise schedule; `overrides`
+    replace settings of the checkpoint's scheduler config (e.g. `steps_offset=0`)."""
     import diffusers
 
-    pipe.scheduler = getattr(diffusers, name).from_config(pipe.scheduler.config)
+    pipe.scheduler = getattr(diffusers, name).from_config(pipe.scheduler.config, **overrides)
