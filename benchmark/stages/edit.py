@@ -296,7 +296,7 @@ def run_edit_stage(
     from benchmark.stages.invert import run_inversion_pass
 
     start = time.perf_counter()
-    work_before = editor.work_counts()
+    work_before = _work_counts(editor)
     log_path = run_dir / EDITS_LOG
     offset = log_path.stat().st_size if log_path.is_file() else 0  # before reading: a later append is seen as new
     records = latest_records(run_dir)
@@ -352,7 +352,7 @@ def run_edit_stage(
     failed_total, reasons = _failures(queryset, run_dir)
     return EditStats(len(queryset), len(logged), skipped, n_failed, time.perf_counter() - start,
                      failed_total=failed_total, reasons=reasons, failures_log=str(run_dir / FAILURES_LOG),
-                     by_others=by_others, work=difference(editor.work_counts(), work_before))
+                     by_others=by_others, work=difference(_work_counts(editor), work_before))
 
 
 CLAIMS_DIR = "claims"  # <run dir>/claims/<stage>/<query id>.claim: held by the worker working on that query
@@ -494,6 +494,13 @@ def _write_and_release(claims: Any, run_dir: Path, unfinished: list[_Unfinished]
         return _finish_and_write(run_dir, unfinished, records, order, **kw)
     finally:
         claims.release(order)
+
+
+def _work_counts(editor: Any) -> dict[str, int]:
+    """`editor.work_counts()`, or nothing counted for an editor that only has the required members (a plug-in that
+    implements the contract without subclassing `Editor`)."""
+    counts = getattr(editor, "work_counts", None)
+    return counts() if callable(counts) else {}
 
 
 def fixed_batches(queries: Sequence[Query], todo: set[str], batch_size: int, done: Callable[[Query], bool],
