@@ -12,9 +12,10 @@ from collections.abc import Sequence
 from typing import Any, ClassVar, Literal
 
 from benchmark.editing.base import DiffusionEditor, Item
+from benchmark.editing.source_inversions import SourceInversions
 
 
-class PromptToPromptEditor(DiffusionEditor):
+class PromptToPromptEditor(SourceInversions, DiffusionEditor):
     """Args (besides DiffusionEditor's): steps (DDIM), guidance_scale, mode ('replace' | 'refine' | 'auto'),
     cross_replace_steps, self_replace_steps (tau), self_replace_max_tokens, reweight ({word: scale}),
     token_mapping ('reference': the authors' token mappers | 'aligned': editmeter's earlier ones),
@@ -25,7 +26,8 @@ class PromptToPromptEditor(DiffusionEditor):
     prompt_kind: ClassVar[Literal["instruction", "description"]] = "description"
     family: ClassVar[str] = "sd"
     name: ClassVar[str] = "p2p"
-    shares_inversions: ClassVar[bool] = True  # one inversion per source (image, caption): benchmark.budget
+    inversion_kind: ClassVar[str] = "p2p-null-text"
+    seeded_inversion: ClassVar[bool] = False  # DDIM inversion and null-text optimisation draw nothing
 
     def __init__(self, *, steps: int, guidance_scale: float, mode: str, cross_replace_steps: float,
                  self_replace_steps: float, self_replace_max_tokens: int, reweight: dict[str, float],
@@ -50,9 +52,7 @@ class PromptToPromptEditor(DiffusionEditor):
         self.null_text = {"inner_steps": int(null_text_inner_steps), "lr": float(null_text_lr),
                           "lr_decay": float(null_text_lr_decay), "early_stop": float(null_text_early_stop),
                           "early_stop_growth": float(null_text_early_stop_growth)}
-        self.reuse_inversions = bool(reuse_inversions)
-        self.inversion_store: Any = None  # an InversionStore, set by the run when reuse_inversions is on
-        self.work.update({"inversions_computed": 0, "inversions_reused": 0})  # a rerun that edits nothing says 0
+        self._init_source_inversions(reuse_inversions)
 
     def _edit_chunk(self, items: Sequence[Item]) -> list[Any]:
         from benchmark.editing import inversion as inv
@@ -61,7 +61,7 @@ class PromptToPromptEditor(DiffusionEditor):
         p, unet = self.pipe, self.pipe.unet
         src = [it.query.source_caption for it in items]
         tgt = [it.query.target_caption for it in items]
-        x_t, nulls = self._inversions(items)
+        x_t, nulls = self._stacked_inversions(items)
         src_emb, tgt_emb = inv.encode_text(p, src), inv.encode_text(p, tgt)
         grid = inv.ddim_grid(p.scheduler, self.steps)
         controller = AttentionController(
@@ -77,65 +77,25 @@ class PromptToPromptEditor(DiffusionEditor):
                                 self.guidance_scale, on_step=lambda i: setattr(controller, "step", i))
         return inv.decode_latents(p, x[1::2])
 
-    # --- inversions: DDIM inversion + null-text optimisation, shared per source ------------------------------------
+    # --- inversions: DDIM inversion + null-text optimisation, shared per source (SourceInversions) ----------------
 
-    def invert_sources(self, queries: Sequence[Any], images: Sequence[Any], *, seeds: Sequence[int]) -> None:
-        """Compute and store the inversions of these sources (`images` prepared by `prepare`) that the store lacks.
-        The edit stage calls this with `batch_size` distinct sources at a time before editing, so the null-text
-        optimisation runs on full batches however few queries each source has. A no-op without a store."""
-        from benchmark.editing.determinism import deterministic_algorithms
-
-        if self.inversion_store is None:
-            return
-        items = [Item(q, im, int(s)) for q, im, s in zip(queries, images, seeds, strict=True)]
-        missing = set(self.inversion_store.missing([self.inversion_key(it) for it in items], INVERSION_KIND,
-                                                   self._stored_shapes()))
-        items = [it for it in items if self.inversion_key(it) in missing]  # a rerun reads no stored values here
-        if items:
-            with deterministic_algorithms(self.deterministic):
-                self.runner(lambda chunk: [None] * len(self._inversions(chunk, count_reuse=False)[0]), items)
-
-    def inversion_key(self, item: Item) -> str:
-        """The store key of `item`'s inversion: its source's pixels and caption, and every setting of the inversion
-        (never an editing setting, so a sweep of tau, mode or reweight shares it)."""
-        import diffusers
-        import torch
-
-        from benchmark.editing.imagic import image_digest
-        from benchmark.editing.inversion_store import inversion_key
-
-        dev = torch.device(self.pipe.unet.device)
-        device_class = torch.cuda.get_device_name(dev) if dev.type == "cuda" else dev.type
-        return inversion_key(
-            INVERSION_KIND, image=image_digest(item.image), source_caption=item.query.source_caption,
-            weights={k: v for k, v in self.provenance.items() if k != "device"}, device_class=device_class,
-            scheduler=dict(self.pipe.scheduler.config), steps=self.steps, guidance_scale=self.guidance_scale,
-            null_text=self.null_text, deterministic=self.deterministic,
-            versions={"torch": torch.__version__, "diffusers": diffusers.__version__})
-
-    def _inversions(self, items: Sequence[Item], count_reuse: bool = True) -> tuple[Any, list[Any]]:
+    def _stacked_inversions(self, items: Sequence[Item]) -> tuple[Any, list[Any]]:
         """(x_T (B, C, h, w), the per-step null embeddings: n tensors (B, 77, D)) of `items`, fp32 on the UNet's
-        device: read from the store or computed now and stored. Without a store every item is inverted here.
-        `work` counts the inversions computed and, with `count_reuse`, the items served from the store (the
-        inversion pass only makes sure they are stored)."""
+        device: read from the store, or computed now (and stored when there is a store)."""
         import torch
 
-        if self.inversion_store is None:
-            per_item = self._compute_inversions(items)
-            self.work["inversions_computed"] += len(items)
-        else:
-            per_item, computed, reused = self.inversion_store.get_or_compute(
-                [self.inversion_key(it) for it in items], INVERSION_KIND, self._stored_shapes(),
-                lambda idx: self._compute_inversions([items[i] for i in idx]))
-            self.work["inversions_computed"] += computed
-            if count_reuse:
-                self.work["inversions_reused"] += reused
+        per_item = self._inversions(items)
         dev = self.pipe.unet.device
         x_t = torch.cat([t["x_T"] for t in per_item]).to(dev)
         nulls = torch.stack([t["null_embeddings"] for t in per_item], dim=1).to(dev)  # (n, B, 77, D)
         return x_t, list(nulls)
 
-    def _stored_shapes(self) -> dict[str, tuple[tuple[int, ...], str]]:
+    def _inversion_settings(self) -> dict[str, Any]:
+        """Every setting of the inversion (never an editing setting, so a sweep of tau, mode or reweight shares it)."""
+        return {"scheduler": dict(self.pipe.scheduler.config), "steps": self.steps,
+                "guidance_scale": self.guidance_scale, "null_text": self.null_text}
+
+    def _inversion_tensors(self) -> dict[str, tuple[tuple[int, ...], str]]:
         """The tensors one stored inversion holds: {name: (shape, dtype)}."""
         c = self.pipe.unet.config.in_channels
         side = self.resolution // self.pipe.vae_scale_factor
@@ -164,9 +124,6 @@ class PromptToPromptEditor(DiffusionEditor):
                 "self_replace_steps": self.self_replace_steps, "self_replace_max_tokens": self.self_replace_max_tokens,
                 "reweight": self.reweight, "token_mapping": self.token_mapping, "null_text": self.null_text,
                 "reuse_inversions": self.reuse_inversions}
-
-
-INVERSION_KIND = "p2p-null-text"
 
 
 def _interleave(a: Any, b: Any) -> Any:

@@ -1,12 +1,12 @@
-"""One inversion per source for the pipeline editors whose inversion draws random numbers (LEDITS++, DiffEdit).
+"""One inversion per source for the editors whose inversion depends only on the source (P2P, LEDITS++, DiffEdit).
 
-P2P's null-text inversion draws nothing. LEDITS++'s edit-friendly inversion draws one noise per step, and DiffEdit's
-samples the VAE posterior. Drawn from each query's generator, the inversion of one source would differ from query to
-query and could not be shared. These editors draw it from a generator seeded from the source instead
-(`source_seed`: the run's seed, the source's pixels as the model sees them, its caption), so the queries of a
-source, a rerun, another shard and a sweep of an editing-only setting need the same inversion, which the run's
-`InversionStore` (benchmark.editing.inversion_store) keeps. What is drawn per query (DiffEdit's mask) still comes
-from the query's own generator.
+The run's `InversionStore` (benchmark.editing.inversion_store) keeps each inversion, so the queries of a source, a
+rerun, another shard and a sweep of an editing-only setting compute it once. P2P's null-text inversion draws
+nothing. LEDITS++'s edit-friendly inversion draws one noise per step, and DiffEdit's samples the VAE posterior:
+drawn from each query's generator, the inversion of one source would differ from query to query and could not be
+shared, so these draw it from a generator seeded from the source instead (`source_seed`: the run's seed, the
+source's pixels as the model sees them, its caption; `seeded_inversion` puts the run's seed in the key). What is
+drawn per query (DiffEdit's mask) still comes from the query's own generator.
 """
 
 from __future__ import annotations
@@ -43,11 +43,13 @@ class SourceInversions:
 
     shares_inversions: ClassVar[bool] = True  # one inversion per source (image, caption): benchmark.budget
     inversion_kind: ClassVar[str] = ""
+    seeded_inversion: ClassVar[bool] = True  # the inversion draws from `source_generator` (false: draws nothing)
 
     def _init_source_inversions(self, reuse_inversions: bool) -> None:
         self.reuse_inversions = bool(reuse_inversions)
         self.inversion_store: Any = None  # an InversionStore, set by the run when reuse_inversions is on
         self.run_seed = 0  # the run's seed, set by the edit stage: each source's inversion noise derives from it
+        self.work.update({"inversions_computed": 0, "inversions_reused": 0})  # a rerun that edits nothing says 0
 
     def source_generator(self, item: Item) -> Any:
         """A CPU generator seeded from `item`'s source (`source_seed`), the same for every query of that source."""
@@ -67,8 +69,12 @@ class SourceInversions:
         if self.inversion_store is None:
             return
         items = [Item(q, im, int(s)) for q, im, s in zip(queries, images, seeds, strict=True)]
-        with deterministic_algorithms(self.deterministic):
-            self.runner(lambda chunk: [None] * len(self._inversions(chunk, count_reuse=False)), items)
+        missing = set(self.inversion_store.missing([self.inversion_key(it) for it in items], self.inversion_kind,
+                                                   self._inversion_tensors()))
+        items = [it for it in items if self.inversion_key(it) in missing]  # a rerun reads no stored values here
+        if items:
+            with deterministic_algorithms(self.deterministic):
+                self.runner(lambda chunk: [None] * len(self._inversions(chunk, count_reuse=False)), items)
 
     def inversion_key(self, item: Item) -> str:
         """The store key of `item`'s inversion: its source's pixels and caption, the run's seed (the inversion's
@@ -82,7 +88,7 @@ class SourceInversions:
 
         return inversion_key(
             self.inversion_kind, image=image_digest(item.image), source_caption=item.query.source_caption,
-            seed=int(self.run_seed), weights={k: v for k, v in self.provenance.items() if k != "device"},
+            seed=int(self.run_seed) if self.seeded_inversion else None, weights={k: v for k, v in self.provenance.items() if k != "device"},
             device_class=device_class(self.pipe.unet), settings=self._inversion_settings(),
             deterministic=self.deterministic, versions={"torch": torch.__version__, "diffusers": diffusers.__version__})
 
