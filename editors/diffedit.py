@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any, ClassVar, Literal
 
 from benchmark.editing.base import DiffusionEditor, Item
-from benchmark.editing.source_inversions import SourceInversions, dtype_name
+from benchmark.editing.source_inversions import SourceInversions, dtype_name, scheduler_settings
 
 
 class DiffEditEditor(SourceInversions, DiffusionEditor):
@@ -65,7 +65,7 @@ class DiffEditEditor(SourceInversions, DiffusionEditor):
     # --- inversions: DDIM inversion of the source, shared per source ----------------------------------------------
 
     def _inversion_settings(self) -> dict[str, Any]:
-        return {"inverse_scheduler": dict(self.diffedit.inverse_scheduler.config), "steps": self.steps,
+        return {"inverse_scheduler": scheduler_settings(self.diffedit.inverse_scheduler.config), "steps": self.steps,
                 "inpaint_strength": self.inpaint_strength, "guidance_scale": self.guidance_scale}
 
     def _inversion_tensors(self) -> dict[str, tuple[tuple[int, ...], str]]:

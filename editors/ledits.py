@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any, ClassVar, Literal
 
 from benchmark.editing.base import DiffusionEditor, Item
-from benchmark.editing.source_inversions import SourceInversions, dtype_name
+from benchmark.editing.source_inversions import SourceInversions, dtype_name, scheduler_settings
 
 
 class LeditsPPEditor(SourceInversions, DiffusionEditor):
@@ -54,6 +54,8 @@ class LeditsPPEditor(SourceInversions, DiffusionEditor):
         self.ledits = LEditsPPPipelineStableDiffusion(**comp, requires_safety_checker=False)
         self.ledits.set_progress_bar_config(disable=True)
         self._init_source_inversions(reuse_inversions)
+        # before any inversion: `invert` sets the scheduler's timestep_spacing, which must not change the key
+        self._scheduler_settings = scheduler_settings(self.ledits.scheduler.config)
 
     def _edit_chunk(self, items: Sequence[Item]) -> list[Any]:
         """One (H, W, 3) float image in [0, 1] per item."""
@@ -78,7 +80,7 @@ class LeditsPPEditor(SourceInversions, DiffusionEditor):
     # --- inversions: edit-friendly DPM-solver++ inversion, shared per source ---------------------------------------
 
     def _inversion_settings(self) -> dict[str, Any]:
-        return {"scheduler": dict(self.ledits.scheduler.config), "steps": self.steps, "skip": self.skip,
+        return {"scheduler": self._scheduler_settings, "steps": self.steps, "skip": self.skip,
                 "source_guidance_scale": self.source_guidance_scale, "resolution": self.resolution}
 
     def _inversion_tensors(self) -> dict[str, tuple[tuple[int, ...], str]]:

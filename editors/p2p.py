@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any, ClassVar, Literal
 
 from benchmark.editing.base import DiffusionEditor, Item
-from benchmark.editing.source_inversions import SourceInversions
+from benchmark.editing.source_inversions import SourceInversions, scheduler_settings
 
 
 class PromptToPromptEditor(SourceInversions, DiffusionEditor):
@@ -92,7 +92,7 @@ class PromptToPromptEditor(SourceInversions, DiffusionEditor):
 
     def _inversion_settings(self) -> dict[str, Any]:
         """Every setting of the inversion (never an editing setting, so a sweep of tau, mode or reweight shares it)."""
-        return {"scheduler": dict(self.pipe.scheduler.config), "steps": self.steps,
+        return {"scheduler": scheduler_settings(self.pipe.scheduler.config), "steps": self.steps,
                 "guidance_scale": self.guidance_scale, "null_text": self.null_text}
 
     def _inversion_tensors(self) -> dict[str, tuple[tuple[int, ...], str]]:

@@ -148,3 +148,43 @@ def test_a_sweep_of_editing_settings_inverts_nothing_again(tmp_path):
         assert sweep.work["inversions_reused"] == 3
     changed = _run(tmp_path, "batch_size=4", "editor.null_text_lr=0.02")["edit"]  # an inversion setting
     assert changed.work["inversions_computed"] == 1
+
+
+KEY_SCRIPT = """
+import sys
+from hydra.utils import instantiate
+from benchmark.config import compose
+from benchmark.editing.base import Item
+from benchmark.imageio import load_rgb
+from benchmark.querysets.io import load_queryset
+cfg, _ = compose(["editor=" + sys.argv[1], "profile=tiny"])
+editor = instantiate(cfg.editor)
+qs = load_queryset(sys.argv[2])
+q = qs.queries[0]
+item = Item(q, editor.prepare(load_rgb(qs.path(q.image))), 0)
+before = editor.inversion_key(item)
+if sys.argv[1] == "ledits":
+    editor.edit([q], [load_rgb(qs.path(q.image))], seeds=[0])  # invert() changes the pipeline's scheduler config
+assert editor.inversion_key(item) == before, "the key changed after an edit"
+print(before)
+"""
+
+
+@pytest.mark.parametrize("editor", ["p2p", "ledits"])
+def test_an_inversion_has_one_key_in_every_process(editor):
+    """Keys must not depend on the process: diffusers' scheduler configs carry a list built from a set, whose order
+    follows the string hash seed (a sweep's second process found nothing the first stored)."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    keys = set()
+    for hash_seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed, "HF_HUB_OFFLINE": "1"}
+        out = subprocess.run([sys.executable, "-c", KEY_SCRIPT, editor, str(ROOT / "datasets" / "demo")], env=env,
+                             cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-2000:]
+        keys.add(out.stdout.strip().splitlines()[-1])
+    assert len(keys) == 1, keys

@@ -24,6 +24,13 @@ def source_seed(seed: int, image_digest: str, source_caption: str) -> int:
     return query_seed(seed, f"source:{image_digest}:{source_caption}")
 
 
+def scheduler_settings(config: Any) -> dict[str, Any]:
+    """A scheduler's configuration as an inversion key holds it: its public entries only. diffusers' private ones
+    (`_use_default_values` is built from a set, so its order changes from process to process; `_diffusers_version`)
+    would give one inversion other keys in other processes."""
+    return {k: v for k, v in dict(config).items() if not str(k).startswith("_")}
+
+
 def device_class(module: Any) -> str:
     """'cpu', or the GPU's name: where `module`'s parameters live, as an inversion key records it."""
     import torch
