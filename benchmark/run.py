@@ -117,6 +117,8 @@ def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
     # leftovers of writers killed before their rename (issue 11): in the run folder, and the leaderboards' own
     remove_stale_tmp(run_dir, started)
     remove_stale_tmp(results, started, recursive=False)
+    if getattr(editor, "inversion_store", None) is not None:  # and the shared inversions' (a killed inversion pass)
+        remove_stale_tmp(editor.inversion_store.root, started)
     reuse = None
     if "edit" in cfg.stages and full.meta.get("sample"):  # a sample: bring in the edits of smaller nested samples
         from benchmark.stages.reuse import reuse_nested_edits
