@@ -142,7 +142,7 @@ class LinearUNet(torch.nn.Module):
         return SimpleNamespace(sample=x * 0 + self.w * encoder_hidden_states[:, 0, 0].view(-1, 1, 1, 1))
 
 
-def test_null_text_first_adam_step_is_the_unscaled_losss():
+def test_null_text_first_adam_step_is_the_unscaled_loss_step():
     """One step from a_t = 0.5 to the final alpha 1: pred = sqrt(2) x + c eps with c = sqrt(1 - 1) - sqrt(1) = -1.
     With x = 0, cond = 0 and the null embedding 0, eps = 0 and pred = 0; target = -delta everywhere, so
     dL/de = 2 delta * c * (1 - g) * w = 13 delta (g = 7.5, w = 1). delta = 1e-8 / 13 makes the gradient 1e-8 = Adam's

@@ -38,6 +38,16 @@ class Spy:
         return self._pipe(**kwargs)
 
 
+def edit_spied(editor, queries, images, seeds):
+    """`editor.edit` with its pipeline behind a Spy: (the edits, the pipeline calls' keyword arguments)."""
+    spy, real = Spy(editor.pipe), editor.pipe
+    editor.pipe = spy
+    try:
+        return editor.edit(queries, images, seeds=seeds), spy.calls
+    finally:
+        editor.pipe = real
+
+
 def noise_image(size, seed=0):
     rng = np.random.default_rng(seed)
     return Image.fromarray(rng.integers(0, 256, (size[1], size[0], 3), dtype=np.uint8), mode="RGB")
@@ -87,14 +97,9 @@ def test_ip2p_model_sees_edit_cli_size_and_returns_the_source_size(name, demo_qs
     prepared = editor.prepare(src)
     assert prepared.size == (32, 24)
     assert np.array_equal(np.asarray(prepared), np.asarray(ImageOps.fit(src, (32, 24), method=Image.Resampling.LANCZOS)))
-    spy, real = Spy(editor.pipe), editor.pipe
-    editor.pipe = spy
-    try:
-        (out,) = editor.edit([q], [src], seeds=[query_seed(0, q.id)])
-    finally:
-        editor.pipe = real
-    assert [im.size for call in spy.calls for im in call["image"]] == [(32, 24)]
-    assert tuple(spy.calls[0]["latents"].shape[-2:]) == (24 // real.vae_scale_factor, 32 // real.vae_scale_factor)
+    (out,), calls = edit_spied(editor, [q], [src], [query_seed(0, q.id)])
+    assert [im.size for call in calls for im in call["image"]] == [(32, 24)]
+    assert tuple(calls[0]["latents"].shape[-2:]) == (24 // editor.pipe.vae_scale_factor, 32 // editor.pipe.vae_scale_factor)
     assert out.size == src.size
     arr, s = np.asarray(out), np.asarray(src)
     assert np.array_equal(arr[:, :7], s[:, :7]) and np.array_equal(arr[:, 73:], s[:, 73:])  # outside the crop
@@ -107,13 +112,8 @@ def test_ip2p_mixed_aspect_ratios_in_one_batch_match_one_by_one(demo_qs):
     qs = [q for q in demo_qs.queries if q.instruction][:3]
     srcs = [noise_image((80, 50), 2), noise_image((50, 80), 3), noise_image((64, 64), 4)]
     seeds = [query_seed(0, q.id) for q in qs]
-    spy, real = Spy(editor.pipe), editor.pipe
-    editor.pipe = spy
-    try:
-        together = editor.edit(qs, srcs, seeds=seeds)
-    finally:
-        editor.pipe = real
-    assert [[im.size for im in call["image"]] for call in spy.calls] == [[(32, 24)], [(24, 32)], [(32, 32)]]
+    together, calls = edit_spied(editor, qs, srcs, seeds)
+    assert [[im.size for im in call["image"]] for call in calls] == [[(32, 24)], [(24, 32)], [(32, 32)]]
     alone = [editor.edit([q], [im], seeds=[s])[0] for q, im, s in zip(qs, srcs, seeds, strict=True)]
     for a, b, src in zip(together, alone, srcs, strict=True):
         assert a.size == src.size
@@ -127,13 +127,8 @@ def test_square_option_restores_the_squashed_convention(demo_qs):
     prepared = editor.prepare(src)
     assert np.array_equal(np.asarray(prepared), np.asarray(src.resize((32, 32), Image.Resampling.BICUBIC)))
     q = instruction_query(demo_qs)
-    spy, real = Spy(editor.pipe), editor.pipe
-    editor.pipe = spy
-    try:
-        (out,) = editor.edit([q], [src], seeds=[query_seed(0, q.id)])
-    finally:
-        editor.pipe = real
-    assert [im.size for call in spy.calls for im in call["image"]] == [(32, 32)]
+    (out,), calls = edit_spied(editor, [q], [src], [query_seed(0, q.id)])
+    assert [im.size for call in calls for im in call["image"]] == [(32, 32)]
     assert out.size == src.size
     # the whole output is stretched back: no source pixels are kept
     assert not np.array_equal(np.asarray(out)[:, :7], np.asarray(src)[:, :7])

@@ -76,9 +76,9 @@ class SourceInversions:
         if self.inversion_store is None:
             return
         items = [Item(q, im, int(s)) for q, im, s in zip(queries, images, seeds, strict=True)]
-        missing = set(self.inversion_store.missing([self.inversion_key(it) for it in items], self.inversion_kind,
-                                                   self._inversion_tensors()))
-        items = [it for it in items if self.inversion_key(it) in missing]  # a rerun reads no stored values here
+        keys = [self.inversion_key(it) for it in items]  # each hashes the source's pixels: once per item
+        missing = set(self.inversion_store.missing(keys, self.inversion_kind, self._inversion_tensors()))
+        items = [it for it, k in zip(items, keys, strict=True) if k in missing]  # a rerun reads no stored values here
         if items:
             with deterministic_algorithms(self.deterministic):
                 self.runner(lambda chunk: [None] * len(self._inversions(chunk, count_reuse=False)), items)
