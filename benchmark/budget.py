@@ -1,4 +1,4 @@
-"""Budgeted runs (issue 26): before the first edit, estimate what the run will cost and stop it when that is over
+"""Budgeted runs: before the first edit, estimate what the run will cost and stop it when that is over
 budget.
 
 The estimate is the editor's seconds per query and load time on this device class (`configs/costs.yaml`, each

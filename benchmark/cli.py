@@ -87,13 +87,13 @@ def _weights(argv: list[str]) -> int:
     return main(argv) or 0
 
 
-def _launch(argv: list[str]) -> int:  # issue 16 (scale): shard a run or a sweep through a Hydra launcher
+def _launch(argv: list[str]) -> int:  # scale: shard a run or a sweep through a Hydra launcher
     from benchmark.launch import main
 
     return main(argv)
 
 
-def _gpu_check(argv: list[str]) -> int:  # issue 21: every editor and suite on this CUDA machine, then timings
+def _gpu_check(argv: list[str]) -> int:  # the GPU self-check: every editor and suite on this CUDA machine, then timings
     from benchmark.gpucheck import main
 
     return main(argv)

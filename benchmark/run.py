@@ -98,7 +98,7 @@ def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
     if cfg.get("preflight", True):
         with timer("preflight"):
             print(run_preflight(cfg, qs, editor=editor_name, metrics=_choices(cfg).get("metrics", "<metrics>")))
-            print(check_budget(cfg, full, editor=editor_name, metrics=_choices(cfg).get("metrics", "")))  # issue 26
+            print(check_budget(cfg, full, editor=editor_name, metrics=_choices(cfg).get("metrics", "")))  # the budget
     with timer("load editor"):
         editor = instantiate(cfg.editor)
         if getattr(editor, "reuse_inversions", False):  # shared by every run under these results (sweeps, shards)
@@ -114,7 +114,7 @@ def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
     results = Path(cfg.paths.results)
     run_dir = results / "runs" / f"{full.name}-{full.short_hash}" / f"{editor_name}-{sig}"
     run_dir.mkdir(parents=True, exist_ok=True)
-    # leftovers of writers killed before their rename (issue 11): in the run folder, and the leaderboards' own
+    # leftovers of writers killed before their rename: in the run folder, and the leaderboards' own
     remove_stale_tmp(run_dir, started)
     remove_stale_tmp(results, started, recursive=False)
     if getattr(editor, "inversion_store", None) is not None:  # and the shared inversions' (a killed inversion pass)

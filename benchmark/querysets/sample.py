@@ -1,4 +1,4 @@
-"""Stratified, seeded, nested samples of a query set (`queryset.sample=N`, issue 26).
+"""Stratified, seeded, nested samples of a query set (`queryset.sample=N`).
 
 A sample is a query set of its own: its own name (`<set>-sample<N>-seed<s>`), its own content hash (over its
 queries and their files), so its leaderboard rows are complete rows of the sample, never PARTIAL rows of the full

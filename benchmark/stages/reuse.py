@@ -1,4 +1,4 @@
-"""Extending a sample reuses the edits of the smaller samples it contains (issue 26, docs/querysets.md#samples).
+"""Extending a sample reuses the edits of the smaller samples it contains (docs/querysets.md#samples).
 
 A sample of N (`queryset.sample=N`) contains every smaller sample of the same set, seed and types (nested draw,
 `benchmark.querysets.sample`), but it is a query set of its own, so its run folder starts empty. Before the edit
