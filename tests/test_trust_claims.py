@@ -173,3 +173,58 @@ def test_kill9_worker_while_another_runs_the_survivor_finishes_everything(tmp_pa
     assert Counter(r["query_id"] for r in records if not r.get("recovered")).most_common(1)[0][1] == 1
     rows = read_scores(run, next((run / "scores").iterdir()).name)
     assert len(rows) == 14 and (rows["status"] == "ok").all()
+
+
+def test_an_edit_another_worker_is_still_logging_gets_one_record_not_a_recovered_one(tmp_path, demo_qs):
+    """Two identical runs at once: worker A has written two PNGs of its batch and not yet logged them (it logs a
+    batch after writing its PNGs, and holds the batch's claims until then) when worker B starts. B must not record
+    them as `recovered` (A's own records follow: two records for one query), nor edit them; once A's claims go, the
+    PNG A logged keeps its one record, and the PNG A left unlogged (killed between the write and the log) gets
+    exactly one `recovered` record."""
+    from dataclasses import asdict
+
+    from PIL import Image
+
+    from benchmark.fileio import append_jsonl
+    from benchmark.stages.edit import edit_path
+    from benchmark.types import EditRecord
+
+    qs = demo_qs.subset(4)
+    logged_by_a, lost_by_a = qs.queries[0].id, qs.queries[1].id
+    a = Claims(claims_dir(tmp_path, "edit"))
+    assert a.try_claim([logged_by_a, lost_by_a])
+    for qid in (logged_by_a, lost_by_a):
+        edit_path(tmp_path, qid).parent.mkdir(parents=True, exist_ok=True)
+        Image.new("RGB", (8, 8), (9, 9, 9)).save(edit_path(tmp_path, qid))
+    seen: list[str] = []
+    done = threading.Event()
+
+    def worker_b():
+        run_edit_stage(qs, _CountingSlow(seen), tmp_path, seed=0, batch_size=2, progress=False)
+        done.set()
+
+    def ids() -> Counter:
+        log = tmp_path / EDITS_LOG
+        return Counter(json.loads(line)["query_id"] for line in log.read_text().splitlines()) if log.is_file() \
+            else Counter()
+
+    t = threading.Thread(target=worker_b)
+    t.start()
+    free = {q.id for q in qs.queries[2:]}
+    end = time.time() + 60
+    while not free <= set(ids()) and time.time() < end:
+        time.sleep(0.02)
+    time.sleep(0.3)
+    # B edited its own slot and waits: nothing logged for A's two queries while A holds them
+    assert not done.is_set() and set(ids()) == free and sorted(seen) == sorted(free)
+    append_jsonl(tmp_path / EDITS_LOG, [asdict(EditRecord(logged_by_a, "ok", 0, seconds=1.0, run_id="A"))])
+    a.release([logged_by_a, lost_by_a])
+    t.join(60)
+    assert done.is_set()
+    records = [json.loads(line) for line in (tmp_path / EDITS_LOG).read_text().splitlines()]
+    assert Counter(r["query_id"] for r in records) == Counter({q.id: 1 for q in qs.queries})
+    by_id = {r["query_id"]: r for r in records}
+    assert by_id[logged_by_a]["run_id"] == "A" and not by_id[logged_by_a]["recovered"]
+    assert by_id[lost_by_a]["recovered"] and by_id[lost_by_a]["run_id"] != "A"
+    assert sorted(seen) == sorted(free)  # neither of A's queries was edited again
+    assert not list(claims_dir(tmp_path, "edit").glob("*.claim"))

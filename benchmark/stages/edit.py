@@ -6,7 +6,8 @@ Layout of one run folder (`results/runs/<queryset>-<hash>/<editor>-<signature>/`
     failures.log           one entry per failed attempt: time, run id, query id, exception and its traceback
 
 A rerun skips queries whose PNG exists and, unless `retry_failed`, queries recorded as failed. A PNG whose record
-was lost (killed between rename and log append) gets a `recovered` record, never a recomputation.
+was lost (killed between rename and log append) gets a `recovered` record, never a recomputation; a PNG whose
+worker still holds its claim is not lost, it is being logged, so it gets no record here (one record per query).
 """
 
 from __future__ import annotations
@@ -300,18 +301,26 @@ def run_edit_stage(
     log_path = run_dir / EDITS_LOG
     offset = log_path.stat().st_size if log_path.is_file() else 0  # before reading: a later append is seen as new
     records = latest_records(run_dir)
-    recovered, todo = [], []
+    unlogged, todo = [], []
     for q in queryset.queries:
         done = edit_path(run_dir, q.id).is_file()
         rec = records.get(q.id)
         if done:
             if rec is None or rec["status"] != "ok":
-                recovered.append(EditRecord(q.id, "ok", query_seed(seed, q.id), run_id=run_id, recovered=True))
+                unlogged.append(q)
             continue
         if rec is not None and rec["status"] == "failed" and not retry_failed:
             continue
         todo.append(q)
-    append_jsonl(log_path, [asdict(r) for r in recovered])
+    claims = Claims(claims_dir(run_dir, "edit"))
+    tail = _LogTail(log_path, offset)
+
+    def recovered_record(q: Query) -> EditRecord:
+        return EditRecord(q.id, "ok", query_seed(seed, q.id), run_id=run_id, recovered=True)
+
+    # a PNG without its record is either lost (its worker was killed before logging it) or still being logged by a
+    # worker that holds its claim: only a worker holding the claim may tell the two apart and record it
+    unlogged = _recover_unlogged(unlogged, claims, tail, run_dir, recovered_record)
     skipped = len(queryset) - len(todo)
     retried = frozenset(q.id for q in todo if q.id in records and records[q.id]["status"] == "failed")
     # edits brought in from a smaller nested sample (benchmark.stages.reuse) never ride along as passengers: they
@@ -329,14 +338,11 @@ def run_edit_stage(
                        batch_size=batch_size, progress=progress, fail_fast=fail_fast)
     bar = tqdm(total=len(todo), desc=f"edit {type(editor).__name__}", unit="img", disable=not progress, leave=False)
     flog = FailureLog(run_dir / FAILURES_LOG, run_id)
-    claims = Claims(claims_dir(run_dir, "edit"))
-    tail = _LogTail(log_path, offset)
     logged: list[EditRecord] = []
     by_others = 0
     try:
         while slots:
-            plan = _SlotPlan(queryset.queries, slots, todo_ids, retried, run_dir, claims, tail,
-                             lambda q: EditRecord(q.id, "ok", query_seed(seed, q.id), run_id=run_id, recovered=True),
+            plan = _SlotPlan(queryset.queries, slots, todo_ids, retried, run_dir, claims, tail, recovered_record,
                              reused)
             logged += _edit_pass(queryset, editor, run_dir, plan, seed=seed, num_workers=num_workers, run_id=run_id,
                                  flog=flog, fail_fast=fail_fast, bar=bar)
@@ -345,6 +351,9 @@ def run_edit_stage(
             if plan.deferred:  # another worker holds them: wait for its first claim to go, then try them all again
                 claims.wait([queryset.queries[i].id for i in plan.deferred[0] if queryset.queries[i].id in todo_ids])
             slots = plan.deferred
+        while unlogged:  # held by other workers at the start: once one's claim goes, its record is on disk or lost
+            claims.wait([unlogged[0].id])
+            unlogged = _recover_unlogged(unlogged, claims, tail, run_dir, recovered_record)
     finally:
         claims.release_all()
         bar.close()
@@ -387,6 +396,24 @@ class _LogTail:
             if isinstance(rec, dict) and isinstance(rec.get("query_id"), str):
                 self.ids.add(rec["query_id"])
         return self.ids
+
+
+def _recover_unlogged(queries: list[Query], claims: Any, tail: _LogTail, run_dir: Path,
+                      recovered: Callable[[Query], EditRecord]) -> list[Query]:
+    """Log a `recovered` record for each query of `queries` (its PNG exists, the log had no ok record for it when the
+    stage began) whose claim this worker gets and that no other worker logged since; returns the queries another
+    worker holds, left for later. A holder writes a batch's PNGs first and logs them, then drops its claims, so
+    once the claim is ours any record of its is in the log, and a PNG still unrecorded was left by a killed worker."""
+    held: list[Query] = []
+    mine: list[Query] = []
+    for q in queries:
+        (mine if claims.try_claim([q.id]) else held).append(q)
+    try:
+        logged = tail.refresh()
+        append_jsonl(run_dir / EDITS_LOG, [asdict(recovered(q)) for q in mine if q.id not in logged])
+    finally:
+        claims.release([q.id for q in mine])
+    return held
 
 
 class _SlotPlan:
