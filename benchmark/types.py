@@ -56,7 +56,21 @@ GEDIT_TYPES: tuple[str, ...] = (
     "gedit_text_change",
     "gedit_tone_transfer",
 )
-EDIT_TYPES: tuple[str, ...] = HATIE_TYPES + EDITVAL_TYPES + FREEFORM_TYPES + GEDIT_TYPES
+# PIE-Bench's ten editing types (its `editing_type_id` "0".."9", in that order; PnP Inversion, ICLR 2024), namespaced
+# `pie_` (`benchmark.querysets.pie.TYPE_IDS` maps the ids). A later schema v1 addition like GEDIT_TYPES.
+PIE_TYPES: tuple[str, ...] = (
+    "pie_random",
+    "pie_change_object",
+    "pie_add_object",
+    "pie_delete_object",
+    "pie_change_content",
+    "pie_change_pose",
+    "pie_change_color",
+    "pie_change_material",
+    "pie_change_background",
+    "pie_change_style",
+)
+EDIT_TYPES: tuple[str, ...] = HATIE_TYPES + EDITVAL_TYPES + FREEFORM_TYPES + GEDIT_TYPES + PIE_TYPES
 FREEFORM_CLASS = "free-form"
 
 # Types that change the whole image rather than one object; grouped as one pseudo-class.
@@ -87,6 +101,8 @@ REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
     "viewpoint": ("attribute_after",),
     "free_form": (),
     **{t: () for t in GEDIT_TYPES},
+    # every PIE-Bench entry has both prompts (the methods it compares are description-based)
+    **{t: ("source_caption", "target_caption") for t in PIE_TYPES},
 }
 
 SizeChange = Literal["enlarge", "shrink"]
@@ -142,6 +158,9 @@ class Query:
     instruction_en: str | None = None  # the edit's instruction in English / Chinese where the source gives both
     instruction_zh: str | None = None
     subsets: tuple[str, ...] = ()  # the source's named subsets this query belongs to (GEdit-Bench: "intersection")
+    # PIE-Bench's `blended_word`: the edited word of the source prompt and of the target prompt, space-separated
+    # ("cat dog"), as the release gives it; its P2P script builds the local blend from it
+    blended_word: str | None = None
 
     @property
     def object_class(self) -> str:
@@ -149,11 +168,11 @@ class Query:
 
         obj_add / object_addition group by the class being added; every other object task by the class of the
         object being edited (for obj_rep: the original object); whole-image tasks form one pseudo-class, and
-        free-form edits (MagicBrush, and GEdit-Bench, whose edits name no annotated object) another.
+        free-form edits (MagicBrush, and GEdit-Bench and PIE-Bench, whose edits name no annotated object) another.
         """
         if self.edit_type in WHOLE_IMAGE_TYPES:
             return WHOLE_IMAGE_CLASS
-        if self.edit_type in FREEFORM_TYPES or self.edit_type in GEDIT_TYPES:
+        if self.edit_type in FREEFORM_TYPES or self.edit_type in GEDIT_TYPES or self.edit_type in PIE_TYPES:
             return FREEFORM_CLASS
         if self.edit_type in ("obj_add", "object_addition", "positional_addition") and self.new_class:
             return self.new_class

@@ -18,9 +18,10 @@ from benchmark.types import Query
 
 SIZES = ("larger", "smaller", "unchanged")
 POSITIONS = ("left", "right", "up", "down", "unchanged")
-# whole-image edit types (HATIE, EditVal, GEdit-Bench): no object for BPM to locate
+# whole-image edit types (HATIE, EditVal, GEdit-Bench, PIE-Bench): no object for BPM to locate
 GLOBAL_TYPES = frozenset({"bg_chg", "style_chg", "background", "style", "viewpoint", "gedit_background_change",
-                          "gedit_style_change", "gedit_tone_transfer"})
+                          "gedit_style_change", "gedit_tone_transfer", "pie_change_background",
+                          "pie_change_style"})
 
 
 @dataclass(frozen=True)
