@@ -15,10 +15,12 @@ with any sweep in the overrides, through the launcher config `configs/hydra/laun
   time limit, memory and the rest are `hydra.launcher.*` overrides.
 - `slurm_local` (submitit's local executor): the Slurm code path on this machine, for tests.
 
-Before any worker starts, the launch checks the budget once (`benchmark.budget.check_launch_budget`: every shard's
-queries and loads, every sweep setting) and stops when it is over `budget.max_gpu_hours`; the workers then run with
-`budget.accept=true`. Shards write into the same run folder (see docs/scale.md for what makes that safe). Each job writes its exit status
-to `editmeter_status.json` in its Hydra job folder; after the multirun the launch reads them all, rebuilds the
+Before any worker starts, the launch refuses `--gpus` beyond the GPUs this machine shows (local launcher), runs the
+preflight once per sweep setting over every shard's queries (`launch_preflight`), and checks the budget once
+(`benchmark.budget.check_launch_budget`: every shard's queries and loads, every sweep setting), stopping when it is
+over `budget.max_gpu_hours`; the workers then run with `preflight=false budget.accept=true`. Shards write into the
+same run folder (see docs/scale.md for what makes that safe). Each job writes its exit status to
+`editmeter_status.json` in its Hydra job folder; after the multirun the launch reads them all, rebuilds the
 leaderboards once from the complete run folders, and exits 1 when a job failed or left no status.
 """
 
@@ -62,19 +64,45 @@ def visible_gpus() -> list[str]:
     return [str(i) for i, _ in enumerate(s for s in out.splitlines() if s.startswith("GPU "))]
 
 
-def parse_gpus(spec: str | None) -> list[str]:
-    """`--gpus`: a count (`8`: GPUs 0..7), a list (`0,2,5`), `none` (CPU workers) or None (detect)."""
+def parse_gpus(spec: str | None, *, check: bool = True) -> list[str]:
+    """`--gpus`: a count (`8`: the first 8 visible GPUs), a list of visible ids (`0,2,5`), `none` (CPU workers) or
+    None (detect: every visible GPU). With `check` (the local launcher, which pins each job to one of this
+    machine's GPUs) a count above the visible GPUs, or an id not among them, is a LaunchError naming what is
+    visible, raised before any worker starts; without it (Slurm: the nodes have the GPUs), a count is ids 0..N-1."""
     if spec is None:
         return visible_gpus()
     spec = spec.strip()
     if spec.lower() in ("", "none", "0", "cpu"):
         return []
     if spec.isdigit():
-        return [str(i) for i in range(int(spec))]
-    ids = [g.strip() for g in spec.split(",")]
-    if not all(ids) or len(set(ids)) != len(ids):
-        raise LaunchError(f"--gpus {spec!r}: want a count (8), a list of distinct ids (0,2,5) or none")
-    return ids
+        ids = [str(i) for i in range(int(spec))]
+    else:
+        ids = [g.strip() for g in spec.split(",")]
+        if not all(ids) or len(set(ids)) != len(ids):
+            raise LaunchError(f"--gpus {spec!r}: want a count (8), a list of distinct ids (0,2,5) or none")
+    if not check:
+        return ids
+    visible = visible_gpus()
+    if spec.isdigit() and len(ids) <= len(visible):
+        return visible[:len(ids)]  # under CUDA_VISIBLE_DEVICES=4,5 a count of 2 is GPUs 4 and 5, not 0 and 1
+    if not spec.isdigit() and set(ids) <= set(visible):
+        return ids
+    wanted = f"{len(ids)} GPUs" if spec.isdigit() else f"GPU(s) {','.join(g for g in ids if g not in visible)}"
+    offer = (f"pass at most --gpus {len(visible)} (ids {','.join(visible)}), or " if visible else "pass ")
+    raise LaunchError(f"--gpus {spec} asks for {wanted}, but {_visible_note(visible)}: the local launcher pins each "
+                      f"job to one of this machine's GPUs. Fix: {offer}--gpus none for CPU workers (--workers N), "
+                      "or --launcher slurm to run on a cluster's GPUs")
+
+
+def _visible_note(visible: Sequence[str]) -> str:
+    """Where the visible GPUs were found, for a refusal: "CUDA_VISIBLE_DEVICES='0,1' names 2 GPU(s) (0,1)"."""
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    found = f"{len(visible)} GPU(s) ({','.join(visible)})" if visible else "no GPU"
+    if env is not None:
+        return f"CUDA_VISIBLE_DEVICES={env!r} names {found}"
+    if shutil.which("nvidia-smi"):
+        return f"nvidia-smi -L lists {found}"
+    return f"this machine shows {found} (no nvidia-smi, and CUDA_VISIBLE_DEVICES is unset)"
 
 
 def jobs_of(overrides: Sequence[str]) -> list[list[str]]:
@@ -136,7 +164,7 @@ def collect_statuses(sweep_dir: Path, n_jobs: int) -> tuple[list[dict[str, Any]]
 def launch_runs(overrides: Sequence[str], workers: int) -> list[tuple[Any, Any, str, str]]:
     """The runs of a launch, one per sweep setting (its shards are one run): (config with `shard.count=workers`,
     the full query set, editor, metrics), for the launch's budget check. Settings whose preflight is off are left
-    out (`preflight=false` skips the budget, as in `editmeter run`)."""
+    out (`preflight=false` skips the preflight and the budget, as in `editmeter run`)."""
     from benchmark.config import compose
     from benchmark.preflight import load_queries
 
@@ -159,11 +187,39 @@ def launch_runs(overrides: Sequence[str], workers: int) -> list[tuple[Any, Any, 
     return runs
 
 
+def launch_selection(cfg: Any, full: Any) -> Any:
+    """The queries of all the shards of a launch's run (each shard's first `limit`), in the set's order."""
+    import dataclasses
+
+    count = int(cfg.shard.count)
+    selected = {q.id for i in range(count) for q in full.shard(i, count).subset(cfg.limit)}
+    return dataclasses.replace(full, queries=tuple(q for q in full.queries if q.id in selected))
+
+
+def launch_preflight(runs: list[tuple[Any, Any, str, str]]) -> list[str]:
+    """The launch's one preflight, before any worker starts: for each run of `launch_runs` (one per sweep setting),
+    the checks `editmeter run` makes before its first edit (`apply_run_checks`, `check_applicable`,
+    `run_preflight`) over the queries of all its shards. The first failure raises its RunError (one message, exit
+    status 1, no job folder); returns the lines to print. The workers then run with preflight=false."""
+    from benchmark.config import apply_run_checks
+    from benchmark.preflight import check_applicable, run_preflight
+
+    lines = []
+    for cfg, full, editor, metrics in runs:
+        apply_run_checks(cfg, editor)
+        check_applicable(cfg, full)
+        line = run_preflight(cfg, launch_selection(cfg, full), editor=editor, metrics=metrics or "<metrics>")
+        lines.append(line.replace("[editmeter] preflight", f"[editmeter] preflight ({full.name} on {editor})", 1)
+                     if len(runs) > 1 else line)
+    return lines
+
+
 def launch(overrides: Sequence[str], *, workers: int, launcher: str = "local", gpus: Sequence[str] = (),
            **budget_kw: Any) -> int:
-    """Check the budget once for the whole launch, run the multirun, then aggregate once; returns the exit status
-    (1 when a job failed or left no status). Over budget, `OverBudget` is raised before any worker starts
-    (`budget_kw`: `ask`, `interactive`, `gpu_name` of `benchmark.budget.check_launch_budget`, for tests)."""
+    """Run the preflight and check the budget once for the whole launch, run the multirun, then aggregate once;
+    returns the exit status (1 when a job failed or left no status). A preflight failure (`PreflightError`, or a
+    `SettingError`) or an over-budget launch (`OverBudget`) is raised before any worker starts (`budget_kw`: `ask`,
+    `interactive`, `gpu_name` of `benchmark.budget.check_launch_budget`, for tests)."""
     from benchmark.config import check_keys, check_overrides, compose
     from benchmark.run import main as run_main
 
@@ -182,9 +238,16 @@ def launch(overrides: Sequence[str], *, workers: int, launcher: str = "local", g
     # the budget is the launch's, not each worker's: its estimate counts every shard's queries and loads (and every
     # sweep setting), a refusal stops the launch here, and the workers run with budget.accept=true (they print
     # their estimate, never ask or refuse: they are not on a terminal)
-    for line in check_launch_budget(launch_runs(overrides, workers), **budget_kw):
+    runs = launch_runs(overrides, workers)
+    # the preflight is the launch's too: every job of a launch shares its results folder, weights cache and query
+    # set, so one missing piece is one message here, in seconds, instead of the same failure from every job (the
+    # launch host must see the folders the jobs write, as it reads their statuses and aggregates them)
+    for line in launch_preflight(runs):
         print(line, flush=True)
-    args = [a for a in args if not a.startswith("budget.accept=")] + ["budget.accept=true"]
+    for line in check_launch_budget(runs, **budget_kw):
+        print(line, flush=True)
+    args = [a for a in args if not a.startswith(("budget.accept=", "preflight="))]
+    args += ["budget.accept=true", "preflight=false"]
     n_jobs = len(jobs_of(args[1:]))
     pin = launcher == "local" and bool(gpus)
     print(f"[editmeter] launch: {n_jobs} job(s) ({workers} shard(s) per run) via {launcher}"
@@ -229,17 +292,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=None,
                     help="shards per run (default: the number of GPUs, else 1)")
     ap.add_argument("--launcher", default="local", choices=LAUNCHERS, help="configs/hydra/launcher/<name>.yaml")
-    ap.add_argument("--gpus", default=None, help="local launcher: a count (8), ids (0,2,5) or none; default: detect")
+    ap.add_argument("--gpus", default=None, help="local launcher: a count (8), ids (0,2,5) or none; default: every "
+                    "visible GPU (more than this machine shows is refused)")
     ap.add_argument("overrides", nargs="*", help="config overrides, as for `editmeter run` (sweeps allowed)")
     args = ap.parse_args(argv)
     try:
-        gpus = parse_gpus(args.gpus)
+        gpus = parse_gpus(args.gpus, check=args.launcher == "local")
         workers = args.workers if args.workers is not None else max(1, len(gpus))
         return launch(args.overrides, workers=workers, launcher=args.launcher, gpus=gpus)
     except (LaunchError, UnknownOptionError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    except RunError as err:  # the launch's budget refusal (or its query set's preflight error): no worker started
+    except RunError as err:  # the launch's preflight error or budget refusal: no worker started
         print(f"[editmeter] error: {err}", file=sys.stderr)
         return err.exit_code
 

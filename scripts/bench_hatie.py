@@ -345,6 +345,12 @@ def main() -> None:
     ap.add_argument("--seg-worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--root", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    from benchmark.gpucheck import device_unavailable
+
+    why = device_unavailable(args.device)
+    if why:
+        print(why, file=sys.stderr)
+        sys.exit(2)
     if args.seg_worker:
         print("RESULT " + json.dumps(segmentation_worker(args.seg_worker, args.per_type, args.device)))
         return

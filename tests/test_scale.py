@@ -50,7 +50,8 @@ def test_launch_refuses_what_it_sets_itself(tmp_path, overrides, why):
         L.build_multirun(overrides, workers=2, launcher="local", gpus=[], sweep_dir=tmp_path)
 
 
-def test_gpu_spec():
+def test_gpu_spec(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3,4,5")
     assert L.parse_gpus("4") == ["0", "1", "2", "3"] and L.parse_gpus("0,2,5") == ["0", "2", "5"]
     assert L.parse_gpus("none") == [] and L.parse_gpus("0") == []
     with pytest.raises(L.LaunchError):
@@ -216,3 +217,55 @@ def test_workers_of_a_confirmed_launch_run_without_asking(tmp_path, restore_logg
     assert code == 0 and sorted(s["status"] for s in _statuses(res)) == [0, 0]
     (run_dir,) = res.glob("runs/*/*")
     assert len(list((run_dir / "edits").glob("*.png"))) == 4
+
+
+# -- a launch fails once, before its workers: GPUs it cannot have, and the preflight, checked by the launch ----------
+
+def test_gpus_beyond_those_this_machine_shows_are_refused_before_any_worker(tmp_path, monkeypatch, capsys):
+    """`make sweep ... GPUS=8` on a machine without GPUs used to print "GPUs 0,...,7" and start a job per shard and
+    setting; it is one message naming what is visible and the fix, exit status 2, no job folder."""
+    started = _no_workers(monkeypatch)
+    res = tmp_path / "r"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    code = L.main(["--gpus", "8", *BUDGET, f"paths.results={res}", "seed=0,1"])
+    err = capsys.readouterr().err
+    assert code == 2 and started == [] and not (res / "hydra").exists()
+    assert len(err.strip().splitlines()) == 1 and "--gpus 8 asks for 8 GPUs" in err and "no GPU" in err
+    assert "--gpus none" in err
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5")  # a count takes the first visible ids; more, or others, refused
+    assert L.parse_gpus("2") == ["4", "5"] and L.parse_gpus("1") == ["4"] and L.parse_gpus("5,4") == ["5", "4"]
+    with pytest.raises(L.LaunchError, match=r"asks for 3 GPUs, but CUDA_VISIBLE_DEVICES='4,5' names 2 GPU\(s\) "
+                                            r"\(4,5\).*at most --gpus 2"):
+        L.parse_gpus("3")
+    with pytest.raises(L.LaunchError, match=r"asks for GPU\(s\) 0,"):
+        L.parse_gpus("0,5")
+    assert L.parse_gpus("3", check=False) == ["0", "1", "2"]  # slurm: the nodes have the GPUs
+
+
+def test_a_failing_preflight_stops_the_launch_once_before_any_worker(tmp_path, monkeypatch, capsys):
+    """A sweep of 2 settings x 2 shards whose weights are not cached (offline): one preflight message and exit
+    status 1 from the launch, in seconds, instead of the same failure from each of the 4 jobs."""
+    from benchmark import weights as W
+
+    started = _no_workers(monkeypatch)
+    monkeypatch.setattr(W, "hf_cache_dir", lambda: tmp_path / "hf")
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    res = tmp_path / "r"
+    code = L.main(["--workers", "2", "--gpus", "none", "editor=identity", "queryset=demo_mini", "profile=pretrained",
+                   "metrics=hatie", "progress=false", f"paths.results={res}", "seed=0,1"])
+    out, err = capsys.readouterr()
+    assert code == 1 and started == [] and not (res / "hydra").exists()
+    assert err.count("preflight:") == 1 and "not in the local cache" in err and "Fix: editmeter weights" in err
+
+
+def test_a_launch_runs_the_preflight_for_every_setting_and_its_workers_skip_it(tmp_path, monkeypatch, capsys):
+    """The launch's preflight covers every shard's queries (14 = demo_mini, over 2 shards) of each setting, and its
+    workers run with preflight=false (their checks were made)."""
+    started = _no_workers(monkeypatch)
+    L.launch([*BUDGET, f"paths.results={tmp_path / 'r'}", "seed=0,1", "queryset.first=13"], workers=2, gpus=[])
+    out = capsys.readouterr().out
+    lines = [line for line in out.splitlines() if line.startswith("[editmeter] preflight")]
+    assert len(lines) == 2 and all("preflight (demo_mini on identity) ok" in line for line in lines), out
+    assert all("13 queries (13 sources checked)" in line for line in lines)
+    assert len(started) == 1 and "preflight=false" in started[0] and "budget.accept=true" in started[0]
