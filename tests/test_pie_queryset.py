@@ -266,8 +266,29 @@ def test_editmeter_run_on_the_imported_fixture(built, tmp_path, capsys, restore_
     lb = pd.read_csv(results / "leaderboard.csv")
     row = lb[(lb["editor"] == "identity") & (lb["queryset"] == "pie")].iloc[0]
     assert row["n_ok"] == len(ENTRIES)
+    from benchmark.show import render
+
+    assert "HATIE/EditVal do not apply to pie (no scene graphs)" in render(results)
     capsys.readouterr()
     assert cli.main(["run", *common, "metrics=hatie"]) == 1  # refused up front, naming the suites that apply
     err = capsys.readouterr().err
     assert "HATIE does not apply to query set pie (no scene graphs)" in err
     assert "Use metrics=pie, metrics=conventional, metrics=basic" in err
+
+
+def test_bpm_reads_pie_instructions_and_skips_whole_image_types(built):
+    """PIE queries carry no structured edit fields: BPM parses the instruction (never asks for a target object, which
+    would fail every query) and leaves background and style changes out."""
+    from hydra.utils import instantiate
+
+    from benchmark.run import compose
+
+    _, root, _ = built
+    qs = load_queryset(root, name="pie")
+    cfg, _ = compose(["profile=tiny", "metrics=bpm", "queryset=demo"])
+    suite = instantiate(cfg.metrics.bpm)
+    applies = {q.edit_type: suite.applies_to(q, "description") for q in qs.queries}
+    assert applies == {"pie_random": True, "pie_change_object": True, "pie_delete_object": True,
+                       "pie_change_style": False}
+    parsed = suite.parse([q for q in qs.queries if applies[q.edit_type]])
+    assert not any(isinstance(p, str) and "names no object" in p for p in parsed), parsed
