@@ -152,6 +152,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from benchmark.editing.determinism import configure_cublas
 
     configure_cublas()
+    from benchmark.console import own_warning_style
+
+    own_warning_style()  # every command may quarantine a results file with a warning
     if name not in COMMANDS:
         close = difflib.get_close_matches(name, list(COMMANDS), n=1, cutoff=0.5)
         hint = f" Did you mean {close[0]!r}?" if close else ""

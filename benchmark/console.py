@@ -25,6 +25,10 @@ THIRD_PARTY_ENV = {
 THIRD_PARTY_MODULES = ("diffusers", "transformers", "huggingface_hub", "open_clip", "timm", "torchvision", "lpips",
                        "pytorch_fid", "accelerate", "torch")
 PROGRESS_CHOICES = ("auto", "true", "false")
+# Packages whose warning categories are editmeter's own (a quarantined cache file, a skipped result): the console
+# prints those in its own style, without Python's source path and line, which tell a user nothing.
+OWN_PACKAGES = ("benchmark", "editors")
+WARNING_PREFIX = "[editmeter] warning: "
 
 
 def progress_enabled(setting: Any = "auto", stream: TextIO | None = None) -> bool:
@@ -52,6 +56,7 @@ def quiet_third_party(progress: bool) -> None:
     explicitly and follow `progress`). On a terminal the Hub's download bars stay on: a first online run may
     download gigabytes of weights and should show it.
     """
+    own_warning_style()
     for key, value in THIRD_PARTY_ENV.items():
         os.environ.setdefault(key, value)
     if not progress:
@@ -62,6 +67,23 @@ def quiet_third_party(progress: bool) -> None:
     for module in THIRD_PARTY_MODULES:
         for category in (DeprecationWarning, FutureWarning):
             warnings.filterwarnings("ignore", category=category, module=rf"{module}(\.|$)")
+
+
+def own_warning_style() -> None:
+    """Print editmeter's own warnings as `[editmeter] warning: <message>` (idempotent). Only the text is changed
+    (`warnings.formatwarning`): filters, `-W` options and recording (`catch_warnings(record=True)`,
+    `pytest.warns`) still see every warning, and other packages' warnings keep Python's format."""
+    warnings.formatwarning = _format_warning
+
+
+_python_format = warnings.formatwarning  # the format of every other package's warnings
+
+
+def _format_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                    line: str | None = None) -> str:
+    if category.__module__.split(".")[0] in OWN_PACKAGES:
+        return f"{WARNING_PREFIX}{message}\n"
+    return _python_format(message, category, filename, lineno, line)
 
 
 def _loading_bars_off() -> None:

@@ -168,7 +168,9 @@ def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
         summary["edit"] = st
         others = f", {st.by_others} by another worker" if st.by_others else ""
         work = f"; {st.work_summary()}" if st.work else ""
-        print(f"[editmeter] edit: {st.computed} edited ({st.failed} failed), {st.skipped} already done{others}{work}")
+        # `computed` counts the failed queries too: "edited" counts only the edits made
+        print(f"[editmeter] edit: {st.computed - st.failed} edited, {st.failed} failed, {st.skipped} already done"
+              f"{others}{work}")
         if st.work:
             _record_edit_work(run_dir / RUN_META, run_id, st)
         if st.failed_total:
@@ -185,7 +187,7 @@ def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
                     sc = run_score_stage(qs, run_dir, group, ms, batch_size=cfg.batch_size, **common)
             summary["scores"][label] = sc
             others = f", {sc.by_others} by another worker" if sc.by_others else ""
-            print(f"[editmeter] score {label}: {sc.computed} scored ({sc.failed} failed), {sc.reused} reused{others} "
+            print(f"[editmeter] score {label}: {sc.computed - sc.failed} scored, {sc.failed} failed, {sc.reused} reused{others} "
                   f"({sc.model_seconds:.2f} s in metrics)")
             if sc.failed_total:
                 print(f"[editmeter] score {label}: {sc.failure_summary()}")

@@ -162,6 +162,31 @@ def test_quiet_third_party_respects_the_users_settings(monkeypatch):
         assert [str(w.message) for w in seen] == ["ours"]  # third-party deprecations go, ours stay
 
 
+def test_our_warnings_print_in_the_console_style_and_others_keep_pythons(tmp_path):
+    """A quarantine warning after any `editmeter` command reads `[editmeter] warning: <message>`: no source path, line
+    or class name of editmeter's; another package's warning keeps Python's format, path and line included."""
+    bad = tmp_path / "part-0.parquet"
+    bad.write_bytes(b"not parquet")
+    child = ("import sys, warnings\n"
+             "from pathlib import Path\n"
+             "from benchmark.cli import main\n"
+             "from benchmark.stages.score_cache import quarantine\n"
+             "main(['show', '--results', sys.argv[1]])\n"
+             "quarantine(Path(sys.argv[2]), 'not a readable Parquet file')\n"
+             "warnings.warn_explicit('a third-party warning', UserWarning, 'lib/x.py', 7, module='lib.x')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+           "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run([sys.executable, "-c", child, str(tmp_path / "results"), str(bad)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stderr.splitlines()
+    ours = [ln for ln in lines if "not a readable Parquet file" in ln]
+    assert ours == [f"[editmeter] warning: {bad}: not a readable Parquet file; moved to "
+                    f"{tmp_path / 'quarantine' / bad.name}, its rows will be recomputed by the next score run"], lines
+    assert "score_cache.py" not in proc.stderr and "ResultsWarning" not in proc.stderr
+    assert "lib/x.py:7: UserWarning: a third-party warning" in lines
+
+
 def _makefile_rules() -> list[str]:
     return (ROOT / "Makefile").read_text().splitlines()
 

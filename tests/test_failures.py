@@ -32,7 +32,7 @@ def test_cli_all_failed_exits_1_with_counted_reasons_and_tracebacks_and_the_swee
     reason = "RuntimeError: torch.cat(): expected a non-empty list"
     assert f"4 of 4 failed: 4 x {reason}" in proc.stdout
     assert "every query failed" in proc.stderr and "Traceback" not in proc.stderr
-    assert "edit: 4 edited (0 failed)" in proc.stdout  # the second job ran after the first one failed
+    assert "edit: 4 edited, 0 failed" in proc.stdout  # the second job ran after the first one failed
     logs = list(tmp_path.glob(f"runs/*/*/{FAILURES_LOG}"))
     assert len(logs) == 1
     run_dir = logs[0].parent
@@ -174,7 +174,7 @@ def test_score_failures_fail_the_run_with_counted_reasons_and_a_log_entry_each(t
         run_demo(tmp_path / "a", "identity", *args)
     assert "edit:" not in str(info.value)  # every edit succeeded: only the score stage is named
     out = capsys.readouterr().out
-    assert "score basic: 8 scored (4 failed), 0 reused" in out and "score basic: 4 of 8 failed: " in out
+    assert "score basic: 4 scored, 4 failed, 0 reused" in out and "score basic: 4 of 8 failed: " in out
     log = next((tmp_path / "a").glob(f"runs/*/*/{FAILURES_LOG}")).read_text()
     assert log.count("stage=score basic") == 4 and log.count("cannot decode image") == 4
     # under the threshold the run passes, and the counts still say what failed; a rerun still counts them

@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import re
 
 import pytest
 from hypothesis import given
@@ -101,7 +102,8 @@ def test_object_class_grouping():
     assert (add.object_class, rep.object_class, style.object_class) == ("cup", "dog", "whole image")
 
 
-texts = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=30)
+texts = st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), min_size=1,
+                max_size=30)
 
 
 @given(instruction=texts, caption=texts, x0=st.integers(0, 500), w=st.integers(0, 500), name=texts)
@@ -111,6 +113,53 @@ def test_round_trip_property(instruction, caption, x0, w, name):
     line = canonical_line(q)
     assert query_from_dict(json.loads(line)) == q
     assert query_to_dict(q)["target"]["bbox"] == [x0, 0.0, x0 + w, 3.0]
+
+
+names = st.text(alphabet="abcXYZ019_- é", min_size=1, max_size=20)  # path-safe: no '/', '\\' or '..' to refuse
+
+
+@given(data=st.data(), field=st.sampled_from(["instruction", "source_caption", "target.name", "target.id", "image",
+                                              "target.mask"]))
+def test_a_nul_character_in_any_text_field_is_refused_naming_the_field(data, field):
+    """A NUL (`\\u0000` in the file) is refused wherever the text goes: C libraries, tokenizers' native code and
+    terminals end the text there; without it the same record is accepted."""
+    kind = names if field in ("image", "target.mask") else texts
+    prefix, suffix = data.draw(kind), data.draw(kind)
+
+    def record(value):
+        if "." in field:
+            outer, inner = field.split(".")
+            return GOOD | {outer: GOOD[outer] | {inner: value}}
+        return GOOD | {field: value}
+
+    query_from_dict(json.loads(json.dumps(record(prefix + suffix))))
+    line = json.dumps(record(prefix + "\x00" + suffix))
+    assert "\\u0000" in line
+    with pytest.raises(ValueError, match=rf"{re.escape(field)} .* holds a NUL character .* at character "
+                                         rf"{len(prefix) + 1}:"):
+        query_from_dict(json.loads(line))
+
+
+@pytest.mark.parametrize("end", ["\n", "\r\n", ""])
+@given(pad=st.integers(0, 40), ch=st.integers(0, 0x1F))
+def test_json_errors_give_the_column_in_the_line_and_name_a_control_character(end, pad, ch):
+    """Hand-worked positions: a raw control character at 0-based index i is at column i + 1 and is named (json's
+    message ends in a dangling "at"); a record cut short is at the end of its line whatever ends the line (not at
+    column 1 of the next); extra data after a record is at its own column."""
+    from benchmark.querysets.io import parse_json_line
+
+    head = '{"id": "' + "a" * pad
+    line = head + chr(ch) + '"}'
+    with pytest.raises(QuerySetError) as err:
+        parse_json_line((line + end).encode(), "q.jsonl:3")
+    assert str(err.value) == (f"q.jsonl:3: not valid JSON: Invalid control character U+{ch:04X} in a string at "
+                              f"column {len(head) + 1}; a JSON string must write it escaped (\\u{ch:04x})")
+    with pytest.raises(QuerySetError) as err:
+        parse_json_line((head + '"' + end).encode(), "q.jsonl:3")
+    assert str(err.value) == "q.jsonl:3: not valid JSON: Expecting ',' delimiter at the end of the line"
+    with pytest.raises(QuerySetError) as err:
+        parse_json_line((head + '"} x' + end).encode(), "q.jsonl:3")
+    assert str(err.value) == f"q.jsonl:3: not valid JSON: Extra data at column {len(head) + 4}"
 
 
 def test_a_named_first_n_subset_is_a_set_of_its_own():

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmark.querysets.json_stream import lone_surrogate_in
+from benchmark.querysets.json_stream import json_reason, lone_surrogate_in
 from benchmark.types import EDIT_TYPES, HATIE_TYPES, REQUIRED_FIELDS, SCHEMA_VERSION, ObjectRef, Query
 
 QUERIES_FILE = "queries.jsonl"
@@ -62,10 +62,20 @@ def check_id(value: str, what: str = "query id", why: str = "ids become file nam
     return value
 
 
+def check_text(value: str, what: str) -> str:
+    """Return `value` unless it holds a NUL character, which ids refuse too: C libraries, tokenizers' native code and
+    terminals end the text there, so a prompt would reach an editor cut short."""
+    if "\x00" in value:
+        raise ValueError(f"{what} {value[:60]!r} holds a NUL character (U+0000, escaped \\u0000) at character "
+                         f"{value.index(chr(0)) + 1}: no text field may hold one; remove it")
+    return value
+
+
 def check_relpath(value: str, what: str) -> str:
     """Return `value` if it is a relative path that stays inside the query set folder."""
     if not isinstance(value, str) or not value:
         raise ValueError(f"{what} must be a non-empty relative path, got {value!r}")
+    check_text(value, what)
     if value.startswith("/") or "\\" in value or ".." in value.split("/"):
         raise ValueError(f"{what} {value!r} must be relative to the query set folder and must not contain '..'")
     return value
@@ -80,6 +90,7 @@ def _object_from_dict(d: Any, what: str) -> ObjectRef:
     for key in ("id", "name"):
         if not isinstance(d.get(key), str) or not d.get(key):
             raise ValueError(f"{what}.{key} must be a non-empty string")
+        check_text(d[key], f"{what}.{key}")
     mask = d.get("mask")
     if mask is not None:
         check_relpath(mask, f"{what}.mask")
@@ -117,6 +128,8 @@ def query_from_dict(d: dict[str, Any]) -> Query:
     for key in _STR_FIELDS:
         if d.get(key) is not None and not isinstance(d[key], str):
             raise ValueError(f"{key} must be a string, got {type(d[key]).__name__}")
+        if d.get(key) is not None:
+            check_text(d[key], key)
     if d.get("size_change") not in (None, "enlarge", "shrink"):
         raise ValueError(f"size_change must be 'enlarge' or 'shrink', got {d['size_change']!r}")
     _check_languages(d)
@@ -195,10 +208,14 @@ def parse_json_line(raw: bytes, where: str) -> Any:
     except UnicodeDecodeError as err:
         raise QuerySetError(f"{where}: not valid UTF-8 (byte 0x{raw[err.start]:02x} at byte {err.start + 1}); "
                             "save the file as UTF-8") from None
+    # the line's own terminator off (JSON whitespace either way): an error at its end is then at the end of this
+    # line, not at column 1 of the next
+    text = text.rstrip("\r\n")
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as err:
-        raise QuerySetError(f"{where}: not valid JSON ({err.msg} at column {err.colno})") from None
+        at = "the end of the line" if err.pos >= len(text) else f"column {err.pos + 1}"
+        raise QuerySetError(f"{where}: not valid JSON: {json_reason(err, at)}") from None
     except RecursionError:
         raise QuerySetError(f"{where}: JSON nested too deeply to be a query") from None
     # A lone surrogate can only come from a `\\ud800`-`\\udfff` escape (strict UTF-8 decoding refuses the raw bytes)
@@ -458,7 +475,8 @@ def load_queryset(root: str | os.PathLike[str], name: str | None = None, build: 
     try:
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
-        raise QuerySetError(f"{meta_path}:{err.lineno}: not valid JSON ({err.msg})") from None
+        raise QuerySetError(f"{meta_path}:{err.lineno}: not valid JSON: {json_reason(err, f'column {err.colno}')}"
+                            ) from None
     except (UnicodeDecodeError, RecursionError) as err:
         raise QuerySetError(f"{meta_path}: not a UTF-8 JSON object ({type(err).__name__})") from None
     if not isinstance(meta, dict):

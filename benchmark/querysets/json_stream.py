@@ -37,6 +37,16 @@ def lone_surrogate_in(obj: Any) -> str | None:
     return None
 
 
+def json_reason(err: json.JSONDecodeError, at: str) -> str:
+    """What `err` found and where (`at`, e.g. "column 12"): json's own message, less the dangling "at" it ends some
+    messages with ("Invalid control character at"), a control character named and the fix said."""
+    msg = err.msg.removesuffix(" at")
+    if msg.startswith("Invalid control character") and err.pos < len(err.doc):
+        ch = ord(err.doc[err.pos])
+        return f"{msg} U+{ch:04X} in a string at {at}; a JSON string must write it escaped (\\u{ch:04x})"
+    return f"{msg} at {at}"
+
+
 class JSONStreamError(ValueError):
     """The file is not a JSON object of objects; the message names the file and the character offset."""
 
@@ -85,7 +95,8 @@ class _Buffer:
             except json.JSONDecodeError as err:
                 if len(self.buf) - self.pos < MAX_ENTRY_CHARS and self.refill():  # most likely the value is cut by the buffer end; a real error recurs at EOF
                     continue
-                raise self.error(f"invalid JSON ({err.msg})", at=err.pos) from None
+                raise JSONStreamError(f"{self.path}: invalid JSON: "
+                                      f"{json_reason(err, f'character {self.offset + err.pos}')}") from None
             except RecursionError:
                 raise self.error("JSON nested too deeply") from None
             # only text with a `\\ud800`-`\\udfff` escape can hold a lone surrogate: walk the value just then
