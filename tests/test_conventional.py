@@ -158,15 +158,6 @@ def test_columns_declared_and_null_components_drop_theirs(suite):
         ConventionalSuite(clip_t_text="caption")
 
 
-def test_clip_input_of_a_square_image_is_hatie_full_image_resize():
-    from benchmark.metrics.hatie.engine import _square_resize
-
-    img = image(3, size=96)
-    assert torch.equal(clip_input(img, 32), _square_resize(img, 32, "bicubic"))
-    wide = torch.rand(3, 40, 80)
-    assert clip_input(wide, 32).shape == (3, 32, 32)
-
-
 @pytest.mark.parametrize("arch", ["RN101-quickgelu", "ViT-B-16", "ViT-L-14"])
 def test_md_encoder_is_configurable(arch, single_thread_torch):
     """The MD paper's encoders (RN101, ViT variants) build in the tiny profile from open_clip's own config."""

@@ -69,3 +69,27 @@ def test_errors_name_the_row_and_the_split(tmp_path):
     bad = mb_dataset(tmp_path / "b", rows=[("1", 1, Image.new("RGB", (32, 32)), small, "x", Image.new("RGB", (32, 32)))])
     with pytest.raises(MagicBrushFormatError, match="row 0 \\(img_id '1', turn 1\\).*differ in size"):
         build(bad, tmp_path / "out2", split="dev")
+
+
+def test_test_split_captions_become_source_and_target_captions(tmp_path):
+    """global_descriptions.json (the test split's; MagicBrush's CLIP-T compares with the ground truth's caption):
+    turn 1's source caption is the input image's, turn t's is output t-1's, its target caption output t's."""
+    import json
+
+    caps = {"327726": {"327726-input.png": "a dog", "327726-output1.png": "a dog  in a hat",
+                       "327726-output2.png": "a dog in a hat in snow"},
+            "242679": {"242679-input.png": "a blue car", "242679-output1.png": "a red car"}}
+    (tmp_path / "global_descriptions.json").write_text(json.dumps(caps))
+    build(mb_dataset(tmp_path), tmp_path / "out", split="dev", turns="all",
+          captions=tmp_path / "global_descriptions.json")
+    got = {q.id: (q.source_caption, q.target_caption) for q in load_queryset(tmp_path / "out")}
+    assert got == {"mb-dev-327726-t1": ("a dog", "a dog in a hat"),
+                   "mb-dev-327726-t2": ("a dog in a hat", "a dog in a hat in snow"),
+                   "mb-dev-242679-t1": ("a blue car", "a red car")}
+    del caps["327726"]["327726-output2.png"]
+    (tmp_path / "partial.json").write_text(json.dumps(caps))
+    with pytest.raises(MagicBrushFormatError, match=r"turn 2\).*no caption for 327726-output2\.png"):
+        build(mb_dataset(tmp_path / "p"), tmp_path / "out2", split="dev", turns="all", captions=tmp_path / "partial.json")
+    (tmp_path / "bad.json").write_text(json.dumps(["a dog"]))
+    with pytest.raises(MagicBrushFormatError, match="expected \\{img_id"):
+        build(mb_dataset(tmp_path / "b"), tmp_path / "out3", split="dev", captions=tmp_path / "bad.json")

@@ -3,9 +3,9 @@
 A feature is keyed by (encoder signature, digest of the exact tensor handed to the encoder's `embed_images`), and
 a text feature by (encoder signature, the text). Keying on the encoder's actual input makes the key complete by
 construction: whatever resizing, cropping or upsampling a suite applies before the encoder is part of the bytes,
-so two suites share a feature exactly when they would have fed the encoder the same input (HATIE's full 512 px
-image and the conventional suite's CLIP input of a 512 px image, EditVal's and the conventional suite's DINO
-ViT-B/16 input), and never otherwise. Encoders are loaded once per process by their loaders (`lru_cache`).
+so two suites share a feature exactly when they would have fed the encoder the same input (EditVal's and the
+conventional suite's DINO ViT-B/16 input; not HATIE's and the conventional suite's CLIP inputs, resized by
+different recipes), and never otherwise. Encoders are loaded once per process by their loaders (`lru_cache`).
 
 The cache is bounded by bytes (LRU eviction; `EDITMETER_FEATURE_CACHE_MB`, default 512), so memory does not grow
 with the query set. Counters (`stats()`) record encoder forward passes and images per encoder signature.

@@ -76,7 +76,10 @@ class ClipEncoder:
         h, w = images.shape[-2:]
         scale = self.image_size / min(h, w)
         size = (max(self.image_size, round(h * scale)), max(self.image_size, round(w * scale)))
-        x = F.interpolate(images, size=size, mode="bicubic", antialias=True, align_corners=False)
+        # an input already at the size (the conventional suite's, made as OpenAI's preprocess makes it) is passed
+        # on unchanged, as torchvision's Resize does
+        x = images if (h, w) == size else F.interpolate(images, size=size, mode="bicubic", antialias=True,
+                                                        align_corners=False)
         mean = torch.tensor(CLIP_MEAN, device=x.device).view(1, 3, 1, 1)
         std = torch.tensor(CLIP_STD, device=x.device).view(1, 3, 1, 1)
         return (x - mean) / std

@@ -3,7 +3,8 @@ norm, which is what the original torch.hub models return). EditVal uses ViT-B/16
 
 Two input recipes, named so they can be part of a metric's signature:
   - `resize224`: resize straight to 224 x 224 (EditVal, via the ViT image processor);
-  - `resize256-crop224`: shorter side to 256, centre crop 224 (MagicBrush's torchvision transform).
+  - `resize256-crop224`: MagicBrush's torchvision transform, bit for bit: `Resize(256, bicubic)` and
+    `CenterCrop(224)` on the 8-bit PIL image (`benchmark.models.reference_input`).
 """
 
 from __future__ import annotations
@@ -53,20 +54,17 @@ class DinoV1Encoder:
         return f"{self.name}|{self.recipe}"
 
     def prepare(self, images: Any) -> Any:
-        """The recipe's resize / crop and ImageNet normalisation."""
+        """The recipe's resize / crop and ImageNet normalisation (float (B, 3, H, W) in [0, 1] in)."""
         import torch
         import torch.nn.functional as F
 
-        x = images.to(self.device)
         if self.recipe == "resize224":
-            x = F.interpolate(x, size=(224, 224), mode="bicubic", antialias=True, align_corners=False)
-        else:
-            h, w = x.shape[-2:]
-            s = 256 / min(h, w)
-            nh, nw = max(224, round(h * s)), max(224, round(w * s))
-            x = F.interpolate(x, size=(nh, nw), mode="bilinear", antialias=True, align_corners=False)
-            top, left = (nh - 224) // 2, (nw - 224) // 2
-            x = x[..., top : top + 224, left : left + 224]
+            x = F.interpolate(images.to(self.device), size=(224, 224), mode="bicubic", antialias=True,
+                              align_corners=False)
+        else:  # PIL on the 8-bit image, per image (as the script): its numbers, not a float resize's
+            from benchmark.models.reference_input import resize_crop
+
+            x = torch.stack([resize_crop(im, 256, 224) for im in images]).to(self.device)
         mean = torch.tensor(IMAGENET_MEAN, device=x.device).view(1, 3, 1, 1)
         std = torch.tensor(IMAGENET_STD, device=x.device).view(1, 3, 1, 1)
         return ((x.clamp(0, 1) - mean) / std).to(self.model.dtype)

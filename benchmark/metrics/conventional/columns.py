@@ -6,7 +6,7 @@ once; its alias column is a copy of the same value, so the two can never disagre
 
 from __future__ import annotations
 
-VERSION = "1.0"
+VERSION = "1.1"  # 1.1: CLIP and DINO (MagicBrush) inputs made as MagicBrush's script makes them
 
 # name -> (higher_is_better, description), in table order
 COLUMN_INFO: dict[str, tuple[bool, str]] = {

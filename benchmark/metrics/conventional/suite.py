@@ -61,19 +61,12 @@ class _Samples(QuerySamples):
 
 
 def clip_input(img: Any, size: int) -> Any:
-    """CLIP's input recipe (OpenAI's): shorter side to `size` (bicubic, antialiased), centre crop `size` x `size`.
-    For a square image this is the same call as HATIE's full-image resize, so their CLIP features are shared."""
-    import torch.nn.functional as F
+    """CLIP's input as OpenAI `clip`'s preprocess makes it (MagicBrush's CLIP-I / CLIP-T), bit for bit: the 8-bit
+    image, torchvision's `Resize(size, bicubic)` (PIL) and `CenterCrop(size)`, / 255 (`reference_input`). The
+    encoder then only normalises: its own resize leaves a `size` x `size` input unchanged."""
+    from benchmark.models.reference_input import resize_crop
 
-    h, w = img.shape[-2:]
-    if h == w:
-        nh = nw = size
-    else:
-        s = size / min(h, w)
-        nh, nw = max(size, round(h * s)), max(size, round(w * s))
-    x = F.interpolate(img.unsqueeze(0), size=(nh, nw), mode="bicubic", antialias=True, align_corners=False).squeeze(0)
-    top, left = (nh - size) // 2, (nw - size) // 2
-    return x[:, top : top + size, left : left + size]
+    return resize_crop(img, size, size)
 
 
 def cosine(u: Any, v: Any) -> float:
