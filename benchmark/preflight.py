@@ -58,7 +58,7 @@ def check_applicable(cfg: Any, qs: Any) -> None:
     else the suites that score every query). A suite whose config cannot be built is left to fail where it is used."""
     from hydra.utils import instantiate
 
-    idle = []
+    idle, needs = [], []
     for key, node in (cfg.get("metrics") or {}).items():
         try:
             suite = instantiate(node)
@@ -69,6 +69,7 @@ def check_applicable(cfg: Any, qs: Any) -> None:
             continue
         if not any(applies(q, kind) for q in qs.queries for kind in ("instruction", "description")):
             idle.append(str(key))
+            needs.append(getattr(suite, "applies_note", ""))  # what a query needs, where the suite says so
     if not idle:
         return
     reasons = qs.meta.get("not_scored_by") or {}
@@ -78,7 +79,8 @@ def check_applicable(cfg: Any, qs: Any) -> None:
     scored_by = ", ".join(f"metrics={m}" for m in qs.meta.get("scored_by") or ["conventional", "basic"])
     raise PreflightError(
         f"preflight: metrics={_metrics_choice(cfg) or '+'.join(idle)}: {names} {verb} not apply to query set "
-        f"{qs.name}{f' ({why})' if why else ''}: none of its {len(qs)} queries is of an edit type {them}. "
+        f"{qs.name}{f' ({why})' if why else ''}: none of its {len(qs)} queries "
+        f"{' / '.join(n for n in needs if n) if all(needs) else f'is of an edit type {them}'}. "
         f"Use {scored_by}")
 
 

@@ -49,9 +49,16 @@ def _judge() -> SummaryFn:
     return summarize
 
 
+def _pie() -> SummaryFn:
+    from benchmark.metrics.pie.summary import summarize
+
+    return summarize
+
+
 # suite name -> loader of its summary function (lazy: the HATIE summary imports scipy / torch helpers)
 _REGISTRY: dict[str, Callable[[], SummaryFn]] = {"hatie": _hatie, "conventional": _conventional, "editval": _editval,
-                                                  "augclip": _augclip, "bpm": _bpm, "judge": _judge}
+                                                  "augclip": _augclip, "bpm": _bpm, "judge": _judge,
+                                                  "pie": _pie}
 
 
 def known_suites() -> list[str]:

@@ -24,6 +24,7 @@ from benchmark.fileio import atomic_write_text
 ROW_KEYS = ("query_id", "image_id", "edit_type", "object_class", "status", "reason", "edit_sha256")
 STRING_COLUMNS = frozenset(ROW_KEYS) | {"branch"}  # `branch`: HATIE's detection branch
 STRING_COLUMNS |= {"clip_t_text", "dir_note"}  # the conventional suite's CLIP-T text field and why clip_dir is NaN
+STRING_COLUMNS |= {"bg_note", "clip_note"}  # the PIE-Bench suite's reasons for NaN background / CLIP columns
 NOT_NULL = ("query_id", "status")
 STATUSES = frozenset({"ok", "failed", "missing", "excluded"})
 SCORES_DIR = "scores"  # <run dir>/scores/<metric signature>/: the parts and the index below
