@@ -267,6 +267,9 @@ def refusal(est: Estimate, max_hours: float, set_name: str) -> str:
             f"run: budget.max_gpu_hours={math.ceil(est.hours)} or budget.accept=true")
 
 
+EXTERNAL_TARGET = "editors.external.ExternalEdits"  # configs/editor/external.yaml: edits made elsewhere
+
+
 def _confirm(question: str) -> bool:
     """Ask on the terminal; anything but y/yes is no."""
     try:
@@ -298,11 +301,17 @@ def estimate(cfg: Any, full: Any, *, editor: str, metrics: str, gpu_name: Callab
     size = str((table.get("profiles") or {}).get(profile, profile))
     device = cfg.editor.get("device")
     cls, note = device_class(resolve_device(str(device)) if device else None, table, gpu_name)
-    cost = lookup(table, "editors", editor, size, cls)
+    # edits made elsewhere (`editmeter score --name LABEL`) cost what the `external` row says, whatever their label
+    row = "external" if str(cfg.editor.get("_target_", "")) == EXTERNAL_TARGET else editor
+    cost = lookup(table, "editors", row, size, cls)
     if cost is None:
+        from benchmark.config import options
+
+        if row not in options("editor"):  # a label no `editor=` names (a meta-evaluation candidate): no command to suggest
+            return None, f"cost unknown: configs/costs.yaml has no row for {row} at {size} size on {cls}"
         how = ("editmeter gpu-check (its s/query and load s columns)" if cls != "cpu" else
-               f"editmeter run editor={editor} queryset=demo queryset.sample=14 (edit seconds / 14, load editor)")
-        return None, (f"cost unknown: configs/costs.yaml has no row for editor {editor} at {size} size on {cls}; "
+               f"editmeter run editor={row} queryset=demo queryset.sample=14 (edit seconds / 14, load editor)")
+        return None, (f"cost unknown: configs/costs.yaml has no row for editor {row} at {size} size on {cls}; "
                       f"measure it with {how} and add it")
     count = int(cfg.shard.count)
     selected = {q.id: q for i in range(count) for q in full.shard(i, count).subset(cfg.limit)}

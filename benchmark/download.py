@@ -13,6 +13,7 @@ import hashlib
 import http.client
 import json
 import os
+import re
 import shutil
 import sys
 import tarfile
@@ -222,6 +223,29 @@ def _check_member(archive: Path, member: str) -> None:
         raise DownloadError(f"{archive}: refusing archive member {member!r} (absolute or escapes the folder)")
 
 
+# A Hugging Face dataset id (`owner/name`), as a build script's --dataset may be instead of a local folder
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+def _hub_fix() -> str:
+    """What to do when the hub could not be read: HF_HUB_OFFLINE=1 in the environment forbids it outright (`make
+    data` leaves the variable as it finds it), else the network is the suspect."""
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
+        return ("HF_HUB_OFFLINE is set in this environment, which forbids downloads: with network access, run the "
+                "command again with HF_HUB_OFFLINE=0 in front (it resumes)")
+    return "Check your network and that the Hugging Face hub is reachable, then run the command again (it resumes)"
+
+
+def require_inputs(name: str, *paths: str | os.PathLike[str]) -> None:
+    """FileNotFoundError naming the first of `paths` (a build script's inputs) that does not exist and the command
+    that fetches the downloads of query set `name`."""
+    for p in paths:
+        if not Path(p).exists():
+            fetch = (f"make data NAME={name} checks the files placed by hand" if name == "hatie" else
+                     f"fetch the download first: make data NAME={name}")
+            raise FileNotFoundError(f"{p} does not exist; {fetch} (docs/querysets.md)")
+
+
 def fetch_huggingface(spec: dict[str, Any], dest_dir: Path) -> list[Path]:
     """Fetch a Hugging Face dataset's splits with `datasets` and save each with `save_to_disk(dest_dir/<split>)`."""
     import datasets
@@ -236,8 +260,7 @@ def fetch_huggingface(spec: dict[str, Any], dest_dir: Path) -> list[Path]:
         try:
             ds = datasets.load_dataset(repo_id, split=split, revision=spec.get("revision"))
         except Exception as err:  # the hub raises many types; all mean "could not get it"
-            raise DownloadError(f"{repo_id} split {split!r}: {type(err).__name__}: {err}. `make data` sets "
-                                "HF_HUB_OFFLINE=0; check your network and that the hub is reachable") from None
+            raise DownloadError(f"{repo_id} split {split!r}: {type(err).__name__}: {err}. {_hub_fix()}") from None
         tmp = target.with_name(target.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         ds.save_to_disk(str(tmp))

@@ -232,6 +232,20 @@ def _cuda_line() -> str | None:
     return f"gpu-check: no CUDA device visible (torch {torch.__version__}, built for {built}); nothing to check here."
 
 
+def device_unavailable(device: str) -> str | None:
+    """None when `device` can be used here, else one line saying why not: a timing script asked for CUDA on a
+    machine without it prints this and exits 2 instead of ending in the driver's traceback."""
+    if not str(device).startswith("cuda"):
+        return None
+    import torch
+
+    if torch.cuda.is_available():
+        return None
+    built = f"CUDA {torch.version.cuda}" if torch.version.cuda else "CPU only"
+    return (f"--device {device}: no CUDA device visible (torch {torch.__version__}, built for {built}); run this on a "
+            "GPU machine, or pass --device cpu to time the CPU")
+
+
 def plan(args: argparse.Namespace, device: Device, work: Path) -> list[Callable[[], Row]]:
     """The checks to run, in table order."""
     steps: list[Callable[[], Row]] = []

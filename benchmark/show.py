@@ -172,20 +172,40 @@ def _varying_settings(part) -> list[str]:
 def _sorted(rows, col: str | None, descending: bool, group: str | None):
     """Rows best first by `col` (NaN last), grouped by `group` when given; ties by editor and signature."""
     import numpy as np
+    import pandas as pd
 
-    keys = [group] if group else []
-    frame = rows.assign(_nan=1, _v=0.0)
+    # the sort keys live in a frame of their own: adding columns to the leaderboard's (hundreds of columns once a
+    # folder holds several metric sets) would make pandas warn that it is fragmented, once per section
+    keys: dict[str, Any] = {group: rows[group].to_numpy()} if group else {}
     if col is not None:
-        numeric = frame[col].apply(lambda x: isinstance(x, (int, float, np.number)) and not isinstance(x, bool))
+        numeric = rows[col].apply(lambda x: isinstance(x, (int, float, np.number)) and not isinstance(x, bool))
         if numeric.all():
-            v = frame[col].astype(float)
-            frame = frame.assign(_nan=v.isna().astype(int), _v=-v if descending else v)
-            keys += ["_nan", "_v"]
+            v = rows[col].astype(float).to_numpy()
+            keys.update(_nan=np.isnan(v).astype(int), _v=-v if descending else v)
         else:
-            frame = frame.assign(_v=frame[col].astype(str))
-            keys += ["_v"]
-    keys += ["editor", "editor_sig"]
-    return frame.sort_values(keys, kind="stable").drop(columns=["_nan", "_v"])
+            keys["_v"] = rows[col].astype(str).to_numpy()
+    keys.update(editor=rows["editor"].to_numpy(), editor_sig=rows["editor_sig"].to_numpy())
+    order = pd.DataFrame(keys).sort_values(list(keys), kind="stable").index
+    return rows.iloc[order]
+
+
+def headline_metric(sinfo: dict[str, tuple[bool, bool]], part) -> str | None:
+    """The column a section is sorted by: its first summary metric with a value (HATIE's Total, ...), else its
+    first metric with a value; None when no metric has one."""
+    valued = [m for m in sinfo if part[m].notna().any()]
+    return next((m for m in valued if sinfo[m][1]), valued[0] if valued else None)
+
+
+def leaderboard_order(part, sinfo: dict[str, tuple[bool, bool]], group: str | None = None):
+    """A section's rows in `show`'s order (the report uses it too): complete rows first, then partial and stale
+    ones; each block best first by the headline metric (NaN last), grouped by `group` when given, ties by editor
+    and signature. `sinfo`: metric -> (higher_is_better, summary) of the section's metric set."""
+    import pandas as pd
+
+    key = headline_metric(sinfo, part)
+    descending = bool(sinfo[key][0]) if key in sinfo else False
+    done = part["complete"].astype(str).str.lower() == "true"
+    return pd.concat([_sorted(part[done], key, descending, group), _sorted(part[~done], key, descending, group)])
 
 
 def _apart_title(rows, stale: dict[Any, str]) -> str:
@@ -255,7 +275,7 @@ def render(results: Path, queryset: str | None = None, *, by: str | None = None,
             marked = "mark" in part and part["mark"].fillna("").astype(str).str.strip().ne("").any()
             if not valued and not marked:  # a scene-graph suite's empty rows there (a run from before the refusal);
                 continue                   # a failed or partial row is always shown, with its mark
-        headline = next((m for m in valued if sinfo[m][1]), valued[0] if valued else None)
+        headline = headline_metric(sinfo, part)
         key = sort if sort is not None and sort in part and (sort not in metrics_in or sort in own) else headline
         descending = bool(sinfo[key][0]) if key in sinfo else key in COUNT_COLUMNS[:1]
         shown = [*COUNT_COLUMNS, *_varying_settings(part), *own]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -42,6 +43,12 @@ def main() -> None:
     ap.add_argument("--seg-batch-sizes", type=int, nargs="+", default=[1, 2, 4])
     ap.add_argument("--repeats", type=int, default=2)
     args = ap.parse_args()
+    from benchmark.gpucheck import device_unavailable
+
+    why = device_unavailable(args.device)
+    if why:
+        print(why, file=sys.stderr)
+        sys.exit(2)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("EDITMETER_CACHE", str(ROOT / ".cache"))
 

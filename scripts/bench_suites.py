@@ -111,6 +111,12 @@ def main() -> None:
                     help="also print every set's figures as one line `JSON {...}` at the end (for other scripts)")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    from benchmark.gpucheck import device_unavailable
+
+    why = device_unavailable(args.device)
+    if why:
+        print(why, file=sys.stderr)
+        sys.exit(2)
     if args.worker:
         print(json.dumps(worker(args.worker, args)))
         return
@@ -119,6 +125,7 @@ def main() -> None:
     print(f"bench-suites: profile={args.profile} device={args.device} precision={args.precision}, "
           f"{args.per_type} demo queries per edit type; loading: {loading}")
     results = {}
+    failed = []
     for metric_set in args.metrics.split(","):
         cmd = [sys.executable, __file__, "--worker", metric_set, "--profile", args.profile, "--per-type",
                str(args.per_type), "--device", args.device, "--precision", args.precision, "--repeat", str(args.repeat),
@@ -127,11 +134,16 @@ def main() -> None:
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
         if proc.returncode != 0:
             print(f"\n== {metric_set}: FAILED (exit {proc.returncode})\n{proc.stderr[-2000:]}")
+            failed.append(metric_set)
             continue
         results[metric_set] = json.loads(proc.stdout.strip().splitlines()[-1])
         report(results[metric_set])
     if args.json:  # a set that failed is absent
         print("JSON " + json.dumps({"device": args.device, "precision": args.precision, "sets": results}))
+    if failed:  # a run with a failed set is not a whole measurement: say so in the exit status too
+        print(f"bench-suites: {len(failed)} of {len(failed) + len(results)} metric set(s) FAILED: {', '.join(failed)}",
+              file=sys.stderr)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-from benchmark.download import DownloadError, load_manifest
+from benchmark.download import DownloadError, load_manifest, require_inputs
 from benchmark.querysets.editval import EditValFormatError, build
 
 
@@ -25,6 +25,7 @@ def main() -> int:
     args = ap.parse_args()
     url = load_manifest("editval").image_url if args.download_images else None
     try:
+        require_inputs("editval", args.editval, args.coco_annotations, *([args.images] if args.images else []))
         meta = build(args.editval, args.coco_annotations, args.out, images_dir=args.images, image_url=url)
     except (EditValFormatError, DownloadError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)

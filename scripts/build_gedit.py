@@ -10,6 +10,7 @@ import json
 import sys
 from pathlib import Path
 
+from benchmark.download import HUB_ID, require_inputs
 from benchmark.querysets.gedit import GEditFormatError, build
 
 
@@ -23,6 +24,8 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=Path("datasets/gedit"))
     args = ap.parse_args()
     try:
+        if not HUB_ID.match(args.dataset):  # a hub id is read from the hub, a folder must exist
+            require_inputs("gedit", args.dataset)
         meta = build(args.dataset, args.out, split=args.split, image=args.image, revision=args.revision)
     except (GEditFormatError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)

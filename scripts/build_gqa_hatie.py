@@ -18,6 +18,7 @@ import json
 import sys
 from pathlib import Path
 
+from benchmark.download import require_inputs
 from benchmark.querysets.gqa import BuildConfig, GQAFormatError, Materializer, build
 
 
@@ -46,6 +47,7 @@ def main() -> int:
     args = ap.parse_args()
     cfg = BuildConfig(seed=args.seed, queries_per_type=args.per_type, workers=args.workers, max_images=args.max_images)
     try:
+        require_inputs("gqa_hatie", args.scene_graphs, args.images)
         m = Materializer(out_dir=args.out, images_dir=args.images, seed=args.seed, mask_fn=load_callable(args.mask_fn),
                          scorer=load_callable(args.scorer), vqa_fn=load_callable(args.vqa_fn))
         meta = build(args.scene_graphs, args.out, cfg=cfg, materializer=m)

@@ -11,6 +11,7 @@ import json
 import sys
 from pathlib import Path
 
+from benchmark.download import require_inputs
 from benchmark.querysets.hatie import HatieFormatError, import_release
 from benchmark.safe_pickle import UnsafePickleError
 
@@ -23,6 +24,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=Path("datasets/hatie"))
     args = ap.parse_args()
     try:
+        require_inputs("hatie", args.queries, args.masks, args.images)
         meta = import_release(args.queries, args.masks, args.images, args.out)
     except (HatieFormatError, UnsafePickleError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)

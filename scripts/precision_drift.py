@@ -66,6 +66,12 @@ def main() -> None:
     ap.add_argument("--weights", default="random", choices=("random", "tiny", "pretrained"))
     ap.add_argument("--modes", default="fp32,bf16", help="fp32 first: the reference")
     args = ap.parse_args()
+    from benchmark.gpucheck import device_unavailable
+
+    why = device_unavailable(args.device)
+    if why:
+        print(why, file=sys.stderr)
+        sys.exit(2)
     sys.path.insert(0, str(ROOT))
     modes = args.modes.split(",")
     if modes[0] != "fp32":

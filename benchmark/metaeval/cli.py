@@ -145,6 +145,8 @@ def _run(args: argparse.Namespace, overrides: list[str], settings: list[str]) ->
                    f"folder that holds the edits" if dropped else "")
             raise MetaevalError(f"no judged pairs in the input{why}")
     session = Session(overrides, metric_sets, settings)
+    for m, why in session.left_out.items():
+        print(f"[metaeval] metrics={m} left out of the default (every metric set): {why}")
     boot = evaluate.Boot(int(args.resamples if args.resamples is not None else session.setting("resamples")),
                          int(args.seed if args.seed is not None else session.setting("seed")),
                          float(session.setting("confidence")))
@@ -170,6 +172,8 @@ def _run(args: argparse.Namespace, overrides: list[str], settings: list[str]) ->
     extra["options"].update({k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
                              if k not in ("overrides", "pairs", "ratings") and v is not None})
     extra["overrides"] = overrides + settings
+    if session.left_out:
+        extra["left_out"] = session.left_out
     full, _ = session.queryset()
     path = write_table(session.out_dir, args.test, rows, queryset=full, profile=session.profile,
                        resamples=boot.resamples, confidence=boot.confidence, seed=boot.seed,

@@ -121,6 +121,36 @@ class Session:
         except Exception as err:  # omegaconf's grammar errors have many types
             raise MetaevalError(f"bad metaeval setting in {list(settings)}: {err}") from None
         self.settings = OmegaConf.merge(base, extra)
+        # the default, every set, leaves out the sets this profile cannot score (named, with the reason)
+        skip = {} if metric_sets else (self.settings.get("default_skip") or {}).get(str(cfg.profile.name)) or {}
+        self.left_out: dict[str, str] = {m: str(skip[m]) for m in self.metric_sets if m in skip}
+        composed_with = self.metric_sets[0]
+        if not metric_sets:  # and those that apply to none of the set's queries (EditVal on HATIE's edit types)
+            self._leave_out_inapplicable()
+        self.metric_sets = [m for m in self.metric_sets if m not in self.left_out]
+        if not self.metric_sets:
+            raise MetaevalError(f"no metric set can be evaluated here: {'; '.join(self.left_out.values())}")
+        if self.metric_sets[0] != composed_with:  # the session's config: one with a set that is evaluated
+            self.cfg = compose([*self.overrides, f"metrics={self.metric_sets[0]}"])[0]
+
+    def _leave_out_inapplicable(self) -> None:
+        """Record in `left_out`, with the preflight's reason, every set holding a suite that scores none of the
+        query set's queries (the runs would refuse it)."""
+        from benchmark.errors import PreflightError
+        from benchmark.preflight import check_applicable, load_queries
+        from benchmark.run import compose
+
+        try:
+            full = load_queries(self.cfg)
+        except PreflightError as err:
+            raise MetaevalError(str(err)) from None
+        for m in self.metric_sets:
+            if m in self.left_out:
+                continue
+            try:
+                check_applicable(compose([*self.overrides, f"metrics={m}"])[0], full)
+            except PreflightError as err:
+                self.left_out[m] = str(err).removeprefix("preflight: ").removeprefix(f"metrics={m}: ")
 
     def suites(self, metric_set: str) -> set[str]:
         """The suites (and pairwise metrics) of `metric_set`, as composed (cached)."""

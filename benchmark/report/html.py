@@ -61,6 +61,25 @@ def section_metrics(metrics: Any, metric_set: str, df: Any) -> list[tuple[str, b
             if ms == metric_set and m in df and df[m].notna().any()]
 
 
+def section_info(metrics: Any, metric_set: str, df: Any) -> dict[str, tuple[bool, bool]]:
+    """metric -> (higher_is_better, summary) of one metric set's columns in `df`, as `show` reads them."""
+    if metrics is None:
+        return {}
+    out: dict[str, tuple[bool, bool]] = {}
+    for _, r in metrics.iterrows():
+        ms = str(r["metric_set"]) if isinstance(r["metric_set"], str) else ""
+        if ms in (metric_set, "") and r["metric"] in df and r["metric"] not in out:
+            out[r["metric"]] = (str(r["higher_is_better"]).lower() == "true", str(r.get("summary")).lower() == "true")
+    return out
+
+
+def ordered(part: Any, metrics: Any, metric_set: str, group: str | None = None) -> Any:
+    """One section's rows in `editmeter show`'s order: complete first, best first by the headline metric."""
+    from benchmark.show import leaderboard_order
+
+    return leaderboard_order(part, section_info(metrics, metric_set, part), group)
+
+
 def sections(df: Any):
     """(section title, key, rows) per (queryset, metric set, prompt kind, profile), as `show` groups them."""
     if df is None or not len(df):
@@ -129,7 +148,7 @@ def leaderboards_html(lb: Any) -> str:
         if (~part["complete"]).any():
             out.append('<p class="note">Rows marked PARTIAL do not cover the whole query set, rows marked STALE hold '
                        "scores of edits replaced since: they are not comparable with complete rows.</p>")
-        out.append(scroll(leaderboard_table(part, lb.metrics, ms, stale=lb.stale)))
+        out.append(scroll(leaderboard_table(ordered(part, lb.metrics, ms), lb.metrics, ms, stale=lb.stale)))
         for tkey, col, what in (("by_type", "edit_type", "by edit type"), ("by_class", "object_class", "by object class")):
             df = lb.tables.get(tkey)
             if df is None:
@@ -138,7 +157,7 @@ def leaderboards_html(lb: Any) -> str:
             for k, v in zip(SECTION_KEYS, key.split("|"), strict=True):
                 sub = sub[sub[k].astype(str) == v]
             if len(sub):
-                sub = sub.sort_values([col, "editor"], kind="stable")
+                sub = ordered(sub, lb.metrics, ms, col)
                 out.append(f"<details><summary>{escape(what)} ({len(sub)} rows)</summary>"
                            f"{scroll(leaderboard_table(sub, lb.metrics, ms, col, lb.stale))}</details>")
     return "\n".join(out)
@@ -199,7 +218,7 @@ def criteria_html(lb: Any) -> str:
         cols = have + [c for c in ("Total",) if c in part and part[c].notna().any()]
         th = "".join(f"<th>{escape(c)}↑</th>" for c in cols)
         rows = []
-        for _, r in part.iterrows():
+        for _, r in ordered(part, lb.metrics, part["metric_set"].iloc[0]).iterrows():
             partial = not r["complete"] or bool(r["mark"])
             tds = (f"<td>{escape(str(r['editor']))}</td><td><code>{escape(short_sig(r['editor_sig']))}</code></td>"
                    + _mark_cell(r) + "".join(f'<td class="num">{escape(fmt(r[c], r.get(f"{c}_se")))}</td>'
