@@ -47,6 +47,10 @@ class Editor(abc.ABC):
     # True: the editor inverts each source once for all its queries (same image and source caption), so the budget
     # counts that part of its cost per distinct source (benchmark.budget, configs/costs.yaml `s_per_source`)
     shares_inversions: ClassVar[bool] = False
+    # True: outputs are kept at the size they come in (edits made elsewhere, `external`), and each metric suite applies
+    # its declared rule to an edit of another size (docs/metrics.md, "An edit of another size"). False: an output
+    # whose size differs from its source's is that query's failure (the contract of `edit` below).
+    any_output_size: ClassVar[bool] = False
 
     @abc.abstractmethod
     def edit(self, queries: Sequence[Query], images: Sequence[Image.Image], *, seeds: Sequence[int]) -> list[Image.Image]:
@@ -77,6 +81,12 @@ class Editor(abc.ABC):
         everything inside `edit`.
         """
         return [functools.partial(_finished, image) for image in self.edit(queries, images, seeds=seeds)]
+
+    def missing(self, query_ids: Sequence[str]) -> list[str]:
+        """The ids among `query_ids` this editor has no output for by design (a folder of edits made elsewhere that
+        covers part of a set). The edit stage leaves them unedited: they count as missing (`n_missing`, a PARTIAL
+        row), not as failures. Default: none."""
+        return []
 
     def work_counts(self) -> dict[str, int]:
         """Cumulative counts of the work done since construction, {counter: n}; the edit stage records the

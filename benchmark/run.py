@@ -206,9 +206,38 @@ def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
     judged = [("edit", summary["edit"])] if "edit" in summary else []
     judged += [(f"score {label}", sc) for label, sc in summary.get("scores", {}).items()]
     verdict = _failure_verdict(judged, float(cfg.get("max_failed_fraction", 0.1)))
+    if not verdict and "tables" in summary and "score" not in cfg.stages:  # no scoring judged: the rows themselves
+        verdict = _aggregate_verdict(Path(summary["tables"]["leaderboard.csv"]), full.hash, sig,
+                                     summary["metric_sigs"])
     if verdict:
         raise TooManyFailures(verdict)
+    if "edit" in summary and summary["edit"].missing:  # the closing word on a run that covers part of its set
+        st = summary["edit"]
+        print(f"[editmeter] PARTIAL: {st.missing} of {st.total} queries have no edit (not attempted, not failed); "
+              "the leaderboard counts them in n_missing and marks the rows PARTIAL")
     return summary
+
+
+def _aggregate_verdict(leaderboard: Path, queryset_hash: str, editor_sig: str, metric_sigs: dict[str, str]) -> str:
+    """Why an invocation that aggregated without scoring must not exit 0 ('' when it may): a metric set of this run
+    has no leaderboard row, or its row covers no edited-and-scored query (every score part quarantined, or none
+    written yet): the table's `PARTIAL 0/n`, said in the exit status too."""
+    import pandas as pd
+
+    lb = pd.read_csv(leaderboard, dtype=str, keep_default_na=False)
+    mine = lb[(lb["queryset_hash"] == queryset_hash) & (lb["editor_sig"] == editor_sig)] if len(lb) else lb
+    empty = []
+    for label, ms in metric_sigs.items():
+        rows = mine[mine["metric_sig"] == ms] if len(mine) else mine
+        if not len(rows):
+            empty.append(f"{label or 'metrics'}: no row")
+        elif all(int(r["n_ok"] or 0) + int(r["n_failed"] or 0) == 0 for _, r in rows.iterrows()):
+            empty.append(f"{label or 'metrics'}: {rows.iloc[0]['mark'] or 'no scored query'}")
+    if not empty:
+        return ""
+    return (f"aggregate: this run's leaderboard rows cover no scored query ({'; '.join(empty)}). Rerun its command "
+            "with the score stage (stages=[edit,score,aggregate]) to score it again; a quarantined part's reason is "
+            "in the warning above and its .reason.txt")
 
 
 def _metric_sets(metrics_cfg: dict[str, Any], metrics: dict[str, Any], choice: str, signature: Any,
@@ -304,20 +333,29 @@ def _failure_verdict(stages: list[tuple[str, Any]], max_fraction: float) -> str:
              if not (edit_fired and name != "edit" and st.failed_total == getattr(st, "edit_failed", 0))]
     if not fired:
         return ""
-    parts = "; ".join(f"{name}: {st.failure_summary()} ({why})" for name, st, why in fired)
+    parts = "; ".join(f"{name}: {summary} ({why})" if (summary := st.failure_summary()) else f"{name}: {why}"
+                      for name, st, why in fired)
+    if all(not st.failed_total for _, st, _ in fired):  # nothing failed: nothing was there to edit or score
+        return (f"{parts}. Nothing was scored. For edits made elsewhere, name each file by its query id "
+                "(<query id>.png or <prefix>_<query id>.png) in the folder given (docs/cli.md, editmeter score).")
     return (f"{parts}. The run is not trustworthy; its tables were written but they leave the failed queries out. "
             "Fix the cause, then rerun (with retry_failed=true when edits failed; fail_fast=true stops at the first "
             "failure with its traceback; max_failed_fraction=<share> accepts more failures).")
 
 
 def _too_many(st: Any, max_fraction: float) -> str:
-    """'every query failed' or '<share> > max_failed_fraction=<x>' when a stage's failures fail the run, else ''."""
-    if not st.total or not st.failed_total:
+    """'every query failed' or '<share> > max_failed_fraction=<x>' when a stage's failures fail the run, 'no query
+    has an edit' when every query is missing (an editor with no output for any of them), else ''. The share is of
+    the queries attempted: missing ones (`Editor.missing`) are neither failed nor counted."""
+    total = getattr(st, "attempted", st.total)
+    if st.total and not total:
+        return f"no query has an edit: {st.total} of {st.total} missing"
+    if not total or not st.failed_total:
         return ""
-    share = st.failed_total / st.total
-    if st.failed_total < st.total and share <= max_fraction:
+    share = st.failed_total / total
+    if st.failed_total < total and share <= max_fraction:
         return ""
-    return "every query failed" if st.failed_total == st.total else f"{share:.0%} > max_failed_fraction={max_fraction:g}"
+    return "every query failed" if st.failed_total == total else f"{share:.0%} > max_failed_fraction={max_fraction:g}"
 
 
 def _editor_overrides(cfg: Any) -> list[str]:

@@ -3,7 +3,11 @@
     editmeter score --edits /path/to/edits --name my-model [--kind description] queryset=hatie [overrides]
 
 Files are matched to queries by id (`<query id>.png` or HATIE's `<prefix>_<query id>.jpg`). Missing files are
-reported by count and id, recorded as failed, and the rest is scored and added to the leaderboard as `name`.
+reported by count and id and counted as missing (`n_missing`: the row is marked PARTIAL), not as failed; the rest
+is scored and added to the leaderboard as `name`. A file that cannot be read, or is not a usable edit, is a failure
+judged exactly as `editmeter run editor=external` judges it (`max_failed_fraction`), so both commands give the same
+exit status and marks on the same folder. An edit of another size than its source is kept; each metric suite
+applies its declared rule to it (docs/metrics.md, "An edit of another size").
 Everything after the options is a Hydra override of the run config (queryset=, profile=, metrics=, limit=, ...).
 """
 
@@ -62,10 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     from benchmark.preflight import load_selection
     from benchmark.run import compose, run_and_report
 
+    # the run's own failure rule: unreadable or invalid edits fail it as they fail `editmeter run editor=external`
     overrides = ["editor=external", f"editor.folder={args.edits}", f"editor.label={args.name}",
                  f"editor.prompt_kind={args.kind}", "stages=[edit,score,aggregate]", *rest]
-    if not any(a.startswith("max_failed_fraction=") for a in rest):  # missing files are listed above, not a crash:
-        overrides.append("max_failed_fraction=1.0")                     # exit 1 only when none could be scored
     try:
         cfg, _ = compose(overrides)
     except UnknownOptionError as err:
@@ -82,7 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"[editmeter] {len(qs) - len(missing)} of {len(qs)} queries of {qs.name} have an edit in {args.edits}")
     if missing:
         shown = ", ".join(missing[:MAX_LISTED]) + (f", ... ({len(missing) - MAX_LISTED} more)" if len(missing) > MAX_LISTED else "")
-        print(f"[editmeter] MISSING {len(missing)} edits (recorded as failed): {shown}")
+        print(f"[editmeter] MISSING {len(missing)} edits (counted as missing, not failed; the row is PARTIAL): "
+              f"{shown}")
     return run_and_report(cfg, args.name)
 
 

@@ -1,9 +1,12 @@
 """`external`: edits made elsewhere, read from a folder by query id, so any model can be benchmarked.
 
 File names: `<query id>.<ext>`, or HATIE's `<prefix>_<query id>.<ext>` (docs/hatie.md).
-A query without a file fails with a message naming the folder; `python -m benchmark.score_edits` reports every
-missing id before scoring. Files are read with `benchmark.imageio.load_rgb`, the loader of sources (16-bit scaled,
-transparency refused, pixel limit), and the signature covers the bytes of every image file in the folder, so
+A query without a file is missing, not failed (`missing`: the edit stage leaves it out, the leaderboard counts it in
+`n_missing` and marks the row PARTIAL); `editmeter score` lists every missing id before scoring. A file that cannot
+be read or is not a usable image is that query's failure, judged like any editor's. Edits keep the size they were
+made at (`any_output_size`): each metric suite applies its declared rule to an edit of another size. Files are
+read with `benchmark.imageio.load_rgb`, the loader of sources (16-bit scaled, transparency refused, pixel limit),
+and the signature covers the bytes of every image file in the folder, so
 regenerated edits are rescored even when their names and sizes are unchanged (docs/inputs.md).
 """
 
@@ -37,6 +40,8 @@ class ExternalEdits(Editor):
         prompt_kind: the family of the model that made them (instruction or description).
         label: a name for the leaderboard.
     """
+
+    any_output_size = True  # a model elsewhere made them at its own size
 
     def __init__(self, folder: str, prompt_kind: str = "instruction", label: str = "external") -> None:
         if prompt_kind not in ("instruction", "description"):

@@ -106,7 +106,7 @@ def test_score_a_folder_of_edits(tmp_path, capsys, restore_logging):
     assert rc == 0
     assert "MISSING 1 edits" in capsys.readouterr().out
     row = pd.read_csv(tmp_path / "r" / "leaderboard.csv").set_index("editor").loc["theirs"]
-    assert row["n_ok"] == 3 and row["n_failed"] == 1 and row["l1_out"] == 0
+    assert row["n_ok"] == 3 and row["n_failed"] == 0 and row["l1_out"] == 0  # the missing one is not a failure
 
 
 def test_score_needs_its_options(capsys):

@@ -119,15 +119,15 @@ def test_each_failure_path_records_type_reason_and_traceback(tmp_path, demo_qs):
 
 
 def test_score_edits_exits_1_only_when_no_edit_could_be_scored(tmp_path, capsys):
-    """Scoring a folder made elsewhere: missing files are listed up front and do not fail the exit status (its
-    threshold defaults to 1.0), but a folder where every query is missing does."""
+    """Scoring a folder made elsewhere: missing files are listed up front and are not failures (the row is
+    PARTIAL), but a folder where every query is missing fails the exit status: nothing was scored."""
     from benchmark.score_edits import main
 
     args = ["queryset=demo", "name=theirs", "profile=tiny", "metrics=basic", "limit=3", "progress=false",
             f"paths.results={tmp_path / 'results'}", "aggregate.bootstrap_resamples=50"]
     (tmp_path / "none").mkdir()
     assert main([f"edits={tmp_path / 'none'}", *args]) == 1
-    assert "3 of 3 failed" in capsys.readouterr().err
+    assert "no query has an edit: 3 of 3 missing" in capsys.readouterr().err
 
 
 def test_a_run_error_raised_while_hydra_builds_a_metric_is_a_message_not_a_traceback():

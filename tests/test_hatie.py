@@ -496,7 +496,7 @@ def test_score_edits_made_elsewhere(tmp_path, capsys):
     assert f"MISSING {len(missing)} edits" in out and missing[0] in out
     lb = pd.read_csv(tmp_path / "results" / "leaderboard.csv")
     row = lb[lb["editor"] == "theirs"].iloc[0]
-    assert row["n_ok"] == 10 and row["n_failed"] == 2 and row["l1_out"] == 0
+    assert row["n_ok"] == 10 and row["n_failed"] == 0 and row["l1_out"] == 0  # the 2 missing: n_missing
 
 
 def test_degradation_test_a_levels(engine):
@@ -605,10 +605,12 @@ def test_released_hatie_set_scores_edits_in_hatie_naming(tmp_path, capsys):
     assert main(["queryset=demo", f"queryset.root={tmp_path / 'hatie'}", f"edits={edits}", "name=ip2p-elsewhere",
                  "profile=tiny", "metrics=hatie", f"paths.results={tmp_path / 'results'}", "progress=false",
                  "aggregate.bootstrap_resamples=50"]) == 0
-    assert f"MISSING 1 edits (recorded as failed): {qs.queries[-1].id}" in capsys.readouterr().out
+    assert f"MISSING 1 edits (counted as missing, not failed; the row is PARTIAL): {qs.queries[-1].id}" in \
+        capsys.readouterr().out
     lb = pd.read_csv(tmp_path / "results" / "leaderboard.csv")
     row = lb.iloc[0]
-    assert row["editor"] == "ip2p-elsewhere" and row["n_ok"] == len(qs) - 1 and row["n_failed"] == 1
+    assert row["editor"] == "ip2p-elsewhere" and row["n_ok"] == len(qs) - 1 and row["n_failed"] == 0
+    assert row["n_missing"] == 1 and row["mark"].startswith(f"PARTIAL {len(qs) - 1}/{len(qs)}")
     assert np.isfinite(row["Total"]) and row["BC"] == pytest.approx(1.0, abs=1e-4)  # identity edits
 
 

@@ -60,10 +60,18 @@ class EditStats:
     # the editor's counted work in this call (`Editor.work_counts()` after minus before; {} for an editor that
     # counts nothing): UNet sample evaluations, inversions computed / reused (docs/results.md, "Counting the work")
     work: dict[str, int] = field(default_factory=dict)
+    # queries the editor has no output for by design (`Editor.missing`: a folder of edits covering part of the set):
+    # never attempted, so neither failed nor in the failed share's denominator; the leaderboard counts them missing
+    missing: int = 0
+
+    @property
+    def attempted(self) -> int:
+        """Queries of the set the editor has (or had) an output for: `total` less `missing`."""
+        return self.total - self.missing
 
     def failure_summary(self, top: int = 3) -> str:
         """'16 of 16 failed: 16 x RuntimeError: ...; tracebacks in <log>' (empty when nothing failed)."""
-        return failure_summary(self.failed_total, self.total, self.reasons, self.failures_log, top)
+        return failure_summary(self.failed_total, self.attempted, self.reasons, self.failures_log, top)
 
     def work_per_query(self) -> dict[str, float]:
         """`work` divided by the queries computed (edited or failed) in this call; {} when none was."""
@@ -171,9 +179,10 @@ def is_all_black(image: Image.Image) -> bool:
     return all(hi == 0 for _, hi in (extrema if isinstance(extrema[0], tuple) else [extrema]))
 
 
-def validate_output(image: object, expected_size: tuple[int, int], source_all_black: bool = False) -> Image.Image:
+def validate_output(image: object, expected_size: tuple[int, int] | None, source_all_black: bool = False) -> Image.Image:
     """Return a usable RGB image or raise InvalidOutput naming the defect. An all-black output is a defect only
-    when the source is not all black (identity on a black source is a correct edit)."""
+    when the source is not all black (identity on a black source is a correct edit). `expected_size` None: any size
+    (an editor with `any_output_size`, whose edits the metric suites fit by their own rule)."""
     if isinstance(image, np.ndarray):
         if np.issubdtype(image.dtype, np.floating) and not np.isfinite(image).all():
             raise InvalidOutput("output contains NaN or infinite values")
@@ -182,7 +191,7 @@ def validate_output(image: object, expected_size: tuple[int, int], source_all_bl
         raise InvalidOutput(f"editor returned {type(image).__name__}, expected PIL.Image.Image")
     if image.mode != "RGB":
         raise InvalidOutput(f"editor returned mode {image.mode}, expected RGB")
-    if image.size != expected_size:
+    if expected_size is not None and image.size != expected_size:
         raise InvalidOutput(f"output is {image.size[0]}x{image.size[1]}, source is {expected_size[0]}x{expected_size[1]}")
     if not source_all_black and is_all_black(image):
         raise InvalidOutput("all-black output from a source that is not all black (a NaN in the model, or a safety "
@@ -266,6 +275,7 @@ class _Unfinished:
     source_size: tuple[int, int]
     finish: Callable[[], Image.Image]
     source_all_black: bool = False  # inputs helper: an all-black edit of an all-black source is not a failure
+    any_size: bool = False  # the editor's `any_output_size`: an output of another size than the source is kept
 
 
 def run_edit_stage(
@@ -302,6 +312,8 @@ def run_edit_stage(
     offset = log_path.stat().st_size if log_path.is_file() else 0  # before reading: a later append is seen as new
     records = latest_records(run_dir)
     unlogged, todo = [], []
+    # queries the editor has no output for by design: left out, neither edited nor recorded (missing, not failed)
+    absent = frozenset(_missing(editor, [q.id for q in queryset.queries if not edit_path(run_dir, q.id).is_file()]))
     for q in queryset.queries:
         done = edit_path(run_dir, q.id).is_file()
         rec = records.get(q.id)
@@ -309,7 +321,7 @@ def run_edit_stage(
             if rec is None or rec["status"] != "ok":
                 unlogged.append(q)
             continue
-        if rec is not None and rec["status"] == "failed" and not retry_failed:
+        if q.id in absent or (rec is not None and rec["status"] == "failed" and not retry_failed):
             continue
         todo.append(q)
     claims = Claims(claims_dir(run_dir, "edit"))
@@ -361,7 +373,7 @@ def run_edit_stage(
     failed_total, reasons = _failures(queryset, run_dir)
     return EditStats(len(queryset), len(logged), skipped, n_failed, time.perf_counter() - start,
                      failed_total=failed_total, reasons=reasons, failures_log=str(run_dir / FAILURES_LOG),
-                     by_others=by_others, work=difference(_work_counts(editor), work_before))
+                     by_others=by_others, work=difference(_work_counts(editor), work_before), missing=len(absent))
 
 
 CLAIMS_DIR = "claims"  # <run dir>/claims/<stage>/<query id>.claim: held by the worker working on that query
@@ -523,6 +535,12 @@ def _write_and_release(claims: Any, run_dir: Path, unfinished: list[_Unfinished]
         claims.release(order)
 
 
+def _missing(editor: Any, query_ids: list[str]) -> list[str]:
+    """`editor.missing(query_ids)`, or none for an editor that only has the required members."""
+    missing = getattr(editor, "missing", None)
+    return list(missing(query_ids)) if callable(missing) and query_ids else []
+
+
 def _work_counts(editor: Any) -> dict[str, int]:
     """`editor.work_counts()`, or nothing counted for an editor that only has the required members (a plug-in that
     implements the contract without subclassing `Editor`)."""
@@ -596,7 +614,7 @@ def _finish_one(run_dir: Path, u: _Unfinished, *, run_id: str, flog: FailureLog 
     not the editor's fault, and the run must stop)."""
     t0 = time.perf_counter()
     try:
-        image = validate_output(u.finish(), u.source_size, u.source_all_black)
+        image = validate_output(u.finish(), None if u.any_size else u.source_size, u.source_all_black)
     except Exception as err:  # noqa: BLE001 - any editor error becomes a recorded failure
         if fail_fast:
             raise
@@ -649,5 +667,6 @@ def _edit_batch(editor: Editor, ready: list[tuple[Query, Image.Image, Any]], *, 
             unfinished += u
         return failed, unfinished
     per_item = (time.perf_counter() - t0) / len(queries)
-    return [], [_Unfinished(q, s, per_item, source.size, finish, is_all_black(source))
+    any_size = bool(getattr(editor, "any_output_size", False))
+    return [], [_Unfinished(q, s, per_item, source.size, finish, is_all_black(source), any_size)
                 for (q, source, _), s, finish in zip(ready, seeds, finishers, strict=True)]

@@ -25,6 +25,7 @@ from benchmark.fileio import atomic_path, atomic_write_text
 from benchmark.hashing import canonical_json
 from benchmark.imageio import ImageInputError, load_mask, load_rgb, to_float_tensor
 from benchmark.metrics.base import NEED_EDIT_MASK, NEED_TARGET_IMAGE, PairwiseMetric, ScoreBatch
+from benchmark.metrics.sizes import fit_to_source
 from benchmark.querysets.io import QuerySet
 from benchmark.stages.edit import (
     EDITS_DIR,
@@ -62,10 +63,16 @@ class ScoreStats:
     reasons: tuple[tuple[str, int], ...] = ()  # (reason, count) over the failed rows, most common first
     failures_log: str = ""  # where their tracebacks are
     by_others: int = 0  # queries another worker on this run folder scored while this call ran
+    missing: int = 0  # queries of the selection without an edit and without a failed edit (the leaderboard's missing)
+
+    @property
+    def attempted(self) -> int:
+        """The queries scored or failed: `total` less `missing` (the failed share's denominator)."""
+        return self.total - self.missing
 
     def failure_summary(self, top: int = 3) -> str:
         """'6 of 14 failed: 6 x ...; tracebacks in <log>' (empty when nothing failed)."""
-        return failure_summary(self.failed_total, self.total, self.reasons, self.failures_log, top)
+        return failure_summary(self.failed_total, self.attempted, self.reasons, self.failures_log, top)
 
 
 def part_name(n: int) -> str:
@@ -155,9 +162,8 @@ class _Samples:
         s = _Sample(q)
         try:
             source = load_rgb(self.queryset.path(q.image))
-            edit = load_rgb(edit_path(self.run_dir, q.id))
-            if edit.size != source.size:
-                raise ImageInputError(f"edit is {edit.size}, source is {source.size}")
+            # an edit of another size: resized to the source's (bicubic), or refused when that would stretch it
+            edit = fit_to_source(load_rgb(edit_path(self.run_dir, q.id)), source.size)
             s.source, s.edit = to_float_tensor(source), to_float_tensor(edit)
             if NEED_EDIT_MASK in self.needs and q.edit_mask:
                 s.edit_mask = torch.from_numpy(load_mask(self.queryset.path(q.edit_mask), source.size))
@@ -342,7 +348,8 @@ def _score_stats(queryset: QuerySet, run_dir: Path, metric_sig: str, *, computed
     total = len(ids) - int((rows["status"] == "excluded").sum())
     return ScoreStats(total, computed, reused, time.perf_counter() - start, model_seconds, failed=failed,
                       failed_total=sum(reasons.values()), edit_failed=edit_failed, reasons=tuple(reasons.most_common()),
-                      failures_log=str(run_dir / FAILURES_LOG), by_others=by_others)
+                      failures_log=str(run_dir / FAILURES_LOG), by_others=by_others,
+                      missing=int((rows["status"] == "missing").sum()))
 
 
 class _PartWriter:

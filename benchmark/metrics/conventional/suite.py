@@ -33,6 +33,14 @@ class _Loaded:
     mask: Any = None  # bool (H, W), True = may change; None: the query has no edit mask
     target: Any = None
     error: str = ""
+    native: Any = None  # the edit as made, when `edit` is it resized to the source's size (None: the same)
+
+    @property
+    def encoded_edit(self) -> Any:
+        """The edit the encoders see: as made (MagicBrush's image_eval.py feeds CLIP and DINO the generated image
+        itself; each encoder's recipe resizes it), while pixel and LPIPS columns compare `edit`, at the source's
+        size."""
+        return self.native if self.native is not None else self.edit
 
 
 class _Samples(QuerySamples):
@@ -45,12 +53,16 @@ class _Samples(QuerySamples):
         import torch
 
         from benchmark.imageio import ImageInputError, load_mask, load_rgb, to_float_tensor
+        from benchmark.metrics.sizes import fit_to_source
 
         (w, h), out.source = self.original(q, lambda img: (img.size, to_float_tensor(img)))
         edit = load_rgb(edit_path)
-        if edit.size != (w, h):  # pixel metrics compare aligned pixels: never resize an edit silently
-            raise ImageInputError(f"edit is {edit.size[0]}x{edit.size[1]}, source is {w}x{h}")
-        out.edit = to_float_tensor(edit)
+        # another size: resized to the source's as image_eval.py does before L1 / L2 (or refused when that would
+        # stretch it: benchmark.metrics.sizes)
+        fitted = fit_to_source(edit, (w, h))
+        out.edit = to_float_tensor(fitted)
+        if fitted is not edit:
+            out.native = to_float_tensor(edit)
         if q.edit_mask:
             out.mask = torch.from_numpy(load_mask(self.queryset.path(q.edit_mask), (w, h)))
         if q.target_image:
@@ -210,7 +222,7 @@ class ConventionalSuite(LazyComponents):
         # inputs keep their order of first appearance, so the batches are those of one input per image.
         inputs, slots, made = [], [], {}
         for it in items:
-            for img in (it.edit, it.source, it.target):
+            for img in (it.encoded_edit, it.source, it.target):
                 if img is not None and id(img) not in made:
                     made[id(img)] = len(inputs)
                     inputs.append(prepare(img))

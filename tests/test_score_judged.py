@@ -1,0 +1,162 @@
+"""`editmeter score` is judged like `editmeter run editor=external`: the same exit status and marks on the same
+folder; unreadable edits are failures, missing files are missing (a PARTIAL row), an edit of another size follows
+each suite's declared rule, and a stage that aggregated no scored query says so in its exit status."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from PIL import Image
+
+from benchmark import cli
+from benchmark.querysets.io import load_queryset
+
+ROOT = Path(__file__).resolve().parents[1]
+DEMO = ROOT / "datasets" / "demo"
+COMMON = ["queryset=demo_mini", "profile=tiny", "progress=false", "aggregate.bootstrap_resamples=20"]
+
+
+def _mini() -> list:
+    return load_queryset(DEMO).queries[:14]  # demo_mini: the demo's first 14 queries
+
+
+def _exit(argv: list[str]) -> int:
+    """The exit status of `editmeter <argv>` in this process (Hydra's entry exits through SystemExit)."""
+    try:
+        return cli.main(argv)
+    except SystemExit as stop:
+        return int(stop.code or 0)
+
+
+def _both(edits: Path, results: Path, *extra: str) -> dict[str, tuple[int, pd.Series]]:
+    """Score `edits` with `editmeter score` and with `editmeter run editor=external` (each into its own results):
+    {command: (exit status, its leaderboard row)}."""
+    out = {}
+    for cmd in ("score", "run"):
+        res = results / cmd
+        args = [*COMMON, f"paths.results={res}", *extra]
+        if cmd == "score":
+            rc = _exit(["score", "--edits", str(edits), "--name", "theirs", *args])
+        else:
+            rc = _exit(["run", "editor=external", f"editor.folder={edits}", *args])
+        lb = pd.read_csv(res / "leaderboard.csv", keep_default_na=False)
+        out[cmd] = (rc, lb.iloc[0])
+    return out
+
+
+def _sources_as_edits(folder: Path, queries, size=None) -> None:
+    """Each query's source image as its "edit" (an identity edit), optionally resized (PIL bicubic) to `size`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for q in queries:
+        im = Image.open(DEMO / q.image).convert("RGB")
+        (im if size is None else im.resize(size, Image.Resampling.BICUBIC)).save(folder / f"{q.id}.png")
+
+
+def _rows(results: Path) -> pd.DataFrame:
+    """Every score row under `results` (one run), last part winning per query."""
+    parts = sorted(results.glob("runs/*/*/scores/*/part-*.parquet"))
+    return pd.concat([pd.read_parquet(p) for p in parts]).drop_duplicates("query_id", keep="last").set_index("query_id")
+
+
+def test_truncated_edits_fail_score_as_they_fail_run(tmp_path, capsys, restore_logging):
+    """The issue's case: 8 of 14 PNGs truncated. Both commands exit 1 with the verdict; the rows agree."""
+    edits = tmp_path / "edits"
+    _sources_as_edits(edits, _mini())
+    for p in sorted(edits.iterdir())[:8]:
+        p.write_bytes(p.read_bytes()[:200])
+    got = _both(edits, tmp_path / "r", "metrics=basic")
+    err = capsys.readouterr().err
+    assert got["score"][0] == got["run"][0] == 1
+    assert err.count("edit: 8 of 14 failed") == 2 and err.count("57% > max_failed_fraction=0.1") == 2
+    for _, row in got.values():
+        assert (row["n_ok"], row["n_failed"], row["n_missing"]) == (6, 8, 0)
+    assert got["score"][1]["mark"] == got["run"][1]["mark"]
+
+
+def test_missing_files_are_missing_not_failed_in_both_commands(tmp_path, capsys, restore_logging):
+    edits = tmp_path / "edits"
+    _sources_as_edits(edits, _mini()[:10])
+    got = _both(edits, tmp_path / "r", "metrics=basic")
+    out = capsys.readouterr().out
+    assert got["score"][0] == got["run"][0] == 0
+    for _, row in got.values():
+        assert (row["n_ok"], row["n_failed"], row["n_missing"], row["mark"]) == (10, 0, 4, "PARTIAL 10/14")
+    assert out.count("[editmeter] PARTIAL: 4 of 14 queries have no edit") == 2
+    # one unreadable file among the 10 present: 1 of 10 attempted failed (10% is not over the default 0.1)
+    (edits / f"{_mini()[0].id}.png").write_bytes(b"not a png")
+    got = _both(edits, tmp_path / "r2", "metrics=basic")
+    assert got["score"][0] == got["run"][0] == 0
+    for _, row in got.values():
+        assert (row["n_ok"], row["n_failed"], row["n_missing"]) == (9, 1, 4)
+
+
+def test_a_folder_without_any_edit_exits_1_in_both_commands(tmp_path, capsys, restore_logging):
+    (tmp_path / "none").mkdir()
+    got = _both(tmp_path / "none", tmp_path / "r", "metrics=basic")
+    err = capsys.readouterr().err
+    assert got["score"][0] == got["run"][0] == 1
+    assert err.count("no query has an edit: 14 of 14 missing") == 2 and "Nothing was scored" in err
+    assert all(row["mark"] == "PARTIAL 0/14" for _, row in got.values())
+
+
+def test_pixel_metrics_resize_an_edit_of_another_size_to_the_source(tmp_path, capsys, restore_logging):
+    """metrics=basic: an edit at 128 px and one at 400 px of a 256 px source are resized to 256 px with PIL's bicubic
+    filter (worked out here with PIL and numpy); one whose aspect ratio is 2:1 is refused with both sizes named."""
+    queries = _mini()
+    edits = tmp_path / "edits"
+    _sources_as_edits(edits, queries[:6], (128, 128))
+    _sources_as_edits(edits, queries[6:13], (400, 400))
+    _sources_as_edits(edits, queries[13:], (256, 128))
+    got = _both(edits, tmp_path / "r", "metrics=basic")
+    capsys.readouterr()
+    assert got["score"][0] == got["run"][0] == 0  # 1 of 14 failed: within max_failed_fraction
+    for cmd in ("score", "run"):
+        rows = _rows(tmp_path / "r" / cmd)
+        for q in queries[:13]:
+            src = Image.open(DEMO / q.image).convert("RGB")
+            made = src.resize((128, 128) if q in queries[:6] else (400, 400), Image.Resampling.BICUBIC)
+            back = np.asarray(made.resize(src.size, Image.Resampling.BICUBIC), dtype=np.float64) / 255
+            l1 = np.abs(back - np.asarray(src, dtype=np.float64) / 255).mean()
+            assert rows.loc[q.id, "status"] == "ok" and rows.loc[q.id, "l1"] == pytest.approx(l1, abs=1e-6)
+            assert rows.loc[q.id, "l1"] > 0  # not the identity: the resize is really there
+        bad = rows.loc[queries[13].id]
+        assert bad["status"] == "failed"
+        assert "edit is 256x128, source is 256x256: their aspect ratios differ by 100%" in bad["reason"]
+
+
+def test_hatie_scores_an_edit_of_another_size_as_its_512_px_resize(tmp_path, capsys, restore_logging):
+    """metrics=hatie resizes every edit to 512 x 512 with PIL's bicubic filter, as the release does: the 256 px
+    sources as edits (through `editmeter run editor=external`), and the same images resized to 512 px by hand
+    (through `editmeter score`), get identical scores (metamorphic)."""
+    queries = _mini()
+    _sources_as_edits(tmp_path / "at256", queries)
+    _sources_as_edits(tmp_path / "at512", queries, (512, 512))
+    args = [*COMMON, "metrics=hatie"]
+    assert _exit(["run", "editor=external", f"editor.folder={tmp_path / 'at256'}", *args,
+                  f"paths.results={tmp_path / 'a'}"]) == 0
+    assert _exit(["score", "--edits", str(tmp_path / "at512"), "--name", "theirs", *args,
+                  f"paths.results={tmp_path / 'b'}"]) == 0
+    capsys.readouterr()
+    a, b = _rows(tmp_path / "a"), _rows(tmp_path / "b")
+    assert (a["status"] == "ok").all() and (b["status"] == "ok").all() and len(a) == len(b) == 14
+    cols = [c for c in a.columns if c.startswith("raw_") or c in ("OF", "BF", "OC", "BC")]
+    assert cols and np.array_equal(a.loc[b.index, cols].to_numpy(float), b[cols].to_numpy(float), equal_nan=True)
+
+
+def test_an_aggregate_only_run_whose_rows_are_all_quarantined_exits_1(tmp_path, capsys, restore_logging):
+    edits = tmp_path / "edits"
+    _sources_as_edits(edits, _mini())
+    results = tmp_path / "r"
+    run = ["run", "editor=external", f"editor.folder={edits}", *COMMON, "metrics=basic", f"paths.results={results}"]
+    assert _exit(run) == 0
+    assert _exit([*run, "stages=[aggregate]"]) == 0  # every row there: the tables are whole
+    for part in results.glob("runs/*/*/scores/*/part-*.parquet"):
+        part.write_bytes(b"PAR1 not a parquet file")
+    capsys.readouterr()
+    assert _exit([*run, "stages=[aggregate]"]) == 1
+    err = capsys.readouterr().err
+    assert "aggregate: this run's leaderboard rows cover no scored query (basic: PARTIAL 0/14" in err
+    assert pd.read_csv(results / "leaderboard.csv").iloc[0]["n_ok"] == 0
