@@ -17,24 +17,28 @@ from typing import Any
 def to_pil_8bit(img: Any) -> Any:
     """float (3, H, W) in [0, 1] -> PIL RGB. Each value is rounded to the nearest 8-bit level: an image decoded from
     an 8-bit file (every image editmeter loads: uint8 / 255) comes back as exactly its pixels."""
+    import numpy as np
     import torch
     from PIL import Image
 
-    x = img.detach().float().cpu()
-    if x.ndim != 3 or x.shape[0] != 3:
-        raise ValueError(f"expected a (3, H, W) image, got shape {tuple(x.shape)}")
-    lo, hi = float(x.min()), float(x.max())
+    if img.ndim != 3 or img.shape[0] != 3:
+        raise ValueError(f"expected a (3, H, W) image, got shape {tuple(img.shape)}")
+    # numpy on the (H, W, 3) view: the loader's tensors are channels-last views, so this reads memory in order
+    a = img.detach().to("cpu", torch.float32).permute(1, 2, 0).numpy()
+    lo, hi = float(a.min()), float(a.max())
     if not (0.0 <= lo and hi <= 1.0):  # also refuses NaN
         raise ValueError(f"image values must lie in [0, 1] (got {lo:.4g} .. {hi:.4g}); pass an 8-bit image / 255")
-    return Image.fromarray(x.mul(255).round_().to(torch.uint8).permute(1, 2, 0).contiguous().numpy())
+    return Image.fromarray(np.rint(a * np.float32(255)).astype(np.uint8))
 
 
 def resize_crop(img: Any, resize: int, crop: int) -> Any:
     """torchvision's `Resize(resize, bicubic)`, `CenterCrop(crop)`, `ToTensor()` on the 8-bit image of `img`
     (float (3, H, W) in [0, 1]): float (3, crop, crop) whose values are k / 255."""
-    import torch
+    import numpy as np
     from torchvision.transforms import InterpolationMode
     from torchvision.transforms import functional as TF
 
+    from benchmark.imageio import float_chw
+
     pil = TF.center_crop(TF.resize(to_pil_8bit(img), resize, interpolation=InterpolationMode.BICUBIC), crop)
-    return TF.to_tensor(pil).to(torch.float32)
+    return float_chw(np.array(pil))  # ToTensor's values (float32(x) / 255), as a channels-last view
