@@ -1,9 +1,17 @@
-"""`p2p`: Prompt-to-Prompt (Hertz et al. 2023) on real images via null-text inversion (Mokady et al. 2023).
+"""`p2p`: Prompt-to-Prompt (Hertz et al. 2023) on real images, through one of three inversions.
 
-DDIM-invert the source under its caption, optimise per-step null-text embeddings so guided sampling retraces the
-inversion, then sample source and target captions side by side while the target branch takes the source's attention
-(word swap / refinement / re-weighting of cross-attention; self-attention injection for the first tau of the steps).
-Description-based: source_caption + target_caption. Deterministic: no random numbers are drawn.
+DDIM-invert the source under its caption, then sample source and target captions side by side while the target
+branch takes the source's attention (word swap / refinement / re-weighting of cross-attention; self-attention
+injection for the first tau of the steps). `inversion` says how the source branch is made to retrace the inversion:
+
+- `null_text` (Mokady et al. 2023): per-step null-text embeddings optimised so guided sampling retraces it;
+- `negative_prompt` (Miyake et al. 2023): the source caption's embedding serves as the null text of both branches,
+  no optimisation (the source branch's guidance then cancels out: eps = eps(source caption));
+- `direct` (Ju et al. 2024, "PnP Inversion"): the plain empty null text, and after each step the source branch adds
+  the gap between the trajectory and one guided step from it, measured once per source; no optimisation.
+
+PIE-Bench compares the three (docs/diffusion.md). Description-based: source_caption + target_caption.
+Deterministic: no random numbers are drawn.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ class PromptToPromptEditor(SourceInversions, DiffusionEditor):
     """Args (besides DiffusionEditor's): steps (DDIM), guidance_scale, mode ('replace' | 'refine' | 'auto'),
     cross_replace_steps, self_replace_steps (tau), self_replace_max_tokens, reweight ({word: scale}),
     token_mapping ('reference': the authors' token mappers | 'aligned': editmeter's earlier ones),
+    inversion ('null_text' | 'negative_prompt' | 'direct'; the null_text_* settings apply to 'null_text' only),
     null_text_inner_steps, null_text_lr, null_text_lr_decay, null_text_early_stop, null_text_early_stop_growth,
     reuse_inversions (share each source's inversion through `inversion_store`, which the run sets to
     `<results>/inversions`; without a store every query inverts its own source)."""
@@ -26,14 +35,14 @@ class PromptToPromptEditor(SourceInversions, DiffusionEditor):
     prompt_kind: ClassVar[Literal["instruction", "description"]] = "description"
     family: ClassVar[str] = "sd"
     name: ClassVar[str] = "p2p"
-    inversion_kind: ClassVar[str] = "p2p-null-text"
+    inversion_kind: ClassVar[str] = "p2p-null-text"  # per instance: INVERSION_KINDS[inversion]
     seeded_inversion: ClassVar[bool] = False  # DDIM inversion and null-text optimisation draw nothing
 
     def __init__(self, *, steps: int, guidance_scale: float, mode: str, cross_replace_steps: float,
                  self_replace_steps: float, self_replace_max_tokens: int, reweight: dict[str, float],
                  token_mapping: str, null_text_inner_steps: int, null_text_lr: float, null_text_lr_decay: float,
-                 null_text_early_stop: float, null_text_early_stop_growth: float, reuse_inversions: bool = True,
-                 **common: Any) -> None:
+                 null_text_early_stop: float, null_text_early_stop_growth: float, inversion: str = "null_text",
+                 reuse_inversions: bool = True, **common: Any) -> None:
         from benchmark.editing.attention import MODES
         from benchmark.editing.token_maps import TOKEN_MAPPINGS
         from benchmark.models.diffusion import set_scheduler
@@ -42,6 +51,8 @@ class PromptToPromptEditor(SourceInversions, DiffusionEditor):
             raise ValueError(f"p2p: unknown mode {mode!r}; expected one of {', '.join(MODES)}")
         if token_mapping not in TOKEN_MAPPINGS:
             raise ValueError(f"p2p: unknown token_mapping {token_mapping!r}; expected one of {', '.join(TOKEN_MAPPINGS)}")
+        if inversion not in INVERSION_KINDS:
+            raise ValueError(f"p2p: unknown inversion {inversion!r}; expected one of {', '.join(INVERSION_KINDS)}")
         super().__init__(**common)
         set_scheduler(self.pipe, "DDIMScheduler")
         self.steps, self.guidance_scale, self.mode = int(steps), float(guidance_scale), mode
@@ -49,6 +60,8 @@ class PromptToPromptEditor(SourceInversions, DiffusionEditor):
         self.self_replace_max_tokens = int(self_replace_max_tokens)
         self.reweight = {str(k): float(v) for k, v in dict(reweight or {}).items()}
         self.token_mapping = token_mapping
+        self.inversion = inversion
+        self.inversion_kind = INVERSION_KINDS[inversion]
         self.null_text = {"inner_steps": int(null_text_inner_steps), "lr": float(null_text_lr),
                           "lr_decay": float(null_text_lr_decay), "early_stop": float(null_text_early_stop),
                           "early_stop_growth": float(null_text_early_stop_growth)}
@@ -61,8 +74,8 @@ class PromptToPromptEditor(SourceInversions, DiffusionEditor):
         p, unet = self.pipe, self.pipe.unet
         src = [it.query.source_caption for it in items]
         tgt = [it.query.target_caption for it in items]
-        x_t, nulls = self._stacked_inversions(items)
         src_emb, tgt_emb = inv.encode_text(p, src), inv.encode_text(p, tgt)
+        x_t, uncond, after_step = self._source_branch(items, src_emb)
         grid = inv.ddim_grid(p.scheduler, self.steps)
         controller = AttentionController(
             [build_token_edit(p.tokenizer, s, t, mode=self.mode, reweight=self.reweight,
@@ -73,57 +86,98 @@ class PromptToPromptEditor(SourceInversions, DiffusionEditor):
         # Batch layout the controller expects: per query [source, target] side by side.
         cond = _interleave(src_emb, tgt_emb)
         with controlled_attention(unet, controller):
-            x = inv.ddim_sample(unet, grid, _interleave(x_t, x_t), cond, [_interleave(n, n) for n in nulls],
-                                self.guidance_scale, on_step=lambda i: setattr(controller, "step", i))
+            x = inv.ddim_sample(unet, grid, _interleave(x_t, x_t), cond, uncond, self.guidance_scale,
+                                on_step=lambda i: setattr(controller, "step", i), after_step=after_step)
         return inv.decode_latents(p, x[1::2])
 
-    # --- inversions: DDIM inversion + null-text optimisation, shared per source (SourceInversions) ----------------
+    # --- inversions: DDIM inversion (+ null-text optimisation or Direct Inversion's offsets), shared per source ----
 
-    def _stacked_inversions(self, items: Sequence[Item]) -> tuple[Any, list[Any]]:
-        """(x_T (B, C, h, w), the per-step null embeddings: n tensors (B, 77, D)) of `items`, fp32 on the UNet's
-        device: read from the store, or computed now (and stored when there is a store)."""
+    def _source_branch(self, items: Sequence[Item], src_emb: Any) -> tuple[Any, Any, Any]:
+        """(x_T (B, C, h, w), the null text of the interleaved [source, target] batch (one tensor, or n: one per
+        step), the `after_step` correction or None) of `items`, fp32 on the UNet's device: the inversions are read
+        from the store, or computed now (and stored when there is a store)."""
         import torch
+
+        from benchmark.editing import inversion as inv
 
         per_item = self._inversions(items)
         dev = self.pipe.unet.device
         x_t = torch.cat([t["x_T"] for t in per_item]).to(dev)
-        nulls = torch.stack([t["null_embeddings"] for t in per_item], dim=1).to(dev)  # (n, B, 77, D)
-        return x_t, list(nulls)
+        if self.inversion == "null_text":
+            nulls = torch.stack([t["null_embeddings"] for t in per_item], dim=1).to(dev)  # (n, B, 77, D)
+            return x_t, [_interleave(n, n) for n in nulls], None
+        if self.inversion == "negative_prompt":  # the authors expand the source's embedding over both branches
+            src = src_emb.to(dev)
+            return x_t, _interleave(src, src), None
+        empty = inv.encode_text(self.pipe, [""] * len(items)).to(dev)
+        offsets = torch.stack([t["offsets"] for t in per_item], dim=1).to(dev)  # (n, B, C, h, w)
+
+        def correct(i: int, x: Any) -> Any:
+            # only the source branch (even rows) is corrected, as the authors' P2P runs do; the target keeps its step
+            x = x.clone()
+            x[0::2] += offsets[i]
+            return x
+
+        return x_t, _interleave(empty, empty), correct
 
     def _inversion_settings(self) -> dict[str, Any]:
         """Every setting of the inversion (never an editing setting, so a sweep of tau, mode or reweight shares it)."""
-        return {"scheduler": scheduler_settings(self.pipe.scheduler.config), "steps": self.steps,
-                "guidance_scale": self.guidance_scale, "null_text": self.null_text}
+        settings: dict[str, Any] = {"scheduler": scheduler_settings(self.pipe.scheduler.config), "steps": self.steps}
+        if self.inversion == "null_text":
+            settings.update(guidance_scale=self.guidance_scale, null_text=self.null_text)
+        elif self.inversion == "direct":  # the offsets are measured with the sampler's guidance
+            settings.update(guidance_scale=self.guidance_scale)
+        return settings
 
     def _inversion_tensors(self) -> dict[str, tuple[tuple[int, ...], str]]:
         """The tensors one stored inversion holds: {name: (shape, dtype)}."""
         c = self.pipe.unet.config.in_channels
         side = self.resolution // self.pipe.vae_scale_factor
         width = self.pipe.text_encoder.config.hidden_size
-        return {"x_T": ((1, c, side, side), "float32"),
-                "null_embeddings": ((self.steps, self.pipe.tokenizer.model_max_length, width), "float32")}
+        tensors = {"x_T": ((1, c, side, side), "float32")}
+        if self.inversion == "null_text":
+            tensors["null_embeddings"] = ((self.steps, self.pipe.tokenizer.model_max_length, width), "float32")
+        elif self.inversion == "direct":
+            tensors["offsets"] = ((self.steps, c, side, side), "float32")
+        return tensors
 
     def _compute_inversions(self, items: Sequence[Item]) -> list[dict[str, Any]]:
-        """DDIM-invert each source under its caption and optimise its null-text embeddings, as one batch."""
+        """DDIM-invert each source under its caption, then optimise its null-text embeddings (`null_text`) or measure
+        its offsets (`direct`), as one batch; `negative_prompt` keeps x_T alone."""
         import torch
 
         from benchmark.editing import inversion as inv
 
         p, unet = self.pipe, self.pipe.unet
         src_emb = inv.encode_text(p, [it.query.source_caption for it in items])
-        empty = inv.encode_text(p, [""] * len(items))
         grid = inv.ddim_grid(p.scheduler, self.steps)
         traj = inv.ddim_invert(unet, grid, inv.encode_images(p, [it.image for it in items]), src_emb)
-        nulls = inv.null_text_optimise(unet, grid, traj, src_emb, empty, guidance=self.guidance_scale, **self.null_text)
-        stacked = torch.stack(nulls, dim=1).float()  # (B, n, 77, D)
-        return [{"x_T": traj[-1][i : i + 1].float(), "null_embeddings": stacked[i]} for i in range(len(items))]
+        out = [{"x_T": traj[-1][i : i + 1].float()} for i in range(len(items))]
+        if self.inversion == "negative_prompt":
+            return out
+        empty = inv.encode_text(p, [""] * len(items))
+        if self.inversion == "null_text":
+            nulls = inv.null_text_optimise(unet, grid, traj, src_emb, empty, guidance=self.guidance_scale,
+                                           **self.null_text)
+            name, stacked = "null_embeddings", torch.stack(nulls, dim=1).float()  # (B, n, 77, D)
+        else:
+            offsets = inv.direct_offsets(unet, grid, traj, src_emb, empty, guidance=self.guidance_scale)
+            name, stacked = "offsets", torch.stack(offsets, dim=1).float()  # (B, n, C, h, w)
+        for i, o in enumerate(out):
+            o[name] = stacked[i]
+        return out
 
     def hyperparameters(self) -> dict[str, Any]:
         return {"scheduler": "DDIM (eta 0)", "steps": self.steps, "guidance_scale": self.guidance_scale,
                 "mode": self.mode, "cross_replace_steps": self.cross_replace_steps,
                 "self_replace_steps": self.self_replace_steps, "self_replace_max_tokens": self.self_replace_max_tokens,
-                "reweight": self.reweight, "token_mapping": self.token_mapping, "null_text": self.null_text,
+                "reweight": self.reweight, "token_mapping": self.token_mapping, "inversion": self.inversion,
+                "null_text": self.null_text if self.inversion == "null_text" else None,
                 "reuse_inversions": self.reuse_inversions}
+
+
+# The store's kind of each inversion: its stored tensors differ, so the kinds never read each other's files.
+INVERSION_KINDS = {"null_text": "p2p-null-text", "negative_prompt": "p2p-negative-prompt", "direct": "p2p-direct"}
 
 
 def _interleave(a: Any, b: Any) -> Any:

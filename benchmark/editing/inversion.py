@@ -1,4 +1,5 @@
-"""DDIM inversion and null-text inversion (Mokady et al. 2023) for Stable Diffusion, batched per query.
+"""DDIM inversion, null-text inversion (Mokady et al. 2023) and Direct Inversion's offsets (Ju et al. 2024) for
+Stable Diffusion, batched per query.
 
 Every function takes a batch of B independent queries; nothing mixes samples (null-text embeddings are separate
 parameters per query with their own early stop), so results do not depend on how queries are batched.
@@ -167,9 +168,34 @@ def null_text_optimise(unet: Any, grid: DDIMGrid, traj: Sequence[Any], cond: Any
     return out
 
 
+def direct_offsets(unet: Any, grid: DDIMGrid, traj: Sequence[Any], cond: Any, uncond: Any, *,
+                   guidance: float) -> list[Any]:
+    """Direct Inversion's per-step corrections (Ju et al. 2024, "PnP Inversion"): at step i, the gap between the
+    inversion trajectory's next latent and one guided DDIM step taken from the trajectory's current latent.
+
+    The source branch of an edit adds step i's offset after its own step i, so it walks the trajectory back to x_0
+    without any optimisation; the branch restarts from the trajectory at every step (the offset is measured from the
+    trajectory, not from the corrected sampler), as the authors' `offset_calculate` does. Returns n tensors
+    (B, C, h, w) in fp32, in denoising order.
+    """
+    import torch
+
+    n = len(grid.timesteps)
+    out = []
+    with torch.no_grad():
+        for i, t in enumerate(grid.timesteps.tolist()):
+            x = traj[n - i]
+            step = ddim_move(x, guided_eps(unet, x, t, uncond, cond, guidance), grid.alpha(t),
+                             grid.alpha(t - grid.stride))
+            out.append((traj[n - i - 1] - step).float())
+    return out
+
+
 def ddim_sample(unet: Any, grid: DDIMGrid, xT: Any, cond: Any, uncond: Any | Sequence[Any], guidance: float,
-                on_step: Any = None) -> Any:
-    """Guided DDIM sampling from xT; `uncond` is one tensor or one per step (null-text); returns x_0."""
+                on_step: Any = None, after_step: Any = None) -> Any:
+    """Guided DDIM sampling from xT; `uncond` is one tensor or one per step (null-text); returns x_0.
+
+    `after_step(i, x)`, when given, returns the latents that continue after step i (Direct Inversion's correction)."""
     import torch
 
     x = xT.to(unet.device, torch.float32)
@@ -179,4 +205,6 @@ def ddim_sample(unet: Any, grid: DDIMGrid, xT: Any, cond: Any, uncond: Any | Seq
                 on_step(i)
             u = uncond[i] if isinstance(uncond, list | tuple) else uncond
             x = ddim_move(x, guided_eps(unet, x, t, u, cond, guidance), grid.alpha(t), grid.alpha(t - grid.stride))
+            if after_step is not None:
+                x = after_step(i, x)
     return x
