@@ -290,6 +290,19 @@ def _z(level: float) -> float:
     return NormalDist().inv_cdf(0.5 + level / 2)
 
 
+def _family_blind_hint(chosen: list[_Folder], metric_set: str | None) -> str:
+    """How to compare runs of two editor families: the metric sets without a suite's family split that every named
+    run was scored with (`--metric-set <set>`), or, when none, scoring them with `metrics=basic` first."""
+    shared = set.intersection(*(set(f.runs) for f in chosen))
+    blind = sorted(m for m in shared if m and m != metric_set and not any(r.meta.get("suite") for f in chosen
+                                                                       for r in f.runs[m]))
+    if blind:
+        return "compare them on a metric set that does not split editor families: " + " or ".join(
+            f"--metric-set {m}" for m in blind)
+    return ("score both with a metric set that does not split editor families (metrics=basic) and compare them "
+            "with --metric-set basic")
+
+
 def compare_runs(results: Path, runs: Sequence[str] | None = None, *, queryset: str | None = None,
                  metric_set: str | None = None, by: str | None = None, metrics: Sequence[str] | None = None,
                  n_resamples: int = 10000, seed: int = 0, test: str = "wilcoxon"):
@@ -376,7 +389,8 @@ def compare_runs(results: Path, runs: Sequence[str] | None = None, *, queryset: 
                 why = (f"{fa.key} is {fa.prompt_kind}-based and {fb.key} {fb.prompt_kind}-based: {suite['name']}'s "
                        "scores of the two editor families are not comparable")
                 if explicit:
-                    raise CompareError(f"metric set {mset}: {why}; name editors of one family")
+                    raise CompareError(f"metric set {mset}: {why}; name editors of one family, or "
+                                       + _family_blind_hint(chosen, metric_set))
                 notes.append(f"metric set {mset}: pair not compared, {why}")
                 continue
             pairs.append(_pair(sides[fa.key], sides[fb.key], fa, fb, mset, universe[["query_id"]]))

@@ -193,6 +193,7 @@ def apply_run_checks(cfg: Any, editor_name: str) -> None:
     from benchmark.models.diffusion import DtypeError, check_dtype
 
     check_label(editor_name)
+    check_editor_target(cfg)
     if "dtype" in (cfg.get("editor") or {}):
         try:
             check_dtype(cfg.editor.dtype, what=f"editor {editor_name!r}")
@@ -206,6 +207,58 @@ def apply_run_checks(cfg: Any, editor_name: str) -> None:
             set_max_prompt_chars(limits.get("max_prompt_chars"))
     except ValueError as err:
         raise SettingError(f"{err}: fix it on the command line or in configs/config.yaml (docs/inputs.md)") from None
+
+
+def editor_file(cfg: Any) -> str:
+    """The YAML file the run's editor config came from (`configs/editor/<choice>.yaml`), for error messages."""
+    choice = cfg.hydra.runtime.choices.get("editor") if "hydra" in cfg else None
+    if choice is None:
+        from hydra.core.hydra_config import HydraConfig
+
+        try:
+            choice = HydraConfig.get().runtime.choices.get("editor")
+        except ValueError:  # not inside a Hydra run
+            choice = None
+    return f"configs/editor/{choice}.yaml" if choice else "the editor config (configs/editor/<name>.yaml)"
+
+
+def check_editor_target(cfg: Any) -> None:
+    """Refuse an editor config without `_target_` (the class Hydra builds), naming its YAML file and the fix."""
+    node = cfg.get("editor")
+    if node is not None and not node.get("_target_"):
+        raise SettingError(f"{editor_file(cfg)} has no `_target_` key: Hydra builds the editor from it. Add the "
+                           "class path as its first key, e.g. `_target_: editors.<name>.<Class>` "
+                           "(docs/editors.md, section 5)")
+
+
+def build_editor(cfg: Any) -> Any:
+    """Instantiate `cfg.editor`. A YAML without `_target_`, with a `_target_` that cannot be imported, or whose keys
+    the class's constructor does not take (a required argument missing, an unknown one) raises `SettingError`
+    naming the YAML file and the key, before the class is built."""
+    import inspect
+
+    from hydra.utils import get_object, instantiate
+
+    check_editor_target(cfg)
+    where, target = editor_file(cfg), str(cfg.editor._target_)
+    try:
+        cls = get_object(target)
+    except (ImportError, ValueError) as err:
+        raise SettingError(f"{where}: `_target_: {target}` cannot be imported ({err}); write the class path as "
+                           "editors.<module>.<Class>, with the module in editors/ (docs/editors.md)") from None
+    keys = [k for k in cfg.editor if not str(k).startswith("_")]
+    try:
+        signature = inspect.signature(cls)
+    except (TypeError, ValueError):  # no introspectable signature: the constructor judges its own arguments
+        signature = None
+    if signature is not None:
+        try:
+            signature.bind(**dict.fromkeys(keys))
+        except TypeError as err:
+            raise SettingError(f"{where}: {target} does not take its keys as written ({err}). Add the missing key "
+                               "to the YAML (or pass editor.<key>=... on the command line; +editor.<key>=... adds "
+                               "one the YAML lacks), or remove the unknown one") from None
+    return instantiate(cfg.editor)
 
 
 def check_metric_precisions(cfg: Any) -> None:

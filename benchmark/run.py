@@ -73,8 +73,9 @@ def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
     from omegaconf import OmegaConf
 
     from benchmark.budget import check_budget
-    from benchmark.config import editor_signature, metric_signature, portable
+    from benchmark.config import build_editor, editor_signature, metric_signature, portable
     from benchmark.console import progress_enabled
+    from benchmark.editing.base import warn_coarse_strengths
     from benchmark.errors import TooManyFailures
     from benchmark.fileio import atomic_write_text, remove_stale_tmp
     from benchmark.hashing import canonical_json
@@ -100,7 +101,7 @@ def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
             print(run_preflight(cfg, qs, editor=editor_name, metrics=_choices(cfg).get("metrics", "<metrics>")))
             print(check_budget(cfg, full, editor=editor_name, metrics=_choices(cfg).get("metrics", "")))  # the budget
     with timer("load editor"):
-        editor = instantiate(cfg.editor)
+        editor = build_editor(cfg)  # a YAML the class cannot take: an error naming the file
         if getattr(editor, "reuse_inversions", False):  # shared by every run under these results (sweeps, shards)
             from benchmark.editing.inversion_store import INVERSIONS_DIR, InversionStore
 
@@ -108,6 +109,7 @@ def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
         metrics = {name: instantiate(node) for name, node in cfg.metrics.items()}
     editor_cfg = OmegaConf.to_container(cfg.editor, resolve=True)
     sig = editor_signature(editor_cfg, editor.info(), cfg.seed, profile)
+    warn_coarse_strengths(editor.info())  # a strength the few tiny steps round away: say so before editing
     metric_sets = _metric_sets(OmegaConf.to_container(cfg.metrics, resolve=True), metrics,
                                _choices(cfg).get("metrics", ""), metric_signature, is_suite)
     msig = metric_sets[0][1]

@@ -420,3 +420,32 @@ def test_two_query_sets_holding_both_editors_are_listed_with_a_command_that_work
     for command in commands:  # each suggestion runs, on its own query set
         assert cli.main(["compare", "--results", str(tmp_path), *shlex.split(command)[2:], "--resamples", "50"]) == 0
         assert "shared: 12 of 12" in capsys.readouterr().out
+
+
+def _scored_twice(results: Path, editor: str, values: dict[str, np.ndarray], prompt_kind: str) -> None:
+    """One run folder scored with a suite (which splits editor families) and with the family-blind basic set."""
+    run_dir = make_run(results, editor, values, metric_set="toysuite", metric_sig="s" * 12, prompt_kind=prompt_kind,
+                       model_level={"Total": True})
+    suite = json.loads((run_dir / "run.json").read_text())["scored"]
+    make_run(results, editor, values, metric_sig="b" * 12, prompt_kind=prompt_kind)
+    meta = json.loads((run_dir / "run.json").read_text())
+    (run_dir / "run.json").write_text(json.dumps(meta | {"scored": meta["scored"] | suite}))
+
+
+def test_a_cross_family_refusal_names_the_metric_set_that_compares_them(tmp_path):
+    """Named runs of two editor families: the suite's refusal says which of their shared metric sets compares them
+    (`--metric-set basic`), and that set does; with no such set scored, it says to score one."""
+    a, b = planted(n=30)
+    _scored_twice(tmp_path, "alpha", {"OF": a}, "instruction")
+    _scored_twice(tmp_path, "delta", {"OF": b}, "description")
+    for mset in (None, "toysuite"):
+        with pytest.raises(CompareError, match=r"not comparable; .*: --metric-set basic$"):
+            compare_runs(tmp_path, ["alpha", "delta"], metric_set=mset)
+    df = compare_runs(tmp_path, ["alpha", "delta"], metric_set="basic", n_resamples=100)
+    assert set(df["metric_set"]) == {"basic"} and list(df["metric"].unique()) == ["OF"]
+    only_suite = tmp_path / "only_suite"
+    make_run(only_suite, "alpha", {"OF": a}, metric_set="toysuite", model_level={"Total": True})
+    make_run(only_suite, "delta", {"OF": b}, metric_set="toysuite", model_level={"Total": True},
+             prompt_kind="description")
+    with pytest.raises(CompareError, match=r"not comparable; .*\(metrics=basic\) .*--metric-set basic$"):
+        compare_runs(only_suite, ["alpha", "delta"])

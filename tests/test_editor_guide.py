@@ -95,18 +95,37 @@ def test_minimal_pil_editor_and_its_yaml_work_as_written(demo_qs, guide_module):
 def test_diffusion_editor_steps_assemble_into_a_working_editor(demo_qs, guide_module):
     """Section 3's four code blocks, concatenated, are a complete DiffusionEditor that passes the contract."""
     from hydra.utils import instantiate
+    from omegaconf import OmegaConf
 
     blocks = code_blocks(guide_section(3), "python")
     assert blocks[0].startswith("# editors/myeditor.py") and len(blocks) == 4
     guide_module("editors.myeditor", "\n".join(blocks))
-    editor = instantiate({"_target_": "editors.myeditor.MyEditor", "weights": "tiny", "model_id": "unused",
-                          "revision": "unused", "resolution": 32, "steps": 3, "strength": 0.75, "guidance_scale": 7.5})
+    (config,) = code_blocks(guide_section(3), "yaml")  # step 5, resolved under the tiny profile as a run does
+    assert config.startswith("# configs/editor/myeditor.yaml")
+    tree = OmegaConf.merge({"profile": OmegaConf.load(ROOT / "configs" / "profile" / "tiny.yaml")},
+                           {"editor": OmegaConf.create(config)})
+    editor = instantiate(OmegaConf.to_container(tree.editor, resolve=True))
     check_contract(editor, demo_qs)
     info = editor.info()
     assert info["name"] == "myeditor" and info["strength"] == 0.75 and info["weights"] == "tiny"
     q = dataclasses.replace(demo_qs.queries[0], target_caption="")
     with pytest.raises(PromptKindError, match=q.id):
         editor.check_prompts([q])
+
+
+def test_the_guide_editors_pass_the_checklists_ruff(tmp_path):
+    """The checklist runs `python -m ruff check editors/<name>.py`: the guide's two editors, saved where it says,
+    pass it with the project's settings (pyproject.toml, first-party imports as in editors/)."""
+    import subprocess
+
+    pytest.importorskip("ruff")
+    files = {"editors/grey.py": next(b for b in code_blocks(guide_section(2), "python")
+                                     if b.startswith("# editors/grey.py")),
+             "editors/myeditor.py": "\n".join(code_blocks(guide_section(3), "python"))}
+    for name, source in files.items():
+        proc = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "--stdin-filename", name, "-"],
+                              input=source, cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, (name, proc.stdout, proc.stderr)
 
 
 def test_guide_overrides_and_yaml_match_the_ledits_editor():

@@ -24,6 +24,49 @@ from benchmark.editor import Editor, generators
 from benchmark.types import Query
 
 
+class CoarseSettingWarning(UserWarning):
+    """A setting that the run's few sampling steps round away: nearby values give byte-identical edits."""
+
+
+# A strength step wider than this (steps <= 10) is worth a warning: at the tiny profile's 3 steps it is a third.
+COARSE_STRENGTH_STEP = 0.1
+
+
+def coarse_strengths(info: dict[str, Any]) -> list[str]:
+    """Warnings for the `strength`-like settings of an editor's `info()` that few steps make coarse.
+
+    diffusers' img2img-style pipelines (img2img, DiffEdit's inpaint and mask strengths, SDEdit) run
+    n = min(int(steps * strength), steps) of the `steps` denoising steps, so every strength in [n/steps, (n+1)/steps)
+    gives the same edit. Keys read: `steps` and each `strength` or `*_strength` in [0, 1); none when the step
+    between two step counts, 1/steps, is at most `COARSE_STRENGTH_STEP`."""
+    steps = info.get("steps")
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1 or 1 / steps <= COARSE_STRENGTH_STEP:
+        return []
+    notes = []
+    for key, value in info.items():
+        if not (key == "strength" or key.endswith("_strength")) or isinstance(value, bool):
+            continue
+        if not isinstance(value, int | float) or not 0 <= value < 1:
+            continue
+        n = min(int(steps * value), steps)  # diffusers' get_timesteps
+        notes.append(f"{info.get('name', 'editor')}: {key}={value:g} runs {n} of its {steps} denoising steps, as "
+                     f"every {key} in [{n / steps:.3g}, {(n + 1) / steps:.3g}) does, so those values give "
+                     "byte-identical edits" + (" (0 steps: the edit is the source)" if n == 0 else "")
+                     + f"; compare {key} settings at more steps (editor.steps=50 or profile=pretrained), not at "
+                     "the tiny profile (docs/editors.md, section 4)")
+    return notes
+
+
+def warn_coarse_strengths(info: dict[str, Any]) -> list[str]:
+    """`coarse_strengths(info)`, each issued as a `CoarseSettingWarning`; returns them."""
+    import warnings
+
+    notes = coarse_strengths(info)
+    for note in notes:
+        warnings.warn(note, CoarseSettingWarning, stacklevel=2)
+    return notes
+
+
 @dataclass(frozen=True)
 class Item:
     """One query as the model sees it: the query, its source resized to the model resolution, its seed."""
