@@ -33,8 +33,8 @@ NOT_RUN = {
 }
 # Online commands: offline they must fail fast, with a one-line error and no traceback
 ONLINE = ("make data NAME=", "make weights ", "make bench ")
-# Documented reductions, so the run stays short: the demo with one tiny diffusion editor instead of seven (a Make
-# variable the README's `make demo` documents through `make help`), a run of the whole demo set on its first queries
+# Reductions, so the run stays short: the demo with one tiny diffusion editor instead of seven (the README names
+# DIFFUSION_EDITORS=sdedit as the shorter demo), and a run of the whole demo set on its first two queries
 SHORTER = {"make demo": "make demo DIFFUSION_EDITORS=sdedit",
            "editmeter run editor=ip2p queryset=demo profile=tiny": "editmeter run editor=ip2p queryset=demo "
            "profile=tiny limit=2 metrics=basic"}
@@ -130,7 +130,8 @@ def _copy_checkout(dest: Path) -> None:
     (dest / ".venv").symlink_to(sys.prefix)  # the test's own virtualenv
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # about 3 min of CPU (the demo with one diffusion editor, HATIE on tiny models): --run-slow
+@pytest.mark.timeout(1800)
 def test_readme_offline_commands_run_in_order_on_a_fresh_results_folder(tmp_path):
     clone = tmp_path / "editmeter"
     _copy_checkout(clone)
