@@ -130,8 +130,8 @@ def _copy_checkout(dest: Path) -> None:
     (dest / ".venv").symlink_to(sys.prefix)  # the test's own virtualenv
 
 
-@pytest.mark.slow  # about 3 min of CPU (the demo with one diffusion editor, HATIE on tiny models): --run-slow
-@pytest.mark.timeout(1800)
+@pytest.mark.timeout(1800)  # about 3 min of CPU (the demo with one diffusion editor, HATIE on tiny models); run by
+# `make test` on purpose: the first page must not drift from the code
 def test_readme_offline_commands_run_in_order_on_a_fresh_results_folder(tmp_path):
     clone = tmp_path / "editmeter"
     _copy_checkout(clone)
