@@ -276,6 +276,30 @@ def test_editmeter_run_on_the_imported_fixture(built, tmp_path, capsys, restore_
     assert "Use metrics=pie, metrics=conventional, metrics=basic" in err
 
 
+def test_the_imported_fixture_scores_with_metrics_pie(built, tmp_path, restore_logging):
+    """The release-format fixture, imported, scored by PIE-Bench's own suite at the tiny profile: identity keeps
+    structure and background perfect, the whole-image mask (the style entry) has no background to compare, and
+    overedit scores worse; the per-type table has PIE's edit types."""
+    import pandas as pd
+
+    from benchmark import cli
+
+    _, root, _ = built
+    results = tmp_path / "results"
+    for editor in ("identity", "overedit"):
+        assert cli.main(["run", f"editor={editor}", "queryset=pie", f"queryset.root={root}", "profile=tiny",
+                         "metrics=pie", f"paths.results={results}", "progress=false",
+                         "aggregate.bootstrap_resamples=20"]) == 0
+    board = pd.read_csv(results / "leaderboard.csv").set_index("editor")
+    ident, over = board.loc["identity"], board.loc["overedit"]
+    assert ident["n_ok"] == over["n_ok"] == len(ENTRIES)
+    assert ident["structure_1e3"] == 0 and ident["mse_bg_1e4"] == 0 and ident["lpips_bg_1e3"] == 0
+    assert ident["n_no_background"] == 1  # 900000000003's mask covers the image
+    assert over["structure_1e3"] > 0 and over["mse_bg_1e4"] > 0 and over["psnr_bg"] < ident["psnr_bg"]
+    by_type = pd.read_csv(results / "leaderboard_by_type.csv")
+    assert set(by_type["edit_type"]) == {PIE_TYPES[int(e[5])] for e in ENTRIES}
+
+
 def test_bpm_reads_pie_instructions_and_skips_whole_image_types(built):
     """PIE queries carry no structured edit fields: BPM parses the instruction (never asks for a target object, which
     would fail every query) and leaves background and style changes out."""
