@@ -10,6 +10,9 @@ the `AttentionController`, which rewrites only the conditional target branch fro
   benchmark.editing.token_maps, by the authors' rules unless `token_mapping` says otherwise;
 - self-attention, for steps before `int(self_replace_steps * n)` (P2P's tau) and layers with at most
   `self_replace_max_tokens` query positions: the target's self-attention is the source's.
+
+A `LocalBlend` (optional) sums the conditional branches' cross-attention maps of chosen words as the controller sees
+them, and after each scheduler step keeps the target's latents equal to the source's outside the region they mark.
 """
 
 from __future__ import annotations
@@ -106,13 +109,19 @@ class AttentionController:
             (P2P: 32x32; finer layers carry appearance detail and stay free).
         recorder: optional callback(step, is_cross, before, after) seeing the conditional half, for tests/analysis.
         device: where the attention maps live (the UNet's device); the edits' tensors are moved there once.
+        blend: optional LocalBlend (one per batch, built for the same queries) that collects the cross-attention maps
+            of the down and up blocks after this controller's edit, as the authors' attention store holds them.
     """
 
     def __init__(self, edits: Sequence[TokenEdit], *, num_steps: int, cross_replace_steps: float,
                  self_replace_steps: float, self_replace_max_tokens: int,
-                 recorder: Callable[[int, bool, Any, Any], None] | None = None, device: Any = None) -> None:
+                 recorder: Callable[[int, bool, Any, Any], None] | None = None, device: Any = None,
+                 blend: LocalBlend | None = None) -> None:
         """Builds the controller for one batch; the sampling loop then sets `step` before each UNet call."""
         self.edits = [e.to(device) for e in edits] if device is not None else list(edits)
+        if blend is not None and blend.batch != len(self.edits):
+            raise ValueError(f"LocalBlend built for {blend.batch} queries, controller for {len(self.edits)}")
+        self.blend = blend
         # The authors' code builds its cross-attention schedule over num_steps + 1 entries (and the self-attention
         # one over num_steps): int(0.8 * 51) = 40 at 50 steps, but int(0.8 * 4) = 3 (not 2) at 3 steps.
         self.cross_until = int(cross_replace_steps * (num_steps + 1))
@@ -121,8 +130,9 @@ class AttentionController:
         self.recorder = recorder
         self.step = 0
 
-    def __call__(self, probs: Any, is_cross: bool, heads: int) -> Any:
-        """probs: (4 * B * heads, queries, keys) for the batch layout in the module docstring."""
+    def __call__(self, probs: Any, is_cross: bool, heads: int, place: str | None = None) -> Any:
+        """probs: (4 * B * heads, queries, keys) for the batch layout in the module docstring; `place` is the
+        layer's part of the UNet ('down' | 'mid' | 'up'; None: unknown, never collected by a LocalBlend)."""
         b = len(self.edits)
         view = probs.view(2, b, 2, heads, *probs.shape[1:])
         cond = view[1]
@@ -138,6 +148,8 @@ class AttentionController:
                     out[i, 1] = cond[i, 0]
         if self.recorder is not None:
             self.recorder(self.step, is_cross, cond, cond if out is None else out)
+        if self.blend is not None and is_cross and place in LocalBlend.PLACES:
+            self.blend.collect(cond if out is None else out)
         if out is None:
             return probs
         new = view.clone()
@@ -162,9 +174,9 @@ class AttentionController:
 class ControlledAttnProcessor:
     """A diffusers attention processor that materialises the probabilities and passes them through a controller."""
 
-    def __init__(self, controller: AttentionController) -> None:
-        """Wraps `controller`; one processor instance is shared by every attention layer."""
-        self.controller = controller
+    def __init__(self, controller: AttentionController, place: str | None = None) -> None:
+        """Wraps `controller` for the layers of one part of the UNet (`place`: 'down' | 'mid' | 'up')."""
+        self.controller, self.place = controller, place
 
     def __call__(self, attn: Any, hidden_states: Any, encoder_hidden_states: Any = None, attention_mask: Any = None,
                  temb: Any = None, *args: Any, **kwargs: Any) -> Any:
@@ -178,7 +190,7 @@ class ControlledAttnProcessor:
         key = attn.head_to_batch_dim(attn.to_k(context))
         value = attn.head_to_batch_dim(attn.to_v(context))
         probs = attn.get_attention_scores(query, key, attention_mask)
-        probs = self.controller(probs, is_cross, attn.heads)
+        probs = self.controller(probs, is_cross, attn.heads, self.place)
         out = attn.batch_to_head_dim(torch.bmm(probs, value))
         out = attn.to_out[1](attn.to_out[0](out))
         if attn.residual_connection:
@@ -194,11 +206,118 @@ class controlled_attention:  # noqa: N801 - used as a context manager, reads lik
         self.unet, self.controller = unet, controller
 
     def __enter__(self) -> AttentionController:
-        """Save the UNet's processors, install the controlled one; returns the controller."""
+        """Save the UNet's processors, install the controlled ones (one per part of the UNet, which the
+        controller's LocalBlend needs); returns the controller."""
         self.saved = dict(self.unet.attn_processors)
-        self.unet.set_attn_processor(ControlledAttnProcessor(self.controller))
+        parts = {place: ControlledAttnProcessor(self.controller, place) for place in ("down", "mid", "up", None)}
+        self.unet.set_attn_processor({name: parts[_place(name)] for name in self.saved})
         return self.controller
 
     def __exit__(self, *exc: object) -> None:
         """Put the saved processors back, also when the block raised."""
         self.unet.set_attn_processor(self.saved)
+
+
+def _place(processor_name: str) -> str | None:
+    """'down' | 'mid' | 'up' for a diffusers attention processor name ('down_blocks.2.attentions.0...'), else None."""
+    head = processor_name.split(".", 1)[0]
+    return {"down_blocks": "down", "mid_block": "mid", "up_blocks": "up"}.get(head)
+
+
+def blend_map_side(unet_config: Any, latent_side: int) -> int:
+    """Side of the cross-attention maps a LocalBlend reads: the coarsest down-block level with cross-attention
+    (Stable Diffusion v1 at 512 px: 64 // 4 = 16, the authors' 16 x 16 layers; the tiny UNet: 16)."""
+    levels = [i for i, kind in enumerate(unet_config.down_block_types) if "CrossAttn" in kind]
+    if not levels:
+        raise ValueError(f"LocalBlend needs a UNet with cross-attention down blocks; this one has "
+                         f"{list(unet_config.down_block_types)}")
+    return int(latent_side) // 2 ** max(levels)
+
+
+class LocalBlend:
+    """Prompt-to-Prompt's local blend as PIE-Bench's P2P runs it (cure-lab/PnPInversion,
+    models/p2p/attention_control.py; the same as google/prompt-to-prompt's null-text notebook at 512 px).
+
+    Per query, a word of the source caption and one of the target caption (token positions; None: no blend for
+    that query). Each step the controller hands over the conditional [source, target] cross-attention maps of the
+    down- and up-block layers at `map_side` x `map_side` positions (after its edit); each branch's maps of its
+    word's tokens are summed over tokens, heads, layers and every step so far (the authors sum their attention
+    store and never reset it within an edit; they average over heads and layers, a constant factor that the
+    normalisation below removes). Only this (B, 2, map_side^2) sum is kept, not the maps.
+
+    After the scheduler's step i >= int(start * num_steps) (the authors: start_blend 0.2, counter > start_blend):
+    each branch's sum gets a 3 x 3 max-pool (stride 1, padding 1), nearest upsampling to the latent size, division
+    by its maximum and `> threshold` (0.3); the target's mask is the union of the source's and its own, and the
+    target's latents become `src + mask * (tgt - src)`: outside the mask exactly the source's. A word without tokens
+    gives 0 / 0, NaN, never above the threshold: an empty mask for that branch, as in the authors' code.
+    """
+
+    PLACES = ("down", "up")  # the authors' down_cross[2:4] + up_cross[:3]: never the mid block
+
+    def __init__(self, words: Sequence[tuple[Sequence[int], Sequence[int]] | None], *, num_steps: int,
+                 start: float, threshold: float, map_side: int, num_tokens: int = 77, device: Any = None) -> None:
+        """words: per query (source token positions, target token positions) or None; the tensors live on
+        `device` (the UNet's)."""
+        import torch
+
+        self.check(start=start, threshold=threshold)
+        alphas = torch.zeros(len(words), 2, num_tokens)
+        for i, w in enumerate(words):
+            if w is not None:
+                for branch, positions in enumerate(w):
+                    alphas[i, branch, list(positions)] = 1.0
+        self.batch = len(words)
+        self.alphas = alphas.to(device)
+        self.active = torch.tensor([w is not None for w in words], device=device)
+        self.start_step = int(float(start) * num_steps)
+        self.threshold = float(threshold)
+        self.map_side = int(map_side)
+        self.maps: Any = None  # (B, 2, map_side^2) float32 running sum
+
+    @staticmethod
+    def check(*, start: float, threshold: float) -> None:
+        """Refuse a start or threshold outside its range, naming it and the authors' value."""
+        if isinstance(start, bool) or not isinstance(start, int | float) or not 0.0 <= start <= 1.0:
+            raise ValueError(f"local_blend_start {start!r} is not a fraction of the steps in [0, 1] (the authors': 0.2)")
+        if isinstance(threshold, bool) or not isinstance(threshold, int | float) or not 0.0 <= threshold < 1.0:
+            raise ValueError(f"local_blend_threshold {threshold!r} is not in [0, 1) (each map is divided by its "
+                             f"maximum; the authors': 0.3)")
+
+    def collect(self, cond: Any) -> None:
+        """Add one layer's conditional cross-attention maps, (B, 2, heads, queries, tokens); a layer at another
+        resolution is left out."""
+        if cond.shape[-2] != self.map_side ** 2:
+            return
+        import torch
+
+        part = torch.einsum("bshqk,bsk->bsq", cond, self.alphas.to(cond.dtype)).float()
+        self.maps = part if self.maps is None else self.maps + part
+
+    def mask(self, size: Sequence[int]) -> Any:
+        """The target's blend mask, (B, 1, h, w) bool at latent size `size`: the union of both branches' masks."""
+        import torch.nn.functional as F  # noqa: N812
+
+        if self.maps is None:
+            raise RuntimeError(f"LocalBlend collected no cross-attention maps of {self.map_side} x {self.map_side} "
+                               f"positions from the down and up blocks: install it through an AttentionController "
+                               f"under controlled_attention, on a UNet that has such layers")
+        s = self.map_side
+        m = F.max_pool2d(self.maps.view(-1, 1, s, s), (3, 3), (1, 1), padding=(1, 1))
+        m = F.interpolate(m, size=tuple(size))  # nearest, as the authors
+        m = m / m.amax(dim=(2, 3), keepdim=True)
+        m = (m > self.threshold).view(self.batch, 2, *m.shape[-2:])
+        return (m[:, 0] | m[:, 1]).unsqueeze(1)
+
+    def __call__(self, step: int, x: Any) -> Any:
+        """The latents after scheduler step `step`, [source, target] per query, with each blended query's target
+        blended onto its source (from the start step on); the other queries' rows unchanged."""
+        import torch
+
+        if step < self.start_step or not bool(self.active.any()):
+            return x
+        src, tgt = x[0::2], x[1::2]
+        mask = self.mask(x.shape[-2:]).to(x.dtype)
+        blended = src + mask * (tgt - src)  # the authors' x_t[:1] + mask * (x_t - x_t[:1])
+        out = x.clone()
+        out[1::2] = torch.where(self.active.view(-1, 1, 1, 1), blended, tgt)
+        return out
