@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from device_guard import MODEL_DEVICE, ModelDeviceGuard, pipeline_modules
 
 from benchmark.editing import attention
 from benchmark.editing import inversion as inv
@@ -156,7 +157,8 @@ def test_start_and_threshold_are_checked():
 def sd():
     from benchmark.models.diffusion import load_pipeline, set_scheduler
 
-    pipe, _ = load_pipeline("sd", weights="tiny", model_id="unused", revision="unused", device="cpu")
+    # on `cpu:0`, the stand-in for a GPU that ModelDeviceGuard checks the blend's tensors against
+    pipe, _ = load_pipeline("sd", weights="tiny", model_id="unused", revision="unused", device=str(MODEL_DEVICE))
     set_scheduler(pipe, "DDIMScheduler")
     return pipe
 
@@ -166,18 +168,19 @@ NOISE = torch.randn(2, 4, 16, 16, generator=torch.Generator().manual_seed(0))
 
 def _sample_with_blend(sd, pairs, words, noise):
     n = 3
-    edits = [attention.build_token_edit(sd.tokenizer, s, t, mode="refine") for s, t in pairs]
-    side = attention.blend_map_side(sd.unet.config, 16)
-    lb = LocalBlend(words, num_steps=n, start=0.0, threshold=0.9, map_side=side, device=sd.unet.device)
-    ctrl = AttentionController(edits, num_steps=n, cross_replace_steps=0.4, self_replace_steps=0.6,
-                               self_replace_max_tokens=64, device=sd.unet.device, blend=lb)
-    caps = [c for p in pairs for c in p]
-    xT = noise.repeat_interleave(2, 0)  # [source, target] of each query from its x_T
-    with controlled_attention(sd.unet, ctrl):
-        places = {name.split(".")[0]: proc.place for name, proc in sd.unet.attn_processors.items()}
-        out = inv.ddim_sample(sd.unet, inv.ddim_grid(sd.scheduler, n), xT, inv.encode_text(sd, caps),
-                              inv.encode_text(sd, [""] * len(caps)), 7.5, on_step=lambda i: setattr(ctrl, "step", i),
-                              after_step=lb)
+    with ModelDeviceGuard(pipeline_modules(sd)):  # every tensor the blend meets must be on the model's device
+        edits = [attention.build_token_edit(sd.tokenizer, s, t, mode="refine") for s, t in pairs]
+        side = attention.blend_map_side(sd.unet.config, 16)
+        lb = LocalBlend(words, num_steps=n, start=0.0, threshold=0.9, map_side=side, device=sd.unet.device)
+        ctrl = AttentionController(edits, num_steps=n, cross_replace_steps=0.4, self_replace_steps=0.6,
+                                   self_replace_max_tokens=64, device=sd.unet.device, blend=lb)
+        caps = [c for p in pairs for c in p]
+        xT = noise.repeat_interleave(2, 0)  # [source, target] of each query from its x_T
+        with controlled_attention(sd.unet, ctrl):
+            places = {name.split(".")[0]: proc.place for name, proc in sd.unet.attn_processors.items()}
+            out = inv.ddim_sample(sd.unet, inv.ddim_grid(sd.scheduler, n), xT, inv.encode_text(sd, caps),
+                                  inv.encode_text(sd, [""] * len(caps)), 7.5,
+                                  on_step=lambda i: setattr(ctrl, "step", i), after_step=lb)
     return lb, out, places
 
 
