@@ -169,7 +169,11 @@ def test_md_encoder_is_configurable(arch, single_thread_torch):
     assert isinstance(tiny_clip_config(arch)["vision_cfg"]["layers"], list) == arch.startswith("RN")
 
 
-def test_bad_edit_size_is_a_failed_row(tmp_path):
+def test_an_edit_of_another_size_is_resized_as_image_eval_does_unless_stretched(tmp_path):
+    """MagicBrush's image_eval.py resizes the generated image to its reference's size (PIL bicubic) before L1 / L2:
+    a 16x16 edit of a 32x32 source is scored on its bicubic upscale, while CLIP and DINO see the edit as made; a
+    16x32 edit (its aspect ratio halved) would be stretched and is a failed row naming both sizes."""
+    import numpy as np
     from PIL import Image
 
     from benchmark.metrics.conventional.suite import _Samples
@@ -178,12 +182,21 @@ def test_bad_edit_size_is_a_failed_row(tmp_path):
         def path(self, rel):
             return tmp_path / rel
 
-    Image.new("RGB", (32, 32)).save(tmp_path / "q1.png")
-    Image.new("RGB", (16, 16)).save(tmp_path / "edit.png")
+    rng = np.random.default_rng(0)
+    Image.fromarray(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(tmp_path / "q1.png")
+    small = Image.fromarray(rng.integers(0, 256, (16, 16, 3), dtype=np.uint8))
+    small.save(tmp_path / "edit.png")
     item = _Samples(QS(), [q()], [tmp_path / "edit.png"])[0]
-    assert "edit is 16x16, source is 32x32" in item.error
+    assert not item.error
+    expected = np.asarray(small.resize((32, 32), Image.Resampling.BICUBIC), dtype=np.float32) / 255
+    np.testing.assert_allclose(item.edit.permute(1, 2, 0).numpy(), expected, atol=1e-6)
+    assert tuple(item.encoded_edit.shape[-2:]) == (16, 16)
+
+    Image.new("RGB", (16, 32)).save(tmp_path / "edit.png")
+    item = _Samples(QS(), [q()], [tmp_path / "edit.png"])[0]
+    assert "edit is 16x32, source is 32x32" in item.error
     rows = ConventionalSuite(device="cpu").score_items([item])
-    assert rows[0]["status"] == "failed" and "16x16" in rows[0]["reason"]
+    assert rows[0]["status"] == "failed" and "16x32" in rows[0]["reason"]
 
 
 def test_lpips_columns_agree_with_the_lpips_package(suite):
