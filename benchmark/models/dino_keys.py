@@ -16,10 +16,10 @@ Two input recipes, named so they are part of the signature:
 from __future__ import annotations
 
 import functools
-from pathlib import Path
 from typing import Any
 
 from benchmark.models.common import WeightsUnavailableError, check_source, tiny_model_dir
+from benchmark.models.dino_v1 import random_vit_builder
 
 MODEL_ID = "facebook/dino-vitb8"
 # No commit of facebook/dino-vitb8 could be verified offline, and a guessed hash would be worse than none: the
@@ -35,7 +35,6 @@ RECIPES = ("official", "corrected")
 SHORT_SIDE, MAX_SIDE = 224, 480  # the evaluation's Resize(224, max_size=480)
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
-TINY_SEED = 0
 
 
 def resized_shape(h: int, w: int, size: int = SHORT_SIDE, max_size: int = MAX_SIDE) -> tuple[int, int]:
@@ -106,18 +105,6 @@ def config_for(source: str) -> dict[str, Any]:
     return {**BASE_CONFIG, **TINY_SIZES} if source == "tiny" else dict(BASE_CONFIG)
 
 
-def _builder(config: dict[str, Any]):
-    def build(path: Path) -> None:
-        import torch
-        from transformers import ViTConfig, ViTModel
-
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(TINY_SEED)
-            ViTModel(ViTConfig(**config), add_pooling_layer=False).save_pretrained(path)
-
-    return build
-
-
 @functools.lru_cache(maxsize=4)
 def load_dino_keys(weights: str = "pretrained", model_id: str = MODEL_ID, revision: str | None = None,
                    recipe: str = "official", device: str = "cpu") -> DinoKeysEncoder:
@@ -141,7 +128,7 @@ def load_dino_keys(weights: str = "pretrained", model_id: str = MODEL_ID, revisi
         location, kwargs = model_id, {"revision": revision}
     else:
         config = config_for(source)
-        location, kwargs = str(tiny_model_dir(f"dino-vitb8-{source}", config, _builder(config))), {}
+        location, kwargs = str(tiny_model_dir(f"dino-vitb8-{source}", config, random_vit_builder(config))), {}
     try:
         model = ViTModel.from_pretrained(location, add_pooling_layer=False, **kwargs)
     except OSError as err:

@@ -83,7 +83,9 @@ def config_for(kind: str, source: str) -> dict[str, Any]:
     return {**base, **TINY_SIZES} if source == "tiny" else dict(base)
 
 
-def _builder(config: dict[str, Any]):
+def random_vit_builder(config: dict[str, Any]):
+    """A `tiny_model_dir` builder: saves a `ViTModel` of `config` with weights drawn from TINY_SEED (the global RNG
+    left untouched)."""
     def build(path: Path) -> None:
         import torch
         from transformers import ViTConfig, ViTModel
@@ -131,7 +133,7 @@ def load_dino_v1(weights: str = "pretrained", model_id: str = "facebook/dino-vit
         location, kwargs = model_id, {"revision": revision}
     else:
         config = config_for(kind, source)
-        location, kwargs = str(tiny_model_dir(f"dino-{kind}-{source}", config, _builder(config))), {}
+        location, kwargs = str(tiny_model_dir(f"dino-{kind}-{source}", config, random_vit_builder(config))), {}
     try:
         model = ViTModel.from_pretrained(location, add_pooling_layer=False, **kwargs)
     except OSError as err:
