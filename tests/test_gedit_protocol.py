@@ -275,3 +275,50 @@ def test_gedit_is_refused_up_front_on_a_set_without_gedit_task_types(tmp_path):
                             f"paths.results={tmp_path}", "progress=false"])
     with pytest.raises(PreflightError, match="a GEdit-Bench task type with an instruction"):
         run_pipeline(cfg, choices["editor"])
+
+
+# ------------------------------------------------------------------------------------------------ the backbone
+@pytest.mark.parametrize(("size", "want"), [
+    ((32, 32), (56, 56)),          # 28 x 28 is below 4 merged patches: scaled up, ceil to 28s
+    ((1000, 10), (1008, 28)),      # a side rounding to 0 becomes 28 first (transformers' own rounding gives 560)
+    ((4000, 3000), (4004, 2996)),  # within the bounds: each side to its nearest multiple of 28
+    ((8000, 6000), (4116, 3080)),  # above 16,384 patches: beta = sqrt(48e6 / 12845056) = 1.9331, floor to 28s
+])
+def test_images_are_sized_as_qwen_vl_utils_sizes_them(size, want):
+    from benchmark.models.vlm import qwen_vl_utils_size
+
+    assert qwen_vl_utils_size(*size) == want
+
+
+def test_rgba_goes_over_white_and_extreme_aspect_ratios_are_refused():
+    from PIL import Image
+
+    from benchmark.models.vlm import qwen_vl_utils_image, qwen_vl_utils_size
+
+    im = Image.new("RGBA", (56, 56), (10, 20, 30, 0))
+    im.putpixel((0, 0), (10, 20, 30, 255))
+    out = qwen_vl_utils_image(im)
+    assert out.mode == "RGB" and out.size == (56, 56)
+    assert out.getpixel((40, 40)) == (255, 255, 255) and out.getpixel((0, 0)) == (10, 20, 30)
+    with pytest.raises(ValueError, match="aspect ratio must be below 200"):
+        qwen_vl_utils_size(2010, 10)
+
+
+def test_tiny_text_judge_replies_do_not_depend_on_the_batch_size():
+    from PIL import Image
+
+    from benchmark.models.vlm import TextJudge
+
+    red, blue = Image.new("RGB", (40, 30), (200, 30, 30)), Image.new("RGB", (30, 40), (30, 30, 200))
+    requests = [([red, blue], "Rate the edit: make it blue"), ([blue], "Rate the image")]
+    one = TextJudge(weights="tiny", dtype="float32", device="cpu", max_new_tokens=8)
+    two = TextJudge(weights="tiny", dtype="float32", device="cpu", max_new_tokens=8, batch_size=2)
+    replies = one.generate(requests)
+    assert len(replies) == 2 and all(isinstance(r, str) for r in replies)
+    assert two.generate(requests) == replies == one.generate(requests)  # and deterministic
+    assert one.identity == two.identity  # batch size is speed, not identity
+    assert "max_new_tokens=8" in one.identity and "Qwen2.5-VL-72B-Instruct-AWQ-tiny" in one.identity
+    with pytest.raises(ValueError, match="max_new_tokens must be a positive integer"):
+        TextJudge(weights="tiny", max_new_tokens=0)
+    with pytest.raises(ValueError, match="no revision for the judge model 'org/other'"):
+        TextJudge(weights="pretrained", model_id="org/other")
