@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import io
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -201,3 +202,19 @@ def test_gedit_through_the_endpoint_equals_the_in_process_judge_and_the_key_is_w
     for path in files:
         assert KEY.encode() not in path.read_bytes(), path
     assert KEY not in caplog.text
+
+
+def test_the_documented_endpoint_command_composes_to_the_endpoint_backbone():
+    import re
+    import shlex
+
+    from benchmark.run import compose
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "judge.md").read_text(encoding="utf-8")
+    cmd = re.search(r"^editmeter run [^\n]*gedit_judge@[^\n]*\\\n[^\n]*$", doc, re.M).group(0)
+    args = shlex.split(cmd.replace("\\\n", " "))[2:]
+    cfg, _ = compose(args)
+    node = cfg.metrics.gedit.backbone
+    assert node._target_ == "benchmark.models.judge_endpoint.EndpointJudge"
+    assert (node.base_url, node.api_key_env) == ("http://gpu-host:8000/v1", "JUDGE_API_KEY")
+    assert (node.model, node.max_tokens, node.seed) == ("Qwen/Qwen2.5-VL-72B-Instruct-AWQ", 512, 42)

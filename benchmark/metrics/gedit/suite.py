@@ -90,7 +90,8 @@ class _Samples(QuerySamples):
 class GEditSuite(LazyComponents):
     """GEdit-Bench's SC / PQ / O per query by its official protocol (specification: docs/judge.md).
 
-    backbone: a `JudgeBackbone` (configs/metrics/gedit.yaml: `benchmark.models.vlm.TextJudge`). prompts_file,
+    backbone: a `JudgeBackbone` (configs/metrics/gedit_judge/: `local`, `benchmark.models.vlm.TextJudge`;
+    `endpoint`, `benchmark.models.judge_endpoint.EndpointJudge`). prompts_file,
     prompts_commit, prompts_sha256: the fetched `vie_prompts.py`, the Step1X-Edit commit it was fetched at and its
     checksum (both enter the signature; the file is checked on first use). chunk_size: queries per round.
     """
