@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from local_servers import serving
+from local_servers import FileServer, serving
 from openai_server import OpenAIServer, tiny_text_judge_reply
 
 import benchmark.models.judge_endpoint as je
@@ -75,6 +75,9 @@ def test_identity_names_the_served_model_its_root_the_server_version_and_the_dec
         assert "server=unreported" in _judge(c).identity and "root=org/other" in _judge(c).identity
         with pytest.raises(EndpointError, match=r"does not serve 'other-name'; it serves 'judge'"):
             EndpointJudge(base_url=a.url, model="other-name").identity  # noqa: B018
+    with serving(FileServer({"/v1/models": b"<html>a web page</html>"})) as web:
+        with pytest.raises(EndpointError, match=r"did not answer as an OpenAI-compatible server.*ends in /v1"):
+            EndpointJudge(base_url=f"{web.url}/v1", model="m").identity  # noqa: B018
 
 
 def test_replies_are_cached_by_request_content_and_identity_so_a_rerun_never_asks_twice(tmp_path):
@@ -118,9 +121,10 @@ def test_429_5xx_and_connection_errors_are_retried_with_exponential_backoff_then
 
 @pytest.mark.parametrize("concurrency", [1, 3])
 def test_no_more_requests_are_in_flight_than_the_concurrency_limit(concurrency):
-    with serving(OpenAIServer(_echo, delay=0.15)) as srv:
-        _judge(srv, concurrency=concurrency).generate(_requests(7))
-    assert srv.calls == 7 and srv.max_in_flight == concurrency
+    n = 2 * concurrency + 1  # more requests than the limit, and the slow replies overlap (on a loaded machine too)
+    with serving(OpenAIServer(_echo, delay=0.4)) as srv:
+        _judge(srv, concurrency=concurrency).generate(_requests(n))
+    assert srv.calls == n and srv.max_in_flight == concurrency
 
 
 def test_bad_settings_are_refused_by_name(monkeypatch):

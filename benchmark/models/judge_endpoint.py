@@ -115,8 +115,12 @@ class EndpointJudge:
         return self._identity
 
     def _server_info(self) -> tuple[str, str]:
-        listing = json.loads(self._request("GET", f"{self.base_url}/models"))
-        models = {m.get("id"): m for m in listing.get("data", []) if isinstance(m, dict)}
+        raw = self._request("GET", f"{self.base_url}/models")
+        try:
+            models = {m.get("id"): m for m in json.loads(raw).get("data", []) if isinstance(m, dict)}
+        except (ValueError, AttributeError, TypeError):
+            raise EndpointError(f"{self.base_url}/models did not answer as an OpenAI-compatible server does (a JSON "
+                                f"object with a list `data`): {raw[:200]!r}; check base_url (it ends in /v1)") from None
         if self.model not in models:
             raise EndpointError(f"the judge endpoint {self.base_url} does not serve {self.model!r}; it serves "
                                 f"{', '.join(map(repr, sorted(map(str, models)))) or 'nothing'}: set "
@@ -200,13 +204,14 @@ class EndpointJudge:
             return json.loads(path.read_text(encoding="utf-8"))["reply"]
         with self._lock:
             self.calls += 1
-        answer = json.loads(self._request("POST", f"{self.base_url}/chat/completions", payload))
+        raw = self._request("POST", f"{self.base_url}/chat/completions", payload)
         try:
+            answer = json.loads(raw)
             choice = answer["choices"][0]
             reply = choice["message"]["content"]
-        except (KeyError, IndexError, TypeError):
+        except (ValueError, KeyError, IndexError, TypeError):
             raise EndpointError(f"the judge endpoint {self.base_url} answered without choices[0].message: "
-                                f"{json.dumps(answer)[:500]}") from None
+                                f"{raw[:500]!r}") from None
         # a content filter can leave no text: an empty reply, which the protocol then records as a failure row
         reply = reply if isinstance(reply, str) else ""
         if path is not None:
