@@ -383,7 +383,10 @@ def _same_numbers(obj: Any) -> Any:
 # Settings that change speed, not scores: left out of the metric signature so shards run with different batch
 # sizes, workers or devices merge into one set of scores.
 NON_SEMANTIC_KEYS = frozenset({"batch_size", "chunk_size", "cache_size", "num_workers", "load_threads", "prefetch",
-                               "device"})
+                               "device",
+                               # a judge endpoint's transport (its served model and version are in its identity)
+                               "base_url", "api_key_env", "cache_dir", "concurrency", "max_retries", "backoff_s",
+                               "timeout_s"})
 
 
 # Settings added after results existed whose default changes nothing: at the default they are left out of the

@@ -49,6 +49,12 @@ def _judge() -> SummaryFn:
     return summarize
 
 
+def _gedit() -> SummaryFn:
+    from benchmark.metrics.gedit.summary import summarize
+
+    return summarize
+
+
 def _pie() -> SummaryFn:
     from benchmark.metrics.pie.summary import summarize
 
@@ -58,7 +64,7 @@ def _pie() -> SummaryFn:
 # suite name -> loader of its summary function (lazy: the HATIE summary imports scipy / torch helpers)
 _REGISTRY: dict[str, Callable[[], SummaryFn]] = {"hatie": _hatie, "conventional": _conventional, "editval": _editval,
                                                   "augclip": _augclip, "bpm": _bpm, "judge": _judge,
-                                                  "pie": _pie}
+                                                  "gedit": _gedit, "pie": _pie}
 
 
 def known_suites() -> list[str]:

@@ -238,6 +238,15 @@ def _judge_vlm(node: dict[str, Any]) -> list[Checkpoint]:
                        note="Qwen2.5-VL judge (model + processor)")]
 
 
+def _text_judge(node: dict[str, Any]) -> list[Checkpoint]:
+    """metrics=gedit's judge (`TextJudge`): its model at the config's revision, else the pinned commit."""
+    from benchmark.models.vlm import GEDIT_VLM_ID, pinned_revision
+
+    model_id = node.get("model_id", GEDIT_VLM_ID)
+    return [Checkpoint("", "hf-model", model_id, pinned_revision(model_id, node.get("revision")),
+                       note="Qwen2.5-VL judge (model + processor), free-text replies")]
+
+
 def _grounding_detector(node: dict[str, Any]) -> list[Checkpoint]:
     from benchmark.models.grounding import DETECTORS
 
@@ -301,6 +310,7 @@ RESOLVERS: dict[str, Callable[[dict[str, Any]], list[Checkpoint]]] = {
     "benchmark.models.grounding.load_detector": _grounding_detector,
     "benchmark.models.grounding.load_sam": _sam,
     "benchmark.models.vlm.load_score_reader": _judge_vlm,
+    "benchmark.models.vlm.TextJudge": _text_judge,
 }
 
 

@@ -80,7 +80,7 @@ def test_every_row_is_a_query_with_its_type_language_and_both_instructions(built
     assert meta["counts"]["pairs"] == {"by_key": 3, "by_image": 1, "unpaired": 1}
     assert meta["counts"]["intersection"] == {"en": 3, "zh": 2}
     assert meta["counts"]["images"] == 5  # an EN and a CN row of one edit share their source file
-    assert meta["scored_by"] == ["judge", "conventional", "basic"] and "hatie" in meta["not_scored_by"]
+    assert meta["scored_by"] == ["gedit", "judge", "conventional", "basic"] and "hatie" in meta["not_scored_by"]
     q = {x.id: x for x in full}
     zh = q["gedit-cn-text_change-k1"]
     assert zh.edit_type == "gedit_text_change" and zh.language == "zh" and zh.instruction == ZH_TEXT
@@ -183,7 +183,7 @@ def test_basic_run_completes_hatie_is_refused_up_front_and_show_says_why(built, 
             run_pipeline(cfg, choices["editor"])
         msg = str(err.value)
         assert "\n" not in msg and "not apply to query set gedit (no scene graphs)" in msg, msg
-        assert "Use metrics=judge, metrics=conventional, metrics=basic" in msg
+        assert "Use metrics=gedit, metrics=judge, metrics=conventional, metrics=basic" in msg
     assert run_json.stat().st_mtime_ns == before  # refused before the run folder was touched
     shown = render(tmp_path)
     assert "HATIE/EditVal do not apply to gedit (no scene graphs)" in shown

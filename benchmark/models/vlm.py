@@ -35,8 +35,11 @@ VLM_ID = "Qwen/Qwen2.5-VL-7B-Instruct"
 FAST_VLM_ID = "Qwen/Qwen2.5-VL-3B-Instruct"
 # The hub commit each model is loaded at: both are pinned by several public projects (model registries, evaluation
 # scripts and HF-cache snapshot paths of Qwen2.5-VL users); never the moving `main`.
+# GEdit-Bench's official local judge (Step1X-Edit's GEdit-Bench/viescore/mllm_tools/qwen25vl_eval.py), float16.
+GEDIT_VLM_ID = "Qwen/Qwen2.5-VL-72B-Instruct-AWQ"
 PINNED_REVISIONS: dict[str, str] = {VLM_ID: "cc594898137f460bfe9f0759e9844b3ce807cfb5",
-                                    FAST_VLM_ID: "66285546d2b821cf421d4f5eb2576359d3770cd3"}
+                                    FAST_VLM_ID: "66285546d2b821cf421d4f5eb2576359d3770cd3",
+                                    GEDIT_VLM_ID: "c8b87d4b81f34b6a147577a310d7e75f0698f6c2"}
 # The hub's config.json of each (what `random` builds; tiny shrinks the widths). Both share the vision tower.
 _VISION = {"depth": 32, "hidden_act": "silu", "hidden_size": 1280, "intermediate_size": 3420, "num_heads": 16,
            "in_channels": 3, "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2, "window_size": 112,
@@ -50,6 +53,12 @@ BASE_CONFIGS: dict[str, dict[str, Any]] = {
                            "num_attention_heads": 16, "num_key_value_heads": 2, "vocab_size": 151936,
                            "max_window_layers": 70, "tie_word_embeddings": True},
                   "vision": {**_VISION, "out_hidden_size": 2048}},
+    # the 72B architecture (random: unquantized, about 145 GB in bf16; AWQ's 4-bit layers come only with its
+    # checkpoint); tiny shrinks it like the others
+    GEDIT_VLM_ID: {"text": {"hidden_size": 8192, "intermediate_size": 29568, "num_hidden_layers": 80,
+                            "num_attention_heads": 64, "num_key_value_heads": 8, "vocab_size": 152064,
+                            "max_window_layers": 80, "tie_word_embeddings": False},
+                   "vision": {**_VISION, "out_hidden_size": 8192}},
 }
 # Shared by both (their config.json): M-RoPE sections of the 128-wide heads, theta, norms, context.
 _TEXT_COMMON = {"hidden_act": "silu", "max_position_embeddings": 128000, "rms_norm_eps": 1e-06,
@@ -269,3 +278,113 @@ def load_score_reader(weights: str = "pretrained", model_id: str = VLM_ID, revis
     """A `ScoreReader` on `load_vlm`'s model (the config's `_partial_` factory calls this with device=)."""
     model, processor, name = load_vlm(weights, model_id, revision, dtype, device)
     return ScoreReader(model, processor, name=name, device=device)
+
+
+# --- free-text judging (metrics=gedit, docs/judge.md "GEdit-Bench's protocol") -------------------------------------
+# qwen_vl_utils' defaults, which GEdit-Bench's local judge resizes every image with (process_vision_info): sides
+# rounded to multiples of 28, the area kept within 4 and 16,384 merged patches (the processor's own bounds).
+QWEN_VL_UTILS_MIN_PIXELS = 4 * PIXEL_MULTIPLE * PIXEL_MULTIPLE
+QWEN_VL_UTILS_MAX_PIXELS = 16384 * PIXEL_MULTIPLE * PIXEL_MULTIPLE
+QWEN_VL_UTILS_MAX_RATIO = 200
+# The hub chat template's default system turn, rendered when a conversation has none (GEdit-Bench sends none). Given
+# explicitly, every template (the hub's, tiny's) renders the same text.
+HUB_DEFAULT_SYSTEM = "You are a helpful assistant."
+
+
+def qwen_vl_utils_size(width: int, height: int, min_pixels: int = QWEN_VL_UTILS_MIN_PIXELS,
+                       max_pixels: int = QWEN_VL_UTILS_MAX_PIXELS) -> tuple[int, int]:
+    """(width, height) qwen_vl_utils' `smart_resize` gives an image: each side rounded to a multiple of 28 (at least
+    28), then scaled down (floor) or up (ceil) to multiples of 28 when the area leaves [min_pixels, max_pixels]."""
+    import math
+
+    f = PIXEL_MULTIPLE
+    if min(width, height) < 1 or max(width, height) / min(width, height) > QWEN_VL_UTILS_MAX_RATIO:
+        raise ValueError(f"image of {width} x {height} pixels: its aspect ratio must be below "
+                         f"{QWEN_VL_UTILS_MAX_RATIO} (Qwen2.5-VL's limit)")
+    h, w = max(f, round(height / f) * f), max(f, round(width / f) * f)
+    if h * w > max_pixels:
+        beta = math.sqrt(height * width / max_pixels)
+        h, w = math.floor(height / beta / f) * f, math.floor(width / beta / f) * f
+    elif h * w < min_pixels:
+        beta = math.sqrt(min_pixels / (height * width))
+        h, w = math.ceil(height * beta / f) * f, math.ceil(width * beta / f) * f
+    return w, h
+
+
+def qwen_vl_utils_image(img: Any) -> Any:
+    """An image as qwen_vl_utils hands it to the processor: RGB (RGBA over white), resized with PIL's default
+    filter (bicubic) to `qwen_vl_utils_size`. GEdit-Bench's PNG round trip before it is lossless (left out)."""
+    from PIL import Image
+
+    if img.mode == "RGBA":
+        rgb = Image.new("RGB", img.size, (255, 255, 255))
+        rgb.paste(img, mask=img.split()[3])
+    else:
+        rgb = img.convert("RGB")
+    size = qwen_vl_utils_size(rgb.width, rgb.height)
+    return rgb if rgb.size == size else rgb.resize(size, Image.Resampling.BICUBIC)
+
+
+class TextJudge:
+    """A local Qwen2.5-VL answering a prompt about images in free text, decoded as GEdit-Bench's local judge decodes
+    (greedy: `do_sample=False`, one beam, `max_new_tokens`; the checkpoint's own generation config otherwise, e.g.
+    its repetition penalty; special tokens dropped from the reply).
+
+    The judge-backbone interface of `metrics=gedit` (`benchmark.metrics.gedit.suite.JudgeBackbone`): `name`
+    (model@revision), `identity` (everything of the backbone that shapes a reply, known before loading) and
+    `generate(requests)`. Cheap to build: the model loads on the first `generate` (`load_vlm`, once per process).
+    `batch_size`: prompts per `generate` call (GEdit-Bench: 1; more is faster, and left padding can change a reply
+    where two tokens are within float rounding of each other).
+    """
+
+    def __init__(self, *, weights: str = "pretrained", model_id: str = GEDIT_VLM_ID, revision: str | None = None,
+                 dtype: str = "float16", max_new_tokens: int = 512, batch_size: int = 1, device: str = "auto",
+                 system: str = HUB_DEFAULT_SYSTEM) -> None:
+        from benchmark.models.common import resolve_device
+
+        if dtype not in DTYPES:
+            raise ValueError(f"judge dtype must be one of {', '.join(DTYPES)}, not {dtype!r}")
+        for key, v in (("max_new_tokens", max_new_tokens), ("batch_size", batch_size)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{key} must be a positive integer, not {v!r}")
+        self.weights, self.model_id, self.revision, self.dtype = weights, model_id, revision, dtype
+        self.max_new_tokens, self.batch_size, self.system = max_new_tokens, batch_size, system
+        self.name = vlm_name(weights, model_id, revision)  # validates the source and the revision now
+        self.device = resolve_device(device)
+
+    @property
+    def identity(self) -> str:
+        return (f"{self.name}|dtype={self.dtype}|decode=greedy,max_new_tokens={self.max_new_tokens}"
+                f"|system={self.system!r}|images=qwen_vl_utils")
+
+    def _loaded(self) -> tuple[Any, Any]:
+        model, processor, name = load_vlm(self.weights, self.model_id, self.revision, self.dtype, self.device)
+        if name != self.name:
+            raise RuntimeError(f"the judge loaded as {name}, but the run was keyed as {self.name}")
+        return model, processor
+
+    def generate(self, requests: Sequence[tuple[Sequence[Any], str]]) -> list[str]:
+        """The reply to each (PIL images, prompt text) request, in order: one user turn with the images, then the
+        text, after the system turn."""
+        import torch
+
+        model, proc = self._loaded()
+        proc.tokenizer.padding_side = "left"  # every prompt of a batch then ends where its reply starts
+        out: list[str] = []
+        for start in range(0, len(requests), self.batch_size):
+            batch = requests[start : start + self.batch_size]
+            texts, images = [], []
+            for ims, text in batch:
+                content = [{"type": "image"}] * len(ims) + [{"type": "text", "text": text}]
+                turns = [{"role": "system", "content": self.system}, {"role": "user", "content": content}]
+                texts.append(proc.apply_chat_template(turns, tokenize=False, add_generation_prompt=True))
+                images += [qwen_vl_utils_image(im) for im in ims]
+            enc = proc(text=texts, images=images or None, return_tensors="pt", padding=True)
+            enc = {k: v.to(model.device) for k, v in enc.items()}
+            if "pixel_values" in enc:
+                enc["pixel_values"] = enc["pixel_values"].to(model.dtype)
+            with torch.inference_mode():
+                ids = model.generate(**enc, max_new_tokens=self.max_new_tokens, do_sample=False, num_beams=1)
+            new = ids[:, enc["input_ids"].shape[1]:].cpu()
+            out += proc.batch_decode(new, skip_special_tokens=True, clean_up_tokenization_spaces=False)
+        return out

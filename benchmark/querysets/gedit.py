@@ -54,9 +54,10 @@ TASK_TYPES: dict[str, str] = {
 # the release's instruction_language -> Query.language (BCP 47)
 LANGUAGES: dict[str, str] = {"en": "en", "cn": "zh"}
 SUBSET = "intersection"
-# metric configs that score GEdit-Bench (the judge is GEdit-Bench's own protocol: a VLM rates the edit), and the
-# suites that cannot, with why; recorded in queryset.json for the preflight's refusal and `editmeter show`
-SCORED_BY = ("judge", "conventional", "basic")
+# metric configs that score GEdit-Bench (gedit: its official protocol; judge: the probability readout of the same
+# VIEScore questions), and the suites that cannot, with why; recorded in queryset.json for the preflight's refusal
+# and `editmeter show`
+SCORED_BY = ("gedit", "judge", "conventional", "basic")
 NOT_SCORED_BY = {"hatie": "no scene graphs", "editval": "no scene graphs"}
 
 assert sorted(TASK_TYPES.values()) == sorted(GEDIT_TYPES)

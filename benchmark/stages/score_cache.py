@@ -25,6 +25,8 @@ ROW_KEYS = ("query_id", "image_id", "edit_type", "object_class", "status", "reas
 STRING_COLUMNS = frozenset(ROW_KEYS) | {"branch"}  # `branch`: HATIE's detection branch
 STRING_COLUMNS |= {"clip_t_text", "dir_note"}  # the conventional suite's CLIP-T text field and why clip_dir is NaN
 STRING_COLUMNS |= {"bg_note", "clip_note"}  # the PIE-Bench suite's reasons for NaN background / CLIP columns
+# the GEdit-Bench protocol's judge replies (kept, parsed or not), the scores it read (JSON lists), the language
+STRING_COLUMNS |= {"sc_reply", "pq_reply", "sc_scores", "pq_scores", "language"}
 NOT_NULL = ("query_id", "status")
 STATUSES = frozenset({"ok", "failed", "missing", "excluded"})
 SCORES_DIR = "scores"  # <run dir>/scores/<metric signature>/: the parts and the index below

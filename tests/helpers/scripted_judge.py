@@ -1,0 +1,28 @@
+"""A judge backbone test double for metrics=gedit (benchmark/metrics/gedit/suite.py `JudgeBackbone`): its replies
+are scripted, so the parsing and aggregation around it can be checked against numbers worked out by hand. The SC
+reply is chosen by the instruction quoted in the prompt, the PQ reply by the edit's most common colour."""
+
+from __future__ import annotations
+
+
+class ScriptedJudge:
+    def __init__(self, *, sc: dict[str, str], pq: dict[str, str], marker: str = "Editing instruction: ") -> None:
+        self.sc, self.pq, self.marker = dict(sc), dict(pq), marker
+        self.name = "scripted-judge@test"
+        self.calls: list[int] = []
+
+    @property
+    def identity(self) -> str:
+        return f"{self.name}|{sorted(self.sc.items())}|{sorted(self.pq.items())}"
+
+    def generate(self, requests):
+        self.calls.append(len(requests))
+        out = []
+        for images, text in requests:
+            if len(images) == 2:  # SC: source and edit, the instruction after the marker
+                instruction = text.split(self.marker, 1)[1].split("\n", 1)[0]
+                out.append(self.sc[instruction])
+            else:  # PQ: the edit alone
+                colour = max(images[0].convert("RGB").getcolors(1 << 16))[1]
+                out.append(self.pq[",".join(map(str, colour))])
+        return out

@@ -1,0 +1,224 @@
+"""A judge served by an OpenAI-compatible engine (benchmark/models/judge_endpoint.py, docs/judge.md): against real HTTP
+servers on 127.0.0.1 (tests/helpers/openai_server.py), the request format (OpenAI chat, PNG data URLs, greedy), the
+identity (served model, its root, the server's version), the content-keyed reply cache, retries with backoff, the
+concurrency limit, the API key kept out of every file and log, the config choice, and metrics=gedit through the
+endpoint serving the tiny VLM equal to the in-process judge on the same model."""
+
+from __future__ import annotations
+
+import base64
+import io
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from local_servers import FileServer, serving
+from openai_server import OpenAIServer, tiny_text_judge_reply
+
+import benchmark.models.judge_endpoint as je
+from benchmark.models.judge_endpoint import EndpointError, EndpointJudge
+
+
+def _image(colour, size=(60, 44)):
+    from PIL import Image
+
+    return Image.new("RGB", size, colour)
+
+
+def _echo(images, text, system, max_tokens):
+    sizes = ",".join(f"{im.width}x{im.height}" for im in images)
+    return f"{text}|{len(images)}|{sizes}|{max_tokens}"
+
+
+def _judge(server, tmp_path=None, **kw):
+    return EndpointJudge(base_url=server.url, model=server.served,
+                         cache_dir=str(tmp_path / "cache") if tmp_path else None, backoff_s=0.0, **kw)
+
+
+def _requests(n):
+    return [([_image((10 * i, 0, 0)), _image((0, 10 * i, 0))] if i % 2 else [_image((0, 0, 10 * i))], f"prompt {i}")
+            for i in range(n)]
+
+
+def test_requests_are_openai_chat_turns_with_png_data_urls_greedy_and_in_order():
+    from PIL import Image
+
+    from benchmark.models.vlm import HUB_DEFAULT_SYSTEM, qwen_vl_utils_image
+
+    reqs = _requests(6)
+    with serving(OpenAIServer(_echo, delay=0.02)) as srv:
+        replies = _judge(srv, max_tokens=7, seed=3, concurrency=4).generate(reqs)
+    # in order, whatever order the 4 threads finished in
+    want = [_echo([qwen_vl_utils_image(im) for im in ims], text, None, 7) for ims, text in reqs]
+    assert replies == want
+    body = next(p for p in srv.payloads if p["messages"][1]["content"][-1]["text"] == "prompt 1")
+    assert (body["temperature"], body["seed"], body["max_tokens"]) == (0, 3, 7)
+    assert body["messages"][0] == {"role": "system", "content": HUB_DEFAULT_SYSTEM}
+    parts = body["messages"][1]["content"]
+    assert [p["type"] for p in parts] == ["image_url", "image_url", "text"]  # the images, then the prompt
+    for part, original in zip(parts[:2], reqs[1][0], strict=True):
+        head, data = part["image_url"]["url"].split(",", 1)
+        assert head == "data:image/png;base64"
+        sent = Image.open(io.BytesIO(base64.b64decode(data)))
+        assert sent.format == "PNG"
+        assert np.array_equal(np.asarray(sent), np.asarray(qwen_vl_utils_image(original)))  # lossless, as sized
+
+
+def test_identity_names_the_served_model_its_root_the_server_version_and_the_decoding():
+    with serving(OpenAIServer(_echo, version="1.0")) as a, serving(OpenAIServer(_echo, version="1.1")) as b, \
+            serving(OpenAIServer(_echo, version=None, root="org/other")) as c:
+        ids = {_judge(s).identity for s in (a, b, c)} | {_judge(a, max_tokens=9).identity,
+                                                        _judge(a, seed=1).identity, _judge(a, revision="abc").identity}
+        assert len(ids) == 6
+        assert "server=1.1" in _judge(b).identity and "root=org/judge-model" in _judge(b).identity
+        assert "server=unreported" in _judge(c).identity and "root=org/other" in _judge(c).identity
+        with pytest.raises(EndpointError, match=r"does not serve 'other-name'; it serves 'judge'"):
+            EndpointJudge(base_url=a.url, model="other-name").identity  # noqa: B018
+    with serving(FileServer({"/v1/models": b"<html>a web page</html>"})) as web:
+        with pytest.raises(EndpointError, match=r"did not answer as an OpenAI-compatible server.*ends in /v1"):
+            EndpointJudge(base_url=f"{web.url}/v1", model="m").identity  # noqa: B018
+
+
+def test_replies_are_cached_by_request_content_and_identity_so_a_rerun_never_asks_twice(tmp_path):
+    reqs = _requests(4)
+    with serving(OpenAIServer(_echo)) as srv:
+        first = _judge(srv, tmp_path).generate(reqs)
+        assert srv.calls == 4
+        again = _judge(srv, tmp_path).generate(reqs)  # a new process's judge: the cache on disk answers
+        assert again == first and srv.calls == 4
+        changed = [(reqs[0][0], reqs[0][1])] + [([_image((1, 2, 3))], reqs[1][1])] + reqs[2:]  # one image changed
+        _judge(srv, tmp_path).generate(changed)
+        assert srv.calls == 5
+        _judge(srv, tmp_path, max_tokens=9).generate(reqs)  # another identity asks anew
+        assert srv.calls == 9
+        assert _judge(srv).generate(reqs) == first and srv.calls == 13  # no cache_dir: no cache
+
+
+def test_429_5xx_and_connection_errors_are_retried_with_exponential_backoff_then_fail_clearly(monkeypatch):
+    slept = []
+    monkeypatch.setattr(je, "_sleep", slept.append)
+    reqs = _requests(1)
+    with serving(OpenAIServer(_echo, fail=[503, 429, 500])) as srv:
+        judge = EndpointJudge(base_url=srv.url, model=srv.served, max_retries=3, backoff_s=0.5)
+        assert judge.generate(reqs) == _judge(srv).generate(reqs)
+        assert slept == [0.5, 1.0, 2.0] and srv.calls == 5
+        slept.clear()
+        srv.fail = [502] * 10
+        with pytest.raises(EndpointError, match=r"failed POST .* 3 time\(s\), the last with HTTP 502"):
+            EndpointJudge(base_url=srv.url, model=srv.served, max_retries=2, backoff_s=100).generate(reqs)
+        assert slept == [60.0, 60.0]  # capped
+        calls, srv.fail = srv.calls, [400]
+        with pytest.raises(EndpointError, match=r"refused POST .*HTTP 400.*max-model-len"):
+            _judge(srv, max_retries=5).generate(reqs)
+        assert srv.calls == calls + 1  # a refusal is not retried
+        url, model = srv.url, srv.served
+    slept.clear()
+    with pytest.raises(EndpointError, match=r"failed GET .*/models 3 time\(s\).*(URLError|Connection)"):
+        EndpointJudge(base_url=url, model=model, max_retries=2, backoff_s=0.25).generate(reqs)  # nobody listens
+    assert slept == [0.25, 0.5]
+
+
+@pytest.mark.parametrize("concurrency", [1, 3])
+def test_no_more_requests_are_in_flight_than_the_concurrency_limit(concurrency):
+    n = 2 * concurrency + 1  # more requests than the limit, and the slow replies overlap (on a loaded machine too)
+    with serving(OpenAIServer(_echo, delay=0.4)) as srv:
+        _judge(srv, concurrency=concurrency).generate(_requests(n))
+    assert srv.calls == n and srv.max_in_flight == concurrency
+
+
+def test_bad_settings_are_refused_by_name(monkeypatch):
+    monkeypatch.delenv("EDITMETER_TEST_KEY", raising=False)
+    for kw, match in (({"base_url": "127.0.0.1:8000"}, "base_url must be an http"), ({"model": ""}, "model must"),
+                      ({"concurrency": 0}, "concurrency must"), ({"max_retries": -1}, "max_retries must"),
+                      ({"images": "png"}, "images must be one of"), ({"timeout_s": 0}, "timeout_s must"),
+                      ({"api_key_env": "EDITMETER_TEST_KEY"}, "EDITMETER_TEST_KEY.*unset")):
+        with pytest.raises(ValueError, match=match):
+            EndpointJudge(**({"base_url": "http://127.0.0.1:1/v1", "model": "m"} | kw))
+
+
+def test_the_config_chooses_the_endpoint_and_only_what_shapes_a_reply_enters_the_signature(tmp_path):
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
+
+    from benchmark.config import metric_signature
+    from benchmark.run import compose
+
+    def sig(srv, *extra):
+        cfg, _ = compose(["metrics=gedit", "profile=tiny", "metrics/gedit_judge@metrics.gedit.backbone=endpoint",
+                          f"metrics.gedit.backbone.base_url={srv.url}", f"metrics.gedit.backbone.model={srv.served}",
+                          *extra])
+        suite = instantiate(cfg.metrics.gedit)
+        assert isinstance(suite.backbone, EndpointJudge)
+        return metric_signature(OmegaConf.to_container(cfg.metrics, resolve=True), {"gedit": suite.info}), suite
+
+    with serving(OpenAIServer(_echo, version="1.0")) as a, serving(OpenAIServer(_echo, version="2.0")) as b:
+        base, suite = sig(a)
+        assert "server=1.0" in suite.components()["backbone"]
+        assert suite.components()["judge"] == f"{a.served}@c8b87d4b81f34b6a147577a310d7e75f0698f6c2"
+        # transport settings and the host leave it alone; the server's version and the decoding change it
+        assert sig(a, "metrics.gedit.backbone.concurrency=9", "metrics.gedit.backbone.max_retries=0",
+                   f"metrics.gedit.backbone.cache_dir={tmp_path}")[0] == base
+        assert sig(b)[0] != base and sig(a, "metrics.gedit.backbone.max_tokens=64")[0] != base
+
+
+# ------------------------------------------------------------------------------------------- metrics=gedit pipeline
+from test_gedit_protocol import _run, built  # noqa: E402, F401 (the GEdit-Bench fixture and its runner)
+
+KEY = "sk-editmeter-test-" + "7f3a9c" * 4
+
+
+def test_gedit_through_the_endpoint_equals_the_in_process_judge_and_the_key_is_written_nowhere(
+        built, tmp_path, monkeypatch, caplog, restore_logging):  # noqa: F811
+    import logging
+
+    from benchmark.errors import TooManyFailures
+    from benchmark.stages.score import read_scores
+
+    def rows(results):
+        run_dir = next((results / "runs").glob("gedit-en-*/identity-*"))
+        (sig,) = [p.name for p in (run_dir / "scores").iterdir()]
+        got = read_scores(run_dir, sig).sort_values("query_id").reset_index(drop=True)
+        return got[[c for c in got.columns if c not in ("seconds", "timestamp")]]
+
+    common = ("queryset.language=en", "limit=2")
+    for name in ("local", "endpoint"):
+        (tmp_path / name).mkdir()
+    # random weights write bytes, not scores: every query is a failure row that keeps its replies, and the run fails
+    with pytest.raises(TooManyFailures):
+        _run(built, tmp_path / "local", *common, "metrics.gedit.backbone.max_new_tokens=24",
+             "metrics.gedit.backbone.dtype=float32")
+    monkeypatch.setenv("EDITMETER_TEST_KEY", KEY)
+    caplog.set_level(logging.DEBUG, logger="benchmark")
+    with serving(OpenAIServer(tiny_text_judge_reply(), served="tiny-qwen")) as srv:
+        backbone = {"_target_": "benchmark.models.judge_endpoint.EndpointJudge", "base_url": srv.url,
+                    "model": "tiny-qwen", "max_tokens": 24, "api_key_env": "EDITMETER_TEST_KEY",
+                    "cache_dir": str(tmp_path / "endpoint" / "results" / "judge_replies"), "backoff_s": 0.0}
+        with pytest.raises(TooManyFailures):
+            _run(built, tmp_path / "endpoint", *common, backbone=backbone)
+    assert srv.calls == 4 and set(srv.auth) == {f"Bearer {KEY}"}
+    local, remote = rows(tmp_path / "local" / "results"), rows(tmp_path / "endpoint" / "results")
+    assert len(local) == 2 and set(local["status"]) == {"failed"}
+    assert local["sc_reply"].str.len().min() > 0
+    pd.testing.assert_frame_equal(local, remote)  # same replies, same rows (NaN scores in the same places)
+    files = [p for p in (tmp_path / "endpoint").rglob("*") if p.is_file()]
+    assert len(list((tmp_path / "endpoint" / "results" / "judge_replies").rglob("*.json"))) == 4
+    for path in files:
+        assert KEY.encode() not in path.read_bytes(), path
+    assert KEY not in caplog.text
+
+
+def test_the_documented_endpoint_command_composes_to_the_endpoint_backbone():
+    import re
+    import shlex
+
+    from benchmark.run import compose
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "judge.md").read_text(encoding="utf-8")
+    cmd = re.search(r"^editmeter run [^\n]*gedit_judge@[^\n]*\\\n[^\n]*$", doc, re.M).group(0)
+    args = shlex.split(cmd.replace("\\\n", " "))[2:]
+    cfg, _ = compose(args)
+    node = cfg.metrics.gedit.backbone
+    assert node._target_ == "benchmark.models.judge_endpoint.EndpointJudge"
+    assert (node.base_url, node.api_key_env) == ("http://gpu-host:8000/v1", "JUDGE_API_KEY")
+    assert (node.model, node.max_tokens, node.seed) == ("Qwen/Qwen2.5-VL-72B-Instruct-AWQ", 512, 42)
