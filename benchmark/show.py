@@ -324,7 +324,7 @@ def _without_scene_graphs(results: Path, df: Any) -> dict[str, str]:
     """Query set -> the note that HATIE and EditVal do not apply to it, for every set of `df` whose edit types
     (leaderboard_by_type.csv) are all of the families without scene graphs (GEdit-Bench's, PIE-Bench's,
     MagicBrush's free_form)."""
-    from benchmark.types import FREEFORM_TYPES, GEDIT_TYPES, PIE_TYPES
+    from benchmark.types import FREEFORM_TYPES, GEDIT_TYPES, IMGEDIT_TYPES, PIE_TYPES
 
     path = results / TABLE_FILES["type"]
     if "queryset" not in df or not path.is_file():
@@ -332,7 +332,7 @@ def _without_scene_graphs(results: Path, df: Any) -> dict[str, str]:
     by_type = _read(path)
     if not {"queryset", "edit_type"} <= set(by_type.columns):
         return {}
-    graphless = set(GEDIT_TYPES) | set(FREEFORM_TYPES) | set(PIE_TYPES)
+    graphless = set(GEDIT_TYPES) | set(FREEFORM_TYPES) | set(PIE_TYPES) | set(IMGEDIT_TYPES)
     out = {}
     for qs in sorted(set(df["queryset"].astype(str))):
         types = set(by_type.loc[by_type["queryset"].astype(str) == qs, "edit_type"].astype(str))

@@ -55,6 +55,12 @@ def _gedit() -> SummaryFn:
     return summarize
 
 
+def _imgedit() -> SummaryFn:
+    from benchmark.metrics.imgedit.summary import summarize
+
+    return summarize
+
+
 def _pie() -> SummaryFn:
     from benchmark.metrics.pie.summary import summarize
 
@@ -64,7 +70,7 @@ def _pie() -> SummaryFn:
 # suite name -> loader of its summary function (lazy: the HATIE summary imports scipy / torch helpers)
 _REGISTRY: dict[str, Callable[[], SummaryFn]] = {"hatie": _hatie, "conventional": _conventional, "editval": _editval,
                                                   "augclip": _augclip, "bpm": _bpm, "judge": _judge,
-                                                  "gedit": _gedit, "pie": _pie}
+                                                  "gedit": _gedit, "imgedit": _imgedit, "pie": _pie}
 
 
 def known_suites() -> list[str]:

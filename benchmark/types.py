@@ -70,7 +70,21 @@ PIE_TYPES: tuple[str, ...] = (
     "pie_change_background",
     "pie_change_style",
 )
-EDIT_TYPES: tuple[str, ...] = HATIE_TYPES + EDITVAL_TYPES + FREEFORM_TYPES + GEDIT_TYPES + PIE_TYPES
+# ImgEdit-Bench Basic's nine edit types (PKU-YuanGroup/ImgEdit `Benchmark/Basic/basic_edit.json`'s `edit_type`;
+# `compose` is the paper's "Hybrid"), namespaced `imgedit_` (`benchmark.querysets.imgedit.EDIT_TYPES` maps the
+# release's names). A later schema v1 addition like GEDIT_TYPES.
+IMGEDIT_TYPES: tuple[str, ...] = (
+    "imgedit_add",
+    "imgedit_adjust",
+    "imgedit_extract",
+    "imgedit_replace",
+    "imgedit_remove",
+    "imgedit_background",
+    "imgedit_style",
+    "imgedit_compose",
+    "imgedit_action",
+)
+EDIT_TYPES: tuple[str, ...] = HATIE_TYPES + EDITVAL_TYPES + FREEFORM_TYPES + GEDIT_TYPES + PIE_TYPES + IMGEDIT_TYPES
 FREEFORM_CLASS = "free-form"
 
 # Types that change the whole image rather than one object; grouped as one pseudo-class.
@@ -103,6 +117,7 @@ REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
     **{t: () for t in GEDIT_TYPES},
     # every PIE-Bench entry has both prompts (the methods it compares are description-based)
     **{t: ("source_caption", "target_caption") for t in PIE_TYPES},
+    **{t: () for t in IMGEDIT_TYPES},
 }
 
 SizeChange = Literal["enlarge", "shrink"]
@@ -172,7 +187,8 @@ class Query:
         """
         if self.edit_type in WHOLE_IMAGE_TYPES:
             return WHOLE_IMAGE_CLASS
-        if self.edit_type in FREEFORM_TYPES or self.edit_type in GEDIT_TYPES or self.edit_type in PIE_TYPES:
+        if (self.edit_type in FREEFORM_TYPES or self.edit_type in GEDIT_TYPES or self.edit_type in PIE_TYPES
+                or self.edit_type in IMGEDIT_TYPES):
             return FREEFORM_CLASS
         if self.edit_type in ("obj_add", "object_addition", "positional_addition") and self.new_class:
             return self.new_class

@@ -334,12 +334,13 @@ class TextJudge:
     (model@revision), `identity` (everything of the backbone that shapes a reply, known before loading) and
     `generate(requests)`. Cheap to build: the model loads on the first `generate` (`load_vlm`, once per process).
     `batch_size`: prompts per `generate` call (GEdit-Bench: 1; more is faster, and left padding can change a reply
-    where two tokens are within float rounding of each other).
+    where two tokens are within float rounding of each other). `text_first`: the prompt text before the images in
+    the user turn (ImgEdit-Bench's order) instead of after them (GEdit-Bench's).
     """
 
     def __init__(self, *, weights: str = "pretrained", model_id: str = GEDIT_VLM_ID, revision: str | None = None,
                  dtype: str = "float16", max_new_tokens: int = 512, batch_size: int = 1, device: str = "auto",
-                 system: str = HUB_DEFAULT_SYSTEM) -> None:
+                 system: str = HUB_DEFAULT_SYSTEM, text_first: bool = False) -> None:
         from benchmark.models.common import resolve_device
 
         if dtype not in DTYPES:
@@ -348,14 +349,17 @@ class TextJudge:
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{key} must be a positive integer, not {v!r}")
         self.weights, self.model_id, self.revision, self.dtype = weights, model_id, revision, dtype
+        if not isinstance(text_first, bool):
+            raise ValueError(f"text_first must be true or false, not {text_first!r}")
         self.max_new_tokens, self.batch_size, self.system = max_new_tokens, batch_size, system
+        self.text_first = text_first
         self.name = vlm_name(weights, model_id, revision)  # validates the source and the revision now
         self.device = resolve_device(device)
 
     @property
     def identity(self) -> str:
         return (f"{self.name}|dtype={self.dtype}|decode=greedy,max_new_tokens={self.max_new_tokens}"
-                f"|system={self.system!r}|images=qwen_vl_utils")
+                f"|system={self.system!r}|images=qwen_vl_utils{'|text_first' if self.text_first else ''}")
 
     def _loaded(self) -> tuple[Any, Any]:
         model, processor, name = load_vlm(self.weights, self.model_id, self.revision, self.dtype, self.device)
@@ -375,7 +379,9 @@ class TextJudge:
             batch = requests[start : start + self.batch_size]
             texts, images = [], []
             for ims, text in batch:
-                content = [{"type": "image"}] * len(ims) + [{"type": "text", "text": text}]
+                content = [{"type": "image"}] * len(ims)
+                content = [{"type": "text", "text": text}, *content] if self.text_first else [
+                    *content, {"type": "text", "text": text}]
                 turns = [{"role": "system", "content": self.system}, {"role": "user", "content": content}]
                 texts.append(proc.apply_chat_template(turns, tokenize=False, add_generation_prompt=True))
                 images += [qwen_vl_utils_image(im) for im in ims]

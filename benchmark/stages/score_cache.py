@@ -27,6 +27,7 @@ STRING_COLUMNS |= {"clip_t_text", "dir_note"}  # the conventional suite's CLIP-T
 STRING_COLUMNS |= {"bg_note", "clip_note"}  # the PIE-Bench suite's reasons for NaN background / CLIP columns
 # the GEdit-Bench protocol's judge replies (kept, parsed or not), the scores it read (JSON lists), the language
 STRING_COLUMNS |= {"sc_reply", "pq_reply", "sc_scores", "pq_scores", "language"}
+STRING_COLUMNS |= {"ie_reply", "ie_scores"}  # the ImgEdit-Bench protocol's judge reply and the scores it read
 NOT_NULL = ("query_id", "status")
 STATUSES = frozenset({"ok", "failed", "missing", "excluded"})
 SCORES_DIR = "scores"  # <run dir>/scores/<metric signature>/: the parts and the index below

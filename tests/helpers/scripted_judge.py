@@ -26,3 +26,19 @@ class ScriptedJudge:
                 colour = max(images[0].convert("RGB").getcolors(1 << 16))[1]
                 out.append(self.pq[",".join(map(str, colour))])
         return out
+
+
+class ScriptedReplies:
+    """A one-prompt-per-edit judge backbone double (metrics=imgedit): the reply is chosen by the instruction that
+    follows `marker` in the prompt (up to the line's end)."""
+
+    def __init__(self, *, replies: dict[str, str], marker: str = "INSTRUCTION=") -> None:
+        self.replies, self.marker = dict(replies), marker
+        self.name = "scripted-replies@test"
+
+    @property
+    def identity(self) -> str:
+        return f"{self.name}|{sorted(self.replies.items())}"
+
+    def generate(self, requests):
+        return [self.replies[text.split(self.marker, 1)[1].split("\n", 1)[0]] for _images, text in requests]

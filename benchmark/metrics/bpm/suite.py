@@ -26,7 +26,7 @@ from benchmark.metrics.chunking import QuerySamples
 from benchmark.metrics.components import LazyComponents
 from benchmark.models.common import resolve_device
 from benchmark.models.instructions import GLOBAL_TYPES, ParsedEdit, ParseError, RuleParser, from_query
-from benchmark.types import FREEFORM_TYPES, GEDIT_TYPES, PIE_TYPES, MetricInfo, Query
+from benchmark.types import FREEFORM_TYPES, GEDIT_TYPES, IMGEDIT_TYPES, PIE_TYPES, MetricInfo, Query
 
 VERSION = "1.0"
 CLIP_INPUT = 224
@@ -43,9 +43,9 @@ COLUMN_INFO = {
     "S_modify": (True, "cs(E(edit crop) - E(original crop), E_T(o2) - E_T(o1)) on the objects' boxes"),
     "S_preserve": (True, "1 - mean squared difference outside the union of the objects' masks (images in [0, 1])"),
 }
-# types whose queries carry no structured edit fields, only text (MagicBrush, GEdit-Bench, PIE-Bench): the edit is
-# parsed from the instruction
-TEXT_ONLY_TYPES = frozenset(FREEFORM_TYPES) | frozenset(GEDIT_TYPES) | frozenset(PIE_TYPES)
+# types whose queries carry no structured edit fields, only text (MagicBrush, GEdit-Bench, PIE-Bench, ImgEdit-Bench):
+# the edit is parsed from the instruction
+TEXT_ONLY_TYPES = frozenset(FREEFORM_TYPES) | frozenset(GEDIT_TYPES) | frozenset(PIE_TYPES) | frozenset(IMGEDIT_TYPES)
 
 
 @dataclass
