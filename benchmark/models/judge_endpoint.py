@@ -1,6 +1,6 @@
 """A judge served by an existing engine: an OpenAI-compatible chat endpoint (vLLM, SGLang, ...) as a judge backbone.
 
-`EndpointJudge` has the members of `benchmark.metrics.gedit.suite.JudgeBackbone` (`name`, `identity`,
+`EndpointJudge` has the members of `benchmark.metrics.prompted_judge.JudgeBackbone` (`name`, `identity`,
 `generate(requests)`), so `metrics=gedit` (and any other judge that asks free-text questions about images) can use
 a model that does not fit this machine. Each request is one chat turn: the system turn, then one user turn with the
 images (base64 PNG data URLs) and the prompt text, decoded greedily (temperature 0) with a seed and a token limit.

@@ -330,7 +330,7 @@ class TextJudge:
     (greedy: `do_sample=False`, one beam, `max_new_tokens`; the checkpoint's own generation config otherwise, e.g.
     its repetition penalty; special tokens dropped from the reply).
 
-    The judge-backbone interface of `metrics=gedit` (`benchmark.metrics.gedit.suite.JudgeBackbone`): `name`
+    The judge-backbone interface of `metrics=gedit` (`benchmark.metrics.prompted_judge.JudgeBackbone`): `name`
     (model@revision), `identity` (everything of the backbone that shapes a reply, known before loading) and
     `generate(requests)`. Cheap to build: the model loads on the first `generate` (`load_vlm`, once per process).
     `batch_size`: prompts per `generate` call (GEdit-Bench: 1; more is faster, and left padding can change a reply

@@ -1,4 +1,4 @@
-"""A judge backbone test double for metrics=gedit (benchmark/metrics/gedit/suite.py `JudgeBackbone`): its replies
+"""A judge backbone test double for metrics=gedit (benchmark/metrics/prompted_judge.py `JudgeBackbone`): its replies
 are scripted, so the parsing and aggregation around it can be checked against numbers worked out by hand. The SC
 reply is chosen by the instruction quoted in the prompt, the PQ reply by the edit's most common colour."""
 

@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import ast
-import hashlib
 import json
 import math
 import re
@@ -23,6 +22,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from benchmark.metrics import pinned_prompts as pinned
+from benchmark.metrics.pinned_prompts import ProtocolError
 
 SOURCE_REPO = "stepfun-ai/Step1X-Edit"
 PROMPTS_PATH = "GEdit-Bench/viescore/vie_prompts.py"
@@ -33,12 +35,6 @@ PLACEHOLDER = "<instruction>"
 DELIMITER = "||V^=^V||"
 SCORE_RANGE = (0.0, 10.0)
 LANGUAGE_NAMES = {"en": "en", "zh": "cn"}  # Query.language -> GEdit-Bench's name of the language
-COMMIT = re.compile(r"[0-9a-f]{40}")
-SHA256 = re.compile(r"[0-9a-f]{64}")
-
-
-class ProtocolError(ValueError):
-    """The prompt file is missing, altered or not in the expected form; the message names the file and the fix."""
 
 
 class ReplyError(ValueError):
@@ -59,25 +55,14 @@ class Prompts:
 
 
 def check_identity(commit: str, sha256: str) -> None:
-    """The protocol's identity: a 40-hex commit (never a moving branch) and a 64-hex sha256."""
-    if not isinstance(commit, str) or not COMMIT.fullmatch(commit):
-        raise ProtocolError(f"prompts_commit must be a 40-hex commit of {SOURCE_REPO}, not {commit!r}")
-    if not isinstance(sha256, str) or not SHA256.fullmatch(sha256):
-        raise ProtocolError(f"prompts_sha256 must be 64 lowercase hex digits, not {sha256!r}")
+    """The protocol's identity: a 40-hex commit of SOURCE_REPO (never a moving branch) and a 64-hex sha256."""
+    pinned.check_identity(commit, sha256, SOURCE_REPO)
 
 
 def load_prompts(path: str | Path, sha256: str, commit: str) -> Prompts:
     """The tie prompts from `path` (the fetched `vie_prompts.py`), refused unless its bytes have `sha256`."""
-    check_identity(commit, sha256)
-    path = Path(path)
-    if not path.is_file():
-        raise ProtocolError(f"GEdit-Bench's prompt file {path} is missing: fetch it with `make data NAME=gedit` "
-                            f"({PROMPTS_PATH} of {SOURCE_REPO} at {commit}), or set metrics.gedit.prompts_file")
-    raw = path.read_bytes()
-    digest = hashlib.sha256(raw).hexdigest()
-    if digest != sha256:
-        raise ProtocolError(f"{path}: sha256 {digest}, expected {sha256} ({PROMPTS_PATH} at {commit}); the file is "
-                            "not the pinned protocol. Delete it and fetch it again with `make data NAME=gedit`")
+    raw = pinned.read_pinned(path, sha256, commit, benchmark="GEdit-Bench", repo=SOURCE_REPO, repo_path=PROMPTS_PATH,
+                             data_name="gedit", option="metrics.gedit.prompts_file")
     try:
         tree = ast.parse(raw.decode("utf-8"), filename=str(path))
     except (UnicodeDecodeError, SyntaxError, ValueError) as err:

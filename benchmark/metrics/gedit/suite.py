@@ -11,14 +11,11 @@ from __future__ import annotations
 
 import json
 import math
-import time
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from benchmark.metrics.chunking import QuerySamples
-from benchmark.metrics.components import LazyComponents
 from benchmark.metrics.gedit.protocol import (
     LANGUAGE_NAMES,
     Prompts,
@@ -29,24 +26,10 @@ from benchmark.metrics.gedit.protocol import (
     sample_scores,
     summary_keys,
 )
-from benchmark.metrics.judge.suite import SuiteInfo
+from benchmark.metrics.prompted_judge import JudgeBackbone, LoadedPair, PromptedJudgeSuite
 from benchmark.types import GEDIT_TYPES, MetricInfo, Query
 
 VERSION = "1.0"
-
-
-class JudgeBackbone(Protocol):
-    """What answers the judge's prompts. `name`: the model and its revision (shown on the leaderboard); `identity`:
-    everything of the backbone that shapes a reply (model, revision, dtype, decoding; an endpoint adds the served
-    model's name and the server's version), known before the first request; `generate`: one reply per
-    (images, prompt text) request, in order. `benchmark.models.vlm.TextJudge` is the local one."""
-
-    name: str
-
-    @property
-    def identity(self) -> str: ...
-
-    def generate(self, requests: Sequence[tuple[Sequence[Any], str]]) -> list[str]: ...
 
 
 COLUMN_INFO: dict[str, tuple[bool, str]] = {
@@ -64,19 +47,16 @@ SUMMARY_INFO: dict[str, tuple[bool, str]] = {
 }
 
 
-@dataclass
-class _Loaded:
-    query: Query
-    source: Any = None  # PIL image, as stored in the query set
-    edit: Any = None    # PIL RGB image at the source's size
-    error: str = ""
+__all__ = ["GEditSuite", "JudgeBackbone"]  # JudgeBackbone: benchmark.metrics.prompted_judge, named here too
 
 
 class _Samples(QuerySamples):
-    def item(self, query: Query) -> _Loaded:
-        return _Loaded(query)
+    """The source as stored and the edit (RGB) at the source's size."""
 
-    def load(self, out: _Loaded, q: Query, edit_path: Path) -> None:
+    def item(self, query: Query) -> LoadedPair:
+        return LoadedPair(query)
+
+    def load(self, out: LoadedPair, q: Query, edit_path: Path) -> None:
         from PIL import Image
 
         from benchmark.imageio import load_rgb
@@ -87,7 +67,7 @@ class _Samples(QuerySamples):
         out.edit = edit if edit.size == out.source.size else edit.resize(out.source.size, Image.Resampling.BICUBIC)
 
 
-class GEditSuite(LazyComponents):
+class GEditSuite(PromptedJudgeSuite):
     """GEdit-Bench's SC / PQ / O per query by its official protocol (specification: docs/judge.md).
 
     backbone: a `JudgeBackbone` (configs/metrics/gedit_judge/: `local`, `benchmark.models.vlm.TextJudge`;
@@ -99,46 +79,21 @@ class GEditSuite(LazyComponents):
     info = MetricInfo("gedit", VERSION, True, description="GEdit-Bench's official protocol: VIEScore tie prompts, "
                       "free-text replies parsed as the official parser, per-group means and their macro average")
 
-    def __init__(self, *, backbone: Any, prompts_file: str, prompts_commit: str, prompts_sha256: str,
-                 chunk_size: int = 16, load_threads: int | None = None, prefetch: bool = False,
-                 device: str = "auto") -> None:
-        from benchmark.metrics.chunking import check_loading
-        from benchmark.models.common import resolve_device
-
-        if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
-            raise ValueError(f"chunk_size must be a positive integer, not {chunk_size!r}")
-        check_identity(prompts_commit, prompts_sha256)
-        self.backbone = backbone
-        self.prompts_file, self.prompts_commit, self.prompts_sha256 = str(prompts_file), prompts_commit, prompts_sha256
-        self._prompts: Prompts | None = None
-        self.chunk_size = chunk_size
-        self.load_threads, self.prefetch = check_loading(load_threads, prefetch)
-        self.device = resolve_device(device)
-        self._factories, self._models = {}, {}
-        self.timings: dict[str, float] = {}
-        self.column_info = COLUMN_INFO | SUMMARY_INFO
-        self.columns = tuple(COLUMN_INFO)
-        self.info = SuiteInfo(GEditSuite.info.name, VERSION, True, description=GEditSuite.info.description,
-                              identity={"gedit": self.identity})
+    COLUMN_INFO, SUMMARY_INFO = COLUMN_INFO, SUMMARY_INFO  # the module's tables, as PromptedJudgeSuite reads them
 
     @property
     def protocol(self) -> str:
         return f"Step1X-Edit@{self.prompts_commit}|vie_prompts.py sha256={self.prompts_sha256}|tie|parse=viescore-v1"
 
-    @property
-    def identity(self) -> str:
-        """The backbone's identity and the protocol's (commit, prompt checksum, parser)."""
-        return f"{self.backbone.identity}|{self.protocol}"
+    def _check_identity(self) -> None:
+        check_identity(self.prompts_commit, self.prompts_sha256)
 
-    def components(self) -> dict[str, str]:
-        return {"judge": self.backbone.name, "backbone": self.backbone.identity, "protocol": self.protocol}
+    def _load_prompts(self) -> Prompts:
+        """The tie prompts, read and checked (protocol.load_prompts)."""
+        return load_prompts(self.prompts_file, self.prompts_sha256, self.prompts_commit)
 
-    @property
-    def prompts(self) -> Prompts:
-        """The tie prompts, read and checked on first use (a config that is only composed needs no file)."""
-        if self._prompts is None:
-            self._prompts = load_prompts(self.prompts_file, self.prompts_sha256, self.prompts_commit)
-        return self._prompts
+    def _samples(self, queryset: Any, queries: Sequence[Query], paths: Sequence[Path]) -> _Samples:
+        return _Samples(queryset, queries, paths)
 
     applies_note = "a GEdit-Bench task type with an instruction (queryset=gedit)"
 
@@ -146,24 +101,12 @@ class GEditSuite(LazyComponents):
         """GEdit-Bench's queries: its protocol quotes the instruction and averages over its task groups."""
         return query.edit_type in GEDIT_TYPES and bool((query.instruction or "").strip())
 
-    def model_seconds(self) -> dict[str, float]:
-        return {k: v for k, v in self.timings.items() if "forward" in k}
-
-    def _score_chunk(self, items: list[_Loaded]) -> list[dict[str, Any]]:
-        prompts = self.prompts
-        rows = [{"query_id": it.query.id, "status": "failed", "reason": it.error} for it in items if it.error]
-        good = [it for it in items if not it.error]
-        if not good:
-            return rows
+    def _rows(self, good: list[LoadedPair], prompts: Prompts) -> list[dict[str, Any]]:
         requests: list[tuple[list[Any], str]] = []
         for it in good:
             requests += [([it.source, it.edit], prompts.sc_for(it.query.instruction)), ([it.edit], prompts.pq)]
-        t0 = time.perf_counter()
-        replies = self.backbone.generate(requests)
-        self.timings["judge forward"] = self.timings.get("judge forward", 0.0) + time.perf_counter() - t0
-        if len(replies) != len(requests):
-            raise RuntimeError(f"the judge backbone {self.backbone.name} answered {len(replies)} of "
-                               f"{len(requests)} prompts")
+        replies = self._judge(requests)
+        rows: list[dict[str, Any]] = []
         for n, it in enumerate(good):
             sc_reply, pq_reply = replies[2 * n], replies[2 * n + 1]
             q = it.query
@@ -183,13 +126,3 @@ class GEditSuite(LazyComponents):
             rows.append(row | {"G_SC": sc, "G_PQ": pq, "G_O": o, "sc_scores": json.dumps(parsed["SC"]),
                                "pq_scores": json.dumps(parsed["PQ"]), "status": "ok", "reason": ""})
         return rows
-
-    def score_queries(self, queryset: Any, queries: Sequence[Query], edit_paths: Sequence[Path], *, work_dir: Path,
-                      num_workers: int = 0, progress: bool = True) -> Iterator[list[dict[str, Any]]]:
-        """Yield lists of result rows (one dict per query), chunk by chunk."""
-        from benchmark.metrics.chunking import by_source
-
-        self.prompts  # noqa: B018 (a missing or altered prompt file stops the run before any judging)
-        qs, paths = by_source(queries, edit_paths)
-        yield from self._score_chunks(_Samples(queryset, qs, paths), self._score_chunk, desc="gedit",
-                                      num_workers=num_workers, progress=progress)

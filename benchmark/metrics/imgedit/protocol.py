@@ -17,13 +17,14 @@ code or prompt text.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from benchmark.metrics import pinned_prompts as pinned
+from benchmark.metrics.pinned_prompts import ProtocolError
 
 SOURCE_REPO = "PKU-YuanGroup/ImgEdit"
 PROMPTS_PATH = "Benchmark/Basic/prompts.json"
@@ -31,12 +32,6 @@ PLACEHOLDER = "<edit_prompt>"
 TYPES = ("add", "adjust", "extract", "replace", "remove", "background", "style", "compose", "action")  # table order
 SCORES_PER_REPLY = 3
 SCORE_RANGE = (1, 5)
-COMMIT = re.compile(r"[0-9a-f]{40}")
-SHA256 = re.compile(r"[0-9a-f]{64}")
-
-
-class ProtocolError(ValueError):
-    """The prompt file is missing, altered or not in the expected form; the message names the file and the fix."""
 
 
 class ReplyError(ValueError):
@@ -57,26 +52,15 @@ class Prompts:
 
 
 def check_identity(commit: str, sha256: str) -> None:
-    """The protocol's identity: a 40-hex commit (never a moving branch) and a 64-hex sha256."""
-    if not isinstance(commit, str) or not COMMIT.fullmatch(commit):
-        raise ProtocolError(f"prompts_commit must be a 40-hex commit of {SOURCE_REPO}, not {commit!r}")
-    if not isinstance(sha256, str) or not SHA256.fullmatch(sha256):
-        raise ProtocolError(f"prompts_sha256 must be 64 lowercase hex digits, not {sha256!r}")
+    """The protocol's identity: a 40-hex commit of SOURCE_REPO (never a moving branch) and a 64-hex sha256."""
+    pinned.check_identity(commit, sha256, SOURCE_REPO)
 
 
 def load_prompts(path: str | Path, sha256: str, commit: str) -> Prompts:
     """The per-type prompts from `path` (the fetched `prompts.json`), refused unless its bytes have `sha256` and it
     holds a prompt with the placeholder for each of the nine types."""
-    check_identity(commit, sha256)
-    path = Path(path)
-    if not path.is_file():
-        raise ProtocolError(f"ImgEdit-Bench's prompt file {path} is missing: fetch it with `make data NAME=imgedit` "
-                            f"({PROMPTS_PATH} of {SOURCE_REPO} at {commit}), or set metrics.imgedit.prompts_file")
-    raw = path.read_bytes()
-    digest = hashlib.sha256(raw).hexdigest()
-    if digest != sha256:
-        raise ProtocolError(f"{path}: sha256 {digest}, expected {sha256} ({PROMPTS_PATH} at {commit}); the file is "
-                            "not the pinned protocol. Delete it and fetch it again with `make data NAME=imgedit`")
+    raw = pinned.read_pinned(path, sha256, commit, benchmark="ImgEdit-Bench", repo=SOURCE_REPO, repo_path=PROMPTS_PATH,
+                             data_name="imgedit", option="metrics.imgedit.prompts_file")
     try:
         data = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as err:

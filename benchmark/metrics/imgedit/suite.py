@@ -11,14 +11,11 @@ from __future__ import annotations
 
 import json
 import math
-import time
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from benchmark.metrics.chunking import QuerySamples
-from benchmark.metrics.components import LazyComponents
 from benchmark.metrics.imgedit.protocol import (
     Prompts,
     ReplyError,
@@ -28,7 +25,7 @@ from benchmark.metrics.imgedit.protocol import (
     parse_reply,
     summary_keys,
 )
-from benchmark.metrics.judge.suite import SuiteInfo
+from benchmark.metrics.prompted_judge import LoadedPair, PromptedJudgeSuite
 from benchmark.types import IMGEDIT_TYPES, MetricInfo, Query
 
 VERSION = "1.0"
@@ -46,29 +43,23 @@ SUMMARY_INFO: dict[str, tuple[bool, str]] = {
 }
 
 
-@dataclass
-class _Loaded:
-    query: Query
-    source: Any = None  # PIL image, as stored in the query set
-    edit: Any = None    # PIL RGB image, as the editor wrote it
-    error: str = ""
-
-
 class _Samples(QuerySamples):
-    def item(self, query: Query) -> _Loaded:
-        return _Loaded(query)
+    """The source as stored and the edit (RGB) as the editor wrote it."""
 
-    def load(self, out: _Loaded, q: Query, edit_path: Path) -> None:
+    def item(self, query: Query) -> LoadedPair:
+        return LoadedPair(query)
+
+    def load(self, out: LoadedPair, q: Query, edit_path: Path) -> None:
         from benchmark.imageio import load_rgb
 
         out.source = self.original(q, lambda img: img)
         out.edit = load_rgb(edit_path)  # not resized: the official judge gets the edit file as it is
 
 
-class ImgEditSuite(LazyComponents):
+class ImgEditSuite(PromptedJudgeSuite):
     """ImgEdit-Bench Basic's score per edit by its official protocol (specification: docs/judge.md).
 
-    backbone: a `JudgeBackbone` (benchmark/metrics/gedit/suite.py; configs/metrics/imgedit.yaml:
+    backbone: a `JudgeBackbone` (benchmark/metrics/prompted_judge.py; configs/metrics/imgedit.yaml:
     `benchmark.models.vlm.TextJudge`). prompts_file, prompts_commit, prompts_sha256: the fetched `prompts.json`, the
     ImgEdit commit it was fetched at and its checksum (both enter the signature; the file is checked on first use).
     chunk_size: queries per round.
@@ -78,47 +69,22 @@ class ImgEditSuite(LazyComponents):
                       "prompts, three 1-5 scores per edit parsed as the official step 1, per-type means and their "
                       "overall mean")
 
-    def __init__(self, *, backbone: Any, prompts_file: str, prompts_commit: str, prompts_sha256: str,
-                 chunk_size: int = 16, load_threads: int | None = None, prefetch: bool = False,
-                 device: str = "auto") -> None:
-        from benchmark.metrics.chunking import check_loading
-        from benchmark.models.common import resolve_device
-
-        if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
-            raise ValueError(f"chunk_size must be a positive integer, not {chunk_size!r}")
-        check_identity(prompts_commit, prompts_sha256)
-        self.backbone = backbone
-        self.prompts_file, self.prompts_commit, self.prompts_sha256 = str(prompts_file), prompts_commit, prompts_sha256
-        self._prompts: Prompts | None = None
-        self.chunk_size = chunk_size
-        self.load_threads, self.prefetch = check_loading(load_threads, prefetch)
-        self.device = resolve_device(device)
-        self._factories, self._models = {}, {}
-        self.timings: dict[str, float] = {}
-        self.column_info = COLUMN_INFO | SUMMARY_INFO
-        self.columns = tuple(COLUMN_INFO)
-        self.info = SuiteInfo(ImgEditSuite.info.name, VERSION, True, description=ImgEditSuite.info.description,
-                              identity={"imgedit": self.identity})
+    COLUMN_INFO, SUMMARY_INFO = COLUMN_INFO, SUMMARY_INFO  # the module's tables, as PromptedJudgeSuite reads them
 
     @property
     def protocol(self) -> str:
         return (f"ImgEdit@{self.prompts_commit}|prompts.json sha256={self.prompts_sha256}|text,source,edit"
                 "|parse=step1-v1")
 
-    @property
-    def identity(self) -> str:
-        """The backbone's identity and the protocol's (commit, prompt checksum, parser)."""
-        return f"{self.backbone.identity}|{self.protocol}"
+    def _check_identity(self) -> None:
+        check_identity(self.prompts_commit, self.prompts_sha256)
 
-    def components(self) -> dict[str, str]:
-        return {"judge": self.backbone.name, "backbone": self.backbone.identity, "protocol": self.protocol}
+    def _load_prompts(self) -> Prompts:
+        """The per-type prompts, read and checked (protocol.load_prompts)."""
+        return load_prompts(self.prompts_file, self.prompts_sha256, self.prompts_commit)
 
-    @property
-    def prompts(self) -> Prompts:
-        """The per-type prompts, read and checked on first use (a config that is only composed needs no file)."""
-        if self._prompts is None:
-            self._prompts = load_prompts(self.prompts_file, self.prompts_sha256, self.prompts_commit)
-        return self._prompts
+    def _samples(self, queryset: Any, queries: Sequence[Query], paths: Sequence[Path]) -> _Samples:
+        return _Samples(queryset, queries, paths)
 
     applies_note = "an ImgEdit-Bench edit type with an instruction (queryset=imgedit)"
 
@@ -126,23 +92,10 @@ class ImgEditSuite(LazyComponents):
         """ImgEdit-Bench's queries: its prompts are per edit type and quote the instruction."""
         return query.edit_type in IMGEDIT_TYPES and bool((query.instruction or "").strip())
 
-    def model_seconds(self) -> dict[str, float]:
-        return {k: v for k, v in self.timings.items() if "forward" in k}
-
-    def _score_chunk(self, items: list[_Loaded]) -> list[dict[str, Any]]:
-        prompts = self.prompts
-        rows = [{"query_id": it.query.id, "status": "failed", "reason": it.error} for it in items if it.error]
-        good = [it for it in items if not it.error]
-        if not good:
-            return rows
-        requests = [([it.source, it.edit], prompts.for_edit(it.query.edit_type.removeprefix("imgedit_"),
-                                                            it.query.instruction)) for it in good]
-        t0 = time.perf_counter()
-        replies = self.backbone.generate(requests)
-        self.timings["judge forward"] = self.timings.get("judge forward", 0.0) + time.perf_counter() - t0
-        if len(replies) != len(requests):
-            raise RuntimeError(f"the judge backbone {self.backbone.name} answered {len(replies)} of "
-                               f"{len(requests)} prompts")
+    def _rows(self, good: list[LoadedPair], prompts: Prompts) -> list[dict[str, Any]]:
+        replies = self._judge([([it.source, it.edit], prompts.for_edit(it.query.edit_type.removeprefix("imgedit_"),
+                                                                       it.query.instruction)) for it in good])
+        rows: list[dict[str, Any]] = []
         for it, reply in zip(good, replies, strict=True):
             row: dict[str, Any] = {"query_id": it.query.id, "ie_reply": reply}
             try:
@@ -155,13 +108,3 @@ class ImgEditSuite(LazyComponents):
             rows.append(row | {"IE_score": edit_score(scores), "ie_scores": json.dumps(scores), "status": "ok",
                                "reason": ""})
         return rows
-
-    def score_queries(self, queryset: Any, queries: Sequence[Query], edit_paths: Sequence[Path], *, work_dir: Path,
-                      num_workers: int = 0, progress: bool = True) -> Iterator[list[dict[str, Any]]]:
-        """Yield lists of result rows (one dict per query), chunk by chunk."""
-        from benchmark.metrics.chunking import by_source
-
-        self.prompts  # noqa: B018 (a missing or altered prompt file stops the run before any judging)
-        qs, paths = by_source(queries, edit_paths)
-        yield from self._score_chunks(_Samples(queryset, qs, paths), self._score_chunk, desc="imgedit",
-                                      num_workers=num_workers, progress=progress)

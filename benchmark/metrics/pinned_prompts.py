@@ -1,0 +1,46 @@
+"""A benchmark's prompt file, fetched at a pinned commit of its authors' repository and checked by its checksum.
+
+The judged protocols (metrics=gedit, metrics=imgedit) judge with their authors' prompts, which are not ours to
+redistribute: `make data` fetches the file at a pinned commit, and each suite reads it through `read_pinned`, which
+refuses a moving branch, a missing file and any file whose bytes are not the pinned ones. The commit and checksum
+are part of the metric signature.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+
+COMMIT = re.compile(r"[0-9a-f]{40}")
+SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+class ProtocolError(ValueError):
+    """The prompt file is missing, altered or not in the expected form; the message names the file and the fix."""
+
+
+def check_identity(commit: str, sha256: str, repo: str) -> None:
+    """The protocol's identity: a 40-hex commit of `repo` (never a moving branch) and a 64-hex sha256."""
+    if not isinstance(commit, str) or not COMMIT.fullmatch(commit):
+        raise ProtocolError(f"prompts_commit must be a 40-hex commit of {repo}, not {commit!r}")
+    if not isinstance(sha256, str) or not SHA256.fullmatch(sha256):
+        raise ProtocolError(f"prompts_sha256 must be 64 lowercase hex digits, not {sha256!r}")
+
+
+def read_pinned(path: str | Path, sha256: str, commit: str, *, benchmark: str, repo: str, repo_path: str,
+                data_name: str, option: str) -> bytes:
+    """The bytes of `path` (`repo_path` of `repo` at `commit`, fetched by `make data NAME=<data_name>`), refused
+    unless they have `sha256`. `benchmark` names the protocol and `option` the setting that moves the file, in the
+    messages."""
+    check_identity(commit, sha256, repo)
+    path = Path(path)
+    if not path.is_file():
+        raise ProtocolError(f"{benchmark}'s prompt file {path} is missing: fetch it with `make data NAME={data_name}` "
+                            f"({repo_path} of {repo} at {commit}), or set {option}")
+    raw = path.read_bytes()
+    digest = hashlib.sha256(raw).hexdigest()
+    if digest != sha256:
+        raise ProtocolError(f"{path}: sha256 {digest}, expected {sha256} ({repo_path} at {commit}); the file is "
+                            f"not the pinned protocol. Delete it and fetch it again with `make data NAME={data_name}`")
+    return raw

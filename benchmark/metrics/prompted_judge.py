@@ -1,0 +1,147 @@
+"""What the judged protocols share (metrics=gedit, metrics=imgedit): a judge backbone, the pinned prompt file, and a
+suite that loads (source, edit) pairs chunk by chunk, asks the backbone and turns the replies into rows.
+
+A protocol's suite subclasses `PromptedJudgeSuite` and gives its `protocol` string, `_load_prompts()`,
+`applies_to()`, `_samples()` (how its edit is loaded) and `_rows(good, prompts)` (its requests, then its parsing,
+through `_judge`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, Protocol
+
+from benchmark.metrics.components import LazyComponents
+from benchmark.types import MetricInfo, Query
+
+
+class JudgeBackbone(Protocol):
+    """What answers the judge's prompts. `name`: the model and its revision (shown on the leaderboard); `identity`:
+    everything of the backbone that shapes a reply (model, revision, dtype, decoding; an endpoint adds the served
+    model's name and the server's version), known before the first request; `generate`: one reply per
+    (images, prompt text) request, in order. `benchmark.models.vlm.TextJudge` is the local one,
+    `benchmark.models.judge_endpoint.EndpointJudge` the served one."""
+
+    name: str
+
+    @property
+    def identity(self) -> str: ...
+
+    def generate(self, requests: Sequence[tuple[Sequence[Any], str]]) -> list[str]: ...
+
+
+@dataclass
+class LoadedPair:
+    """One query's images as a judged protocol loads them (PIL), or the reason they could not be."""
+
+    query: Query
+    source: Any = None
+    edit: Any = None
+    error: str = ""
+
+
+class PromptedJudgeSuite(LazyComponents):
+    """The shared part of a judged protocol's suite (see the module). Subclasses set `info`, `COLUMN_INFO` and
+    `SUMMARY_INFO` (class attributes).
+
+    backbone: a `JudgeBackbone`. prompts_file, prompts_commit, prompts_sha256: the fetched prompt file, the commit it
+    was fetched at and its checksum (both enter the signature; the file is checked on first use). chunk_size:
+    queries per round.
+    """
+
+    info: ClassVar[MetricInfo]
+    COLUMN_INFO: ClassVar[dict[str, tuple[bool, str]]]
+    SUMMARY_INFO: ClassVar[dict[str, tuple[bool, str]]]
+
+    def __init__(self, *, backbone: Any, prompts_file: str, prompts_commit: str, prompts_sha256: str,
+                 chunk_size: int = 16, load_threads: int | None = None, prefetch: bool = False,
+                 device: str = "auto") -> None:
+        from benchmark.metrics.chunking import check_loading
+        from benchmark.metrics.judge.suite import SuiteInfo
+        from benchmark.models.common import resolve_device
+
+        if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+            raise ValueError(f"chunk_size must be a positive integer, not {chunk_size!r}")
+        self.backbone = backbone
+        self.prompts_file, self.prompts_commit, self.prompts_sha256 = str(prompts_file), prompts_commit, prompts_sha256
+        self._check_identity()
+        self._prompts: Any = None
+        self.chunk_size = chunk_size
+        self.load_threads, self.prefetch = check_loading(load_threads, prefetch)
+        self.device = resolve_device(device)
+        self._factories, self._models = {}, {}
+        self.timings: dict[str, float] = {}
+        self.column_info = self.COLUMN_INFO | self.SUMMARY_INFO
+        self.columns = tuple(self.COLUMN_INFO)
+        cls = type(self)
+        self.info = SuiteInfo(cls.info.name, cls.info.version, True, description=cls.info.description,
+                              identity={cls.info.name: self.identity})
+
+    # -- what a protocol gives -----------------------------------------------------------------------------------
+    @property
+    def protocol(self) -> str:
+        """The protocol's identity: source commit, prompt checksum, prompt layout, parser version."""
+        raise NotImplementedError
+
+    def _check_identity(self) -> None:
+        """Refuse a prompts_commit / prompts_sha256 that is not a pinned identity (before any file is read)."""
+        raise NotImplementedError
+
+    def _load_prompts(self) -> Any:
+        raise NotImplementedError
+
+    def _samples(self, queryset: Any, queries: Sequence[Query], paths: Sequence[Path]) -> Any:
+        """The `QuerySamples` that loads this protocol's `LoadedPair`s."""
+        raise NotImplementedError
+
+    def _rows(self, good: list[LoadedPair], prompts: Any) -> list[dict[str, Any]]:
+        """One row per loaded pair: its requests through `_judge`, its replies parsed."""
+        raise NotImplementedError
+
+    # -- shared ---------------------------------------------------------------------------------------------------
+    @property
+    def identity(self) -> str:
+        """The backbone's identity and the protocol's (commit, prompt checksum, parser)."""
+        return f"{self.backbone.identity}|{self.protocol}"
+
+    def components(self) -> dict[str, str]:
+        return {"judge": self.backbone.name, "backbone": self.backbone.identity, "protocol": self.protocol}
+
+    @property
+    def prompts(self) -> Any:
+        """The protocol's prompts, read and checked on first use (a config that is only composed needs no file)."""
+        if self._prompts is None:
+            self._prompts = self._load_prompts()
+        return self._prompts
+
+    def model_seconds(self) -> dict[str, float]:
+        return {k: v for k, v in self.timings.items() if "forward" in k}
+
+    def _judge(self, requests: list[tuple[list[Any], str]]) -> list[str]:
+        """The backbone's replies to `requests`, in order, timed as the judge's forward time."""
+        t0 = time.perf_counter()
+        replies = self.backbone.generate(requests)
+        self.timings["judge forward"] = self.timings.get("judge forward", 0.0) + time.perf_counter() - t0
+        if len(replies) != len(requests):
+            raise RuntimeError(f"the judge backbone {self.backbone.name} answered {len(replies)} of "
+                               f"{len(requests)} prompts")
+        return replies
+
+    def _score_chunk(self, items: list[LoadedPair]) -> list[dict[str, Any]]:
+        prompts = self.prompts
+        rows = [{"query_id": it.query.id, "status": "failed", "reason": it.error} for it in items if it.error]
+        good = [it for it in items if not it.error]
+        return rows + (self._rows(good, prompts) if good else [])
+
+    def score_queries(self, queryset: Any, queries: Sequence[Query], edit_paths: Sequence[Path], *, work_dir: Path,
+                      num_workers: int = 0, progress: bool = True) -> Iterator[list[dict[str, Any]]]:
+        """Yield lists of result rows (one dict per query), chunk by chunk."""
+        from benchmark.metrics.chunking import by_source
+
+        self.prompts  # noqa: B018 (a missing or altered prompt file stops the run before any judging)
+        qs, paths = by_source(queries, edit_paths)
+        yield from self._score_chunks(self._samples(queryset, qs, paths), self._score_chunk, desc=type(self).info.name,
+                                      num_workers=num_workers, progress=progress)
