@@ -19,7 +19,6 @@ image before it writes anything, and stops at the first bad entry with its key a
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from collections import Counter
 from pathlib import Path
@@ -47,29 +46,15 @@ class ImgEditFormatError(ValueError):
     """The files are not ImgEdit-Bench Basic's release format or an entry is unusable; the message names the key."""
 
 
-def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    dup = sorted(k for k, n in Counter(k for k, _ in pairs).items() if n > 1)
-    if dup:
-        raise ImgEditFormatError(f"duplicate key(s) {dup[:5]} in one JSON object; each edit's key must appear once")
-    return dict(pairs)
-
-
 def read_edits(path: str | os.PathLike[str]) -> dict[str, dict[str, str]]:
     """`basic_edit.json` as {key: entry}, checked for shape (numeric keys, the three fields, known edit types)."""
-    from benchmark.querysets.io import check_relpath
+    from benchmark.querysets.io import check_relpath, read_keyed_json
 
     path = Path(path)
     if not path.is_file():
         raise ImgEditFormatError(f"{path}: not found. Fetch it with `make data NAME=imgedit` "
                                  f"(Benchmark/Basic/{EDITS_FILE} of {SOURCE_REPO} at the manifest's commit)")
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=_no_duplicate_keys)
-    except json.JSONDecodeError as err:
-        raise ImgEditFormatError(f"{path}:{err.lineno}: not valid JSON ({err.msg})") from None
-    except ImgEditFormatError as err:
-        raise ImgEditFormatError(f"{path}: {err}") from None
-    if not isinstance(raw, dict) or not raw:
-        raise ImgEditFormatError(f"{path}: must hold a non-empty JSON object keyed by edit key")
+    raw = read_keyed_json(path, ImgEditFormatError, "edit key")
     for key, entry in raw.items():
         where = f"{path} entry {key!r}"
         if not key.isascii() or not key.isdigit():

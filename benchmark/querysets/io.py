@@ -71,6 +71,27 @@ def check_text(value: str, what: str) -> str:
     return value
 
 
+def read_keyed_json(path: Path, error: type[Exception], keyed_by: str) -> dict[str, Any]:
+    """A release's JSON file holding one non-empty object {key: entry} (PIE-Bench's mapping file, ImgEdit-Bench's
+    edit list), read with a key that appears twice refused (json keeps the last silently). Every problem raises
+    `error` naming the file (and the line of a JSON syntax error); `keyed_by` says what the keys are."""
+    def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        dup = sorted(k for k, n in Counter(k for k, _ in pairs).items() if n > 1)
+        if dup:
+            raise error(f"{path}: duplicate key(s) {dup[:5]} in one JSON object; each {keyed_by} must appear once")
+        return dict(pairs)
+
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=no_duplicates)
+    except json.JSONDecodeError as err:
+        raise error(f"{path}:{err.lineno}: not valid JSON ({err.msg})") from None
+    except UnicodeDecodeError as err:
+        raise error(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+    if not isinstance(raw, dict) or not raw:
+        raise error(f"{path}: must hold a non-empty JSON object keyed by {keyed_by}")
+    return raw
+
+
 def check_relpath(value: str, what: str) -> str:
     """Return `value` if it is a relative path that stays inside the query set folder."""
     if not isinstance(value, str) or not value:

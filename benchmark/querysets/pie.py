@@ -22,7 +22,6 @@ anything the loader would trust, and stops at the first bad entry with its id an
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections import Counter
@@ -92,28 +91,15 @@ def decode_mask(encoded: Any, where: str, side: int = IMAGE_SIDE) -> np.ndarray:
     return mask
 
 
-def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    keys = [k for k, _ in pairs]
-    dup = sorted(k for k, n in Counter(keys).items() if n > 1)
-    if dup:
-        raise PieFormatError(f"duplicate key(s) {dup[:5]} in one JSON object; each entry id must appear once")
-    return dict(pairs)
-
-
 def read_mapping(data: Path) -> dict[str, dict[str, Any]]:
     """`data/mapping_file.json` as {id: entry}, checked for shape (every field present, types right)."""
+    from benchmark.querysets.io import read_keyed_json
+
     path = data / MAPPING_FILE
     if not path.is_file():
         raise PieFormatError(f"{path}: not found. Give --data the release's data folder (it holds {MAPPING_FILE} and "
                              f"{IMAGES_DIR}/); see datasets/manifests/pie.json for how to get it")
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=_no_duplicate_keys)
-    except json.JSONDecodeError as err:
-        raise PieFormatError(f"{path}:{err.lineno}: not valid JSON ({err.msg})") from None
-    except PieFormatError as err:
-        raise PieFormatError(f"{path}: {err}") from None
-    if not isinstance(raw, dict) or not raw:
-        raise PieFormatError(f"{path}: must hold a non-empty JSON object keyed by entry id")
+    raw = read_keyed_json(path, PieFormatError, "entry id")
     for key, entry in raw.items():
         where = f"{path} entry {key!r}"
         if not _KEY_RE.fullmatch(key):
