@@ -173,13 +173,24 @@ def device_class(device: str | None, table: dict[str, Any], gpu_name: Callable[[
                       "(measure it: editmeter gpu-check)")
 
 
-def lookup(table: dict[str, Any], group: str, name: str, size: str, cls: str) -> Cost | None:
-    """The row of `name` (an editor or metric set) at `size` on `cls`, or its `any`-device row; None when absent."""
+def lookup(table: dict[str, Any], group: str, name: str, size: str, cls: str,
+           config: Any = None) -> Cost | None:
+    """The row of `name` (an editor or metric set) at `size` on `cls`, or its `any`-device row; None when absent.
+
+    A row may give `by_setting: {key: {value: {field: ...}}}`: where `config` (the editor's config) has `key` =
+    `value`, those fields replace the row's (P2P's `inversion`: a negative-prompt or Direct Inversion costs a
+    fraction of the null-text inversion the row measured)."""
     sizes = (table.get(group) or {}).get(name) or {}
     rows = sizes.get(size) or {}
     for key in (cls, "any"):
         if key in rows:
-            return _row(rows[key], f"{group}.{name}.{size}.{key}")
+            node, where = dict(rows[key]), f"{group}.{name}.{size}.{key}"
+            for setting, variants in (node.pop("by_setting", None) or {}).items():
+                value = config.get(setting) if config is not None else None
+                if value is not None and str(value) in (variants or {}):
+                    node.update(variants[str(value)])
+                    where += f".by_setting.{setting}.{value}"
+            return _row(node, where)
     return None
 
 
@@ -303,7 +314,7 @@ def estimate(cfg: Any, full: Any, *, editor: str, metrics: str, gpu_name: Callab
     cls, note = device_class(resolve_device(str(device)) if device else None, table, gpu_name)
     # edits made elsewhere (`editmeter score --name LABEL`) cost what the `external` row says, whatever their label
     row = "external" if str(cfg.editor.get("_target_", "")) == EXTERNAL_TARGET else editor
-    cost = lookup(table, "editors", row, size, cls)
+    cost = lookup(table, "editors", row, size, cls, cfg.editor)
     if cost is None:
         from benchmark.config import options
 

@@ -224,3 +224,22 @@ def test_without_sharing_every_query_pays_the_whole_row(tmp_path):
     cfg, _ = _cfg(tmp_path, "editor=ip2p", "profile=random", "editor.device=cuda", "queryset=demo_mini")
     est, _ = B.estimate(cfg, _full(cfg), editor="ip2p", metrics="hatie", gpu_name=lambda: "H100")
     assert est.sources is None and "inversion" not in est.describe()
+
+
+@pytest.mark.parametrize("size, cls, steps, inner", [("real", "h100", 50, 10), ("tiny", "cpu", 3, 2)])
+def test_p2p_inversion_setting_picks_its_row_scaled_by_unet_work(tmp_path, size, cls, steps, inner):
+    """The p2p rows measure null-text inversion; `editor.inversion=negative_prompt | direct` take the row's
+    `by_setting` variants: the same seconds per forward-equivalent UNet evaluation, over n (negative-prompt) or 3n
+    (direct) evaluations per source instead of 4n + 3nk; the edit part per query is unchanged."""
+    table = B.load_costs()
+    base = B.lookup(table, "editors", "p2p", size, cls)
+    null_text = 4 * steps + 3 * steps * inner
+    for inversion, work in (("null_text", null_text), ("negative_prompt", steps), ("direct", 3 * steps)):
+        row = B.lookup(table, "editors", "p2p", size, cls, {"inversion": inversion})
+        assert row.s_per_query == base.s_per_query and row.load_s == base.load_s
+        assert row.s_per_source == pytest.approx(base.s_per_source * work / null_text, rel=0.01)
+        assert ("ESTIMATED" in row.source) == (inversion != "null_text")
+    cfg, _ = _cfg(tmp_path, "editor=p2p", "profile=random", "editor.device=cuda", "queryset=demo_mini",
+                  "editor.inversion=direct")
+    est, _ = B.estimate(cfg, _full(cfg), editor="p2p", metrics="hatie", gpu_name=lambda: "H100")
+    assert f"{est.sources} sources x 3.65 s inversion" in est.describe()
