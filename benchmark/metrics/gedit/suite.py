@@ -184,6 +184,16 @@ class GEditSuite(LazyComponents):
                                "pq_scores": json.dumps(parsed["PQ"]), "status": "ok", "reason": ""})
         return rows
 
+    judge_column = "G_O"  # what `editmeter metaeval judges` compares between edits
+
+    def score_images(self, items: Sequence[tuple[Query, Any, Any]]) -> list[dict[str, Any]]:
+        """Rows for (query, source PIL image, edit PIL image) triples held in memory (human-preference sets); the
+        edit is resized to the source's size as the official script does."""
+        from PIL import Image
+
+        return self._score_chunk([_Loaded(q, src, edit if edit.size == src.size else
+                                          edit.resize(src.size, Image.Resampling.BICUBIC)) for q, src, edit in items])
+
     def score_queries(self, queryset: Any, queries: Sequence[Query], edit_paths: Sequence[Path], *, work_dir: Path,
                       num_workers: int = 0, progress: bool = True) -> Iterator[list[dict[str, Any]]]:
         """Yield lists of result rows (one dict per query), chunk by chunk."""
