@@ -274,6 +274,13 @@ def test_docs_name_every_command_group_option_and_key():
         assert all(f"`{n}`" in doc for n in names), names
 
 
+def test_docs_name_every_metaeval_test():
+    from benchmark.metaeval.cli import TESTS
+
+    doc = (ROOT / "docs" / "cli.md").read_text()
+    assert all(f"editmeter metaeval {t} " in doc for t in TESTS), [t for t in TESTS if f"metaeval {t} " not in doc]
+
+
 def test_console_script_and_accelerate_are_declared():
     import importlib
 

@@ -17,7 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-TESTS = ("gt-selection", "2afc", "winrate", "fit-weights")
+TESTS = ("gt-selection", "2afc", "winrate", "fit-weights", "judges")
+JUDGE_SETS = ("editscore", "tiger", "genai", "imagenhub")  # benchmark.metaeval.judges.SETS, without its imports
 STATS = {"gt-selection": ("gt_first", "pref_gt", "pref_preserved", "pref_modified"),
          "2afc": ("agreement",), "winrate": ("pearson", "spearman", "kendall"),
          "fit-weights": ("train_pearson", "test_pearson", "test_spearman", "test_kendall")}
@@ -72,6 +73,17 @@ def _parser() -> argparse.ArgumentParser:
     f.add_argument("--force", action="store_true", help="replace an existing profile file")
     f.add_argument("--train-fraction", type=float, help="share of queries used for fitting when the CSV has no "
                    "split column (default metaeval.fit.train_fraction)")
+    j = sub.add_parser("judges", parents=[common], help="editmeter's judges against published human-preference "
+                       "sets, each by the set's own agreement measure (docs/metaeval.md)")
+    j.add_argument("--judges", default="judge,gedit", help="comma-separated judge metric sets (default judge,gedit)")
+    j.add_argument("--sets", nargs="+", required=True, metavar="NAME=PATH", help="editscore=PATH (EditScore's "
+                   "EditReward-Bench parquet), tiger=PATH (TIGER-Lab's EditReward-Bench JSON folder), genai=PATH "
+                   "(GenAI-Bench image_edition parquet), imagenhub (with --ratings, --images and queryset=)")
+    j.add_argument("--dimension", default="overall", help="editscore: the rows of this dimension "
+                   "(prompt_following, consistency, overall)")
+    j.add_argument("--ratings", type=Path, nargs="+", help="imagenhub: per-image rating TSVs, one per rater")
+    j.add_argument("--images", type=Path, help="imagenhub: folder of <editor>/<uid> images")
+    j.add_argument("--query-ids", default="stem", help="imagenhub: uid -> query id (as for 2afc)")
     return ap
 
 
@@ -101,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     """Run one test; exit 0, or 2 with one message naming the bad input and the fix."""
     argv = list(sys.argv[1:] if argv is None else argv)
     # key=value overrides may stand anywhere (argparse's subcommands cannot mix them with options)
-    kv = [a for a in argv if "=" in a and not a.startswith("-")]
+    # (`judges --sets editscore=PATH ...` entries are its sets, not overrides)
+    kv = [a for a in argv if "=" in a and not a.startswith("-") and a.split("=", 1)[0] not in JUDGE_SETS]
     args = _parser().parse_args([a for a in argv if a not in kv])
     bad = list(args.overrides)
     if bad:
@@ -116,6 +129,10 @@ def main(argv: list[str] | None = None) -> int:
     from benchmark.metrics.hatie.weights import WeightProfileError
 
     try:
+        if args.test == "judges":
+            from benchmark.metaeval.judge_cli import run_judges
+
+            return run_judges(args, overrides, settings)
         return _run(args, overrides, settings)
     except (MetaevalError, HumanDataError, WeightProfileError, FitError) as err:
         print(f"error: {err}", file=sys.stderr)

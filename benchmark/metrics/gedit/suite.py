@@ -57,14 +57,19 @@ class _Samples(QuerySamples):
         return LoadedPair(query)
 
     def load(self, out: LoadedPair, q: Query, edit_path: Path) -> None:
-        from PIL import Image
 
         from benchmark.imageio import load_rgb
 
         out.source = self.original(q, lambda img: img)
-        edit = load_rgb(edit_path)
-        # official: Image.open(edit).convert("RGB").resize(source.size), PIL's default filter (bicubic)
-        out.edit = edit if edit.size == out.source.size else edit.resize(out.source.size, Image.Resampling.BICUBIC)
+        out.edit = _at_source_size(load_rgb(edit_path), out.source.size)
+
+
+def _at_source_size(edit: Any, size: tuple[int, int]) -> Any:
+    """The edit as the official script judges it: `Image.open(edit).convert("RGB").resize(source.size)`, PIL's
+    default filter (bicubic)."""
+    from PIL import Image
+
+    return edit if edit.size == size else edit.resize(size, Image.Resampling.BICUBIC)
 
 
 class GEditSuite(PromptedJudgeSuite):
@@ -126,3 +131,10 @@ class GEditSuite(PromptedJudgeSuite):
             rows.append(row | {"G_SC": sc, "G_PQ": pq, "G_O": o, "sc_scores": json.dumps(parsed["SC"]),
                                "pq_scores": json.dumps(parsed["PQ"]), "status": "ok", "reason": ""})
         return rows
+
+    judge_column = "G_O"  # what `editmeter metaeval judges` compares between edits
+
+    def score_images(self, items: Sequence[tuple[Query, Any, Any]]) -> list[dict[str, Any]]:
+        """Rows for (query, source PIL image, edit PIL image) triples held in memory (human-preference sets); the
+        edit is resized to the source's size as the official script does."""
+        return self._score_chunk([LoadedPair(q, src, _at_source_size(edit, src.size)) for q, src, edit in items])

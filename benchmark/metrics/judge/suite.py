@@ -266,6 +266,13 @@ class JudgeSuite(LazyComponents):
             rows.append(row | {"status": "ok" if ok else "failed", "reason": "" if ok else "a judge score is not finite"})
         return rows
 
+    judge_column = "G_O"  # what `editmeter metaeval judges` compares between edits
+
+    def score_images(self, items: Sequence[tuple[Query, Any, Any]]) -> list[dict[str, Any]]:
+        """Rows for (query, source PIL image, edit PIL image) triples held in memory (human-preference sets)."""
+        return self._score_chunk([_Loaded(q, to_judge_input(src, self.resolution),
+                                          to_judge_input(edit, self.resolution)) for q, src, edit in items])
+
     def score_queries(self, queryset: Any, queries: Sequence[Query], edit_paths: Sequence[Path], *, work_dir: Path,
                       num_workers: int = 0, progress: bool = True) -> Iterator[list[dict[str, Any]]]:
         """Yield lists of result rows (one dict per query), chunk by chunk."""

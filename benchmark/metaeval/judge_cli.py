@@ -1,0 +1,117 @@
+"""`editmeter metaeval judges --judges judge,gedit --sets editscore=PATH tiger=PATH genai=PATH imagenhub`: read every
+set first (a bad file fails before any model loads), score each edit with each judge, print and write one table."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+
+def _settings(settings: list[str]) -> Any:
+    from omegaconf import OmegaConf
+
+    from benchmark.config import CONFIG_DIR
+    from benchmark.metaeval.scoring import MetaevalError
+
+    try:
+        extra = OmegaConf.from_dotlist([s.removeprefix("metaeval.") for s in settings])
+    except Exception as err:  # omegaconf's grammar errors have many types
+        raise MetaevalError(f"bad metaeval setting in {settings}: {err}") from None
+    return OmegaConf.merge(OmegaConf.load(CONFIG_DIR / "metaeval.yaml"), extra)
+
+
+def _imagenhub(args: argparse.Namespace, overrides: list[str]) -> Any:
+    from benchmark.errors import PreflightError
+    from benchmark.metaeval.human import query_id_mapper, ratings_to_pairs, read_ratings
+    from benchmark.metaeval.judges import JudgeSetError, imagenhub_set
+    from benchmark.metaeval.scoring import MetaevalError
+    from benchmark.preflight import load_queries
+    from benchmark.run import compose
+
+    if not args.ratings or args.images is None:
+        raise JudgeSetError("--sets imagenhub needs --ratings <rater TSVs> and --images <folder of <editor>/<uid>>")
+    raters = [read_ratings(p) for p in args.ratings]
+    pairs, _ = ratings_to_pairs(raters, args.images, query_ids=query_id_mapper(args.query_ids))
+    try:
+        qs = load_queries(compose(overrides)[0])
+    except PreflightError as err:
+        raise MetaevalError(str(err)) from None
+    return imagenhub_set(pairs, {q.id: q for q in qs}, Path(qs.root), list(args.ratings))
+
+
+def read_sets(args: argparse.Namespace, overrides: list[str]) -> list[Any]:
+    """Every `--sets` entry read by its importer, in the order given."""
+    from benchmark.metaeval.judges import SETS, JudgeSetError, read_editscore, read_genai, read_tiger
+
+    out = []
+    for spec in args.sets:
+        name, _, path = spec.partition("=")
+        if name not in SETS or (name == "imagenhub") != (not path):
+            raise JudgeSetError(f"--sets {spec}: want editscore=PATH, tiger=PATH, genai=PATH or imagenhub "
+                                "(with --ratings and --images)")
+        if name == "editscore":
+            out.append(read_editscore(Path(path), dimension=args.dimension))
+        elif name == "tiger":
+            out.append(read_tiger(Path(path)))
+        elif name == "genai":
+            out.append(read_genai(Path(path)))
+        else:
+            out.append(_imagenhub(args, overrides))
+    return out
+
+
+def run_judges(args: argparse.Namespace, overrides: list[str], settings: list[str]) -> int:
+    """Run the judges test; returns 0 (errors raise the metaeval error types the CLI turns into exit 2)."""
+    from benchmark.metaeval import judges as J
+    from benchmark.metaeval.evaluate import Boot
+    from benchmark.metaeval.scoring import MetaevalError, metric_suite
+    from benchmark.metaeval.table import file_digests, write_table
+    from benchmark.run import compose
+
+    general = [o for o in overrides if metric_suite(o) is None]
+    hsets = read_sets(args, general)
+    conf = _settings(settings)
+    boot = Boot(int(args.resamples if args.resamples is not None else conf.resamples),
+                int(args.seed if args.seed is not None else conf.seed), float(conf.confidence))
+    if boot.resamples < 0:
+        raise MetaevalError(f"--resamples {boot.resamples}: must be >= 0")
+    names = [n for n in (args.metrics or args.judges).split(",") if n]
+    cfg, _ = compose(general)
+    judges = [J.build_judge(n, overrides) for n in names]
+    stray = [o for o in overrides if metric_suite(o) is not None
+             and not any(metric_suite(o) in (getattr(j.suite.info, "name", ""),) for j in judges)]
+    if stray:
+        raise MetaevalError(f"{' '.join(stray)}: no judge of --judges {','.join(names)} has that suite; drop it")
+    rows: list[dict[str, Any]] = []
+    failures: dict[str, int] = {}
+    for hs in hsets:
+        for jd in judges:
+            scores, failed = J.score_set(jd, hs)
+            failures[f"{jd.name}/{hs.name}"] = len(failed)
+            rows += J.evaluate(jd, hs, scores, boot)
+        rows += J.published_rows(hs.name)
+    inputs = [p for hs in hsets for p in hs.inputs]
+    for r in rows:
+        r["metric"] = f"{r['judge']}/{r['set']}/{r['subtask']}"
+    tag = "+".join(hs.name for hs in hsets)
+    path = write_table(Path(cfg.paths.results) / "metaeval", "judges", rows,
+                       queryset=SimpleNamespace(name=tag, hash=""), profile=str(cfg.profile.name),
+                       resamples=boot.resamples, confidence=boot.confidence, seed=boot.seed,
+                       inputs=file_digests(inputs),
+                       extra={"options": {"judges": names, "sets": list(args.sets), "dimension": args.dimension},
+                              "metric_sigs": {j.name: j.signature for j in judges},
+                              "counts": {f"{hs.name}/{k}": v for hs in hsets for k, v in hs.counts.items()},
+                              "edits_failed": failures, "overrides": overrides + settings})
+    print(f"\n[metaeval] judges against people, profile={cfg.profile.name}, {int(boot.confidence * 100)}% intervals "
+          f"from {boot.resamples} cluster-bootstrap resamples over groups sharing a source and an instruction")
+    print(J.render(rows))
+    for key, n in failures.items():
+        if n:
+            print(f"[metaeval] {key}: {n} edit(s) failed to score (failure rows); their pairs are n_unscored")
+    if str(cfg.profile.name) != "pretrained":
+        print(f"[metaeval] NOTE: profile={cfg.profile.name}: random weights; these numbers test the pipeline, they "
+              "do not measure the judges")
+    print(f"[metaeval] wrote {path} (+ .json provenance)")
+    return 0

@@ -1,0 +1,427 @@
+"""`editmeter metaeval judges`: editmeter's judges measured against published human-preference sets, each by the
+set's own agreement measure (docs/metaeval.md, "Judges measured against people").
+
+Every set is read into groups of 2-4 edits of one (source image, instruction) with people's pairwise verdicts.
+Each edit is scored on its own by a judge (`metrics=judge`'s probability readout, `metrics=gedit`'s official
+protocol), then the scores are compared pair by pair. Statistics are functions of per-item weights, so the point
+estimate and every resample of the project's cluster bootstrap (`benchmark.metaeval.stats.bootstrap`, clusters =
+groups sharing a source image and an instruction) run through the same code.
+
+Sets and their real file formats:
+
+- `editscore`: EditScore's EditReward-Bench (VectorSpaceLab; Hugging Face `EditScore/EditReward-Bench`), parquet
+  rows key [2], instruction, input_image, output_images [better, worse], task_type (13 subtasks), dimension.
+  Measure: strict pairwise accuracy (the better edit must score strictly higher), per subtask, then the unweighted
+  mean over subtasks (the authors' `calculate_statistics.py`).
+- `tiger`: TIGER-Lab's EditReward-Bench (TIGER-AI-Lab/EditReward), `EditReward_Bench_{2,3,4}pair.json`: items
+  prompt, path_src, paths_generated, human_vote.ranking ("A>B", "A=B=Good", "C>A>B", ...). Measure: pairwise
+  accuracy with ties (Deutsch et al. 2023 tie calibration, as `eval_bench.py` computes it over all pairs).
+- `genai`: GenAI-Bench image_edition (TIGER-Lab; Hugging Face `TIGER-Lab/GenAI-Bench`, CC BY 4.0), parquet rows
+  instruct_prompt, source_image, left_output_image, right_output_image, vote_type. Measure: pairwise accuracy with
+  ties (tievote and bothbad_vote are both people's ties).
+- `imagenhub`: ImagenHub's per-image ratings (`--ratings`, `--images`, the query set's sources and instructions).
+  Measure: editmeter's 2AFC agreement (a judge tie counts half; people's ties are dropped).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import itertools
+import json
+import math
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmark.metaeval.human import HumanDataError
+
+SETS = ("editscore", "tiger", "genai", "imagenhub")
+EDITSCORE_DIMENSIONS = ("prompt_following", "consistency", "overall")
+GENAI_VOTES = {"leftvote": 1, "rightvote": -1, "tievote": 0, "bothbad_vote": 0}
+TIGER_FILES = {"2-Pair": "EditReward_Bench_2pair.json", "3-Pair": "EditReward_Bench_3pair.json",
+               "4-Pair": "EditReward_Bench_4pair.json"}
+MEASURES = {"editscore": "strict pairwise accuracy, macro over subtasks",
+            "tiger": "pairwise accuracy with ties (tie-calibrated)",
+            "genai": "pairwise accuracy with ties (tie-calibrated)",
+            "imagenhub": "2AFC agreement (judge tie = 1/2, people's ties dropped)"}
+# Published figures, each with the file it was read from; only figures whose source was checked are listed.
+# They come from the authors' own prompting of each model, so they sit beside editmeter's judges, not under them.
+EDITREWARD_README = "TIGER-AI-Lab/EditReward README.md @ edb027edde6080b8a9521ef8e87049b3797f8374"
+GENAI_README = "TIGER-AI-Lab/GenAI-Bench README.md @ f0b0334d414074c6b1c97e2c60ad8d8a592bda9f"
+PUBLISHED: dict[str, list[tuple[str, float, str]]] = {
+    "genai": [("Qwen2.5-VL-7B-Inst", 0.4048, f"{EDITREWARD_README}, GenAI-Bench column"),
+              ("GPT-4o", 0.5354, f"{EDITREWARD_README}, GenAI-Bench column; {GENAI_README}, Image Editing"),
+              ("EditReward (on Qwen2.5-VL-7B)", 0.6397, f"{EDITREWARD_README}, GenAI-Bench column")],
+    "tiger": [("Qwen2.5-VL-7B-Inst", 0.2975, f"{EDITREWARD_README}, EditReward-Bench (Overall): share of groups "
+                                             "ranked wholly right, not pairwise accuracy"),
+              ("GPT-4o", 0.2831, f"{EDITREWARD_README}, EditReward-Bench (Overall), same measure"),
+              ("EditReward (on Qwen2.5-VL-7B)", 0.3678, f"{EDITREWARD_README}, EditReward-Bench (Overall), "
+                                                        "same measure")],
+}
+
+
+class JudgeSetError(HumanDataError):
+    """A human-preference set is unusable; the message names the file, the row and the fix."""
+
+
+@dataclass(frozen=True)
+class Group:
+    """Edits of one (source, instruction) that people compared. Images are files or encoded bytes."""
+
+    id: str
+    subtask: str
+    instruction: str
+    source: Path | bytes
+    edits: tuple[Path | bytes, ...]
+    comparisons: tuple[tuple[int, int, int], ...]  # (i, j, people): +1 edit i preferred, -1 edit j, 0 tie
+
+    @property
+    def cluster(self) -> str:
+        """Groups sharing a source image and an instruction resample together."""
+        return _digest(self.source) + "|" + self.instruction
+
+
+@dataclass
+class HumanSet:
+    name: str
+    groups: list[Group]
+    inputs: list[Path]
+    counts: dict[str, int] = field(default_factory=dict)
+
+
+def _digest(ref: Path | bytes) -> str:
+    return hashlib.sha256(ref if isinstance(ref, bytes) else str(Path(ref).resolve()).encode()).hexdigest()[:16]
+
+
+def load_image(ref: Path | bytes) -> Any:
+    """An RGB PIL image from a file or from encoded bytes."""
+    from PIL import Image
+
+    from benchmark.imageio import load_rgb
+
+    if isinstance(ref, bytes):
+        with Image.open(io.BytesIO(ref)) as im:
+            return im.convert("RGB")
+    return load_rgb(ref)
+
+
+# ------------------------------------------------------------------------------------------------- importers
+def _parquet_rows(path: Path, columns: Sequence[str]) -> tuple[list[dict[str, Any]], list[Path]]:
+    import pyarrow.parquet as pq
+
+    path = Path(path)
+    files = sorted(path.rglob("*.parquet")) if path.is_dir() else [path]
+    if not files or not all(f.is_file() for f in files):
+        raise JudgeSetError(f"{path}: no parquet file here; point at the data set's parquet file or its folder")
+    rows: list[dict[str, Any]] = []
+    for f in files:
+        try:
+            table = pq.read_table(f)
+        except Exception as err:  # pyarrow's errors have many types
+            raise JudgeSetError(f"{f}: not a readable parquet file ({type(err).__name__}: {err})") from None
+        missing = [c for c in columns if c not in table.column_names]
+        if missing:
+            raise JudgeSetError(f"{f}: missing column(s) {', '.join(missing)}; it has {table.column_names}")
+        rows += table.select(list(columns)).to_pylist()
+    return rows, files
+
+
+def _image_cell(cell: Any, where: str) -> bytes:
+    """A Hugging Face `Image` cell ({bytes, path}) as encoded bytes."""
+    if isinstance(cell, dict) and isinstance(cell.get("bytes"), bytes) and cell["bytes"]:
+        return cell["bytes"]
+    raise JudgeSetError(f"{where}: not an embedded image ({{bytes, path}} with bytes); got {type(cell).__name__}")
+
+
+def read_editscore(path: Path, *, dimension: str = "overall") -> HumanSet:
+    """EditScore's EditReward-Bench: one pair per row of `dimension`, the better edit first."""
+    if dimension not in EDITSCORE_DIMENSIONS:
+        raise JudgeSetError(f"--dimension {dimension!r}: use one of {', '.join(EDITSCORE_DIMENSIONS)}")
+    cols = ("key", "instruction", "input_image", "output_images", "task_type", "dimension")
+    rows, files = _parquet_rows(path, cols)
+    groups = []
+    for n, r in enumerate(rows):
+        if r["dimension"] != dimension:
+            continue
+        where = f"{path}: row {n} (key {r['key']})"
+        outs = r["output_images"] or []
+        if len(outs) != 2:
+            raise JudgeSetError(f"{where}: {len(outs)} output images; a pair has 2, the better first")
+        groups.append(Group(f"{r['key'][0]}|{r['key'][1]}", str(r["task_type"]), str(r["instruction"]),
+                            _image_cell(r["input_image"], where),
+                            tuple(_image_cell(o, where) for o in outs), ((0, 1, 1),)))
+    if not groups:
+        raise JudgeSetError(f"{path}: no rows of dimension {dimension!r}")
+    return HumanSet("editscore", groups, files, {"rows": len(rows), "pairs": len(groups)})
+
+
+def tiger_verdict(ranking: str, i: int, j: int) -> int:
+    """People's verdict on edits i, j from TIGER's `human_vote.ranking`, as the authors' `get_pairwise_gt`: "A>B"
+    +1, "B>A" / "A<B" -1, "A=B=Good" / "A=B=Bad" 0; a longer order ("C>A>B") ranks by position."""
+    if ranking == "A>B":
+        return 1
+    if ranking in ("B>A", "A<B"):
+        return -1
+    if ranking in ("A=B=Good", "A=B=Bad"):
+        return 0
+    pi, pj = ranking.find(chr(ord("A") + i)), ranking.find(chr(ord("A") + j))
+    return 0 if pi < 0 or pj < 0 else (1 if pi < pj else -1)
+
+
+RANKING = re.compile(r"^(A>B|B>A|A<B|A=B=Good|A=B=Bad|[A-D](>[A-D]){1,3})$")
+
+
+def read_tiger(path: Path) -> HumanSet:
+    """TIGER-Lab's EditReward-Bench: a folder with EditReward_Bench_{2,3,4}pair.json (or one of them); image
+    paths relative to the file's folder."""
+    path = Path(path)
+    files = {k: path / f for k, f in TIGER_FILES.items() if (path / f).is_file()} if path.is_dir() else \
+        {next((k for k, f in TIGER_FILES.items() if f == path.name), path.stem): path}
+    if not files:
+        raise JudgeSetError(f"{path}: none of {', '.join(TIGER_FILES.values())} here")
+    groups, problems = [], []
+    for subtask, f in files.items():
+        try:
+            items = json.loads(f.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise JudgeSetError(f"{f}: not a readable JSON list ({type(err).__name__}: {err})") from None
+        for n, it in enumerate(items):
+            try:
+                src, gens, ranking = it["path_src"], it["paths_generated"], it["human_vote"]["ranking"]
+                prompt = it["prompt"]
+            except (KeyError, TypeError) as err:
+                problems.append(f"{f.name} item {n}: missing {err}; want prompt, path_src, paths_generated, "
+                                "human_vote.ranking")
+                continue
+            if not RANKING.match(ranking) or not 2 <= len(gens) <= 4 or (len(gens) > 2 and "=" in ranking) or \
+                    (len(gens) > 2 and len(set(ranking.replace(">", ""))) != len(gens)):
+                problems.append(f"{f.name} item {n}: ranking {ranking!r} does not order its {len(gens)} edits")
+                continue
+            refs = [(Path(p) if Path(p).is_absolute() else f.parent / p) for p in [src, *gens]]
+            absent = [str(p) for p in refs if not p.is_file()]
+            if absent:
+                problems.append(f"{f.name} item {n}: missing image(s) {', '.join(absent)}")
+                continue
+            comps = tuple((i, j, tiger_verdict(ranking, i, j)) for i, j in itertools.combinations(range(len(gens)), 2))
+            groups.append(Group(f"{f.stem}:{n}", subtask, prompt, refs[0], tuple(refs[1:]), comps))
+    if problems:
+        shown = "\n  ".join(problems[:10])
+        raise JudgeSetError(f"{path}: {len(problems)} problem(s):\n  {shown}\nFix the items (docs/metaeval.md).")
+    return HumanSet("tiger", groups, list(files.values()),
+                    {"groups": len(groups), "pairs": sum(len(g.comparisons) for g in groups)})
+
+
+def read_genai(path: Path) -> HumanSet:
+    """GenAI-Bench's image_edition votes: one pair per row, left = edit 0."""
+    cols = ("instruct_prompt", "source_image", "left_output_image", "right_output_image", "vote_type")
+    rows, files = _parquet_rows(path, cols)
+    groups = []
+    for n, r in enumerate(rows):
+        where = f"{path}: row {n}"
+        if r["vote_type"] not in GENAI_VOTES:
+            raise JudgeSetError(f"{where}: vote_type {r['vote_type']!r}; want one of {', '.join(GENAI_VOTES)}")
+        groups.append(Group(f"genai:{n}", "all", str(r["instruct_prompt"]), _image_cell(r["source_image"], where),
+                            (_image_cell(r["left_output_image"], where), _image_cell(r["right_output_image"], where)),
+                            ((0, 1, GENAI_VOTES[r["vote_type"]]),)))
+    return HumanSet("genai", groups, files, {"votes": len(groups)})
+
+
+def imagenhub_set(pairs: Sequence[Any], queries: dict[str, Any], root: Path, inputs: list[Path]) -> HumanSet:
+    """ImagenHub's ratings as pairs (`human.ratings_to_pairs`), each with its query's source and instruction."""
+    missing = sorted({p.query_id for p in pairs if p.query_id not in queries})
+    if missing:
+        raise JudgeSetError(f"--ratings: query id(s) {', '.join(missing[:5])} are not in the query set; choose the "
+                            "set the ratings were made on (queryset=magicbrush) and --query-ids")
+    groups = [Group(f"{p.query_id}:{p.editor_a}|{p.editor_b}", "all", queries[p.query_id].instruction,
+                    root / queries[p.query_id].image, (p.image_a, p.image_b), ((0, 1, p.human),)) for p in pairs]
+    return HumanSet("imagenhub", groups, inputs, {"pairs": len(groups)})
+
+
+# ------------------------------------------------------------------------------------------------ statistics
+def strict_correct(h: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """1 where the judge orders a pair strictly as people do (d = score_i - score_j; a judge tie is wrong)."""
+    return (np.asarray(h) * np.asarray(d) > 0).astype(np.float64)
+
+
+def tie_correct(h: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """(n_pairs, n_thresholds) correctness under each tie threshold eps in {0} U {|d|}: the judge ties a pair when
+    |d| <= eps; right when both tie or both prefer the same edit (Deutsch et al. 2023, TIGER's eval_bench.py)."""
+    h, d = np.asarray(h, dtype=np.float64), np.asarray(d, dtype=np.float64)
+    eps = np.unique(np.concatenate([[0.0], np.abs(d)]))
+    tie = np.abs(d)[:, None] <= eps[None, :]
+    return np.where(h[:, None] == 0, tie, ~tie & (h * d > 0)[:, None]).astype(np.float64)
+
+
+def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
+
+
+def accuracy_with_ties(h: np.ndarray, d: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+    """stat(w): the best accuracy over tie thresholds, the threshold chosen anew in every resample."""
+    c = tie_correct(h, d)
+    return lambda w: np.nanmax(_ratio(w @ c, w.sum(axis=1)[:, None]), axis=1) if c.size else np.full(len(w), np.nan)
+
+
+def accuracy_without_ties(h: np.ndarray, d: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+    """stat(w): C / (C + D) over the pairs people did not tie; a judge tie counts as discordant (TIGER's
+    `calc_accuracy_without_ties`, used for its 3- and 4-edit groups)."""
+    keep = (np.asarray(h) != 0).astype(np.float64)
+    c = strict_correct(h, d) * keep
+    return lambda w: _ratio(w @ c, w @ keep)
+
+
+def macro_strict(h: np.ndarray, d: np.ndarray, subtasks: Sequence[str]) -> Callable[[np.ndarray], np.ndarray]:
+    """stat(w): strict pairwise accuracy per subtask, then the unweighted mean over subtasks (EditScore). A subtask
+    a resample did not draw is left out of that resample's mean."""
+    names = sorted(set(subtasks))
+    onehot = np.array([[s == n for n in names] for s in subtasks], dtype=np.float64).reshape(len(subtasks), len(names))
+    c = strict_correct(h, d)
+    return lambda w: np.nanmean(_ratio((w * c) @ onehot, w @ onehot), axis=1)
+
+
+def agreement_2afc(h: np.ndarray, d: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+    """stat(w): editmeter's 2AFC agreement (`stats.agreement`) over the pairs people did not tie."""
+    from benchmark.metaeval.stats import agreement
+
+    h = np.asarray(h, dtype=np.float64)
+    keep = (h != 0).astype(np.float64)
+    a = np.where(keep > 0, agreement(h, np.sign(d)), 0.0)
+    return lambda w: _ratio(w @ a, w @ keep)
+
+
+def set_statistics(name: str, h: np.ndarray, d: np.ndarray, subtasks: Sequence[str]
+                   ) -> list[tuple[str, Callable[[np.ndarray], np.ndarray], np.ndarray]]:
+    """[(row label, stat, item mask)]: the set's headline ("all") and its per-subtask rows, by the set's measure."""
+    h, d, sub = np.asarray(h, dtype=np.float64), np.asarray(d, dtype=np.float64), np.asarray(subtasks, dtype=object)
+    every = np.ones(len(h), dtype=bool)
+    if name == "editscore":
+        out = [("all (macro)", macro_strict(h, d, list(sub)), every)]
+        return out + [(s, _masked(strict_correct, h, d, sub == s), sub == s) for s in sorted(set(sub))]
+    if name in ("tiger", "genai"):
+        out = [("all", accuracy_with_ties(h, d), every)]
+        if name == "tiger":  # per file as the authors' script: 2 edits with ties, 3 and 4 edits without
+            for s in sorted(set(sub)):
+                m = sub == s
+                fn = accuracy_with_ties if s == "2-Pair" else accuracy_without_ties
+                out.append((s, fn(h[m], d[m]), m))
+        return out
+    return [("all", agreement_2afc(h, d), every)]
+
+
+def _masked(correct: Callable[[np.ndarray, np.ndarray], np.ndarray], h: np.ndarray, d: np.ndarray,
+            mask: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+    c = correct(h[mask], d[mask])
+    return lambda w: _ratio(w @ c, w.sum(axis=1))
+
+
+# ------------------------------------------------------------------------------------------------- judging
+@dataclass
+class Judge:
+    """A metric set whose suite scores single edits (`score_images`), and the column compared."""
+
+    name: str
+    suite: Any
+    column: str
+    signature: str
+
+
+def build_judge(name: str, overrides: Sequence[str]) -> Judge:
+    """The suite of metric set `name`, composed with the run overrides (profile=, metrics.<suite>.<key>=)."""
+    from hydra.utils import instantiate
+
+    from benchmark.config import UnknownOptionError, check_option
+    from benchmark.metaeval.scoring import MetaevalError, metric_suite
+    from benchmark.run import compose
+
+    general = [o for o in overrides if metric_suite(o) is None]
+    try:
+        check_option("metrics", name)
+        own = set(compose([*general, f"metrics={name}"])[0].metrics)  # `metrics.<suite>.<key>=`: this set's only
+        cfg, _ = compose([*general, *(o for o in overrides if metric_suite(o) in own), f"metrics={name}"])
+    except UnknownOptionError as err:
+        raise MetaevalError(str(err)) from None
+    suites = list(cfg.metrics)
+    suite = instantiate(cfg.metrics[suites[0]]) if len(suites) == 1 else None
+    if suite is None or not hasattr(suite, "score_images"):
+        raise MetaevalError(f"--judges {name}: metrics={name} is not a judge that scores single edits; judges: "
+                            "judge (probability readout), gedit (GEdit-Bench's protocol)")
+    return Judge(name, suite, suite.judge_column, str(getattr(suite, "identity", name)))
+
+
+def score_set(judge: Judge, hset: HumanSet, chunk: int = 16) -> tuple[dict[tuple[str, int], float], dict[str, str]]:
+    """Score every edit of the set once: (group id, edit index) -> the judge's score (NaN: a failure row), and
+    the failure reasons by edit."""
+    from benchmark.types import Query
+
+    items = [(g, k) for g in hset.groups for k in range(len(g.edits))]
+    scores: dict[tuple[str, int], float] = {}
+    failed: dict[str, str] = {}
+    for start in range(0, len(items), chunk):
+        part = items[start : start + chunk]
+        batch = [(Query(id=f"{g.id}#{k}", image="", edit_type="judged", instruction=g.instruction),
+                  load_image(g.source), load_image(g.edits[k])) for g, k in part]
+        rows = judge.suite.score_images(batch)
+        by_id = {r["query_id"]: r for r in rows}
+        for g, k in part:
+            r = by_id[f"{g.id}#{k}"]
+            ok = r.get("status") == "ok"
+            scores[(g.id, k)] = float(r[judge.column]) if ok else math.nan
+            if not ok:
+                failed[f"{g.id}#{k}"] = str(r.get("reason", ""))
+    return scores, failed
+
+
+def evaluate(judge: Judge, hset: HumanSet, scores: dict[tuple[str, int], float], boot: Any
+             ) -> list[dict[str, Any]]:
+    """Rows of the table for one judge on one set: the headline and the per-subtask rows, each with its interval."""
+    from benchmark.metaeval.stats import bootstrap, query_clusters
+
+    h, d, sub, clus = [], [], [], []
+    unscored: dict[str, int] = {}
+    for g in hset.groups:
+        for i, j, v in g.comparisons:
+            diff = scores[(g.id, i)] - scores[(g.id, j)]
+            if not math.isfinite(diff):
+                unscored[g.subtask] = unscored.get(g.subtask, 0) + 1
+                continue
+            h.append(v)
+            d.append(diff)
+            sub.append(g.subtask)
+            clus.append(g.cluster)
+    clusters = query_clusters(clus)
+    rows = []
+    for label, stat, mask in set_statistics(hset.name, np.array(h), np.array(d), sub):
+        cl = query_clusters([c for c, m in zip(clus, mask, strict=True) if m]) if label not in ("all", "all (macro)") \
+            else clusters
+        v, lo, hi = bootstrap(stat, cl, n_resamples=boot.resamples, seed=boot.seed, confidence=boot.confidence)
+        n_un = sum(unscored.values()) if label.startswith("all") else unscored.get(label, 0)
+        rows.append({"judge": judge.name, "set": hset.name, "subtask": label, "measure": MEASURES[hset.name],
+                     "value": v, "value_lo": lo, "value_hi": hi, "n_pairs": int(np.sum(mask)), "n_unscored": n_un,
+                     "published": math.nan, "source": ""})
+    return rows
+
+
+def published_rows(name: str) -> list[dict[str, Any]]:
+    """The published figures of set `name`, as table rows naming their source."""
+    return [{"judge": f"published: {model}", "set": name, "subtask": "all", "measure": MEASURES[name],
+             "value": math.nan, "value_lo": math.nan, "value_hi": math.nan, "n_pairs": 0, "n_unscored": 0,
+             "published": value, "source": source} for model, value, source in PUBLISHED.get(name, [])]
+
+
+def render(rows: list[dict[str, Any]]) -> str:
+    """One readable table: judge x set x subtask, the value with its interval, the published figure beside it."""
+    from benchmark.metaeval.table import fmt
+
+    header = ["judge", "set", "subtask", "agreement", "n_pairs", "n_unscored", "published", "source"]
+    body = [[r["judge"], r["set"], r["subtask"], fmt(r["value"], r["value_lo"], r["value_hi"]), str(r["n_pairs"]),
+             str(r["n_unscored"]), "" if not math.isfinite(r["published"]) else f"{r['published']:.4f}", r["source"]]
+            for r in rows]
+    widths = [max(len(x) for x in col) for col in zip(header, *body, strict=True)]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
+                     for cells in [header, *body])

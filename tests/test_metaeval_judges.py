@@ -1,0 +1,264 @@
+"""`editmeter metaeval judges`: each human-preference set's agreement measure on hand-worked numbers (strict
+pairwise accuracy macro over subtasks, accuracy with tie calibration, accuracy without ties, TIGER's ranking rule),
+the importers on fixtures written in each set's real format, and the command end to end on every set with a
+scripted GEdit backbone whose scores are known, plus the tiny random-weight probability-readout judge."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+from scripted_judge import ScriptedJudge
+from test_gedit_protocol import FAKE_COMMIT, write_prompts
+
+from benchmark.metaeval import judges as J
+
+ROOT = Path(__file__).resolve().parents[1]
+DEMO = ROOT / "datasets" / "demo"
+
+
+def _point(stat, n):
+    return float(stat(np.ones((1, n)))[0])
+
+
+# ------------------------------------------------------------------------------------------- hand-worked measures
+def test_strict_accuracy_is_per_subtask_then_the_plain_mean_and_a_judge_tie_is_wrong():
+    h = np.array([1, 1, 1, 1])
+    d = np.array([1.0, -1.0, 0.0, 2.0])  # subtask a: right, wrong, tie (wrong); subtask b: right
+    assert _point(J.macro_strict(h, d, ["a", "a", "a", "b"]), 4) == pytest.approx((1 / 3 + 1) / 2)  # not 2/4
+
+
+def test_accuracy_with_ties_takes_the_best_threshold_over_zero_and_every_gap():
+    h = np.array([1, 0, -1, 1])
+    d = np.array([0.5, 0.1, -2.0, 0.0])
+    # eps 0: 2/4 (the people tie is not a judge tie, the judge tie is not people's); eps 0.1: 3/4; 0.5: 2/4; 2: 1/4
+    assert J.tie_correct(h, d).mean(axis=0).tolist() == [0.5, 0.75, 0.5, 0.25]
+    assert _point(J.accuracy_with_ties(h, d), 4) == 0.75
+
+
+def test_accuracy_without_ties_drops_people_ties_and_counts_a_judge_tie_as_discordant():
+    h = np.array([1, 0, -1, 1])
+    d = np.array([0.5, 0.1, -2.0, 0.0])
+    assert _point(J.accuracy_without_ties(h, d), 4) == pytest.approx(2 / 3)
+
+
+def test_two_afc_counts_a_judge_tie_half_and_drops_people_ties():
+    assert _point(J.agreement_2afc(np.array([1, -1, 0, 1]), np.array([1.0, 1.0, 5.0, 0.0])), 4) == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize(("ranking", "i", "j", "want"), [
+    ("A>B", 0, 1, 1), ("B>A", 0, 1, -1), ("A<B", 0, 1, -1), ("A=B=Good", 0, 1, 0), ("A=B=Bad", 0, 1, 0),
+    ("C>A>B", 0, 1, 1), ("C>A>B", 0, 2, -1), ("C>A>B", 1, 2, -1), ("D>B>A>C", 2, 3, -1), ("D>B>A>C", 0, 2, 1)])
+def test_tiger_rankings_give_pairwise_verdicts_as_the_authors_read_them(ranking, i, j, want):
+    assert J.tiger_verdict(ranking, i, j) == want
+
+
+def test_a_statistic_under_resampling_weights_counts_a_drawn_group_twice():
+    h, d = np.array([1, 1]), np.array([1.0, -1.0])
+    w = np.array([[2.0, 0.0], [1.0, 2.0]])
+    assert J.accuracy_without_ties(h, d)(w).tolist() == pytest.approx([1.0, 1 / 3])
+
+
+# ------------------------------------------------------------------------------------------------------ fixtures
+COLOURS = {"red": (200, 30, 30), "green": (30, 200, 30), "blue": (30, 30, 200), "gray": (90, 90, 90),
+           "src": (10, 10, 10)}
+# the scripted GEdit backbone: every SC reply [4, 4]; PQ by the edit's colour, so O = sqrt(4 x PQ):
+# red (PQ 9) > green = gray (PQ 5) > blue (PQ 2)
+PQ = {"200,30,30": '{"score": [9, 9]}', "30,200,30": '{"score": [5, 6]}', "90,90,90": '{"score": [7, 5]}',
+      "30,30,200": '{"score": [2, 8]}', "10,10,10": '{"score": [1, 1]}'}
+
+
+def _png(colour: str) -> bytes:
+    buf = io.BytesIO()
+    Image.new("RGB", (16, 16), COLOURS[colour]).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def _cell(colour: str) -> dict:
+    return {"bytes": _png(colour), "path": f"{colour}.png"}
+
+
+def _parquet(path: Path, rows: list[dict]) -> Path:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    return path
+
+
+def editscore_fixture(root: Path) -> Path:
+    """EditScore's EditReward-Bench rows; color_alter: right, wrong (1/2); style_change: right (1): macro 3/4."""
+    def row(n, task, better, worse, dim="overall"):
+        return {"key": [f"k{n}a", f"k{n}b"], "instruction": f"edit {n}", "input_image": _cell("src"),
+                "output_images": [_cell(better), _cell(worse)], "task_type": task, "dimension": dim}
+
+    return _parquet(root / "editscore" / "data" / "train-00000-of-00001.parquet", [
+        row(1, "color_alter", "red", "blue"), row(2, "color_alter", "blue", "red"),
+        row(3, "style_change", "green", "blue"), row(4, "style_change", "blue", "red", dim="consistency")])
+
+
+def tiger_fixture(root: Path) -> Path:
+    """TIGER's EditReward-Bench: 2 edits: right, people tie = judge tie, wrong; 3 edits C>A>B: all right."""
+    folder = root / "tiger"
+    (folder / "images").mkdir(parents=True)
+    for c in COLOURS:
+        (folder / "images" / f"{c}.png").write_bytes(_png(c))
+
+    def item(n, ranking, *edits):
+        return {"prompt": f"tiger {n}", "path_src": "images/src.png",
+                "paths_generated": [f"images/{e}.png" for e in edits], "human_vote": {"ranking": ranking}}
+
+    (folder / "EditReward_Bench_2pair.json").write_text(json.dumps([
+        item(1, "A>B", "red", "blue"), item(2, "A=B=Good", "green", "gray"), item(3, "B>A", "red", "green")]))
+    (folder / "EditReward_Bench_3pair.json").write_text(json.dumps([item(4, "C>A>B", "green", "blue", "red")]))
+    return folder
+
+
+def genai_fixture(root: Path) -> Path:
+    """GenAI-Bench image_edition votes: right, wrong, tie (judge tie), both bad (judge tie): 3/4 at eps 0."""
+    def row(n, left, right, vote):
+        return {"source_prompt": "s", "target_prompt": "t", "instruct_prompt": f"genai {n}",
+                "source_image": _cell("src"), "left_output_image": _cell(left), "right_output_image": _cell(right),
+                "left_model": "m1", "right_model": "m2", "vote_type": vote}
+
+    return _parquet(root / "genai" / "image_edition" / "test_v1-00000-of-00001.parquet", [
+        row(1, "red", "blue", "leftvote"), row(2, "red", "green", "rightvote"), row(3, "green", "gray", "tievote"),
+        row(4, "blue", "blue", "bothbad_vote")])
+
+
+def imagenhub_fixture(root: Path) -> tuple[list[str], list[str]]:
+    """Ratings of editors e1 (red) and e2 (blue) on two demo queries: people prefer e1, then e2: 2AFC 1/2."""
+    qs = [json.loads(x) for x in (DEMO / "queries.jsonl").read_text().splitlines()[:2]]
+    for ed, colour in (("e1", "red"), ("e2", "blue")):
+        (root / "edits" / ed).mkdir(parents=True)
+        for q in qs:
+            (root / "edits" / ed / f"{q['id']}.png").write_bytes(_png(colour))
+    (root / "r1.tsv").write_text("uid\te1\te2\n" + f"{qs[0]['id']}.png\t[1, 1]\t[0, 0]\n"
+                                 + f"{qs[1]['id']}.png\t[0, 0]\t[1, 1]\n")
+    return ["--ratings", str(root / "r1.tsv"), "--images", str(root / "edits")], [q["instruction"] for q in qs]
+
+
+def test_importers_read_each_format_into_groups_with_peoples_verdicts(tmp_path):
+    es = J.read_editscore(editscore_fixture(tmp_path).parent)
+    assert [g.subtask for g in es.groups] == ["color_alter", "color_alter", "style_change"]  # one dimension
+    assert all(g.comparisons == ((0, 1, 1),) for g in es.groups) and es.counts == {"rows": 4, "pairs": 3}
+    tg = J.read_tiger(tiger_fixture(tmp_path))
+    assert [g.comparisons for g in tg.groups] == [((0, 1, 1),), ((0, 1, 0),), ((0, 1, -1),),
+                                                  ((0, 1, 1), (0, 2, -1), (1, 2, -1))]
+    assert tg.counts == {"groups": 4, "pairs": 6} and tg.groups[3].subtask == "3-Pair"
+    gn = J.read_genai(genai_fixture(tmp_path))
+    assert [g.comparisons[0][2] for g in gn.groups] == [1, -1, 0, 0]
+    assert J.load_image(gn.groups[0].edits[0]).getpixel((0, 0)) == COLOURS["red"]
+
+
+def test_importers_name_the_bad_file_and_row(tmp_path):
+    folder = tiger_fixture(tmp_path)
+    (folder / "EditReward_Bench_3pair.json").write_text(json.dumps([{"prompt": "x", "path_src": "images/src.png",
+        "paths_generated": ["images/red.png", "images/blue.png", "images/gone.png"],
+        "human_vote": {"ranking": "A>B"}}]))
+    with pytest.raises(J.JudgeSetError, match=r"EditReward_Bench_3pair.json item 0: ranking 'A>B' does not order"):
+        J.read_tiger(folder)
+    bad = _parquet(tmp_path / "g.parquet", [{"instruct_prompt": "x", "source_image": _cell("src"),
+                                             "left_output_image": _cell("red"), "right_output_image": _cell("red"),
+                                             "vote_type": "maybe"}])
+    with pytest.raises(J.JudgeSetError, match=r"row 0: vote_type 'maybe'"):
+        J.read_genai(bad)
+    with pytest.raises(J.JudgeSetError, match=r"missing column\(s\) vote_type"):
+        J.read_genai(_parquet(tmp_path / "h.parquet", [{"instruct_prompt": "x", "source_image": _cell("src"),
+                                                        "left_output_image": _cell("red"),
+                                                        "right_output_image": _cell("red")}]))
+
+
+# ---------------------------------------------------------------------------------------------------- end to end
+def _cli(*args: str) -> int:
+    from benchmark.cli import main
+
+    return main(["metaeval", "judges", *args])
+
+
+def _table(tmp_path: Path):
+    import pandas as pd
+
+    path = next((tmp_path / "results" / "metaeval").glob("judges-*.csv"))
+    return pd.read_csv(path), json.loads(path.with_suffix(".json").read_text())
+
+
+def test_cli_judges_every_set_with_a_scripted_gedit_backbone_gives_the_hand_worked_numbers(tmp_path, monkeypatch,
+                                                                                             capsys):
+    ih_args, ih_instructions = imagenhub_fixture(tmp_path)
+    instructions = [*ih_instructions, *(f"edit {n}" for n in range(1, 5)), *(f"tiger {n}" for n in range(1, 5)),
+                    *(f"genai {n}" for n in range(1, 5))]
+    build = J.build_judge
+
+    def scripted(name, overrides):  # metrics=gedit's protocol, its backbone's replies scripted
+        judge = build(name, overrides)
+        judge.suite.backbone = ScriptedJudge(sc=dict.fromkeys(instructions, '{"score": [4, 4]}'), pq=PQ)
+        return judge
+
+    monkeypatch.setattr(J, "build_judge", scripted)
+    prompts, sha = write_prompts(tmp_path)
+    assert _cli("--judges", "gedit", "--sets", f"editscore={editscore_fixture(tmp_path).parent.parent}",
+                f"tiger={tiger_fixture(tmp_path)}", f"genai={genai_fixture(tmp_path)}", "imagenhub", *ih_args,
+                "queryset=demo_mini", "profile=tiny", f"paths.results={tmp_path / 'results'}", "progress=false",
+                f"metrics.gedit.prompts_file={prompts}", f"metrics.gedit.prompts_sha256={sha}",
+                f"metrics.gedit.prompts_commit={FAKE_COMMIT}", "--resamples", "200") == 0
+    df, side = _table(tmp_path)
+    got = {(r.set, r.subtask): r.value for r in df.itertuples() if r.judge == "gedit"}
+    assert got == pytest.approx({("editscore", "all (macro)"): 0.75, ("editscore", "color_alter"): 0.5,
+                                 ("editscore", "style_change"): 1.0, ("tiger", "all"): 5 / 6,
+                                 ("tiger", "2-Pair"): 2 / 3, ("tiger", "3-Pair"): 1.0, ("genai", "all"): 0.75,
+                                 ("imagenhub", "all"): 0.5})
+    assert (df[df.judge == "gedit"].n_unscored == 0).all()
+    head = df[(df.judge == "gedit") & (df.subtask == "all (macro)")].iloc[0]
+    assert head.value_lo <= head.value <= head.value_hi
+    published = df[df.judge.str.startswith("published")]
+    assert set(published.set) == {"genai", "tiger"} and published.source.str.contains("@").all()
+    assert "editscore" not in set(published.set)  # no figure listed that was not read from its source
+    assert FAKE_COMMIT in side["metric_sigs"]["gedit"] and side["counts"]["genai/votes"] == 4
+    out = capsys.readouterr().out
+    assert "published: GPT-4o" in out and "strict pairwise accuracy" not in out  # the table shows values, not prose
+
+
+def test_cli_judges_a_reply_that_does_not_parse_leaves_its_pairs_unscored_and_says_so(tmp_path, monkeypatch,
+                                                                                        capsys):
+    build = J.build_judge
+
+    def scripted(name, overrides):
+        judge = build(name, overrides)
+        replies = {f"genai {n}": '{"score": [4, 4]}' for n in range(1, 5)} | {"genai 2": "no idea"}
+        judge.suite.backbone = ScriptedJudge(sc=replies, pq=PQ)
+        return judge
+
+    monkeypatch.setattr(J, "build_judge", scripted)
+    prompts, sha = write_prompts(tmp_path)
+    assert _cli("--judges", "gedit", "--sets", f"genai={genai_fixture(tmp_path)}", "profile=tiny",
+                f"paths.results={tmp_path / 'results'}", f"metrics.gedit.prompts_file={prompts}",
+                f"metrics.gedit.prompts_sha256={sha}", f"metrics.gedit.prompts_commit={FAKE_COMMIT}",
+                "--resamples", "0") == 0
+    df, side = _table(tmp_path)
+    row = df[df.judge == "gedit"].iloc[0]
+    assert (row.n_pairs, row.n_unscored) == (3, 1) and row.value == pytest.approx(1.0)  # the wrong vote fell out
+    assert side["edits_failed"] == {"gedit/genai": 2}
+    assert "2 edit(s) failed to score" in capsys.readouterr().out
+
+
+def test_cli_judges_the_tiny_probability_readout_judge_scores_every_edit(tmp_path, single_thread_torch):
+    assert _cli("--judges", "judge", "--sets", f"genai={genai_fixture(tmp_path)}", "profile=tiny",
+                f"paths.results={tmp_path / 'results'}", "metrics.judge.resolution=56", "--resamples", "50") == 0
+    df, _ = _table(tmp_path)
+    row = df[df.judge == "judge"].iloc[0]
+    assert row.n_unscored == 0 and row.n_pairs == 4 and 0 <= row.value <= 1 and math.isfinite(row.value)
+
+
+def test_cli_judges_bad_set_spec_and_unknown_judge_exit_2(tmp_path, capsys):
+    assert _cli("--sets", "tiger", "profile=tiny") == 2
+    assert "--sets tiger: want editscore=PATH" in capsys.readouterr().err
+    assert _cli("--judges", "basic", "--sets", f"genai={genai_fixture(tmp_path)}", "profile=tiny",
+                f"paths.results={tmp_path / 'results'}") == 2
+    assert "metrics=basic is not a judge that scores single edits" in capsys.readouterr().err
