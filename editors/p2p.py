@@ -154,6 +154,8 @@ class PromptToPromptEditor(SourceInversions, DiffusionEditor):
         as the authors' get_word_inds finds them (under `token_mapping: reference`)."""
         from benchmark.editing.attention import LocalBlend, blend_map_side, word_positions
 
+        if not self.local_blend and self.blended_word_reweight is None:
+            return None  # nothing reads the blended words (and nothing is counted: the counters do not exist)
         tok = self.pipe.tokenizer
         found = []
         for s, t, w in zip(src, tgt, words, strict=True):

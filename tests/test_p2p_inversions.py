@@ -113,7 +113,11 @@ def test_each_inversion_costs_what_its_algorithm_does(tmp_path, capsys, inversio
     assert st.work[UNET_FORWARD_BACKWARD] == 0
     per_query = st.work[UNET_FORWARD] / q
     shown = f"{per_query:,.0f}" if per_query.is_integer() else f"{per_query:,.1f}"
-    assert f"UNet per query: {shown} forward, 0 forward+backward" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"UNet per query: {shown} forward, 0 forward+backward" in out
+    # the local blend's counters exist only where an option reads the blended words
+    assert not {"local_blends", "blended_word_absent", "blended_word_unmatched"} & set(st.work)
+    assert "blended_word" not in out
 
 
 def test_inversions_are_stored_apart_and_name_the_editor(tmp_path):
