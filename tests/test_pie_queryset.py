@@ -212,6 +212,23 @@ def test_a_missing_image_is_refused_naming_the_entry(tmp_path):
     _refused(tmp_path, ["entry '300000000002'", "nope.jpg not found"], extra=gone)
 
 
+def test_an_unreadable_or_transparent_source_is_refused_by_the_harness_image_rules(tmp_path):
+    """Sources load through the harness's own loader (benchmark.imageio.load_rgb): a truncated file and an image
+    with transparent pixels are refused naming the entry, as every other query set's sources are."""
+    def truncate(mapping):
+        path = tmp_path / "data" / "annotation_images" / mapping["111000000001"]["image_path"]
+        path.write_bytes(path.read_bytes()[:200])
+    _refused(tmp_path, ["entry '111000000001'", "not usable"], extra=truncate)
+
+    def transparent(mapping):
+        path = tmp_path / "t" / "data" / "annotation_images" / mapping["300000000002"]["image_path"]
+        im = Image.new("RGBA", (IMAGE_SIDE, IMAGE_SIDE), (0, 0, 0, 0))
+        path.with_suffix(".png").parent.mkdir(parents=True, exist_ok=True)
+        im.save(path.with_suffix(".png"))
+        mapping["300000000002"]["image_path"] = str(Path(mapping["300000000002"]["image_path"]).with_suffix(".png"))
+    _refused(tmp_path / "t", ["entry '300000000002'", "transparent"], extra=transparent)
+
+
 def test_a_source_of_another_size_is_refused(tmp_path):
     _refused(tmp_path, ["entry '000000000000'", "is 256 x 512", "must be that size"], size=(256, 512))
 

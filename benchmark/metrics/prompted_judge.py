@@ -1,15 +1,15 @@
 """What the judged protocols share (metrics=gedit, metrics=imgedit): a judge backbone, the pinned prompt file, and a
 suite that loads (source, edit) pairs chunk by chunk, asks the backbone and turns the replies into rows.
 
-A protocol's suite subclasses `PromptedJudgeSuite` and gives its `protocol` string, `_load_prompts()`,
-`applies_to()`, `_samples()` (how its edit is loaded) and `_rows(good, prompts)` (its requests, then its parsing,
-through `_judge`).
+A protocol's suite subclasses `PromptedJudgeSuite` and gives its `protocol` string, its protocol module's
+`check_prompts_identity` and `load_prompts`, its `samples_class` (how its edit is loaded), `applies_to()` and
+`_rows(good, prompts)` (its requests, then its parsing, through `_judge`).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
@@ -55,6 +55,11 @@ class PromptedJudgeSuite(LazyComponents):
     info: ClassVar[MetricInfo]
     COLUMN_INFO: ClassVar[dict[str, tuple[bool, str]]]
     SUMMARY_INFO: ClassVar[dict[str, tuple[bool, str]]]
+    # the protocol module's functions (commit, sha256) -> None and (path, sha256, commit) -> prompts, and the
+    # QuerySamples class that loads its (source, edit) pairs
+    check_prompts_identity: ClassVar[Callable[[str, str], None]]
+    load_prompts: ClassVar[Callable[[str, str, str], Any]]
+    samples_class: ClassVar[type]
 
     def __init__(self, *, backbone: Any, prompts_file: str, prompts_commit: str, prompts_sha256: str,
                  chunk_size: int = 16, load_threads: int | None = None, prefetch: bool = False,
@@ -88,14 +93,15 @@ class PromptedJudgeSuite(LazyComponents):
 
     def _check_identity(self) -> None:
         """Refuse a prompts_commit / prompts_sha256 that is not a pinned identity (before any file is read)."""
-        raise NotImplementedError
+        type(self).check_prompts_identity(self.prompts_commit, self.prompts_sha256)
 
     def _load_prompts(self) -> Any:
-        raise NotImplementedError
+        """The protocol's prompts, read from `prompts_file` and checked (its `load_prompts`)."""
+        return type(self).load_prompts(self.prompts_file, self.prompts_sha256, self.prompts_commit)
 
     def _samples(self, queryset: Any, queries: Sequence[Query], paths: Sequence[Path]) -> Any:
         """The `QuerySamples` that loads this protocol's `LoadedPair`s."""
-        raise NotImplementedError
+        return type(self).samples_class(queryset, queries, paths)
 
     def _rows(self, good: list[LoadedPair], prompts: Any) -> list[dict[str, Any]]:
         """One row per loaded pair: its requests through `_judge`, its replies parsed."""

@@ -96,18 +96,16 @@ def find_image_root(images: str | os.PathLike[str], rel: str, depth: int = 3) ->
 
 def _source(root: Path, rel: str, where: str) -> Any:
     """The entry's source as RGB, refused unless it is a readable image file."""
-    from PIL import Image
+    from benchmark.imageio import ImageInputError, load_rgb
 
     path = root / rel
     if not path.is_file():
         raise ImgEditFormatError(f"{where}: source image {path} not found; the unpacked archive is incomplete "
                                  "(unpack Benchmark.tar again)")
     try:
-        with Image.open(path) as im:
-            im.load()
-            rgb = im.convert("RGB")
-    except (OSError, ValueError, Image.DecompressionBombError) as err:
-        raise ImgEditFormatError(f"{where}: source image {path} is not readable ({type(err).__name__}: {err})") from None
+        rgb = load_rgb(path)  # the harness's own source rules: pixel limit from the header, no transparency
+    except ImageInputError as err:
+        raise ImgEditFormatError(f"{where}: source image is not usable: {err}") from None
     return rgb
 
 

@@ -124,8 +124,7 @@ def read_mapping(data: Path) -> dict[str, dict[str, Any]]:
 
 def _source(data: Path, rel: str, where: str) -> Any:
     """The entry's source image as RGB, refused unless it is a readable file inside annotation_images/ at 512 x 512."""
-    from PIL import Image
-
+    from benchmark.imageio import ImageInputError, load_rgb
     from benchmark.querysets.io import check_relpath
 
     try:
@@ -137,11 +136,9 @@ def _source(data: Path, rel: str, where: str) -> Any:
         raise PieFormatError(f"{where}: image {path} not found; the release's {IMAGES_DIR}/ folder is incomplete "
                              "(unpack it again)")
     try:
-        with Image.open(path) as im:
-            im.load()
-            rgb = im.convert("RGB")
-    except (OSError, ValueError, Image.DecompressionBombError) as err:
-        raise PieFormatError(f"{where}: image {path} is not readable ({type(err).__name__}: {err})") from None
+        rgb = load_rgb(path)  # the harness's own source rules: pixel limit from the header, no transparency
+    except ImageInputError as err:
+        raise PieFormatError(f"{where}: image is not usable: {err}") from None
     if rgb.size != (IMAGE_SIDE, IMAGE_SIDE):
         raise PieFormatError(f"{where}: image {path} is {rgb.size[0]} x {rgb.size[1]}; PIE-Bench's masks are "
                              f"decoded at {IMAGE_SIDE} x {IMAGE_SIDE}, so the source must be that size (not resized "

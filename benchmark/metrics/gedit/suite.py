@@ -85,20 +85,12 @@ class GEditSuite(PromptedJudgeSuite):
                       "free-text replies parsed as the official parser, per-group means and their macro average")
 
     COLUMN_INFO, SUMMARY_INFO = COLUMN_INFO, SUMMARY_INFO  # the module's tables, as PromptedJudgeSuite reads them
+    check_prompts_identity, load_prompts = staticmethod(check_identity), staticmethod(load_prompts)
+    samples_class = _Samples
 
     @property
     def protocol(self) -> str:
         return f"Step1X-Edit@{self.prompts_commit}|vie_prompts.py sha256={self.prompts_sha256}|tie|parse=viescore-v1"
-
-    def _check_identity(self) -> None:
-        check_identity(self.prompts_commit, self.prompts_sha256)
-
-    def _load_prompts(self) -> Prompts:
-        """The tie prompts, read and checked (protocol.load_prompts)."""
-        return load_prompts(self.prompts_file, self.prompts_sha256, self.prompts_commit)
-
-    def _samples(self, queryset: Any, queries: Sequence[Query], paths: Sequence[Path]) -> _Samples:
-        return _Samples(queryset, queries, paths)
 
     applies_note = "a GEdit-Bench task type with an instruction (queryset=gedit)"
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -70,21 +69,13 @@ class ImgEditSuite(PromptedJudgeSuite):
                       "overall mean")
 
     COLUMN_INFO, SUMMARY_INFO = COLUMN_INFO, SUMMARY_INFO  # the module's tables, as PromptedJudgeSuite reads them
+    check_prompts_identity, load_prompts = staticmethod(check_identity), staticmethod(load_prompts)
+    samples_class = _Samples
 
     @property
     def protocol(self) -> str:
         return (f"ImgEdit@{self.prompts_commit}|prompts.json sha256={self.prompts_sha256}|text,source,edit"
                 "|parse=step1-v1")
-
-    def _check_identity(self) -> None:
-        check_identity(self.prompts_commit, self.prompts_sha256)
-
-    def _load_prompts(self) -> Prompts:
-        """The per-type prompts, read and checked (protocol.load_prompts)."""
-        return load_prompts(self.prompts_file, self.prompts_sha256, self.prompts_commit)
-
-    def _samples(self, queryset: Any, queries: Sequence[Query], paths: Sequence[Path]) -> _Samples:
-        return _Samples(queryset, queries, paths)
 
     applies_note = "an ImgEdit-Bench edit type with an instruction (queryset=imgedit)"
 
