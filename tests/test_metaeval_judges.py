@@ -58,6 +58,33 @@ def test_tiger_rankings_give_pairwise_verdicts_as_the_authors_read_them(ranking,
     assert J.tiger_verdict(ranking, i, j) == want
 
 
+@pytest.mark.parametrize(("ranking", "want"), [("A>B", (0, 1)), ("B>A", (1, 0)), ("A<B", (1, 0)),
+                                             ("A=B=Good", None), ("A=B=Bad", None), ("C>A>B", (2, 0, 1)),
+                                             ("D>B>A>C", (3, 1, 0, 2))])
+def test_tiger_rankings_give_peoples_whole_order_as_get_gt_ranking(ranking, want):
+    assert J.tiger_order(ranking) == want
+
+
+def test_the_judges_order_puts_the_later_edit_first_on_equal_scores_as_argsort_reversed():
+    assert J.model_order([0.2, 0.9, 0.5]) == (1, 2, 0)
+    assert J.model_order([0.5, 0.5]) == (1, 0)  # so "B>A" counts as ranked right on a judge tie
+    assert J.model_order([1.0, 3.0, 3.0, 0.0]) == (2, 1, 0, 3)
+
+
+def test_strict_ranking_takes_the_two_edit_tie_threshold_from_the_pairwise_accuracy_with_ties():
+    # three two-edit groups and one of three edits. Two-edit verdicts / differences: A>B d=1, tie d=0.4, tie d=2.
+    # Thresholds 0: 1/3; 0.4: 2/3; 1: 2/3 (A>B now a judge tie: wrong); 2: 2/3. The first maximum is eps = 0.4, so
+    # the tie with d=2 is not a judge tie: groups right: A>B (fixed), tie 0.4, not tie 2, the 3-edit group (fixed).
+    tie = np.array([False, True, True, False])
+    h = np.array([1.0, 0.0, 0.0, np.nan])
+    d = np.array([1.0, 0.4, 2.0, np.nan])
+    fixed = np.array([True, False, False, True])
+    assert _point(J.strict_ranking(tie, h, d, fixed), 4) == pytest.approx(3 / 4)
+    # a resample without the d=0.4 tie: thresholds 0: 1/2 (the A>B pair right, the d=2 tie not), 1: 0 (A>B tied),
+    # 2: 1/2 -> eps 0; the d=2 tie is wrong: 2 right groups of 3 drawn
+    assert J.strict_ranking(tie, h, d, fixed)(np.array([[1.0, 0.0, 1.0, 1.0]])).tolist() == pytest.approx([2 / 3])
+
+
 def test_a_statistic_under_resampling_weights_counts_a_drawn_group_twice():
     h, d = np.array([1, 1]), np.array([1.0, -1.0])
     w = np.array([[2.0, 0.0], [1.0, 2.0]])
@@ -213,6 +240,10 @@ def test_cli_judges_every_set_with_a_scripted_gedit_backbone_gives_the_hand_work
     assert got == pytest.approx({("editscore", "all (macro)"): 0.75, ("editscore", "color_alter"): 0.5,
                                  ("editscore", "style_change"): 1.0, ("tiger", "all"): 5 / 6,
                                  ("tiger", "2-Pair"): 2 / 3, ("tiger", "3-Pair"): 1.0, ("genai", "all"): 0.75,
+                                 # groups ranked wholly right: A>B yes, the tie yes (eps 0 is the best threshold),
+                                 # B>A no, C>A>B yes
+                                 ("tiger", "all (strict ranking)"): 0.75, ("tiger", "2-Pair (strict ranking)"): 2 / 3,
+                                 ("tiger", "3-Pair (strict ranking)"): 1.0,
                                  ("imagenhub", "all"): 0.5})
     assert (df[df.judge == "gedit"].n_unscored == 0).all()
     head = df[(df.judge == "gedit") & (df.subtask == "all (macro)")].iloc[0]
@@ -262,3 +293,16 @@ def test_cli_judges_bad_set_spec_and_unknown_judge_exit_2(tmp_path, capsys):
     assert _cli("--judges", "basic", "--sets", f"genai={genai_fixture(tmp_path)}", "profile=tiny",
                 f"paths.results={tmp_path / 'results'}") == 2
     assert "metrics=basic is not a judge that scores single edits" in capsys.readouterr().err
+
+
+def test_editscores_set_compares_the_judges_column_of_the_chosen_dimension_and_refuses_a_missing_one():
+    from benchmark.metaeval.scoring import MetaevalError
+
+    es, tiger = J.HumanSet("editscore", [], []), J.HumanSet("tiger", [], [])
+    learned = J.Judge("learned", None, "O", "sig", {"overall": "O", "prompt_following": "PF", "consistency": "C"})
+    assert [learned.column_for(es, d) for d in J.EDITSCORE_DIMENSIONS] == ["PF", "C", "O"]
+    assert learned.column_for(tiger, "consistency") == "O"  # other sets: the judge's own column
+    plain = J.Judge("gedit", None, "G_O", "sig", {"overall": "G_O"})
+    assert plain.column_for(es, "overall") == "G_O"
+    with pytest.raises(MetaevalError, match="gedit has no consistency score"):
+        plain.column_for(es, "consistency")

@@ -84,11 +84,12 @@ def run_judges(args: argparse.Namespace, overrides: list[str], settings: list[st
              and not any(metric_suite(o) in (getattr(j.suite.info, "name", ""),) for j in judges)]
     if stray:
         raise MetaevalError(f"{' '.join(stray)}: no judge of --judges {','.join(names)} has that suite; drop it")
+    columns = {(jd.name, hs.name): jd.column_for(hs, args.dimension) for hs in hsets for jd in judges}  # fail early
     rows: list[dict[str, Any]] = []
     failures: dict[str, int] = {}
     for hs in hsets:
         for jd in judges:
-            scores, failed = J.score_set(jd, hs)
+            scores, failed = J.score_set(jd, hs, column=columns[(jd.name, hs.name)])
             failures[f"{jd.name}/{hs.name}"] = len(failed)
             rows += J.evaluate(jd, hs, scores, boot)
         rows += J.published_rows(hs.name)
@@ -101,6 +102,7 @@ def run_judges(args: argparse.Namespace, overrides: list[str], settings: list[st
                        resamples=boot.resamples, confidence=boot.confidence, seed=boot.seed,
                        inputs=file_digests(inputs),
                        extra={"options": {"judges": names, "sets": list(args.sets), "dimension": args.dimension},
+                              "columns": {f"{j}/{h}": c for (j, h), c in columns.items()},
                               "metric_sigs": {j.name: j.signature for j in judges},
                               "counts": {f"{hs.name}/{k}": v for hs in hsets for k, v in hs.counts.items()},
                               "edits_failed": failures, "overrides": overrides + settings})

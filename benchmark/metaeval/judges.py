@@ -41,6 +41,10 @@ import numpy as np
 from benchmark.metaeval.human import HumanDataError
 
 SETS = ("editscore", "tiger", "genai", "imagenhub")
+# the metric sets that score single edits (for messages): the probability readout, GEdit-Bench's protocol, and the
+# learned judges
+JUDGES = ("judge (probability readout)", "gedit (GEdit-Bench's protocol)", "editscore (EditScore)",
+          "editreward (EditReward)")
 EDITSCORE_DIMENSIONS = ("prompt_following", "consistency", "overall")
 GENAI_VOTES = {"leftvote": 1, "rightvote": -1, "tievote": 0, "bothbad_vote": 0}
 TIGER_FILES = {"2-Pair": "EditReward_Bench_2pair.json", "3-Pair": "EditReward_Bench_3pair.json",
@@ -53,15 +57,20 @@ MEASURES = {"editscore": "strict pairwise accuracy, macro over subtasks",
 # They come from the authors' own prompting of each model, so they sit beside editmeter's judges, not under them.
 EDITREWARD_README = "TIGER-AI-Lab/EditReward README.md @ edb027edde6080b8a9521ef8e87049b3797f8374"
 GENAI_README = "TIGER-AI-Lab/GenAI-Bench README.md @ f0b0334d414074c6b1c97e2c60ad8d8a592bda9f"
-PUBLISHED: dict[str, list[tuple[str, float, str]]] = {
-    "genai": [("Qwen2.5-VL-7B-Inst", 0.4048, f"{EDITREWARD_README}, GenAI-Bench column"),
-              ("GPT-4o", 0.5354, f"{EDITREWARD_README}, GenAI-Bench column; {GENAI_README}, Image Editing"),
-              ("EditReward (on Qwen2.5-VL-7B)", 0.6397, f"{EDITREWARD_README}, GenAI-Bench column")],
-    "tiger": [("Qwen2.5-VL-7B-Inst", 0.2975, f"{EDITREWARD_README}, EditReward-Bench (Overall): share of groups "
-                                             "ranked wholly right, not pairwise accuracy"),
-              ("GPT-4o", 0.2831, f"{EDITREWARD_README}, EditReward-Bench (Overall), same measure"),
-              ("EditReward (on Qwen2.5-VL-7B)", 0.3678, f"{EDITREWARD_README}, EditReward-Bench (Overall), "
-                                                        "same measure")],
+STRICT = "strict ranking"  # the label of TIGER's group-level rows
+STRICT_MEASURE = "strict ranking accuracy: share of groups ranked wholly as people ranked them"
+_K = {"2-Pair": "K=2", "3-Pair": "K=3", "4-Pair": "K=4"}
+# (model, figure, source, subtask row it sits beside)
+PUBLISHED: dict[str, list[tuple[str, float, str, str]]] = {
+    "genai": [("Qwen2.5-VL-7B-Inst", 0.4048, f"{EDITREWARD_README}, GenAI-Bench column", "all"),
+              ("GPT-4o", 0.5354, f"{EDITREWARD_README}, GenAI-Bench column; {GENAI_README}, Image Editing", "all"),
+              ("EditReward (on Qwen2.5-VL-7B)", 0.6397, f"{EDITREWARD_README}, GenAI-Bench column", "all")],
+    "tiger": [(model, value, f"{EDITREWARD_README}, EditReward-Bench ({_K.get(sub, 'Overall')})",
+               f"{'all' if sub == 'Overall' else sub} ({STRICT})")
+              for model, figures in (("Qwen2.5-VL-7B-Inst", (0.5269, 0.2467, 0.0338, 0.2975)),
+                                     ("GPT-4o", (0.4569, 0.2733, 0.0731, 0.2831)),
+                                     ("EditReward (on Qwen2.5-VL-7B)", (0.5699, 0.3600, 0.1081, 0.3678)))
+              for sub, value in zip(("2-Pair", "3-Pair", "4-Pair", "Overall"), figures, strict=True)],
 }
 
 
@@ -79,6 +88,9 @@ class Group:
     source: Path | bytes
     edits: tuple[Path | bytes, ...]
     comparisons: tuple[tuple[int, int, int], ...]  # (i, j, people): +1 edit i preferred, -1 edit j, 0 tie
+    # people's whole order of the edits, best first (TIGER's `get_gt_ranking`): () when the set gives none,
+    # None for a two-edit tie ("A=B=Good" / "A=B=Bad")
+    order: tuple[int, ...] | None = ()
 
     @property
     def cluster(self) -> str:
@@ -173,6 +185,16 @@ def tiger_verdict(ranking: str, i: int, j: int) -> int:
     return 0 if pi < 0 or pj < 0 else (1 if pi < pj else -1)
 
 
+def tiger_order(ranking: str) -> tuple[int, ...] | None:
+    """People's order of the edits, best first, as TIGER's `get_gt_ranking` reads `human_vote.ranking`: "A>B"
+    (0, 1), "B>A" / "A<B" (1, 0), "C>A>B" (2, 0, 1); a two-edit tie ("A=B=Good", "A=B=Bad") has none (None)."""
+    if ranking in ("A=B=Good", "A=B=Bad"):
+        return None
+    if ranking in ("B>A", "A<B"):
+        return (1, 0)
+    return tuple(ord(c) - ord("A") for c in ranking.replace(">", ""))
+
+
 RANKING = re.compile(r"^(A>B|B>A|A<B|A=B=Good|A=B=Bad|[A-D](>[A-D]){1,3})$")
 
 
@@ -208,7 +230,8 @@ def read_tiger(path: Path) -> HumanSet:
                 problems.append(f"{f.name} item {n}: missing image(s) {', '.join(absent)}")
                 continue
             comps = tuple((i, j, tiger_verdict(ranking, i, j)) for i, j in itertools.combinations(range(len(gens)), 2))
-            groups.append(Group(f"{f.stem}:{n}", subtask, prompt, refs[0], tuple(refs[1:]), comps))
+            groups.append(Group(f"{f.stem}:{n}", subtask, prompt, refs[0], tuple(refs[1:]), comps,
+                                tiger_order(ranking)))
     if problems:
         shown = "\n  ".join(problems[:10])
         raise JudgeSetError(f"{path}: {len(problems)} problem(s):\n  {shown}\nFix the items (docs/metaeval.md).")
@@ -295,6 +318,38 @@ def agreement_2afc(h: np.ndarray, d: np.ndarray) -> Callable[[np.ndarray], np.nd
     return lambda w: _ratio(w @ a, w @ keep)
 
 
+def model_order(scores: Sequence[float]) -> tuple[int, ...]:
+    """The judge's order of a group's edits, best first, as TIGER's `eval_bench.py` takes it
+    (`np.argsort(scores)[::-1]`): equal scores rank the later edit first (numpy sorts arrays this short with a
+    stable insertion sort; `kind="stable"` says so whatever the platform's default)."""
+    return tuple(int(i) for i in np.argsort(np.asarray(scores, dtype=np.float64), kind="stable")[::-1])
+
+
+def strict_ranking(tie: np.ndarray, h: np.ndarray, d: np.ndarray, fixed: np.ndarray
+                   ) -> Callable[[np.ndarray], np.ndarray]:
+    """stat(w) over groups: the share of groups the judge ranks wholly as people do (TIGER's "strict ranking
+    accuracy", its EditReward-Bench "Overall"). A group with an order is right when the judge's order (`model_order`)
+    equals it (`fixed`); a two-edit tie is right when |d| <= eps, with eps the smallest threshold that maximises the
+    accuracy with ties over the two-edit groups (`h`, `d`: their verdict and score difference; chosen anew in every
+    resample, as `calc_accuracy_with_ties_for_edit_reward_bench` picks it for the 2-Pair file)."""
+    tie, fixed = np.asarray(tie, dtype=bool), np.asarray(fixed, dtype=np.float64)
+    h, d = np.asarray(h, dtype=np.float64), np.asarray(d, dtype=np.float64)
+    two = ~np.isnan(h)  # the groups of two edits (they alone have one verdict and one difference)
+    c = tie_correct(h[two], d[two])
+    eps = np.unique(np.concatenate([[0.0], np.abs(d[two])]))
+
+    def stat(w: np.ndarray) -> np.ndarray:
+        if two.any():
+            acc = _ratio(w[:, two] @ c, w[:, two].sum(axis=1)[:, None])
+            best = eps[np.argmax(np.where(np.isnan(acc), -1.0, acc), axis=1)]  # first maximum: the smallest eps
+        else:
+            best = np.zeros(len(w))
+        ok = np.where(tie[None, :], np.abs(np.nan_to_num(d))[None, :] <= best[:, None], fixed[None, :])
+        return _ratio((w * ok).sum(axis=1), w.sum(axis=1))
+
+    return stat
+
+
 def set_statistics(name: str, h: np.ndarray, d: np.ndarray, subtasks: Sequence[str]
                    ) -> list[tuple[str, Callable[[np.ndarray], np.ndarray], np.ndarray]]:
     """[(row label, stat, item mask)]: the set's headline ("all") and its per-subtask rows, by the set's measure."""
@@ -329,6 +384,21 @@ class Judge:
     suite: Any
     column: str
     signature: str
+    # the column compared for each of EditScore's EditReward-Bench dimensions the judge scores (a suite's
+    # `dimension_columns`; by default its overall column only)
+    dimensions: dict[str, str] = field(default_factory=dict)
+
+    def column_for(self, hset: HumanSet, dimension: str) -> str:
+        """The column compared on `hset`: the `dimension`'s for EditScore's set, the judge's own column elsewhere."""
+        if hset.name != "editscore":
+            return self.column
+        if dimension not in self.dimensions:
+            from benchmark.metaeval.scoring import MetaevalError
+
+            raise MetaevalError(f"--dimension {dimension}: the judge {self.name} has no {dimension} score (it has "
+                                f"{', '.join(sorted(self.dimensions))}); use --dimension overall, or a judge that "
+                                "scores that dimension (editscore)")
+        return self.dimensions[dimension]
 
 
 def build_judge(name: str, overrides: Sequence[str]) -> Judge:
@@ -350,13 +420,16 @@ def build_judge(name: str, overrides: Sequence[str]) -> Judge:
     suite = instantiate(cfg.metrics[suites[0]]) if len(suites) == 1 else None
     if suite is None or not hasattr(suite, "score_images"):
         raise MetaevalError(f"--judges {name}: metrics={name} is not a judge that scores single edits; judges: "
-                            "judge (probability readout), gedit (GEdit-Bench's protocol)")
-    return Judge(name, suite, suite.judge_column, str(getattr(suite, "identity", name)))
+                            f"{', '.join(JUDGES)}")
+    dims = dict(getattr(suite, "dimension_columns", None) or {"overall": suite.judge_column})
+    return Judge(name, suite, suite.judge_column, str(getattr(suite, "identity", name)), dims)
 
 
-def score_set(judge: Judge, hset: HumanSet, chunk: int = 16) -> tuple[dict[tuple[str, int], float], dict[str, str]]:
-    """Score every edit of the set once: (group id, edit index) -> the judge's score (NaN: a failure row), and
-    the failure reasons by edit."""
+def score_set(judge: Judge, hset: HumanSet, chunk: int = 16, column: str | None = None
+              ) -> tuple[dict[tuple[str, int], float], dict[str, str]]:
+    """Score every edit of the set once: (group id, edit index) -> the judge's score in `column` (default: its
+    own; NaN: a failure row), and the failure reasons by edit."""
+    column = column or judge.column
     from benchmark.types import Query
 
     items = [(g, k) for g in hset.groups for k in range(len(g.edits))]
@@ -371,7 +444,7 @@ def score_set(judge: Judge, hset: HumanSet, chunk: int = 16) -> tuple[dict[tuple
         for g, k in part:
             r = by_id[f"{g.id}#{k}"]
             ok = r.get("status") == "ok"
-            scores[(g.id, k)] = float(r[judge.column]) if ok else math.nan
+            scores[(g.id, k)] = float(r[column]) if ok else math.nan
             if not ok:
                 failed[f"{g.id}#{k}"] = str(r.get("reason", ""))
     return scores, failed
@@ -379,7 +452,8 @@ def score_set(judge: Judge, hset: HumanSet, chunk: int = 16) -> tuple[dict[tuple
 
 def evaluate(judge: Judge, hset: HumanSet, scores: dict[tuple[str, int], float], boot: Any
              ) -> list[dict[str, Any]]:
-    """Rows of the table for one judge on one set: the headline and the per-subtask rows, each with its interval."""
+    """Rows of the table for one judge on one set: the headline and the per-subtask rows, each with its interval
+    (TIGER's set adds its strict-ranking rows)."""
     from benchmark.metaeval.stats import bootstrap, query_clusters
 
     h, d, sub, clus = [], [], [], []
@@ -396,22 +470,63 @@ def evaluate(judge: Judge, hset: HumanSet, scores: dict[tuple[str, int], float],
             clus.append(g.cluster)
     clusters = query_clusters(clus)
     rows = []
+
+    def row(label: str, measure: str, v: tuple[float, float, float], n: int, n_un: int) -> dict[str, Any]:
+        return {"judge": judge.name, "set": hset.name, "subtask": label, "measure": measure, "value": v[0],
+                "value_lo": v[1], "value_hi": v[2], "n_pairs": n, "n_unscored": n_un, "published": math.nan,
+                "source": ""}
+
     for label, stat, mask in set_statistics(hset.name, np.array(h), np.array(d), sub):
         cl = query_clusters([c for c, m in zip(clus, mask, strict=True) if m]) if label not in ("all", "all (macro)") \
             else clusters
-        v, lo, hi = bootstrap(stat, cl, n_resamples=boot.resamples, seed=boot.seed, confidence=boot.confidence)
+        v = bootstrap(stat, cl, n_resamples=boot.resamples, seed=boot.seed, confidence=boot.confidence)
         n_un = sum(unscored.values()) if label.startswith("all") else unscored.get(label, 0)
-        rows.append({"judge": judge.name, "set": hset.name, "subtask": label, "measure": MEASURES[hset.name],
-                     "value": v, "value_lo": lo, "value_hi": hi, "n_pairs": int(np.sum(mask)), "n_unscored": n_un,
-                     "published": math.nan, "source": ""})
+        rows.append(row(label, MEASURES[hset.name], v, int(np.sum(mask)), n_un))
+    if hset.name == "tiger":
+        rows += _strict_rows(hset, scores, boot, row)
     return rows
+
+
+def _strict_rows(hset: HumanSet, scores: dict[tuple[str, int], float], boot: Any,
+                 row: Callable[..., dict[str, Any]]) -> list[dict[str, Any]]:
+    """TIGER's strict ranking accuracy over all groups and per file; a group with an unscored edit is left out and
+    its pairs counted in n_unscored."""
+    from benchmark.metaeval.stats import bootstrap, query_clusters
+
+    tie, h, d, fixed, sub, clus, pairs = [], [], [], [], [], [], []
+    unscored: dict[str, int] = {}
+    for g in hset.groups:
+        s = [scores[(g.id, k)] for k in range(len(g.edits))]
+        if not all(math.isfinite(x) for x in s):
+            unscored[g.subtask] = unscored.get(g.subtask, 0) + len(g.comparisons)
+            continue
+        two = len(s) == 2
+        tie.append(g.order is None)
+        h.append(float(g.comparisons[0][2]) if two else math.nan)
+        d.append(s[0] - s[1] if two else math.nan)
+        fixed.append(g.order is not None and model_order(s) == g.order)
+        sub.append(g.subtask)
+        clus.append(g.cluster)
+        pairs.append(len(g.comparisons))
+    tie_a, h_a, d_a, fixed_a = np.array(tie, bool), np.array(h), np.array(d), np.array(fixed, bool)
+    sub_a, pairs_a = np.array(sub, dtype=object), np.array(pairs, dtype=np.int64)
+    out = []
+    for label in ["all", *sorted(set(sub))]:
+        m = np.ones(len(sub), dtype=bool) if label == "all" else sub_a == label
+        stat = strict_ranking(tie_a[m], h_a[m], d_a[m], fixed_a[m])
+        cl = query_clusters([c for c, keep in zip(clus, m, strict=True) if keep])
+        v = bootstrap(stat, cl, n_resamples=boot.resamples, seed=boot.seed, confidence=boot.confidence)
+        n_un = sum(unscored.values()) if label == "all" else unscored.get(label, 0)
+        out.append(row(f"{label} ({STRICT})", STRICT_MEASURE, v, int(pairs_a[m].sum()), n_un))
+    return out
 
 
 def published_rows(name: str) -> list[dict[str, Any]]:
     """The published figures of set `name`, as table rows naming their source."""
-    return [{"judge": f"published: {model}", "set": name, "subtask": "all", "measure": MEASURES[name],
+    return [{"judge": f"published: {model}", "set": name, "subtask": subtask,
+             "measure": STRICT_MEASURE if subtask.endswith(f"({STRICT})") else MEASURES[name],
              "value": math.nan, "value_lo": math.nan, "value_hi": math.nan, "n_pairs": 0, "n_unscored": 0,
-             "published": value, "source": source} for model, value, source in PUBLISHED.get(name, [])]
+             "published": value, "source": source} for model, value, source, subtask in PUBLISHED.get(name, [])]
 
 
 def render(rows: list[dict[str, Any]]) -> str:
