@@ -280,3 +280,34 @@ def test_imgedit_is_refused_up_front_on_a_set_without_imgedit_types(tmp_path):
                             f"paths.results={tmp_path}", "progress=false"])
     with pytest.raises(PreflightError, match="an ImgEdit-Bench edit type with an instruction"):
         run_pipeline(cfg, choices["editor"])
+
+
+def test_imgedit_through_the_endpoint_equals_the_in_process_judge(built, tmp_path, restore_logging):
+    from local_servers import serving
+    from openai_server import OpenAIServer, tiny_text_judge_reply
+
+    from benchmark.errors import TooManyFailures
+    from benchmark.stages.score import read_scores
+
+    def rows(results):
+        run_dir = next((results / "runs").glob("imgedit-*/identity-*"))
+        (sig,) = [p.name for p in (run_dir / "scores").iterdir()]
+        got = read_scores(run_dir, sig).sort_values("query_id").reset_index(drop=True)
+        return got[[c for c in got.columns if c not in ("seconds", "timestamp")]]
+
+    for name in ("local", "endpoint"):
+        (tmp_path / name).mkdir()
+    # random weights write bytes, not scores: every query is a failure row that keeps its reply, and the run fails
+    with pytest.raises(TooManyFailures):
+        _run(built[0], tmp_path / "local", "limit=2", "metrics.imgedit.backbone.max_new_tokens=16",
+             "metrics.imgedit.backbone.dtype=float32")
+    with serving(OpenAIServer(tiny_text_judge_reply(text_first=True), served="tiny-qwen")) as srv:
+        with pytest.raises(TooManyFailures):
+            _run(built[0], tmp_path / "endpoint", "limit=2", "metrics/imgedit_judge@metrics.imgedit.backbone=endpoint",
+                 f"metrics.imgedit.backbone.base_url={srv.url}", "metrics.imgedit.backbone.model=tiny-qwen",
+                 "metrics.imgedit.backbone.max_tokens=16", "metrics.imgedit.backbone.backoff_s=0")
+    assert srv.calls == 2
+    assert [p["type"] for p in srv.payloads[0]["messages"][1]["content"]] == ["text", "image_url", "image_url"]
+    local, remote = rows(tmp_path / "local" / "results"), rows(tmp_path / "endpoint" / "results")
+    assert len(local) == 2 and local["ie_reply"].str.len().min() > 0
+    pd.testing.assert_frame_equal(local, remote)  # same replies, same rows

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import io
+import json
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +19,9 @@ from openai_server import OpenAIServer, tiny_text_judge_reply
 
 import benchmark.models.judge_endpoint as je
 from benchmark.models.judge_endpoint import EndpointError, EndpointJudge
+
+
+KEY = "sk-editmeter-test-" + "7f3a9c" * 4
 
 
 def _image(colour, size=(60, 44)):
@@ -132,6 +136,8 @@ def test_bad_settings_are_refused_by_name(monkeypatch):
     for kw, match in (({"base_url": "127.0.0.1:8000"}, "base_url must be an http"), ({"model": ""}, "model must"),
                       ({"concurrency": 0}, "concurrency must"), ({"max_retries": -1}, "max_retries must"),
                       ({"images": "png"}, "images must be one of"), ({"timeout_s": 0}, "timeout_s must"),
+                      ({"temperature": 3}, "temperature must"), ({"image_format": "webp"}, "image_format must"),
+                      ({"text_first": "yes"}, "text_first must"), ({"seed": -1}, "seed must be an integer >= 0 or null"),
                       ({"api_key_env": "EDITMETER_TEST_KEY"}, "EDITMETER_TEST_KEY.*unset")):
         with pytest.raises(ValueError, match=match):
             EndpointJudge(**({"base_url": "http://127.0.0.1:1/v1", "model": "m"} | kw))
@@ -162,10 +168,39 @@ def test_the_config_chooses_the_endpoint_and_only_what_shapes_a_reply_enters_the
         assert sig(b)[0] != base and sig(a, "metrics.gedit.backbone.max_tokens=64")[0] != base
 
 
+@pytest.mark.parametrize(("metric", "model", "fmt", "max_tokens"), [("gedit", "gpt-4.1", "JPEG", 1400),
+                                                                   ("imgedit", "gpt-4o", "PNG", None)])
+def test_the_official_api_judges_send_no_system_turn_the_text_first_and_leave_decoding_to_the_api(
+        metric, model, fmt, max_tokens, monkeypatch, tmp_path):
+    from hydra.utils import instantiate
+    from PIL import Image
+
+    from benchmark.run import compose
+
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    with serving(OpenAIServer(_echo, served=model, version=None)) as srv:
+        cfg, _ = compose([f"metrics={metric}", "profile=tiny", f"metrics/{metric}_judge@metrics.{metric}.backbone=openai",
+                          f"metrics.{metric}.backbone.base_url={srv.url}", f"paths.results={tmp_path}"])
+        judge = instantiate(cfg.metrics[metric].backbone)
+        source = _image((200, 10, 10), (33, 21))
+        assert judge.generate([([source, _image((10, 200, 10))], "the prompt")]) == [
+            _echo([source, _image((10, 200, 10))], "the prompt", None, max_tokens)]  # sent as they are
+    body = srv.payloads[0]
+    assert [m["role"] for m in body["messages"]] == ["user"]  # no system turn
+    parts = body["messages"][0]["content"]
+    assert [p["type"] for p in parts] == ["text", "image_url", "image_url"]
+    assert "temperature" not in body and "seed" not in body and body.get("max_tokens") == max_tokens
+    head, data = parts[1]["image_url"]["url"].split(",", 1)
+    sent = Image.open(io.BytesIO(base64.b64decode(data)))
+    assert sent.format == fmt and head == f"data:image/{fmt.lower()};base64" and sent.size == (33, 21)
+    assert set(srv.auth) == {f"Bearer {KEY}"}
+    assert "temperature=server-default" in judge.identity and "|text_first" in judge.identity
+    cached = json.loads(next(tmp_path.rglob("*.json")).read_text())
+    assert cached["answered_by"] == model and KEY not in json.dumps(cached)
+
+
 # ------------------------------------------------------------------------------------------- metrics=gedit pipeline
 from test_gedit_protocol import _run, built  # noqa: E402, F401 (the GEdit-Bench fixture and its runner)
-
-KEY = "sk-editmeter-test-" + "7f3a9c" * 4
 
 
 def test_gedit_through_the_endpoint_equals_the_in_process_judge_and_the_key_is_written_nowhere(

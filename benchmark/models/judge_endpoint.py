@@ -3,7 +3,9 @@
 `EndpointJudge` has the members of `benchmark.metrics.prompted_judge.JudgeBackbone` (`name`, `identity`,
 `generate(requests)`), so `metrics=gedit` (and any other judge that asks free-text questions about images) can use
 a model that does not fit this machine. Each request is one chat turn: the system turn, then one user turn with the
-images (base64 PNG data URLs) and the prompt text, decoded greedily (temperature 0) with a seed and a token limit.
+images (base64 PNG data URLs) and the prompt text, decoded greedily (temperature 0) with a seed and a token limit;
+the official API judges' form (no system turn, the text first, JPEG images, the API's default decoding) is a setting
+(configs/metrics/gedit_judge/openai.yaml, configs/metrics/imgedit_judge/openai.yaml).
 
 What it guarantees: the served model's name, what the server reports it loaded (`root`) and the server's version
 enter `identity`, hence the metric signature; the API key is read from an environment variable when a request is
@@ -37,6 +39,7 @@ from benchmark.models.vlm import HUB_DEFAULT_SYSTEM
 log = logging.getLogger(__name__)
 
 IMAGE_MODES = ("qwen_vl_utils", "as_is")
+IMAGE_FORMATS = ("png", "jpeg")
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 MAX_BACKOFF_S = 60.0
 _sleep = time.sleep  # module attribute: tests record the backoff without waiting
@@ -48,9 +51,15 @@ class EndpointError(RunError):
 
 def png_data_url(img: Any) -> str:
     """A PIL image as a base64 PNG data URL (lossless: the server decodes the very pixels sent)."""
+    return image_data_url(img, "png")
+
+
+def image_data_url(img: Any, fmt: str = "png") -> str:
+    """A PIL image as a base64 data URL: PNG (lossless) or JPEG at PIL's default quality (75), as GEdit-Bench's API
+    judge encodes images (`encode_pil_image`)."""
     buf = io.BytesIO()
-    img.save(buf, format="PNG")
-    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+    img.save(buf, format=fmt.upper())
+    return f"data:image/{fmt};base64," + base64.b64encode(buf.getvalue()).decode("ascii")
 
 
 class EndpointJudge:
@@ -58,18 +67,23 @@ class EndpointJudge:
 
     base_url: the API root, e.g. `http://host:8000/v1`. model: the served model name (vLLM's
     `--served-model-name`); it must be among `GET {base_url}/models`. revision: the hub commit the server loaded, as
-    you started it (servers do not report it); shown in `name` and part of `identity`. max_tokens, seed: decoding
-    (temperature is always 0: greedy, as the official local judge). system: the system turn (Qwen's default, given
-    explicitly as the local judge does). images: `qwen_vl_utils` sends each image as the local judge's
-    `qwen_vl_utils_image` hands it to the processor (the server's resizing then changes nothing), `as_is` sends it
-    unchanged. api_key_env: the name of the environment variable holding the API key (sent as a bearer token; null:
-    none). cache_dir: the folder of the reply cache (null: no cache). concurrency: requests in flight at most.
-    max_retries, backoff_s: retries of a 429 / 5xx / connection error after the first try, waiting backoff_s x 2^n
-    (at most 60 s, or the server's Retry-After when longer). timeout_s: seconds to wait for one reply.
+    you started it (servers do not report it; null for an API model); shown in `name` and part of `identity`.
+    max_tokens, temperature, seed: decoding (0 and 42: greedy and seeded, as the official local judge; null leaves
+    the field out of the request, so the server's default applies, as the official API judges send it). system: the
+    system turn (Qwen's default, given explicitly as the local judge does; null: no system turn, as the official API
+    judges). text_first: the prompt text before the images in the user turn (the official API judges' order).
+    images: `qwen_vl_utils` sends each image as the local judge's `qwen_vl_utils_image` hands it to the processor
+    (the server's resizing then changes nothing), `as_is` sends it unchanged. image_format: `png` (lossless) or
+    `jpeg` (PIL's quality 75, as GEdit-Bench's API judge). api_key_env: the name of the environment variable
+    holding the API key (sent as a bearer token; null: none). cache_dir: the folder of the reply cache (null: no
+    cache). concurrency: requests in flight at most. max_retries, backoff_s: retries of a 429 / 5xx / connection
+    error after the first try, waiting backoff_s x 2^n (at most 60 s, or the server's Retry-After when longer).
+    timeout_s: seconds to wait for one reply.
     """
 
-    def __init__(self, *, base_url: str, model: str, revision: str | None = None, max_tokens: int = 512,
-                 seed: int = 42, system: str = HUB_DEFAULT_SYSTEM, images: str = "qwen_vl_utils",
+    def __init__(self, *, base_url: str, model: str, revision: str | None = None, max_tokens: int | None = 512,
+                 temperature: float | None = 0, seed: int | None = 42, system: str | None = HUB_DEFAULT_SYSTEM,
+                 text_first: bool = False, images: str = "qwen_vl_utils", image_format: str = "png",
                  api_key_env: str | None = None, cache_dir: str | None = None, concurrency: int = 4,
                  max_retries: int = 5, backoff_s: float = 1.0, timeout_s: float = 600.0) -> None:
         parts = urlsplit(str(base_url))
@@ -79,8 +93,18 @@ class EndpointJudge:
             raise ValueError(f"model must be the served model name (vLLM's --served-model-name), not {model!r}")
         for key, v, low in (("max_tokens", max_tokens, 1), ("concurrency", concurrency, 1),
                             ("max_retries", max_retries, 0), ("seed", seed, 0)):
+            if v is None and key in ("max_tokens", "seed"):
+                continue  # left out of the request: the server's default
             if isinstance(v, bool) or not isinstance(v, int) or v < low:
-                raise ValueError(f"{key} must be an integer >= {low}, not {v!r}")
+                raise ValueError(f"{key} must be an integer >= {low}{' or null' if key in ('max_tokens', 'seed') else ''}"
+                                 f", not {v!r}")
+        if temperature is not None and (isinstance(temperature, bool) or not isinstance(temperature, int | float)
+                                        or not 0 <= temperature <= 2):
+            raise ValueError(f"temperature must be a number in [0, 2] or null, not {temperature!r}")
+        if not isinstance(text_first, bool):
+            raise ValueError(f"text_first must be true or false, not {text_first!r}")
+        if image_format not in IMAGE_FORMATS:
+            raise ValueError(f"image_format must be one of {', '.join(IMAGE_FORMATS)}, not {image_format!r}")
         for key, f in (("backoff_s", backoff_s), ("timeout_s", timeout_s)):
             if isinstance(f, bool) or not isinstance(f, int | float) or f < 0 or (key == "timeout_s" and f == 0):
                 raise ValueError(f"{key} must be a {'positive' if key == 'timeout_s' else 'non-negative'} number "
@@ -92,6 +116,7 @@ class EndpointJudge:
                              f"export it, or set api_key_env=null for a server without a key")
         self.base_url = str(base_url).rstrip("/")
         self.model, self.revision, self.max_tokens, self.seed = model, revision, max_tokens, seed
+        self.temperature, self.text_first, self.image_format = temperature, text_first, image_format
         self.system, self.images, self.api_key_env = system, images, api_key_env
         self.cache_dir = Path(cache_dir) if cache_dir else None
         self.concurrency, self.max_retries = concurrency, max_retries
@@ -110,9 +135,15 @@ class EndpointJudge:
         if self._identity is None:
             root, version = self._server_info()
             self._identity = (f"endpoint|model={self.model}|root={root}|revision={self.revision}|server={version}"
-                              f"|decode=temperature=0,seed={self.seed},max_tokens={self.max_tokens}"
-                              f"|system={self.system!r}|images={self.images}")
+                              f"|decode=temperature={self._shown(self.temperature)},seed={self._shown(self.seed)},"
+                              f"max_tokens={self._shown(self.max_tokens)}|system={self.system!r}|images={self.images}"
+                              + ("" if self.image_format == "png" else f",{self.image_format}")
+                              + ("|text_first" if self.text_first else ""))
         return self._identity
+
+    @staticmethod
+    def _shown(v: Any) -> str:
+        return "server-default" if v is None else str(v)
 
     def _server_info(self) -> tuple[str, str]:
         raw = self._request("GET", f"{self.base_url}/models")
@@ -124,7 +155,7 @@ class EndpointJudge:
         if self.model not in models:
             raise EndpointError(f"the judge endpoint {self.base_url} does not serve {self.model!r}; it serves "
                                 f"{', '.join(map(repr, sorted(map(str, models)))) or 'nothing'}: set "
-                                "metrics.gedit.backbone.model to the served name (vLLM's --served-model-name)")
+                                "metrics.<suite>.backbone.model to the served name (vLLM's --served-model-name)")
         root = str(models[self.model].get("root") or "unreported")
         origin = "{0.scheme}://{0.netloc}".format(urlsplit(self.base_url))
         for path in ("/version", "/get_server_info"):  # vLLM, SGLang
@@ -144,11 +175,17 @@ class EndpointJudge:
         from benchmark.models.vlm import qwen_vl_utils_image
 
         ims = [qwen_vl_utils_image(im) if self.images == "qwen_vl_utils" else im for im in images]
-        content = [{"type": "image_url", "image_url": {"url": png_data_url(im)}} for im in ims]
-        content.append({"type": "text", "text": text})
-        return {"model": self.model, "messages": [{"role": "system", "content": self.system},
-                                                  {"role": "user", "content": content}],
-                "temperature": 0, "seed": self.seed, "max_tokens": self.max_tokens}
+        content: list[dict[str, Any]] = [{"type": "image_url", "image_url": {"url": image_data_url(im, self.image_format)}}
+                                         for im in ims]
+        prompt = {"type": "text", "text": text}
+        content = [prompt, *content] if self.text_first else [*content, prompt]
+        turns = ([{"role": "system", "content": self.system}] if self.system is not None else []) + [
+            {"role": "user", "content": content}]
+        body: dict[str, Any] = {"model": self.model, "messages": turns}
+        for key, v in (("temperature", self.temperature), ("seed", self.seed), ("max_tokens", self.max_tokens)):
+            if v is not None:  # null: not sent, the server's default (the official API judges send none of them)
+                body[key] = v
+        return body
 
     def _cache_path(self, payload: dict[str, Any]) -> Path | None:
         if self.cache_dir is None:
@@ -194,7 +231,7 @@ class EndpointJudge:
                 _sleep(wait)
         raise EndpointError(f"the judge endpoint failed {method} {url} {attempts} time(s), the last with {last}: "
                             "check that the server is up (docs/judge.md), or raise "
-                            "metrics.gedit.backbone.max_retries / backoff_s")
+                            "metrics.<suite>.backbone.max_retries / backoff_s")
 
     def _ask(self, payload: dict[str, Any]) -> str:
         path = self._cache_path(payload)
@@ -217,7 +254,9 @@ class EndpointJudge:
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+            # the model that answered (an API alias such as gpt-4.1 names a dated snapshot here)
             tmp.write_text(json.dumps({"reply": reply, "finish_reason": choice.get("finish_reason"),
+                                       "answered_by": answer.get("model") if isinstance(answer, dict) else None,
                                        "identity": self.identity}, ensure_ascii=False), encoding="utf-8")
             os.replace(tmp, path)  # whole or absent: a killed run leaves no half-written reply
         return reply

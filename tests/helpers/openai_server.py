@@ -58,13 +58,13 @@ class _Handler(BaseHTTPRequestHandler):
             else:
                 from PIL import Image
 
-                system = next(m["content"] for m in body["messages"] if m["role"] == "system")
+                system = next((m["content"] for m in body["messages"] if m["role"] == "system"), None)
                 user = next(m["content"] for m in body["messages"] if m["role"] == "user")
                 images = [Image.open(io.BytesIO(base64.b64decode(p["image_url"]["url"].split(",", 1)[1])))
                           for p in user if p["type"] == "image_url"]
                 text = "".join(p["text"] for p in user if p["type"] == "text")
                 srv.payloads.append(body)
-                reply = srv.reply(images, text, system, body["max_tokens"])
+                reply = srv.reply(images, text, system, body.get("max_tokens"))
                 self._json(200, {"id": "x", "object": "chat.completion", "model": srv.served, "choices": [
                     {"index": 0, "message": {"role": "assistant", "content": reply}, "finish_reason": "stop"}]})
         finally:
@@ -89,9 +89,9 @@ class OpenAIServer(ThreadingHTTPServer):
         return f"http://127.0.0.1:{self.server_address[1]}/v1"
 
 
-def tiny_text_judge_reply():
+def tiny_text_judge_reply(text_first: bool = False):
     """`reply` serving the tiny random-weight TextJudge (one model per system turn and token limit, one request at
-    a time, as the in-process judge answers them)."""
+    a time, as the in-process judge answers them; `text_first`: the prompt before the images, as ImgEdit-Bench's)."""
     from benchmark.models.vlm import TextJudge
 
     judges, lock = {}, threading.Lock()
@@ -101,7 +101,7 @@ def tiny_text_judge_reply():
             key = (system, max_tokens)
             if key not in judges:
                 judges[key] = TextJudge(weights="tiny", dtype="float32", device="cpu", max_new_tokens=max_tokens,
-                                        system=system)
+                                        system=system, text_first=text_first)
             return judges[key].generate([(images, text)])[0]
 
     return reply
