@@ -20,7 +20,6 @@ from openai_server import OpenAIServer, tiny_text_judge_reply
 import benchmark.models.judge_endpoint as je
 from benchmark.models.judge_endpoint import EndpointError, EndpointJudge
 
-
 KEY = "sk-editmeter-test-" + "7f3a9c" * 4
 
 

@@ -11,6 +11,7 @@ import math
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from PIL import Image
 from scripted_judge import ScriptedJudge
@@ -306,3 +307,37 @@ def test_editscores_set_compares_the_judges_column_of_the_chosen_dimension_and_r
     assert plain.column_for(es, "overall") == "G_O"
     with pytest.raises(MetaevalError, match="gedit has no consistency score"):
         plain.column_for(es, "consistency")
+
+
+def test_cli_judges_keeps_each_edits_row_so_a_rerun_judges_nothing_again_and_a_torn_line_is_skipped(
+        tmp_path, monkeypatch, capsys):
+    build = J.build_judge
+    backbones = []
+
+    def scripted(name, overrides):
+        judge = build(name, overrides)
+        judge.suite.backbone = ScriptedJudge(sc={f"genai {n}": '{"score": [4, 4]}' for n in range(1, 5)}, pq=PQ)
+        backbones.append(judge.suite.backbone)
+        return judge
+
+    monkeypatch.setattr(J, "build_judge", scripted)
+    prompts, sha = write_prompts(tmp_path)
+    args = ("--judges", "gedit", "--sets", f"genai={genai_fixture(tmp_path)}", "profile=tiny",
+            f"paths.results={tmp_path / 'results'}", f"metrics.gedit.prompts_file={prompts}",
+            f"metrics.gedit.prompts_sha256={sha}", f"metrics.gedit.prompts_commit={FAKE_COMMIT}", "--resamples", "0")
+    assert _cli(*args) == 0
+    first, _ = _table(tmp_path)
+    # 8 edits, 7 distinct (instruction, source, edit) contents: "genai 4" shows the same blue edit twice
+    assert sum(backbones[0].calls) == 14  # two prompts per distinct edit
+    (cache,) = (tmp_path / "results" / "metaeval" / "judge_scores").glob("*.jsonl")
+    lines = cache.read_text().splitlines()
+    assert len(lines) == 7
+    cache.write_text("\n".join(lines[:-1]) + "\n" + lines[-1][: len(lines[-1]) // 2])  # a kill mid-line
+    capsys.readouterr()
+    assert _cli(*args) == 0
+    assert sum(backbones[1].calls) == 2  # only the torn record is judged again
+    out = capsys.readouterr().out
+    assert "6 edit(s) read from the score cache" in out and "1 unreadable cache line(s) skipped" in out
+    second, _ = _table(tmp_path)
+    pd.testing.assert_series_equal(second.value, first.value)
+    assert _cli(*args, "--no-cache") == 0 and sum(backbones[2].calls) == 14

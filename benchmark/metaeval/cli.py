@@ -80,7 +80,9 @@ def _parser() -> argparse.ArgumentParser:
                    "EditReward-Bench parquet), tiger=PATH (TIGER-Lab's EditReward-Bench JSON folder), genai=PATH "
                    "(GenAI-Bench image_edition parquet), imagenhub (with --ratings, --images and queryset=)")
     j.add_argument("--dimension", default="overall", help="editscore: the rows of this dimension "
-                   "(prompt_following, consistency, overall)")
+                   "(prompt_following, consistency, overall), compared on the judge's score of that dimension")
+    j.add_argument("--no-cache", action="store_true", help="judge every edit again instead of reading the rows "
+                   "kept in <results>/metaeval/judge_scores/ (per judge signature and image content)")
     j.add_argument("--ratings", type=Path, nargs="+", help="imagenhub: per-image rating TSVs, one per rater")
     j.add_argument("--images", type=Path, help="imagenhub: folder of <editor>/<uid> images")
     j.add_argument("--query-ids", default="stem", help="imagenhub: uid -> query id (as for 2afc)")

@@ -84,12 +84,14 @@ def run_judges(args: argparse.Namespace, overrides: list[str], settings: list[st
              and not any(metric_suite(o) in (getattr(j.suite.info, "name", ""),) for j in judges)]
     if stray:
         raise MetaevalError(f"{' '.join(stray)}: no judge of --judges {','.join(names)} has that suite; drop it")
+    cache_dir = Path(cfg.paths.results) / "metaeval" / "judge_scores"
     columns = {(jd.name, hs.name): jd.column_for(hs, args.dimension) for hs in hsets for jd in judges}  # fail early
     rows: list[dict[str, Any]] = []
     failures: dict[str, int] = {}
     for hs in hsets:
         for jd in judges:
-            scores, failed = J.score_set(jd, hs, column=columns[(jd.name, hs.name)])
+            scores, failed = J.score_set(jd, hs, column=columns[(jd.name, hs.name)],
+                                         cache_dir=None if args.no_cache else cache_dir)
             failures[f"{jd.name}/{hs.name}"] = len(failed)
             rows += J.evaluate(jd, hs, scores, boot)
         rows += J.published_rows(hs.name)
@@ -109,6 +111,11 @@ def run_judges(args: argparse.Namespace, overrides: list[str], settings: list[st
     print(f"\n[metaeval] judges against people, profile={cfg.profile.name}, {int(boot.confidence * 100)}% intervals "
           f"from {boot.resamples} cluster-bootstrap resamples over groups sharing a source and an instruction")
     print(J.render(rows))
+    for jd in judges:
+        for set_name, (cached, judged, bad) in jd.cache_stats.items():
+            if cached or bad:
+                print(f"[metaeval] {jd.name}/{set_name}: {cached} edit(s) read from the score cache ({cache_dir}), "
+                      f"{judged} judged" + (f"; {bad} unreadable cache line(s) skipped" if bad else ""))
     for key, n in failures.items():
         if n:
             print(f"[metaeval] {key}: {n} edit(s) failed to score (failure rows); their pairs are n_unscored")

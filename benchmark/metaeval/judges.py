@@ -387,6 +387,8 @@ class Judge:
     # the column compared for each of EditScore's EditReward-Bench dimensions the judge scores (a suite's
     # `dimension_columns`; by default its overall column only)
     dimensions: dict[str, str] = field(default_factory=dict)
+    # set -> (distinct edits read from the score cache, judged, unreadable cache lines)
+    cache_stats: dict[str, tuple[int, int, int]] = field(default_factory=dict)
 
     def column_for(self, hset: HumanSet, dimension: str) -> str:
         """The column compared on `hset`: the `dimension`'s for EditScore's set, the judge's own column elsewhere."""
@@ -425,28 +427,93 @@ def build_judge(name: str, overrides: Sequence[str]) -> Judge:
     return Judge(name, suite, suite.judge_column, str(getattr(suite, "identity", name)), dims)
 
 
-def score_set(judge: Judge, hset: HumanSet, chunk: int = 16, column: str | None = None
+def _content_digest(ref: Path | bytes) -> str:
+    return hashlib.sha256(ref if isinstance(ref, bytes) else Path(ref).read_bytes()).hexdigest()
+
+
+class ScoreCache:
+    """Each judged edit's row, kept on disk per judge signature (`<dir>/<sha256(signature)[:16]>.jsonl`), keyed by
+    the request's content (instruction, source bytes, edit bytes): a rerun or a killed run's rerun scores only what
+    is missing. Lines are appended after each chunk; a line cut short by a kill, or one that is not a record of
+    the expected shape, is skipped (it is data to validate, never trusted)."""
+
+    def __init__(self, folder: Path | None, signature: str) -> None:
+        self.path = None if folder is None else \
+            Path(folder) / f"{hashlib.sha256(signature.encode()).hexdigest()[:16]}.jsonl"
+        self.signature = signature
+        self.rows: dict[str, dict[str, Any]] = {}
+        self.skipped = 0
+        if self.path is not None and self.path.is_file():
+            for line in self.path.read_text(encoding="utf-8", errors="replace").splitlines():
+                rec = self._valid(line)
+                if rec is None:
+                    self.skipped += 1
+                else:
+                    self.rows[rec["key"]] = rec
+
+    def _valid(self, line: str) -> dict[str, Any] | None:
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            return None
+        ok = (isinstance(rec, dict) and rec.get("signature") == self.signature and isinstance(rec.get("key"), str)
+              and rec.get("status") in ("ok", "failed") and isinstance(rec.get("reason", ""), str)
+              and isinstance(rec.get("scores"), dict)
+              and all(isinstance(k, str) and (v is None or isinstance(v, int | float) and not isinstance(v, bool))
+                      for k, v in rec["scores"].items()))
+        return rec if ok else None
+
+    @staticmethod
+    def key(instruction: str, source: Path | bytes, edit: Path | bytes) -> str:
+        return hashlib.sha256(json.dumps([instruction, _content_digest(source), _content_digest(edit)]).encode()
+                              ).hexdigest()
+
+    def add(self, records: list[dict[str, Any]]) -> None:
+        for rec in records:
+            self.rows[rec["key"]] = rec
+        if self.path is not None and records:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self.path.open("a", encoding="utf-8") as f:
+                f.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+
+
+def score_set(judge: Judge, hset: HumanSet, chunk: int = 16, column: str | None = None, cache_dir: Path | None = None
               ) -> tuple[dict[tuple[str, int], float], dict[str, str]]:
     """Score every edit of the set once: (group id, edit index) -> the judge's score in `column` (default: its
-    own; NaN: a failure row), and the failure reasons by edit."""
-    column = column or judge.column
+    own; NaN: a failure row), and the failure reasons by edit. With `cache_dir`, rows judged before (by a judge of
+    the same signature, on the same instruction and image bytes) are read back instead of judged again."""
     from benchmark.types import Query
 
-    items = [(g, k) for g in hset.groups for k in range(len(g.edits))]
+    column = column or judge.column
+    cache = ScoreCache(cache_dir, judge.signature)
+    items = [(g, k, ScoreCache.key(g.instruction, g.source, g.edits[k])) for g in hset.groups
+             for k in range(len(g.edits))]
+    todo = list({key: (g, k, key) for g, k, key in items if key not in cache.rows}.values())  # one per content
+    for start in range(0, len(todo), chunk):
+        part = todo[start : start + chunk]
+        batch = [(Query(id=key, image="", edit_type="judged", instruction=g.instruction),
+                  load_image(g.source), load_image(g.edits[k])) for g, k, key in part]
+        by_id = {r["query_id"]: r for r in judge.suite.score_images(batch)}
+        records = []
+        for _, _, key in part:
+            r = by_id[key]
+            nums = {c: (None if not math.isfinite(float(v)) else float(v)) for c, v in r.items()
+                    if isinstance(v, int | float) and not isinstance(v, bool)}
+            records.append({"signature": judge.signature, "key": key, "status": "ok" if r.get("status") == "ok"
+                            else "failed", "reason": str(r.get("reason", "")), "scores": nums})
+        cache.add(records)
     scores: dict[tuple[str, int], float] = {}
     failed: dict[str, str] = {}
-    for start in range(0, len(items), chunk):
-        part = items[start : start + chunk]
-        batch = [(Query(id=f"{g.id}#{k}", image="", edit_type="judged", instruction=g.instruction),
-                  load_image(g.source), load_image(g.edits[k])) for g, k in part]
-        rows = judge.suite.score_images(batch)
-        by_id = {r["query_id"]: r for r in rows}
-        for g, k in part:
-            r = by_id[f"{g.id}#{k}"]
-            ok = r.get("status") == "ok"
-            scores[(g.id, k)] = float(r[column]) if ok else math.nan
-            if not ok:
-                failed[f"{g.id}#{k}"] = str(r.get("reason", ""))
+    for g, k, key in items:
+        rec = cache.rows[key]
+        value = rec["scores"].get(column) if rec["status"] == "ok" else None
+        if rec["status"] == "ok" and value is None:
+            raise RuntimeError(f"the judge {judge.name} gave no {column!r} for an ok row; it gives "
+                               f"{', '.join(sorted(rec['scores']))}")
+        scores[(g.id, k)] = math.nan if value is None else float(value)
+        if rec["status"] != "ok":
+            failed[f"{g.id}#{k}"] = rec["reason"]
+    judge.cache_stats[hset.name] = (len({key for _, _, key in items}) - len(todo), len(todo), cache.skipped)
     return scores, failed
 
 
