@@ -178,6 +178,24 @@ def test_protocol_settings_and_backbone_enter_the_signature():
     assert suite.components()["judge"] == "Qwen/Qwen2.5-VL-7B-Instruct+EditScore/EditScore-7B-tiny"
 
 
+def test_weights_lists_the_base_and_the_adapter_and_finds_a_cached_adapter(tmp_path, monkeypatch):
+    from benchmark import weights
+    from benchmark.run import compose
+
+    cfg, _ = compose(["editor=identity", "metrics=editscore"])
+    cks = [c for c in weights.resolve(cfg, "identity") if c.component.startswith("metrics")]
+    assert [(c.source, c.revision) for c in cks] == [
+        ("Qwen/Qwen2.5-VL-7B-Instruct", "cc594898137f460bfe9f0759e9844b3ce807cfb5"),
+        ("EditScore/EditScore-7B", "dcce052accfc75f2d48279c889a71755ecdf737b")]
+    monkeypatch.setattr(weights, "hf_cache_dir", lambda: tmp_path)
+    snap = tmp_path / "models--EditScore--EditScore-7B" / "snapshots" / cks[1].revision
+    snap.mkdir(parents=True)
+    (snap / "adapter_config.json").write_text("{}")
+    assert cks[1].location() is None  # no weights file yet
+    (snap / "adapter_model.safetensors").write_bytes(b"x")
+    assert cks[1].location() == snap  # an adapter folder has adapter_config.json, not config.json
+
+
 # ------------------------------------------------------------------------------------------------- tiny backbone
 def _pair():
     from PIL import Image
