@@ -249,7 +249,7 @@ def test_tiny_judge_replies_are_seeded_per_request_and_do_not_depend_on_neighbou
     samples = {judge.generate([pq], seeds=[s])[0] for s in range(42, 46)}
     assert len(samples) > 1  # sampled, not greedy: the seed matters
     assert judge.generate([pq]) == judge.generate([pq], seeds=[42])  # default: the configured seed
-    assert "temperature=0.7,top_p=0.9,top_k=20,max_new_tokens=8" in judge.identity
+    assert "temperature=0.7,top_p=0.9,top_k=20,max_new_tokens=8" in judge.identity and "|peft=" in judge.identity
 
 
 def test_tiny_judge_runs_in_bf16_on_cpu():

@@ -158,9 +158,12 @@ class EditScoreJudge:
 
     @property
     def identity(self) -> str:
+        from importlib.metadata import version
+
+        # peft's version: the merge (scaling, fan-in handling) is its code
         return (f"{self.name}|dtype={self.dtype}|decode=sample,temperature={self.temperature},top_p={self.top_p},"
                 f"top_k={self.top_k},max_new_tokens={self.max_new_tokens},seed-per-request"
-                "|chat=editscore-img-labels|images=qwen_vl_utils")
+                f"|chat=editscore-img-labels|images=qwen_vl_utils|peft={version('peft')}")
 
     def _loaded(self) -> tuple[Any, Any]:
         model, processor, name = load_editscore(self.weights, self.base_id, self.base_revision, self.adapter_id,
