@@ -272,15 +272,22 @@ def test_chat_text_labels_each_image_as_the_official_helper():
 
 
 @pytest.mark.weights
-def test_pretrained_editscore_judge_answers_in_the_parsed_format(tmp_path):
-    from benchmark.models.editscore import EditScoreJudge
+def test_pretrained_editscore_judges_a_pair_with_the_fetched_prompts():
+    from hydra.utils import instantiate
+    from PIL import Image
 
-    red, blue = _pair()
-    judge = EditScoreJudge(weights="pretrained", device="auto")
-    prompt = ('Rate from 0 to 25 how well the second image follows "make it blue", then how little it changed '
-              'otherwise. Answer as {"reasoning": "...", "score": [a, b]}.')
-    reply = judge.generate([([red.resize((224, 168)), blue.resize((168, 224))], prompt)])[0]
-    assert len(parse_reply(reply, min_scores=2).scores) >= 2, reply
+    from benchmark.run import compose
+    from benchmark.types import Query
+
+    cfg, _ = compose(["metrics=editscore", "profile=pretrained"])
+    if not Path(cfg.metrics.editscore.prompts_file).is_file():
+        pytest.skip("the prompt file is not fetched: make data NAME=editscore_judge")
+    suite = instantiate(cfg.metrics.editscore)
+    src = Image.new("RGB", (448, 336), (200, 30, 30))
+    q = Query(id="w1", image="x.png", instruction="Make the whole image blue.", edit_type="free_form")
+    good, bad = suite.score_images([(q, src, Image.new("RGB", (448, 336), (30, 30, 200))), (q, src, src.copy())])
+    assert good["status"] == bad["status"] == "ok", (good["reason"], good["es_sc_replies"])
+    assert 0 <= bad["ES_prompt_following"] < good["ES_prompt_following"] <= 10  # the unedited image follows less
 
 
 # ------------------------------------------------------------------------------------------------------ pipeline
