@@ -116,7 +116,7 @@ def load_editscore(weights: str = "pretrained", base_id: str = VLM_ID, base_revi
                                                                    **base_kwargs)
         model = PeftModel.from_pretrained(model, lora_location, **lora_kwargs).merge_and_unload()
         processor = AutoProcessor.from_pretrained(base_location, **base_kwargs)
-    except OSError as err:
+    except (OSError, ValueError) as err:  # peft reports an adapter it cannot find as a ValueError
         if source != "pretrained":
             raise
         raise WeightsUnavailableError("the EditScore judge", name, err) from err
