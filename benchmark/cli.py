@@ -52,7 +52,7 @@ def _compare(argv: list[str]) -> int:
 def _data(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog=f"{PROG} data", description="Download the raw files of one query-set source "
                                  "(resumable, size- and sha256-verified), then print the command that builds it.")
-    ap.add_argument("name", help="manifest name: datasets/manifests/<name>.json (gqa_hatie, hatie, editval, magicbrush, gedit, pie)")
+    ap.add_argument("name", help="manifest name: datasets/manifests/<name>.json (gqa_hatie, hatie, editval, magicbrush, gedit, pie, imgedit, editscore_judge)")
     ap.add_argument("--only", nargs="*", default=(), help="fetch only these file names from the manifest")
     ap.add_argument("--dest", type=Path, help="download folder (default datasets/<name>/downloads)")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar (default: only on a terminal)")
@@ -71,7 +71,10 @@ def _data(argv: list[str]) -> int:
         return 1
     for p in paths:
         print(f"[download] ok {p}")
-    print(f"[download] next, build the query set:\n  {manifest.build}")
+    if manifest.build:
+        print(f"[download] next, build the query set:\n  {manifest.build}")
+    else:  # a files-only manifest (a judge's pinned prompt file): read where it lies
+        print("[download] nothing to build: the files are read where they are")
     return 0
 
 

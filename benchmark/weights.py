@@ -69,8 +69,9 @@ class Checkpoint:
         if self.kind == "hf-file":
             hits = [snap / f for f in self.files if (snap / f).is_file()]
             return hits[0] if hits else None
-        if self.kind == "hf-model":
-            return snap if (snap / "config.json").is_file() and _has_weights(snap) else None
+        if self.kind == "hf-model":  # a model (config.json) or a peft adapter (adapter_config.json)
+            configured = (snap / "config.json").is_file() or (snap / "adapter_config.json").is_file()
+            return snap if configured and _has_weights(snap) else None
         return snap if _pipeline_complete(snap) else None
 
     def present_size(self) -> int | None:
@@ -247,6 +248,19 @@ def _text_judge(node: dict[str, Any]) -> list[Checkpoint]:
                        note="Qwen2.5-VL judge (model + processor), free-text replies")]
 
 
+def _editscore_judge(node: dict[str, Any]) -> list[Checkpoint]:
+    """metrics=editscore's judge (`EditScoreJudge`): the base model and the LoRA adapter, each at the config's
+    revision, else its pinned commit."""
+    from benchmark.models.editscore import ADAPTER_ID, adapter_revision
+    from benchmark.models.vlm import VLM_ID, pinned_revision
+
+    base_id, adapter_id = node.get("base_id", VLM_ID), node.get("adapter_id", ADAPTER_ID)
+    return [Checkpoint("", "hf-model", base_id, pinned_revision(base_id, node.get("base_revision")),
+                       note="Qwen2.5-VL base of the EditScore judge (model + processor)"),
+            Checkpoint("", "hf-model", adapter_id, adapter_revision(adapter_id, node.get("adapter_revision")),
+                       note="EditScore LoRA adapter (peft), merged into the base at load")]
+
+
 def _grounding_detector(node: dict[str, Any]) -> list[Checkpoint]:
     from benchmark.models.grounding import DETECTORS
 
@@ -311,6 +325,7 @@ RESOLVERS: dict[str, Callable[[dict[str, Any]], list[Checkpoint]]] = {
     "benchmark.models.grounding.load_sam": _sam,
     "benchmark.models.vlm.load_score_reader": _judge_vlm,
     "benchmark.models.vlm.TextJudge": _text_judge,
+    "benchmark.models.editscore.EditScoreJudge": _editscore_judge,
 }
 
 

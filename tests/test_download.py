@@ -159,7 +159,8 @@ def test_bundled_manifests_are_valid():
     assert {"gqa_hatie", "hatie", "editval", "magicbrush"} <= set(names)
     for name in names:
         m = load_manifest(name)
-        assert m.build and (m.files or m.huggingface), name
+        assert m.files or m.huggingface, name
+        assert m.build or not m.huggingface, name  # only a files-only manifest (a judge's prompt file) builds nothing
 
 
 def test_download_script_end_to_end(server, tmp_path):
@@ -172,8 +173,8 @@ def test_download_script_end_to_end(server, tmp_path):
     _Handler.files["/a.bin"] = PAYLOAD
     manifest = tmp_path / "toy.json"
 
-    def run(sha):
-        manifest.write_text(json.dumps({"name": "toy", "description": "d", "license": "l", "build": "python build.py",
+    def run(sha, build="python build.py"):
+        manifest.write_text(json.dumps({"name": "toy", "description": "d", "license": "l", "build": build,
                                         "files": [{"name": "a.bin", "url": f"{base}/a.bin", "sha256": sha}]}))
         return subprocess.run([sys.executable, "scripts/download.py", str(manifest), "--dest", str(tmp_path / "dl"),
                                "--no-progress"], cwd=ROOT, capture_output=True, text=True)
@@ -184,3 +185,6 @@ def test_download_script_end_to_end(server, tmp_path):
     good = run(sha(PAYLOAD))
     assert good.returncode == 0, good.stderr
     assert (tmp_path / "dl" / "a.bin").read_bytes() == PAYLOAD and "python build.py" in good.stdout
+    files_only = run(sha(PAYLOAD), build="")  # a judge's prompt file: nothing to build afterwards
+    assert files_only.returncode == 0 and "nothing to build" in files_only.stdout
+    assert "build the query set" not in files_only.stdout

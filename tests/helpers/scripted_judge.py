@@ -42,3 +42,32 @@ class ScriptedReplies:
 
     def generate(self, requests):
         return [self.replies[text.split(self.marker, 1)[1].split("\n", 1)[0]] for _images, text in requests]
+
+
+class SeededScript:
+    """A seeded judge backbone double (metrics=editscore; `generate(requests, seeds=)`): the SC reply (two images)
+    is chosen by the instruction after `marker` (key "*": any other instruction) and the pass (seed - base_seed), the
+    PQ reply (one image) by the pass. It records every request's seed and image sizes."""
+
+    def __init__(self, *, sc: dict[str, list[str]], pq: list[str], base_seed: int = 42,
+                 marker: str = "INSTRUCTION=") -> None:
+        self.sc, self.pq, self.base_seed, self.marker = {k: list(v) for k, v in sc.items()}, list(pq), base_seed, marker
+        self.name = "seeded-script@test"
+        self.seen: list[tuple[int, list[tuple[int, int]]]] = []
+
+    @property
+    def identity(self) -> str:
+        return f"{self.name}|{sorted(self.sc.items())}|{self.pq}"
+
+    def generate(self, requests, seeds=None):
+        seeds = [self.base_seed] * len(requests) if seeds is None else list(seeds)
+        out = []
+        for (images, text), seed in zip(requests, seeds, strict=True):
+            self.seen.append((seed, [im.size for im in images]))
+            k = seed - self.base_seed
+            if len(images) == 2:
+                instruction = text.split(self.marker, 1)[1].split("\n", 1)[0]
+                out.append(self.sc.get(instruction, self.sc.get("*"))[k])
+            else:
+                out.append(self.pq[k])
+        return out
