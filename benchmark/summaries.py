@@ -61,6 +61,12 @@ def _imgedit() -> SummaryFn:
     return summarize
 
 
+def _editreward() -> SummaryFn:
+    from benchmark.metrics.editreward.summary import summarize
+
+    return summarize
+
+
 def _pie() -> SummaryFn:
     from benchmark.metrics.pie.summary import summarize
 
@@ -70,7 +76,8 @@ def _pie() -> SummaryFn:
 # suite name -> loader of its summary function (lazy: the HATIE summary imports scipy / torch helpers)
 _REGISTRY: dict[str, Callable[[], SummaryFn]] = {"hatie": _hatie, "conventional": _conventional, "editval": _editval,
                                                   "augclip": _augclip, "bpm": _bpm, "judge": _judge,
-                                                  "gedit": _gedit, "imgedit": _imgedit, "pie": _pie}
+                                                  "gedit": _gedit, "imgedit": _imgedit, "pie": _pie,
+                                                  "editreward": _editreward}
 
 
 def known_suites() -> list[str]:

@@ -154,6 +154,24 @@ def _builder(model_id: str, text: dict[str, Any], vision: dict[str, Any], tiny: 
     return build
 
 
+def vlm_location(weights: str = "pretrained", model_id: str = VLM_ID,
+                 revision: str | None = None) -> tuple[str, dict[str, Any]]:
+    """(location, from_pretrained keyword arguments) of a Qwen2.5-VL: the hub id at its pinned revision (pretrained),
+    or the cached folder of random weights (random: the real config; tiny: small widths), built on first use."""
+    source = check_source(weights)
+    if source == "pretrained":
+        return model_id, {"revision": pinned_revision(model_id, revision)}
+    if model_id not in BASE_CONFIGS:
+        raise ValueError(f"weights={source} builds a random model of a known config; {model_id!r} has none "
+                         f"(known: {', '.join(BASE_CONFIGS)}; use weights=pretrained)")
+    base = BASE_CONFIGS[model_id]
+    text = {**_TEXT_COMMON, **base["text"], **(TINY_TEXT if source == "tiny" else {})}
+    vision = {**base["vision"], **(TINY_VISION if source == "tiny" else {})}
+    key = {"model_id": model_id, "text": text, "vision": vision, "pre": PREPROCESSOR, "chat": CHAT_TEMPLATE}
+    kind = f"qwen2_5_vl-{source}-{model_id.split('/')[-1]}"
+    return str(tiny_model_dir(kind, key, _builder(model_id, text, vision, source == "tiny"))), {}
+
+
 @functools.lru_cache(maxsize=2)
 def load_vlm(weights: str = "pretrained", model_id: str = VLM_ID, revision: str | None = None,
              dtype: str = "bfloat16", device: str = "cpu") -> tuple[Any, Any, str]:
@@ -166,20 +184,7 @@ def load_vlm(weights: str = "pretrained", model_id: str = VLM_ID, revision: str 
     if dtype not in DTYPES:
         raise ValueError(f"judge dtype must be one of {', '.join(DTYPES)}, not {dtype!r}")
     source = check_source(weights)
-    if source == "pretrained":
-        rev = pinned_revision(model_id, revision)
-        location, kwargs = model_id, {"revision": rev}
-    else:
-        if model_id not in BASE_CONFIGS:
-            raise ValueError(f"weights={source} builds a random model of a known config; {model_id!r} has none "
-                             f"(known: {', '.join(BASE_CONFIGS)}; use weights=pretrained)")
-        base = BASE_CONFIGS[model_id]
-        text = {**_TEXT_COMMON, **base["text"], **(TINY_TEXT if source == "tiny" else {})}
-        vision = {**base["vision"], **(TINY_VISION if source == "tiny" else {})}
-        key = {"model_id": model_id, "text": text, "vision": vision, "pre": PREPROCESSOR, "chat": CHAT_TEMPLATE}
-        kind = f"qwen2_5_vl-{source}-{model_id.split('/')[-1]}"
-        location = str(tiny_model_dir(kind, key, _builder(model_id, text, vision, source == "tiny")))
-        kwargs = {}
+    location, kwargs = vlm_location(weights, model_id, revision)
     try:
         processor = AutoProcessor.from_pretrained(location, **kwargs)
         model = Qwen2_5_VLForConditionalGeneration.from_pretrained(location, dtype=getattr(torch, dtype), **kwargs)
