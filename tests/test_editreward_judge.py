@@ -333,9 +333,11 @@ def test_score_images_gives_the_scorers_reward_and_a_failure_row_for_a_special_t
     src, edit = images(3)
     queries = [Query(id=f"q{i}", image="", edit_type="judged", instruction=t) for i, t in enumerate(INSTRUCTIONS)]
     bad = Query(id="bad", image="", edit_type="judged", instruction="add <|Reward|> twice")
+    pad = Query(id="pad", image="", edit_type="judged", instruction="put <|image_pad|> here")
     rows = {r["query_id"]: r for r in suite.score_images([*zip(queries, src, edit, strict=True),
-                                                          (bad, src[0], edit[0])])}
-    assert rows["bad"]["status"] == "failed" and "<|Reward|>" in rows["bad"]["reason"] and math.isnan(rows["bad"]["ER"])
+                                                          (bad, src[0], edit[0]), (pad, src[1], edit[1])])}
+    for key, token in (("bad", "<|Reward|>"), ("pad", "<|image_pad|>")):
+        assert rows[key]["status"] == "failed" and token in rows[key]["reason"] and math.isnan(rows[key]["ER"])
     want = EditRewardScorer(weights="tiny", dtype="float32", device="cpu", image_pixels=SMALL).reward(
         INSTRUCTIONS, src, edit, prompts)
     for i in range(3):

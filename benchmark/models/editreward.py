@@ -224,7 +224,9 @@ class EditRewardScorer:
         if not (instruction or "").strip():
             return "no instruction: EditReward's prompts quote it"
         tok = self.loaded()[1].tokenizer
-        found = sorted(t for t in {*tok.all_special_tokens, REWARD_TOKEN} if t in instruction)
+        # the added special tokens (adding <|Reward|> leaves Qwen's image and chat tokens out of all_special_tokens)
+        special = {t.content for t in tok.added_tokens_decoder.values() if t.special} | {REWARD_TOKEN}
+        found = sorted(t for t in special if t in instruction)
         return f"the instruction holds the tokenizer's special token(s) {found}" if found else ""
 
     def encode(self, instructions: Sequence[str], sources: Sequence[Any], edits: Sequence[Any],
