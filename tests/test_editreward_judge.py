@@ -247,6 +247,33 @@ def test_bf16_on_cpu_keeps_the_heads_in_float32(prompts):
     assert (bf.reward(INSTRUCTIONS[:2], src, edit, prompts)[0] - f32[0]).abs().max() < 0.05  # bf16 rounding only
 
 
+def test_the_authors_bf16_cast_rounds_the_rotary_frequencies_and_the_vision_angles_are_bf16_products():
+    """The authors cast the whole model with `model.to(torch.bfloat16)`: the rotary inverse frequencies (buffers)
+    become bf16, and transformers 4.57's vision rotary multiplies positions by them in bf16. In float32 the angles
+    are transformers' own."""
+    import torch
+    from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VLVisionRotaryEmbedding
+
+    from benchmark.models.editreward import EditRewardScorer
+
+    bf, _ = EditRewardScorer(weights="tiny", dtype="bfloat16", device="cpu").loaded()
+    f32, _ = EditRewardScorer(weights="tiny", dtype="float32", device="cpu").loaded()
+    for name in ("model.visual.rotary_pos_emb.inv_freq", "model.language_model.rotary_emb.inv_freq"):
+        want = dict(f32.named_buffers())[name].to(torch.bfloat16)
+        assert torch.equal(dict(bf.named_buffers())[name], want), name
+    pos = torch.stack([torch.arange(32), torch.arange(32).flip(0)], dim=1)  # (N, 2): h, w of 32 patches
+    rot = bf.model.visual.rotary_pos_emb
+    cos, _ = rot(torch.zeros(1, dtype=torch.bfloat16), pos)
+    inv = rot.inv_freq
+    by_hand = (pos[:, 0, None].to(torch.bfloat16) * inv).cos()  # the h half: bf16 product, bf16 cos
+    assert cos.dtype == torch.bfloat16 and torch.equal(cos[:, : inv.numel()], by_hand)
+    theirs, _ = Qwen2_5_VLVisionRotaryEmbedding.forward(rot, torch.zeros(1, dtype=torch.bfloat16), pos)
+    assert not torch.equal(cos.float(), theirs.float())  # transformers 5 multiplies in float32
+    rot32 = f32.model.visual.rotary_pos_emb
+    ours32, theirs32 = rot32(torch.zeros(1), pos), Qwen2_5_VLVisionRotaryEmbedding.forward(rot32, torch.zeros(1), pos)
+    assert all(torch.equal(a, b) for a, b in zip(ours32, theirs32, strict=True))
+
+
 def test_both_images_are_resized_to_the_authors_256_patch_area(prompts, scorer):
     from PIL import Image
 

@@ -72,7 +72,7 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
 
 def _assemble(location: str, kwargs: dict[str, Any], dtype: str, attn: str) -> tuple[Any, Any]:
     """(model, processor) the authors' way, before any checkpoint: base + processor (right padding), the reward
-    token added, embeddings resized to the tokenizer, heads in float32."""
+    token added, embeddings resized to the tokenizer, the whole model cast to `dtype`, then the heads to float32."""
     import torch
     from transformers import AutoProcessor
 
@@ -86,6 +86,9 @@ def _assemble(location: str, kwargs: dict[str, Any], dtype: str, attn: str) -> t
                                             **kwargs)
     # the new rows' values do not matter (the checkpoint replaces every weight): no covariance over the table
     model.resize_token_embeddings(len(processor.tokenizer), mean_resizing=False)
+    # the authors' `model.to(torch.bfloat16)` (their config's bf16): buffers too, so the rotary inverse frequencies
+    # are rounded to bf16 as in their training and inference (from_pretrained alone keeps them in float32)
+    model.to(getattr(torch, dtype))
     model.heads_to_float32()
     model.reward_token_id = int(token_id)
     model.config.pad_token_id = processor.tokenizer.pad_token_id

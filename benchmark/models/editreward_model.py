@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import nn
 from transformers import Qwen2_5_VLForConditionalGeneration
+from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VLVisionRotaryEmbedding
 
 NUM_HEADS = 2      # ranknet_multi_head: head_0 reads the edit-following prompt, head_1 the edit-quality prompt
 OUTPUT_DIM = 2     # (mean, log sigma) of the reward
@@ -42,12 +43,28 @@ def official_position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
     return pos.unsqueeze(0).expand(3, -1, -1)
 
 
+class LegacyVisionRotaryEmbedding(Qwen2_5_VLVisionRotaryEmbedding):
+    """The vision tower's rotary angles as transformers 4.57 computes them: position times inverse frequency in the
+    inverse frequencies' own dtype, and cos / sin in it too. The authors cast the whole model to bf16
+    (`model.to(torch.bfloat16)`), buffers included, so their vision angles are bf16 products; transformers 5
+    multiplies in float32. In float32 both are the same. (The name keeps "RotaryEmbedding": transformers
+    initialises the buffers of modules so named.)"""
+
+    def forward(self, x: torch.Tensor, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        inv = self.inv_freq.to(x.device)
+        freqs = position_ids[..., None].to(inv.dtype) * inv
+        cos = self.recomposition_frequencies(freqs.cos() * self.attention_scaling)
+        sin = self.recomposition_frequencies(freqs.sin() * self.attention_scaling)
+        return cos, sin
+
+
 class EditRewardModel(Qwen2_5_VLForConditionalGeneration):
     """Qwen2.5-VL with `rm_heads` (module docstring). `reward_token_id` is set by the loader once the tokenizer has
     the reward token."""
 
     def __init__(self, config: object) -> None:
         super().__init__(config)
+        self.model.visual.rotary_pos_emb = LegacyVisionRotaryEmbedding(self.config.vision_config)
         hidden = self.config.text_config.hidden_size
         self.rm_heads = nn.ModuleDict({f"head_{i}": reward_head(hidden) for i in range(NUM_HEADS)})
         self.reward_token_id: int | None = None
