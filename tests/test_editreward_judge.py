@@ -429,6 +429,15 @@ def test_the_weights_command_lists_the_base_and_the_checkpoint():
     assert ck.kind == "hf-file" and set(ck.files) == {"model.safetensors", "model.pth"}
 
 
+def test_missing_real_weights_are_named_with_their_pinned_revision(monkeypatch, tmp_path):
+    from benchmark.models.common import WeightsUnavailableError
+    from benchmark.models.editreward import CHECKPOINT_ID, CHECKPOINT_REVISION, checkpoint_path
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))  # an empty cache, offline (conftest)
+    with pytest.raises(WeightsUnavailableError, match=f"{CHECKPOINT_ID}@{CHECKPOINT_REVISION}"):
+        checkpoint_path(CHECKPOINT_ID, CHECKPOINT_REVISION)
+
+
 @pytest.mark.weights
 def test_the_real_checkpoint_loads_strictly_and_scores(tmp_path):
     """Needs the pinned base and checkpoint in the HF cache (`editmeter weights metrics=editreward`) and the
