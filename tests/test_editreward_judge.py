@@ -400,22 +400,40 @@ def test_metrics_editreward_runs_end_to_end_on_the_demo_set(tmp_path, restore_lo
     assert "TIGER-Lab/EditReward-Qwen2.5-VL-7B-tiny" in board["components"] and FAKE_COMMIT in board["components"]
 
 
+def tiger_set(folder: Path) -> Path:
+    """TIGER's EditReward-Bench in its release format: 2 groups of 2 edits (one a tie of identical edits)."""
+    import json
+
+    from PIL import Image
+
+    (folder / "images").mkdir(parents=True)
+    for name, colour in (("src", (10, 10, 10)), ("red", (200, 30, 30)), ("blue", (30, 30, 200))):
+        Image.new("RGB", (40, 30), colour).save(folder / "images" / f"{name}.png")
+
+    def item(prompt, ranking, *edits):
+        return {"prompt": prompt, "path_src": "images/src.png", "paths_generated": [f"images/{e}.png" for e in edits],
+                "human_vote": {"ranking": ranking}}
+
+    (folder / "EditReward_Bench_2pair.json").write_text(json.dumps([
+        item("make it red", "A>B", "red", "blue"), item("make it blue", "A=B=Good", "blue", "blue")]))
+    return folder
+
+
 def test_metaeval_judges_scores_every_edit_with_the_tiny_reward_model(tmp_path):
     import pandas as pd
-    from test_metaeval_judges import genai_fixture
 
     from benchmark.cli import main
 
     files = write(tmp_path / "prompts")
-    assert main(["metaeval", "judges", "--judges", "editreward", "--sets", f"genai={genai_fixture(tmp_path)}",
+    assert main(["metaeval", "judges", "--judges", "editreward", "--sets", f"tiger={tiger_set(tmp_path / 'tiger')}",
                  "profile=tiny", f"paths.results={tmp_path / 'results'}", "--resamples", "0",
                  f"metrics.editreward.prompts_file={files['path']}", f"metrics.editreward.prompts_sha256={files['sha256']}",
                  f"metrics.editreward.prompts_commit={FAKE_COMMIT}", f"metrics.editreward.suffix_file={files['suffix_path']}",
                  f"metrics.editreward.suffix_sha256={files['suffix_sha256']}",
                  "metrics.editreward.backbone.dtype=float32", f"metrics.editreward.backbone.image_pixels={SMALL}"]) == 0
     table = pd.read_csv(next((tmp_path / "results" / "metaeval").glob("judges-*.csv")))
-    row = table[table.judge == "editreward"].iloc[0]
-    assert row.n_unscored == 0 and row.n_pairs == 4 and 0 <= row.value <= 1
+    row = table[(table.judge == "editreward") & (table.subtask == "all")].iloc[0]
+    assert row.n_unscored == 0 and row.n_pairs == 2 and 0 <= row.value <= 1  # every edit scored, by ER
 
 
 def test_the_weights_command_lists_the_base_and_the_checkpoint():
