@@ -67,6 +67,12 @@ def _editscore() -> SummaryFn:
     return summarize
 
 
+def _editreward() -> SummaryFn:
+    from benchmark.metrics.editreward.summary import summarize
+
+    return summarize
+
+
 def _pie() -> SummaryFn:
     from benchmark.metrics.pie.summary import summarize
 
@@ -77,7 +83,7 @@ def _pie() -> SummaryFn:
 _REGISTRY: dict[str, Callable[[], SummaryFn]] = {"hatie": _hatie, "conventional": _conventional, "editval": _editval,
                                                   "augclip": _augclip, "bpm": _bpm, "judge": _judge,
                                                   "gedit": _gedit, "imgedit": _imgedit, "pie": _pie,
-                                                  "editscore": _editscore}
+                                                  "editscore": _editscore, "editreward": _editreward}
 
 
 def known_suites() -> list[str]:

@@ -261,6 +261,20 @@ def _editscore_judge(node: dict[str, Any]) -> list[Checkpoint]:
                        note="EditScore LoRA adapter (peft), merged into the base at load")]
 
 
+def _editreward(node: dict[str, Any]) -> list[Checkpoint]:
+    """metrics=editreward's scorer: its base Qwen2.5-VL (model + processor) and the authors' full state dict."""
+    from benchmark.models.editreward import BASE_ID, CHECKPOINT_FILES, CHECKPOINT_ID, CHECKPOINT_REVISION
+    from benchmark.models.vlm import pinned_revision
+
+    base = node.get("base_id", BASE_ID)
+    # hf-file downloads its last candidate and accepts any present one: the loader reads model.safetensors first
+    return [Checkpoint("", "hf-model", base, pinned_revision(base, node.get("base_revision")),
+                       note="EditReward's base (model + processor)"),
+            Checkpoint("", "hf-file", node.get("checkpoint_id", CHECKPOINT_ID),
+                       node.get("checkpoint_revision", CHECKPOINT_REVISION), tuple(reversed(CHECKPOINT_FILES)),
+                       note="EditReward's full state dict (base weights and reward heads)")]
+
+
 def _grounding_detector(node: dict[str, Any]) -> list[Checkpoint]:
     from benchmark.models.grounding import DETECTORS
 
@@ -326,6 +340,7 @@ RESOLVERS: dict[str, Callable[[dict[str, Any]], list[Checkpoint]]] = {
     "benchmark.models.vlm.load_score_reader": _judge_vlm,
     "benchmark.models.vlm.TextJudge": _text_judge,
     "benchmark.models.editscore.EditScoreJudge": _editscore_judge,
+    "benchmark.models.editreward.EditRewardScorer": _editreward,
 }
 
 
