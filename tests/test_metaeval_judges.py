@@ -128,7 +128,9 @@ def editscore_fixture(root: Path) -> Path:
 
     return _parquet(root / "editscore" / "data" / "train-00000-of-00001.parquet", [
         row(1, "color_alter", "red", "blue"), row(2, "color_alter", "blue", "red"),
-        row(3, "style_change", "green", "blue"), row(4, "style_change", "blue", "red", dim="consistency")])
+        row(3, "style_change", "green", "blue"), row(4, "style_change", "blue", "red", dim="consistency"),
+        row(5, "color_alter", "red", "blue", dim="prompt_following"),
+        row(6, "style_change", "blue", "green", dim="prompt_following")])
 
 
 def tiger_fixture(root: Path) -> Path:
@@ -175,7 +177,7 @@ def imagenhub_fixture(root: Path) -> tuple[list[str], list[str]]:
 def test_importers_read_each_format_into_groups_with_peoples_verdicts(tmp_path):
     es = J.read_editscore(editscore_fixture(tmp_path).parent)
     assert [g.subtask for g in es.groups] == ["color_alter", "color_alter", "style_change"]  # one dimension
-    assert all(g.comparisons == ((0, 1, 1),) for g in es.groups) and es.counts == {"rows": 4, "pairs": 3}
+    assert all(g.comparisons == ((0, 1, 1),) for g in es.groups) and es.counts == {"rows": 6, "pairs": 3}
     tg = J.read_tiger(tiger_fixture(tmp_path))
     assert [g.comparisons for g in tg.groups] == [((0, 1, 1),), ((0, 1, 0),), ((0, 1, -1),),
                                                   ((0, 1, 1), (0, 2, -1), (1, 2, -1))]
@@ -341,3 +343,92 @@ def test_cli_judges_keeps_each_edits_row_so_a_rerun_judges_nothing_again_and_a_t
     second, _ = _table(tmp_path)
     pd.testing.assert_series_equal(second.value, first.value)
     assert _cli(*args, "--no-cache") == 0 and sum(backbones[2].calls) == 14
+
+
+class ColourScript:
+    """An EditScore backbone double: the SC reply's two scores (prompt following, consistency) by the edit's colour,
+    every PQ reply [25, 25]."""
+
+    SC = {"200,30,30": "[25, 5]", "30,30,200": "[5, 25]", "30,200,30": "[15, 15]"}
+    name = "colour-script@test"
+    identity = "colour-script@test|v1"
+
+    def generate(self, requests, seeds=None):
+        out = []
+        for images, _ in requests:
+            colour = ",".join(map(str, max(images[-1].convert("RGB").getcolors(1 << 16))[1]))
+            out.append(self.SC[colour] if len(images) == 2 else "[25, 25]")
+        return out
+
+
+@pytest.mark.parametrize(("dimension", "want"), [
+    # prompt_following rows: red (PF 25 -> 10) over blue (2): right; blue (2) over green (6): wrong -> (1 + 0) / 2
+    ("prompt_following", {"all (macro)": 0.5, "color_alter": 1.0, "style_change": 0.0}),
+    # consistency row: blue (C 25 -> 10) over red (2): right
+    ("consistency", {"all (macro)": 1.0, "style_change": 1.0}),
+    # overall rows: O = sqrt(min(SC) x PQ) on 0..10: red 4.47 vs blue 4.47 (tie: wrong), blue 4.47 vs red (wrong),
+    # green 7.75 vs blue: right
+    ("overall", {"all (macro)": 0.5, "color_alter": 0.0, "style_change": 1.0})])
+def test_cli_judges_editscore_compares_its_own_score_of_the_chosen_dimension(tmp_path, monkeypatch, dimension, want):
+    from test_editscore_judge import FAKE_COMMIT as ES_COMMIT
+    from test_editscore_judge import write_prompts as write_es_prompts
+
+    build = J.build_judge
+
+    def scripted(name, overrides):
+        judge = build(name, overrides)
+        judge.suite.backbone = ColourScript()
+        return judge
+
+    monkeypatch.setattr(J, "build_judge", scripted)
+    prompts, sha = write_es_prompts(tmp_path)
+    assert _cli("--judges", "editscore", "--sets", f"editscore={editscore_fixture(tmp_path).parent.parent}",
+                "--dimension", dimension, "profile=tiny", f"paths.results={tmp_path / 'results'}",
+                f"metrics.editscore.prompts_file={prompts}", f"metrics.editscore.prompts_sha256={sha}",
+                f"metrics.editscore.prompts_commit={ES_COMMIT}", "--resamples", "0") == 0
+    df, side = _table(tmp_path)
+    assert {r.subtask: r.value for r in df.itertuples()} == pytest.approx(want)
+    assert side["columns"] == {"editscore/editscore": {"prompt_following": "ES_prompt_following",
+                                                       "consistency": "ES_consistency",
+                                                       "overall": "ES_overall"}[dimension]}
+
+
+def test_cli_judges_refuses_a_dimension_the_judge_does_not_score_before_judging(tmp_path, capsys):
+    prompts, sha = write_prompts(tmp_path)
+    assert _cli("--judges", "gedit", "--sets", f"editscore={editscore_fixture(tmp_path).parent.parent}",
+                "--dimension", "consistency", "profile=tiny", f"paths.results={tmp_path / 'results'}",
+                f"metrics.gedit.prompts_file={prompts}", f"metrics.gedit.prompts_sha256={sha}",
+                f"metrics.gedit.prompts_commit={FAKE_COMMIT}") == 2
+    assert "gedit has no consistency score" in capsys.readouterr().err
+
+
+def test_cli_judges_the_tiny_learned_judges_on_fixture_pairs_of_every_set(tmp_path, single_thread_torch):
+    from test_editreward_judge import FAKE_COMMIT as ER_COMMIT
+    from test_editreward_judge import SMALL
+    from test_editreward_judge import write as write_er_prompts
+    from test_editscore_judge import FAKE_COMMIT as ES_COMMIT
+    from test_editscore_judge import write_prompts as write_es_prompts
+
+    ih_args, _ = imagenhub_fixture(tmp_path)
+    es_prompts, es_sha = write_es_prompts(tmp_path)
+    er = write_er_prompts(tmp_path / "er_prompts")
+    assert _cli("--judges", "editscore,editreward", "--sets", f"editscore={editscore_fixture(tmp_path).parent.parent}",
+                f"tiger={tiger_fixture(tmp_path)}", f"genai={genai_fixture(tmp_path)}", "imagenhub", *ih_args,
+                "queryset=demo_mini", "profile=tiny", f"paths.results={tmp_path / 'results'}", "--resamples", "20",
+                f"metrics.editscore.prompts_file={es_prompts}", f"metrics.editscore.prompts_sha256={es_sha}",
+                f"metrics.editscore.prompts_commit={ES_COMMIT}", "metrics.editscore.backbone.max_new_tokens=8",
+                "metrics.editscore.backbone.dtype=float32",
+                f"metrics.editreward.prompts_file={er['path']}", f"metrics.editreward.prompts_sha256={er['sha256']}",
+                f"metrics.editreward.prompts_commit={ER_COMMIT}", f"metrics.editreward.suffix_file={er['suffix_path']}",
+                f"metrics.editreward.suffix_sha256={er['suffix_sha256']}", "metrics.editreward.backbone.dtype=float32",
+                f"metrics.editreward.backbone.image_pixels={SMALL}") == 0
+    df, side = _table(tmp_path)
+    heads = df[df.subtask.isin(["all", "all (macro)"]) & ~df.judge.str.startswith("published")]
+    assert {(r.judge, r.set) for r in heads.itertuples()} == {
+        (j, s) for j in ("editscore", "editreward") for s in ("editscore", "tiger", "genai", "imagenhub")}
+    reward = heads[heads.judge == "editreward"]
+    assert (reward.n_unscored == 0).all() and reward.value.between(0, 1).all()  # a reward for every edit
+    # random weights write bytes, not EditScore's JSON: every edit is a failure row and its pairs are unscored
+    sampled = heads[heads.judge == "editscore"]
+    assert (sampled.n_unscored > 0).all() and side["edits_failed"]["editscore/genai"] == 8
+    assert side["columns"]["editreward/editscore"] == "ER" and side["columns"]["editscore/tiger"] == "ES_overall"

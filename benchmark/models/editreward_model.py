@@ -62,6 +62,10 @@ class EditRewardModel(Qwen2_5_VLForConditionalGeneration):
     """Qwen2.5-VL with `rm_heads` (module docstring). `reward_token_id` is set by the loader once the tokenizer has
     the reward token."""
 
+    # the base checkpoint has no heads: they come from the authors' state dict, loaded strictly right after, so their
+    # absence at `from_pretrained` is expected (any other missing weight is still reported)
+    _keys_to_ignore_on_load_missing = [r"^rm_heads\."]
+
     def __init__(self, config: object) -> None:
         super().__init__(config)
         self.model.visual.rotary_pos_emb = LegacyVisionRotaryEmbedding(self.config.vision_config)

@@ -101,6 +101,8 @@ def load_editscore(weights: str = "pretrained", base_id: str = VLM_ID, base_revi
     """(merged model, processor, name): the base through `Qwen2_5_VLForConditionalGeneration.from_pretrained`, the
     LoRA through `PeftModel.from_pretrained` then `merge_and_unload()`, the processor from the base. Once per
     process per arguments."""
+    import warnings
+
     import torch
     from peft import PeftModel
     from transformers import AutoProcessor, Qwen2_5_VLForConditionalGeneration
@@ -114,7 +116,9 @@ def load_editscore(weights: str = "pretrained", base_id: str = VLM_ID, base_revi
     try:
         model = Qwen2_5_VLForConditionalGeneration.from_pretrained(base_location, dtype=getattr(torch, dtype),
                                                                    **base_kwargs)
-        model = PeftModel.from_pretrained(model, lora_location, **lora_kwargs).merge_and_unload()
+        with warnings.catch_warnings():  # peft reads transformers' deprecated alias; nothing for a user to act on
+            warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+            model = PeftModel.from_pretrained(model, lora_location, **lora_kwargs).merge_and_unload()
         processor = AutoProcessor.from_pretrained(base_location, **base_kwargs)
     except (OSError, ValueError) as err:  # peft reports an adapter it cannot find as a ValueError
         if source != "pretrained":
