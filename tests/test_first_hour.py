@@ -144,6 +144,9 @@ def test_metaeval_default_leaves_out_what_tiny_cannot_score_and_says_so(tmp_path
     # demo_mini holds HATIE's seven edit types only: EditVal scores none of them; the tiny LLM writes no attributes
     assert {"augclip_llm", "editval", "editval_oracle"} <= set(default.left_out)
     assert "EditVal" in default.left_out["editval"] and "random weights" in default.left_out["augclip_llm"]
+    # the learned judges apply to any instructed edit, but their authors' prompt files are not fetched here
+    assert "make data NAME=editscore_judge" in default.left_out["editscore"]
+    assert "make data NAME=editreward_judge" in default.left_out["editreward"]
     assert {"basic", "hatie", "hatie_oracle", "augclip"} <= set(default.metric_sets)
     assert not set(default.metric_sets) & set(default.left_out)
     assert set(default.metric_sets) | set(default.left_out) == set(options("metrics"))
