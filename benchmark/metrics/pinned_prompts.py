@@ -8,8 +8,10 @@ are part of the metric signature.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import re
+from collections.abc import Iterable
 from pathlib import Path
 
 COMMIT = re.compile(r"[0-9a-f]{40}")
@@ -44,3 +46,31 @@ def read_pinned(path: str | Path, sha256: str, commit: str, *, benchmark: str, r
         raise ProtocolError(f"{path}: sha256 {digest}, expected {sha256} ({repo_path} at {commit}); the file is "
                             f"not the pinned protocol. Delete it and fetch it again with `make data NAME={data_name}`")
     return raw
+
+
+def string_assignments(raw: bytes, path: str | Path) -> dict[str, str]:
+    """The module-level `name = "..."` assignments of a Python source file's bytes, read with `ast`: the authors'
+    prompt modules are data here, never imported or run."""
+    try:
+        tree = ast.parse(raw.decode("utf-8"), filename=str(path))
+    except (UnicodeDecodeError, SyntaxError, ValueError) as err:
+        raise ProtocolError(f"{path}: not a readable Python file of string assignments ({err})") from None
+    out: dict[str, str] = {}
+    for node in tree.body:
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+                and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)):
+            out[node.targets[0].id] = node.value.value
+    return out
+
+
+def read_pinned_strings(path: str | Path, sha256: str, commit: str, names: Iterable[str], *, benchmark: str, repo: str,
+                        repo_path: str, data_name: str, option: str) -> dict[str, str]:
+    """The string assignments of a pinned Python prompt file (`read_pinned`, then `string_assignments`), refused
+    unless every one of `names` is there."""
+    raw = read_pinned(path, sha256, commit, benchmark=benchmark, repo=repo, repo_path=repo_path, data_name=data_name,
+                      option=option)
+    strings = string_assignments(raw, path)
+    missing = [n for n in dict.fromkeys(names) if n not in strings]
+    if missing:
+        raise ProtocolError(f"{path}: no string assignment of {', '.join(missing)} ({repo_path} of {repo})")
+    return strings

@@ -11,7 +11,6 @@ checksums and reads the module-level string assignments with `ast` (neither file
 
 from __future__ import annotations
 
-import ast
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,29 +49,10 @@ def check_identity(commit: str, sha256: str, suffix_sha256: str) -> None:
     pinned.check_identity(commit, suffix_sha256, SOURCE_REPO)
 
 
-def string_assignments(raw: bytes, path: str | Path) -> dict[str, str]:
-    """Module-level `name = "..."` assignments of a Python source file, read with `ast` (nothing is executed)."""
-    try:
-        tree = ast.parse(raw.decode("utf-8"), filename=str(path))
-    except (UnicodeDecodeError, SyntaxError, ValueError) as err:
-        raise ProtocolError(f"{path}: not a readable Python file ({err})") from None
-    out: dict[str, str] = {}
-    for node in tree.body:
-        if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
-                and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)):
-            out[node.targets[0].id] = node.value.value
-    return out
-
-
 def _read(path: str | Path, sha256: str, commit: str, repo_path: str, option: str, names: tuple[str, ...]
           ) -> dict[str, str]:
-    raw = pinned.read_pinned(path, sha256, commit, benchmark="EditReward", repo=SOURCE_REPO, repo_path=repo_path,
-                             data_name=DATA_NAME, option=option)
-    strings = string_assignments(raw, path)
-    missing = [n for n in names if n not in strings]
-    if missing:
-        raise ProtocolError(f"{path}: no string assignment of {', '.join(missing)} ({repo_path} of {SOURCE_REPO})")
-    return strings
+    return pinned.read_pinned_strings(path, sha256, commit, names, benchmark="EditReward", repo=SOURCE_REPO,
+                                      repo_path=repo_path, data_name=DATA_NAME, option=option)
 
 
 def load_prompts(path: str | Path, sha256: str, commit: str, suffix_path: str | Path, suffix_sha256: str) -> Prompts:

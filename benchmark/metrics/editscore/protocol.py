@@ -18,7 +18,6 @@ text.
 
 from __future__ import annotations
 
-import ast
 import json
 import math
 import re
@@ -75,21 +74,9 @@ def check_identity(commit: str, sha256: str) -> None:
 def read_strings(path: str | Path, sha256: str, commit: str) -> dict[str, str]:
     """The module-level string assignments of `path` (the fetched `vie_prompts.py`), refused unless its bytes have
     `sha256`; nothing is executed."""
-    raw = pinned.read_pinned(path, sha256, commit, benchmark="EditScore", repo=SOURCE_REPO, repo_path=PROMPTS_PATH,
-                             data_name="editscore_judge", option="metrics.editscore.prompts_file")
-    try:
-        tree = ast.parse(raw.decode("utf-8"), filename=str(path))
-    except (UnicodeDecodeError, SyntaxError, ValueError) as err:
-        raise ProtocolError(f"{path}: not a readable Python file of string assignments ({err})") from None
-    strings: dict[str, str] = {}
-    for node in tree.body:
-        if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
-                and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)):
-            strings[node.targets[0].id] = node.value.value
-    missing = [n for n in dict.fromkeys((*SC_PARTS, *PQ_PARTS)) if n not in strings]
-    if missing:
-        raise ProtocolError(f"{path}: no string assignment of {', '.join(missing)} (EditScore's prompts)")
-    return strings
+    return pinned.read_pinned_strings(path, sha256, commit, (*SC_PARTS, *PQ_PARTS), benchmark="EditScore",
+                                      repo=SOURCE_REPO, repo_path=PROMPTS_PATH, data_name="editscore_judge",
+                                      option="metrics.editscore.prompts_file")
 
 
 def build_prompts(strings: dict[str, str], score_range: int, commit: str, sha256: str) -> Prompts:

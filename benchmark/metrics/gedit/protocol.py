@@ -14,7 +14,6 @@
 
 from __future__ import annotations
 
-import ast
 import json
 import math
 import re
@@ -61,20 +60,9 @@ def check_identity(commit: str, sha256: str) -> None:
 
 def load_prompts(path: str | Path, sha256: str, commit: str) -> Prompts:
     """The tie prompts from `path` (the fetched `vie_prompts.py`), refused unless its bytes have `sha256`."""
-    raw = pinned.read_pinned(path, sha256, commit, benchmark="GEdit-Bench", repo=SOURCE_REPO, repo_path=PROMPTS_PATH,
-                             data_name="gedit", option="metrics.gedit.prompts_file")
-    try:
-        tree = ast.parse(raw.decode("utf-8"), filename=str(path))
-    except (UnicodeDecodeError, SyntaxError, ValueError) as err:
-        raise ProtocolError(f"{path}: not a readable Python file of string assignments ({err})") from None
-    strings: dict[str, str] = {}
-    for node in tree.body:  # module-level `name = "..."` only; nothing is executed
-        if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
-                and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)):
-            strings[node.targets[0].id] = node.value.value
-    missing = [n for n in (*SC_PARTS, *PQ_PARTS) if n not in strings]
-    if missing:
-        raise ProtocolError(f"{path}: no string assignment of {', '.join(missing)} (VIEScore's tie prompts)")
+    strings = pinned.read_pinned_strings(path, sha256, commit, (*SC_PARTS, *PQ_PARTS), benchmark="GEdit-Bench",
+                                         repo=SOURCE_REPO, repo_path=PROMPTS_PATH, data_name="gedit",
+                                         option="metrics.gedit.prompts_file")
     sc = "\n".join(strings[n] for n in SC_PARTS)
     if PLACEHOLDER not in sc:
         raise ProtocolError(f"{path}: the SC prompt has no {PLACEHOLDER} placeholder for the instruction")
