@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
+from benchmark.metrics.chunking import QuerySamples
 from benchmark.metrics.components import LazyComponents
 from benchmark.types import MetricInfo, Query
 
@@ -41,6 +42,39 @@ class LoadedPair:
     source: Any = None
     edit: Any = None
     error: str = ""
+
+
+def at_source_size(edit: Any, size: tuple[int, int]) -> Any:
+    """The edit as GEdit-Bench's and EditScore's scripts judge it: `convert("RGB").resize(source.size)`, PIL's
+    default filter (bicubic)."""
+    from PIL import Image
+
+    edit = edit.convert("RGB")
+    return edit if edit.size == size else edit.resize(size, Image.Resampling.BICUBIC)
+
+
+class PairSamples(QuerySamples):
+    """A judged protocol's `LoadedPair`s: the source as stored and the edit (RGB) as the editor wrote it (`fit`
+    leaves it; ImgEdit-Bench's and EditReward's judges get it so)."""
+
+    def item(self, query: Query) -> LoadedPair:
+        return LoadedPair(query)
+
+    def load(self, out: LoadedPair, q: Query, edit_path: Path) -> None:
+        from benchmark.imageio import load_rgb
+
+        out.source = self.original(q, lambda img: img)
+        out.edit = self.fit(load_rgb(edit_path), out.source.size)
+
+    @staticmethod
+    def fit(edit: Any, size: tuple[int, int]) -> Any:
+        return edit
+
+
+class PairAtSourceSize(PairSamples):
+    """`PairSamples` with the edit resized to the source's size (`at_source_size`): GEdit-Bench, EditScore."""
+
+    fit = staticmethod(at_source_size)
 
 
 class PromptedJudgeSuite(LazyComponents):

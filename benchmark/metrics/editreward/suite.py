@@ -13,12 +13,10 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
-from benchmark.metrics.chunking import QuerySamples
 from benchmark.metrics.editreward.protocol import Prompts, check_identity, load_prompts
-from benchmark.metrics.prompted_judge import LoadedPair, PromptedJudgeSuite
+from benchmark.metrics.prompted_judge import LoadedPair, PairSamples, PromptedJudgeSuite
 from benchmark.types import MetricInfo, Query
 
 VERSION = "1.0"
@@ -31,19 +29,6 @@ COLUMN_INFO: dict[str, tuple[bool, str]] = {
     "ER_following": (True, "head 0's reward mean (the edit-following prompt), unbounded"),
     "ER_quality": (True, "head 1's reward mean (the edit-quality prompt), unbounded"),
 }
-
-
-class _Samples(QuerySamples):
-    """The source as stored and the edit (RGB) as the editor wrote it."""
-
-    def item(self, query: Query) -> LoadedPair:
-        return LoadedPair(query)
-
-    def load(self, out: LoadedPair, q: Query, edit_path: Path) -> None:
-        from benchmark.imageio import load_rgb
-
-        out.source = self.original(q, lambda img: img)
-        out.edit = load_rgb(edit_path)  # not resized to the source: each image gets its own smart_resize
 
 
 class EditRewardSuite(PromptedJudgeSuite):
@@ -59,7 +44,7 @@ class EditRewardSuite(PromptedJudgeSuite):
                       "reward of each edit, the authors' prompts, preprocessing and forward")
 
     COLUMN_INFO, SUMMARY_INFO = COLUMN_INFO, {}
-    samples_class = _Samples
+    samples_class = PairSamples
     applies_note = "a query with an instruction"
     judge_column = "ER"  # what `editmeter metaeval judges` compares between edits
 

@@ -15,10 +15,8 @@ import json
 import math
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any, ClassVar
 
-from benchmark.metrics.chunking import QuerySamples
 from benchmark.metrics.editscore.protocol import (
     PARTS,
     REDUCTIONS,
@@ -30,7 +28,7 @@ from benchmark.metrics.editscore.protocol import (
     pass_scores,
     reduce_passes,
 )
-from benchmark.metrics.prompted_judge import LoadedPair, PromptedJudgeSuite
+from benchmark.metrics.prompted_judge import LoadedPair, PairAtSourceSize, PromptedJudgeSuite, at_source_size
 from benchmark.types import MetricInfo, Query
 
 VERSION = "1.0"
@@ -50,28 +48,6 @@ SUMMARY_INFO: dict[str, tuple[bool, str]] = {}
 COLUMN_OF = {part: f"ES_{part}" for part in PARTS}
 
 
-class _Samples(QuerySamples):
-    """The source as stored and the edit (RGB) at the source's size."""
-
-    def item(self, query: Query) -> LoadedPair:
-        return LoadedPair(query)
-
-    def load(self, out: LoadedPair, q: Query, edit_path: Path) -> None:
-        from benchmark.imageio import load_rgb
-
-        out.source = self.original(q, lambda img: img)
-        out.edit = at_source_size(load_rgb(edit_path), out.source.size)
-
-
-def at_source_size(edit: Any, size: tuple[int, int]) -> Any:
-    """The edit as the official `process_single_item` judges it: RGB, `resize(source.size)` with PIL's default
-    filter (bicubic)."""
-    from PIL import Image
-
-    edit = edit.convert("RGB")
-    return edit if edit.size == size else edit.resize(size, Image.Resampling.BICUBIC)
-
-
 class EditScoreSuite(PromptedJudgeSuite):
     """EditScore's prompt following, consistency, perceptual quality and overall per edit (specification:
     docs/judge.md, "EditScore").
@@ -89,7 +65,7 @@ class EditScoreSuite(PromptedJudgeSuite):
 
     COLUMN_INFO, SUMMARY_INFO = COLUMN_INFO, SUMMARY_INFO  # the module's tables, as PromptedJudgeSuite reads them
     check_prompts_identity, load_prompts = staticmethod(check_identity), staticmethod(load_prompts)
-    samples_class = _Samples
+    samples_class = PairAtSourceSize
     judge_column = "ES_overall"  # what `editmeter metaeval judges` compares between edits
     # EditReward-Bench's dimensions -> the column a pair of that dimension is compared on
     dimension_columns: ClassVar[dict[str, str]] = {"prompt_following": "ES_prompt_following",

@@ -12,10 +12,8 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
-from benchmark.metrics.chunking import QuerySamples
 from benchmark.metrics.gedit.protocol import (
     LANGUAGE_NAMES,
     Prompts,
@@ -26,7 +24,13 @@ from benchmark.metrics.gedit.protocol import (
     sample_scores,
     summary_keys,
 )
-from benchmark.metrics.prompted_judge import JudgeBackbone, LoadedPair, PromptedJudgeSuite
+from benchmark.metrics.prompted_judge import (
+    JudgeBackbone,
+    LoadedPair,
+    PairAtSourceSize,
+    PromptedJudgeSuite,
+    at_source_size,
+)
 from benchmark.types import GEDIT_TYPES, MetricInfo, Query
 
 VERSION = "1.0"
@@ -50,28 +54,6 @@ SUMMARY_INFO: dict[str, tuple[bool, str]] = {
 __all__ = ["GEditSuite", "JudgeBackbone"]  # JudgeBackbone: benchmark.metrics.prompted_judge, named here too
 
 
-class _Samples(QuerySamples):
-    """The source as stored and the edit (RGB) at the source's size."""
-
-    def item(self, query: Query) -> LoadedPair:
-        return LoadedPair(query)
-
-    def load(self, out: LoadedPair, q: Query, edit_path: Path) -> None:
-
-        from benchmark.imageio import load_rgb
-
-        out.source = self.original(q, lambda img: img)
-        out.edit = _at_source_size(load_rgb(edit_path), out.source.size)
-
-
-def _at_source_size(edit: Any, size: tuple[int, int]) -> Any:
-    """The edit as the official script judges it: `Image.open(edit).convert("RGB").resize(source.size)`, PIL's
-    default filter (bicubic)."""
-    from PIL import Image
-
-    return edit if edit.size == size else edit.resize(size, Image.Resampling.BICUBIC)
-
-
 class GEditSuite(PromptedJudgeSuite):
     """GEdit-Bench's SC / PQ / O per query by its official protocol (specification: docs/judge.md).
 
@@ -86,7 +68,7 @@ class GEditSuite(PromptedJudgeSuite):
 
     COLUMN_INFO, SUMMARY_INFO = COLUMN_INFO, SUMMARY_INFO  # the module's tables, as PromptedJudgeSuite reads them
     check_prompts_identity, load_prompts = staticmethod(check_identity), staticmethod(load_prompts)
-    samples_class = _Samples
+    samples_class = PairAtSourceSize
 
     @property
     def protocol(self) -> str:
@@ -129,4 +111,4 @@ class GEditSuite(PromptedJudgeSuite):
     def score_images(self, items: Sequence[tuple[Query, Any, Any]]) -> list[dict[str, Any]]:
         """Rows for (query, source PIL image, edit PIL image) triples held in memory (human-preference sets); the
         edit is resized to the source's size as the official script does."""
-        return self._score_chunk([LoadedPair(q, src, _at_source_size(edit, src.size)) for q, src, edit in items])
+        return self._score_chunk([LoadedPair(q, src, at_source_size(edit, src.size)) for q, src, edit in items])

@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 from typing import Any
 
-from benchmark.metrics.chunking import QuerySamples
 from benchmark.metrics.imgedit.protocol import (
     Prompts,
     ReplyError,
@@ -24,7 +22,7 @@ from benchmark.metrics.imgedit.protocol import (
     parse_reply,
     summary_keys,
 )
-from benchmark.metrics.prompted_judge import LoadedPair, PromptedJudgeSuite
+from benchmark.metrics.prompted_judge import LoadedPair, PairSamples, PromptedJudgeSuite
 from benchmark.types import IMGEDIT_TYPES, MetricInfo, Query
 
 VERSION = "1.0"
@@ -42,19 +40,6 @@ SUMMARY_INFO: dict[str, tuple[bool, str]] = {
 }
 
 
-class _Samples(QuerySamples):
-    """The source as stored and the edit (RGB) as the editor wrote it."""
-
-    def item(self, query: Query) -> LoadedPair:
-        return LoadedPair(query)
-
-    def load(self, out: LoadedPair, q: Query, edit_path: Path) -> None:
-        from benchmark.imageio import load_rgb
-
-        out.source = self.original(q, lambda img: img)
-        out.edit = load_rgb(edit_path)  # not resized: the official judge gets the edit file as it is
-
-
 class ImgEditSuite(PromptedJudgeSuite):
     """ImgEdit-Bench Basic's score per edit by its official protocol (specification: docs/judge.md).
 
@@ -70,7 +55,7 @@ class ImgEditSuite(PromptedJudgeSuite):
 
     COLUMN_INFO, SUMMARY_INFO = COLUMN_INFO, SUMMARY_INFO  # the module's tables, as PromptedJudgeSuite reads them
     check_prompts_identity, load_prompts = staticmethod(check_identity), staticmethod(load_prompts)
-    samples_class = _Samples
+    samples_class = PairSamples
 
     @property
     def protocol(self) -> str:
