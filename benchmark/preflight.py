@@ -55,22 +55,26 @@ def check_applicable(cfg: Any, qs: Any) -> None:
     """Refuse a metrics config holding a suite that applies to none of the set's queries, for either editor family
     (the suites' own `applies_to`, as the score stage uses it): e.g. HATIE or EditVal on GEdit-Bench, which has no
     scene graphs. One line names the suite, the set and the metric configs that do apply (the set's `scored_by`,
-    else the suites that score every query). A suite whose config cannot be built is left to fail where it is used."""
+    else the suites that score every query). Then the suites' own input files (`_check_suite_inputs`: a judged
+    protocol's pinned prompts). A suite whose config cannot be built is left to fail where it is used."""
     from hydra.utils import instantiate
 
-    idle, needs = [], []
+    idle, needs, used = [], [], []
     for key, node in (cfg.get("metrics") or {}).items():
         try:
             suite = instantiate(node)
         except Exception:  # noqa: BLE001 (a broken metric config fails later with its own message)
             continue
         applies = getattr(suite, "applies_to", None)
-        if applies is None:  # pairwise metrics score every query
-            continue
-        if not any(applies(q, kind) for q in qs.queries for kind in ("instruction", "description")):
+        if applies is not None and not any(applies(q, kind) for q in qs.queries
+                                           for kind in ("instruction", "description")):
             idle.append(str(key))
             needs.append(getattr(suite, "applies_note", ""))  # what a query needs, where the suite says so
+        else:  # pairwise metrics score every query
+            used.append((key, suite))
     if not idle:
+        for key, suite in used:  # then the input files of the suites that will score
+            _check_suite_inputs(key, suite)
         return
     reasons = qs.meta.get("not_scored_by") or {}
     why = "; ".join(sorted({str(reasons[k]) for k in idle if k in reasons}))
@@ -82,6 +86,20 @@ def check_applicable(cfg: Any, qs: Any) -> None:
         f"{qs.name}{f' ({why})' if why else ''}: none of its {len(qs)} queries "
         f"{' / '.join(n for n in needs if n) if all(needs) else f'is of an edit type {them}'}. "
         f"Use {scored_by}")
+
+
+def _check_suite_inputs(key: Any, suite: Any) -> None:
+    """A suite's own input files (a judged protocol's pinned prompt files: `check_inputs`), checked before the first
+    edit; PreflightError naming the file and the fix."""
+    from benchmark.metrics.pinned_prompts import ProtocolError
+
+    check = getattr(suite, "check_inputs", None)
+    if check is None:
+        return
+    try:
+        check()
+    except ProtocolError as err:
+        raise PreflightError(f"preflight: metrics.{key}: {err}") from None
 
 
 def _metrics_choice(cfg: Any) -> str:

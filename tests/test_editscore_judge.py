@@ -376,3 +376,20 @@ def test_tiny_judge_replies_that_do_not_parse_are_failure_rows_with_the_replies(
     for _, row in rows.iterrows():
         sc, pq = json.loads(row["es_sc_replies"]), json.loads(row["es_pq_replies"])
         assert len(sc) == len(pq) == 1 and sc[0] and isinstance(pq[0], str)
+
+
+def test_a_missing_or_altered_prompt_file_stops_the_run_before_the_first_edit(tmp_path, capsys, restore_logging):
+    from benchmark.run import compose, run_and_report
+
+    prompts, sha = write_prompts(tmp_path)
+    for name, path, digest, why in (("gone", tmp_path / "nowhere.txt", sha, "is missing: fetch it with `make data "
+                                     "NAME=editscore_judge`"), ("altered", prompts, "0" * 64, "not the pinned protocol")):
+        results = tmp_path / name
+        cfg, choices = compose(["editor=identity", "queryset=demo_mini", "metrics=editscore", "profile=tiny",
+                                f"paths.results={results}", "progress=false", f"metrics.editscore.prompts_file={path}",
+                                f"metrics.editscore.prompts_sha256={digest}",
+                                f"metrics.editscore.prompts_commit={FAKE_COMMIT}"])
+        assert run_and_report(cfg, choices["editor"]) == 1
+        err = capsys.readouterr().err
+        assert "preflight: metrics.editscore:" in err and why in err and "Traceback" not in err
+        assert not list(results.rglob("*.png"))  # nothing was edited

@@ -432,3 +432,11 @@ def test_cli_judges_the_tiny_learned_judges_on_fixture_pairs_of_every_set(tmp_pa
     sampled = heads[heads.judge == "editscore"]
     assert (sampled.n_unscored > 0).all() and side["edits_failed"]["editscore/genai"] == 8
     assert side["columns"]["editreward/editscore"] == "ER" and side["columns"]["editscore/tiger"] == "ES_overall"
+
+
+def test_cli_judges_a_missing_prompt_file_stops_before_any_edit_is_judged(tmp_path, capsys):
+    assert _cli("--judges", "gedit", "--sets", f"genai={genai_fixture(tmp_path)}", "profile=tiny",
+                f"paths.results={tmp_path / 'results'}", f"metrics.gedit.prompts_file={tmp_path / 'nowhere.txt'}",
+                "metrics.gedit.prompts_sha256=" + "0" * 64, f"metrics.gedit.prompts_commit={FAKE_COMMIT}") == 2
+    assert "--judges gedit: GEdit-Bench's prompt file" in capsys.readouterr().err
+    assert not (tmp_path / "results" / "metaeval" / "judge_scores").exists()

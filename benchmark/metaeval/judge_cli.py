@@ -80,6 +80,8 @@ def run_judges(args: argparse.Namespace, overrides: list[str], settings: list[st
     names = [n for n in (args.metrics or args.judges).split(",") if n]
     cfg, _ = compose(general)
     judges = [J.build_judge(n, overrides) for n in names]
+    for jd in judges:  # a missing or altered prompt file stops here, before any edit is judged
+        J.check_judge_inputs(jd)
     stray = [o for o in overrides if metric_suite(o) is not None
              and not any(metric_suite(o) in (getattr(j.suite.info, "name", ""),) for j in judges)]
     if stray:

@@ -477,6 +477,20 @@ class ScoreCache:
                 f.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
 
 
+def check_judge_inputs(judge: Judge) -> None:
+    """The judge's own input files (a judged protocol's pinned prompts), read and checked before any judging."""
+    from benchmark.metaeval.scoring import MetaevalError
+    from benchmark.metrics.pinned_prompts import ProtocolError
+
+    check = getattr(judge.suite, "check_inputs", None)
+    if check is None:
+        return
+    try:
+        check()
+    except ProtocolError as err:
+        raise MetaevalError(f"--judges {judge.name}: {err}") from None
+
+
 def score_set(judge: Judge, hset: HumanSet, chunk: int = 16, column: str | None = None, cache_dir: Path | None = None
               ) -> tuple[dict[tuple[str, int], float], dict[str, str]]:
     """Score every edit of the set once: (group id, edit index) -> the judge's score in `column` (default: its

@@ -147,16 +147,10 @@ class Session:
         for m in self.metric_sets:
             if m in self.left_out:
                 continue
-            cfg = compose([*self.overrides, f"metrics={m}"])[0]
-            try:
-                check_applicable(cfg, full)
+            try:  # what would refuse its runs: no query it scores, or a judge's prompt file not fetched
+                check_applicable(compose([*self.overrides, f"metrics={m}"])[0], full)
             except PreflightError as err:
                 self.left_out[m] = str(err).removeprefix("preflight: ").removeprefix(f"metrics={m}: ")
-                continue
-            missing = missing_prompt_files(cfg)
-            if missing:
-                self.left_out[m] = (f"its authors' prompt file {missing[0]} is not here (fetch it: make data "
-                                    f"NAME={Path(missing[0]).parent.parent.name}); --metrics {m} runs it anyway")
 
     def suites(self, metric_set: str) -> set[str]:
         """The suites (and pairwise metrics) of `metric_set`, as composed (cached)."""
@@ -296,15 +290,3 @@ def external_node(folder: Path, label: str) -> dict[str, Any]:
     """The editor config of a folder of images named by query id (`editors.external.ExternalEdits`)."""
     return {"_target_": "editors.external.ExternalEdits", "folder": str(folder), "prompt_kind": "instruction",
             "label": label}
-
-
-def missing_prompt_files(cfg: Any) -> list[str]:
-    """The pinned prompt files (a judged suite's `prompts_file` / `suffix_file`) that `cfg`'s suites name and that do
-    not exist: such a set cannot score until `make data` fetches them."""
-    out = []
-    for node in cfg.metrics.values():
-        for key in ("prompts_file", "suffix_file"):
-            path = node.get(key) if hasattr(node, "get") else None
-            if path and not Path(str(path)).is_file():
-                out.append(str(path))
-    return out

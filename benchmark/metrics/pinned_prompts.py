@@ -14,12 +14,15 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
+from benchmark.errors import RunError
+
 COMMIT = re.compile(r"[0-9a-f]{40}")
 SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
-class ProtocolError(ValueError):
-    """The prompt file is missing, altered or not in the expected form; the message names the file and the fix."""
+class ProtocolError(RunError, ValueError):
+    """The prompt file is missing, altered or not in the expected form; the message names the file and the fix (a
+    RunError: the entry points print it without a traceback)."""
 
 
 def check_identity(commit: str, sha256: str, repo: str) -> None:

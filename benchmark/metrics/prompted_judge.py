@@ -150,6 +150,11 @@ class PromptedJudgeSuite(LazyComponents):
     def components(self) -> dict[str, str]:
         return {"judge": self.backbone.name, "backbone": self.backbone.identity, "protocol": self.protocol}
 
+    def check_inputs(self) -> None:
+        """Read and check the pinned prompt file(s) now (the preflight calls this before the first edit): a missing
+        or altered file stops the run before any work, not after the editing."""
+        self.prompts  # noqa: B018
+
     @property
     def prompts(self) -> Any:
         """The protocol's prompts, read and checked on first use (a config that is only composed needs no file)."""
