@@ -1,6 +1,6 @@
 """EditRewardSuite: EditReward's reward per query (`benchmark.models.editreward.EditRewardScorer`) with the authors'
 prompts (`protocol.py`), through the judged protocols' shared suite (`PromptedJudgeSuite`: chunked loading, rows
-with status and reason, the prompt files checked on first use).
+with status and reason, the prompt files checked before the first edit).
 
 Per chunk of queries (sorted by source image): the source as stored and the edit as the editor wrote it (the
 authors' inferencer resizes each image on its own), both heads' prompts for the instruction, one reward per query.

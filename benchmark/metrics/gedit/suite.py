@@ -60,7 +60,7 @@ class GEditSuite(PromptedJudgeSuite):
     backbone: a `JudgeBackbone` (configs/metrics/gedit_judge/: `local`, `benchmark.models.vlm.TextJudge`;
     `endpoint`, `benchmark.models.judge_endpoint.EndpointJudge`). prompts_file,
     prompts_commit, prompts_sha256: the fetched `vie_prompts.py`, the Step1X-Edit commit it was fetched at and its
-    checksum (both enter the signature; the file is checked on first use). chunk_size: queries per round.
+    checksum (both enter the signature; the file is checked before the first edit). chunk_size: queries per round.
     """
 
     info = MetricInfo("gedit", VERSION, True, description="GEdit-Bench's official protocol: VIEScore tie prompts, "
