@@ -343,6 +343,12 @@ def test_cli_judges_keeps_each_edits_row_so_a_rerun_judges_nothing_again_and_a_t
     second, _ = _table(tmp_path)
     pd.testing.assert_series_equal(second.value, first.value)
     assert _cli(*args, "--no-cache") == 0 and sum(backbones[2].calls) == 14
+    # another judge signature (here the suite's next version) never reads those rows
+    from benchmark.metrics.gedit.suite import GEditSuite
+    from benchmark.types import MetricInfo
+
+    monkeypatch.setattr(GEditSuite, "info", MetricInfo("gedit", "9.9", True, description="next"))
+    assert _cli(*args) == 0 and sum(backbones[3].calls) == 14
 
 
 class ColourScript:

@@ -424,7 +424,10 @@ def build_judge(name: str, overrides: Sequence[str]) -> Judge:
         raise MetaevalError(f"--judges {name}: metrics={name} is not a judge that scores single edits; judges: "
                             f"{', '.join(JUDGES)}")
     dims = dict(getattr(suite, "dimension_columns", None) or {"overall": suite.judge_column})
-    return Judge(name, suite, suite.judge_column, str(getattr(suite, "identity", name)), dims)
+    # the suite's version and its identity (model, revision, decoding, protocol): what the score cache is keyed by
+    info = getattr(suite, "info", None)
+    signature = f"{getattr(info, 'name', name)}@{getattr(info, 'version', '?')}|{getattr(suite, 'identity', name)}"
+    return Judge(name, suite, suite.judge_column, signature, dims)
 
 
 def _content_digest(ref: Path | bytes) -> str:
