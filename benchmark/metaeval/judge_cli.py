@@ -64,6 +64,7 @@ def read_sets(args: argparse.Namespace, overrides: list[str]) -> list[Any]:
 
 def run_judges(args: argparse.Namespace, overrides: list[str], settings: list[str]) -> int:
     """Run the judges test; returns 0 (errors raise the metaeval error types the CLI turns into exit 2)."""
+    from benchmark.console import progress_enabled
     from benchmark.metaeval import judges as J
     from benchmark.metaeval.evaluate import Boot
     from benchmark.metaeval.scoring import MetaevalError, metric_suite
@@ -87,13 +88,14 @@ def run_judges(args: argparse.Namespace, overrides: list[str], settings: list[st
     if stray:
         raise MetaevalError(f"{' '.join(stray)}: no judge of --judges {','.join(names)} has that suite; drop it")
     cache_dir = Path(cfg.paths.results) / "metaeval" / "judge_scores"
+    progress = progress_enabled(cfg.progress)
     columns = {(jd.name, hs.name): jd.column_for(hs, args.dimension) for hs in hsets for jd in judges}  # fail early
     rows: list[dict[str, Any]] = []
     failures: dict[str, int] = {}
     for hs in hsets:
         for jd in judges:
             scores, failed = J.score_set(jd, hs, column=columns[(jd.name, hs.name)],
-                                         cache_dir=None if args.no_cache else cache_dir)
+                                         cache_dir=None if args.no_cache else cache_dir, progress=progress)
             failures[f"{jd.name}/{hs.name}"] = len(failed)
             rows += J.evaluate(jd, hs, scores, boot)
         rows += J.published_rows(hs.name)

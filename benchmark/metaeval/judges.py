@@ -494,11 +494,14 @@ def check_judge_inputs(judge: Judge) -> None:
         raise MetaevalError(f"--judges {judge.name}: {err}") from None
 
 
-def score_set(judge: Judge, hset: HumanSet, chunk: int = 16, column: str | None = None, cache_dir: Path | None = None
-              ) -> tuple[dict[tuple[str, int], float], dict[str, str]]:
+def score_set(judge: Judge, hset: HumanSet, chunk: int = 16, column: str | None = None, cache_dir: Path | None = None,
+              progress: bool = False) -> tuple[dict[tuple[str, int], float], dict[str, str]]:
     """Score every edit of the set once: (group id, edit index) -> the judge's score in `column` (default: its
     own; NaN: a failure row), and the failure reasons by edit. With `cache_dir`, rows judged before (by a judge of
-    the same signature, on the same instruction and image bytes) are read back instead of judged again."""
+    the same signature, on the same instruction and image bytes) are read back instead of judged again. `progress`:
+    a bar over the edits still to judge."""
+    from tqdm import tqdm
+
     from benchmark.types import Query
 
     column = column or judge.column
@@ -506,6 +509,7 @@ def score_set(judge: Judge, hset: HumanSet, chunk: int = 16, column: str | None 
     items = [(g, k, ScoreCache.key(g.instruction, g.source, g.edits[k])) for g in hset.groups
              for k in range(len(g.edits))]
     todo = list({key: (g, k, key) for g, k, key in items if key not in cache.rows}.values())  # one per content
+    bar = tqdm(total=len(todo), desc=f"{judge.name} on {hset.name}", unit="edit", disable=not progress, leave=False)
     for start in range(0, len(todo), chunk):
         part = todo[start : start + chunk]
         batch = [(Query(id=key, image="", edit_type="judged", instruction=g.instruction),
@@ -519,6 +523,8 @@ def score_set(judge: Judge, hset: HumanSet, chunk: int = 16, column: str | None 
             records.append({"signature": judge.signature, "key": key, "status": "ok" if r.get("status") == "ok"
                             else "failed", "reason": str(r.get("reason", "")), "scores": nums})
         cache.add(records)
+        bar.update(len(part))
+    bar.close()
     scores: dict[tuple[str, int], float] = {}
     failed: dict[str, str] = {}
     for g, k, key in items:
