@@ -25,6 +25,7 @@ Sets and their real file formats:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import itertools
@@ -467,9 +468,9 @@ class ScoreCache:
         return rec if ok else None
 
     @staticmethod
-    def key(instruction: str, source: Path | bytes, edit: Path | bytes) -> str:
-        return hashlib.sha256(json.dumps([instruction, _content_digest(source), _content_digest(edit)]).encode()
-                              ).hexdigest()
+    def key(instruction: str, source_digest: str, edit_digest: str) -> str:
+        """The record key of one request: the instruction and the two images' content digests."""
+        return hashlib.sha256(json.dumps([instruction, source_digest, edit_digest]).encode()).hexdigest()
 
     def add(self, records: list[dict[str, Any]]) -> None:
         for rec in records:
@@ -506,7 +507,8 @@ def score_set(judge: Judge, hset: HumanSet, chunk: int = 16, column: str | None 
 
     column = column or judge.column
     cache = ScoreCache(cache_dir, judge.signature)
-    items = [(g, k, ScoreCache.key(g.instruction, g.source, g.edits[k])) for g in hset.groups
+    digest = functools.cache(_content_digest)  # a group's source is shared by its 2-4 edits: read and hash it once
+    items = [(g, k, ScoreCache.key(g.instruction, digest(g.source), digest(g.edits[k]))) for g in hset.groups
              for k in range(len(g.edits))]
     todo = list({key: (g, k, key) for g, k, key in items if key not in cache.rows}.values())  # one per content
     bar = tqdm(total=len(todo), desc=f"{judge.name} on {hset.name}", unit="edit", disable=not progress, leave=False)
