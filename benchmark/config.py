@@ -97,8 +97,10 @@ def check_keys(overrides: Sequence[str]) -> None:
         parsed = OverridesParser.create().parse_overrides([o for o in overrides if "=" in o or o.startswith("~")])
     except HydraException:
         return  # a syntax error: Hydra's own message names it
-    groups = {o.key_or_group: (list(o.sweep_string_iterator()) if o.is_sweep_override()
-                               else [o.get_value_element_as_str()])
+    # keyed with the package (`metrics/gedit_judge@metrics.gedit.backbone`): a group selected into a package is
+    # composed only as written, package included
+    groups = {o.get_key_element(): (list(o.sweep_string_iterator()) if o.is_sweep_override()
+                                    else [o.get_value_element_as_str()])
               for o in parsed if _is_group(o.key_or_group) and not o.key_or_group.startswith("hydra")
               and not o.is_delete()}
     keys = [o for o in parsed if not _is_group(o.key_or_group) and not o.key_or_group.startswith("hydra")
