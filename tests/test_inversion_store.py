@@ -7,7 +7,7 @@ import time
 import pytest
 import torch
 
-from benchmark.editing.inversion_store import InversionStore, inversion_key
+from benchmark.editing.inversion_store import FILE_FORMAT, InversionStore, inversion_key
 
 pytestmark = pytest.mark.usefixtures("single_thread_torch")
 
@@ -45,7 +45,7 @@ def test_round_trip_is_exact_and_repeated_keys_are_computed_once(tmp_path):
     assert not list(tmp_path.rglob("*.tmp"))  # written atomically, nothing left over
 
 
-@pytest.mark.parametrize("spoil", ["truncate", "pickle", "other key", "nan", "shape", "extra tensor"])
+@pytest.mark.parametrize("spoil", ["truncate", "pickle", "other key", "nan", "shape", "extra tensor", "dtype"])
 def test_a_bad_file_is_quarantined_and_recomputed(tmp_path, spoil):
     import pickle
 
@@ -65,8 +65,10 @@ def test_a_bad_file_is_quarantined_and_recomputed(tmp_path, spoil):
         store.put("a", KIND, {"x": torch.tensor([[1.0, float("nan")]]), "e": torch.zeros(3)})
     elif spoil == "shape":
         store.put("a", KIND, {"x": torch.zeros(2, 1), "e": torch.zeros(3)})
+    elif spoil == "dtype":  # the right names and shapes, another dtype: caught by the full read too
+        store.put("a", KIND, {"x": torch.zeros(1, 2, dtype=torch.float64), "e": torch.zeros(3)})
     else:
-        path.write_bytes(save({**tensors(1.0), "z": torch.zeros(1)}, metadata={"format": "editmeter-inversion/1",
+        path.write_bytes(save({**tensors(1.0), "z": torch.zeros(1)}, metadata={"format": FILE_FORMAT,
                                                                             "kind": KIND, "key": "a"}))
     with pytest.warns(UserWarning, match="computed again"):
         assert store.get("a", KIND, EXPECTED) is None
@@ -230,3 +232,74 @@ def test_kill9_while_inverting_loses_nothing_and_trusts_nothing_half_written(tmp
     assert not list((killed / "inversions").rglob("*.tmp"))
     assert subprocess.run(cmd(clean), cwd=ROOT, env=env, capture_output=True, timeout=600).returncode == 0
     assert _pngs(killed) == _pngs(clean) and len(_pngs(clean)) == 3
+
+
+def _respoiled(path, change) -> bytes:
+    """The file at `path` with its JSON header replaced by `change(header)` (the tensor bytes kept)."""
+    import json
+
+    raw = path.read_bytes()
+    n = int.from_bytes(raw[:8], "little")
+    text = json.dumps(change(json.loads(raw[8:8 + n]))).encode()
+    return len(text).to_bytes(8, "little") + text + raw[8 + n:]
+
+
+def test_tampered_values_under_the_right_key_and_header_are_quarantined(tmp_path):
+    """Zeroed tensors under the right key, names, shapes and dtypes: the header check passes them (it reads no
+    values), the content digest written with the file does not, so the inversion is computed again."""
+    store = InversionStore(tmp_path)
+    store.put("a", KIND, tensors(1.0))
+    path = store.path("a")
+    raw = bytearray(path.read_bytes())
+    n = int.from_bytes(raw[:8], "little")
+    raw[8 + n:] = bytes(len(raw) - 8 - n)
+    path.write_bytes(bytes(raw))
+    assert store.missing(["a"], KIND, EXPECTED) == []  # the header is right
+    with pytest.warns(UserWarning, match="content digest"):
+        assert store.get("a", KIND, EXPECTED) is None
+    out, computed, reused = store.get_or_compute(["a"], KIND, EXPECTED, lambda idx: [tensors(1.0)])
+    assert (computed, reused) == (1, 0) and torch.equal(out[0]["x"], tensors(1.0)["x"])
+
+
+def test_a_file_written_without_a_digest_is_recomputed(tmp_path):
+    """Files of the first format (no digest) cannot prove their content: they are computed again, said so."""
+    from safetensors.torch import save
+
+    store = InversionStore(tmp_path)
+    store.path("a").parent.mkdir(parents=True)
+    store.path("a").write_bytes(save(tensors(1.0), metadata={"format": "editmeter-inversion/1", "kind": KIND,
+                                                             "key": "a"}))
+    assert store.missing(["a"], KIND, EXPECTED) == ["a"]
+    with pytest.warns(UserWarning, match="without a content digest"):
+        assert store.get("a", KIND, EXPECTED) is None
+
+
+def test_a_header_check_refuses_the_right_shape_in_the_wrong_dtype(tmp_path):
+    store = InversionStore(tmp_path)
+    store.put("a", KIND, {"x": torch.zeros(1, 2, dtype=torch.float16), "e": torch.zeros(3)})
+    store.put("b", KIND, tensors(1.0))
+    assert store.missing(["a", "b"], KIND, EXPECTED) == ["a"]
+
+
+@pytest.mark.parametrize("change", [
+    lambda h: h | {"__metadata__": "a string"},
+    lambda h: h | {"x": 7},
+    lambda h: h | {"x": {"dtype": "F32", "shape": 3, "data_offsets": h["x"]["data_offsets"]}},
+    lambda h: [h],
+], ids=["metadata a string", "tensor entry an int", "shape an int", "header a list"])
+def test_a_malformed_header_is_a_bad_file_and_its_neighbours_are_untouched(tmp_path, change):
+    """A header of the wrong JSON shape makes the header check say 'missing' (it raised AttributeError past the
+    check, and the inversion pass left the batch's good sources to be inverted again); the full read quarantines
+    it; the good file beside it is read as it is."""
+    store = InversionStore(tmp_path)
+    store.put("a", KIND, tensors(1.0))
+    store.put("b", KIND, tensors(2.0))
+    path = store.path("a")
+    path.write_bytes(_respoiled(path, change))
+    assert store.missing(["a", "b"], KIND, EXPECTED) == ["a"]
+    with pytest.warns(UserWarning, match="computed again"):
+        assert store.get("a", KIND, EXPECTED) is None
+    calls = []
+    out, computed, reused = store.get_or_compute(["a", "b"], KIND, EXPECTED,
+                                                 lambda idx: calls.append(idx) or [tensors(5.0) for _ in idx])
+    assert calls == [[0]] and (computed, reused) == (1, 1) and torch.equal(out[1]["x"], tensors(2.0)["x"])

@@ -9,9 +9,13 @@ and every sweep of an editing-only setting (P2P's tau, cross_replace_steps, mode
   class and library versions. Nothing outside the key may change the stored tensors.
 - Files: `<root>/<key[:2]>/<key>.safetensors` (never a pickle), written atomically (temp file, fsync, rename); the
   metadata repeats the key and the kind.
+- Content digest: the metadata holds a sha256 of every tensor's name, dtype, shape and bytes (`tensor_digest`), so
+  a file whose values were changed after writing (zeroed, rescaled, swapped) is caught although its key, header
+  and shapes are right.
 - Reading validates: safetensors' header (no code runs), the key in the metadata, the tensor names, shapes and
-  dtypes the caller expects, every value finite. A file that fails is moved to `quarantine/` with its reason and the
-  inversion is computed again.
+  dtypes the caller expects, the content digest, every value finite. A file that fails (a malformed header
+  included) is moved to `quarantine/` with its reason and the inversion is computed again; the other sources of
+  the batch are untouched.
 - Claims: a worker claims a key before computing it (`benchmark.locking.Claims` in `<root>/claims/`), so two workers
   (shards, identical runs) never compute one source twice; the other waits for the claim to go and reads the file.
 """
@@ -25,7 +29,8 @@ from typing import Any
 
 from benchmark.hashing import stable_hash
 
-FORMAT = "editmeter-inversion/1"
+FORMAT = "editmeter-inversion/1"  # part of every key: inversions of one setting keep their key across file formats
+FILE_FORMAT = "editmeter-inversion-file/2"  # the file's metadata: /2 added the content digest
 INVERSIONS_DIR = "inversions"  # under the results folder: every run there (sweeps, shards, reruns) shares it
 log = logging.getLogger(__name__)
 
@@ -77,7 +82,7 @@ class InversionStore:
             path = self.path(key)
             try:
                 ok = path.is_file() and _header_ok(path, key, kind, expected)
-            except (OSError, ValueError):
+            except (OSError, ValueError):  # _header_ok turns a malformed header into False; this is the read itself
                 ok = False
             if not ok:
                 out.append(key)
@@ -89,8 +94,8 @@ class InversionStore:
 
         from benchmark.fileio import atomic_write
 
-        data = save({k: v.detach().to("cpu").contiguous() for k, v in tensors.items()},
-                    metadata={"format": FORMAT, "kind": kind, "key": key})
+        cpu = {k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}
+        data = save(cpu, metadata={"format": FILE_FORMAT, "kind": kind, "key": key, "digest": tensor_digest(cpu)})
         atomic_write(self.path(key), lambda fh: fh.write(data))
 
     def get_or_compute(self, keys: Sequence[str], kind: str, expected: Mapping[str, tuple[tuple[int, ...], str]],
@@ -145,6 +150,20 @@ class InversionStore:
         return tensors is not None
 
 
+def tensor_digest(tensors: Mapping[str, Any]) -> str:
+    """sha256 over the tensors in name order: each one's name, dtype, shape and raw bytes (CPU tensors)."""
+    import hashlib
+
+    import torch
+
+    h = hashlib.sha256()
+    for name in sorted(tensors):
+        t = tensors[name].contiguous()
+        h.update(f"{name}|{str(t.dtype).removeprefix('torch.')}|{tuple(t.shape)}|".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())  # bytes, whatever the dtype (bf16 included)
+    return h.hexdigest()
+
+
 def _read(path: Path, key: str, kind: str, expected: Mapping[str, tuple[tuple[int, ...], str]]) -> dict[str, Any]:
     import torch
     from safetensors import SafetensorError
@@ -156,7 +175,9 @@ def _read(path: Path, key: str, kind: str, expected: Mapping[str, tuple[tuple[in
         meta = _metadata(raw)
     except (SafetensorError, OSError, ValueError) as err:  # json's errors are ValueErrors
         raise BadInversionFile(f"not a readable safetensors file ({err})") from None
-    if meta.get("format") != FORMAT or meta.get("kind") != kind or meta.get("key") != key:
+    if meta.get("format") == FORMAT:
+        raise BadInversionFile("written by an earlier editmeter, without a content digest")
+    if meta.get("format") != FILE_FORMAT or meta.get("kind") != kind or meta.get("key") != key:
         raise BadInversionFile(f"metadata {meta} is not that of a {kind} inversion with key {key}")
     if set(tensors) != set(expected):
         raise BadInversionFile(f"tensors {sorted(tensors)}, expected {sorted(expected)}")
@@ -166,6 +187,9 @@ def _read(path: Path, key: str, kind: str, expected: Mapping[str, tuple[tuple[in
             raise BadInversionFile(f"{name} is {tuple(t.shape)} {t.dtype}, expected {tuple(shape)} {dtype}")
         if t.is_floating_point() and not bool(torch.isfinite(t).all()):
             raise BadInversionFile(f"{name} holds a NaN or an infinity")
+    if meta.get("digest") != tensor_digest(tensors):
+        raise BadInversionFile("its tensors do not match the content digest written with them (changed after "
+                               "writing)")
     return tensors
 
 
@@ -181,11 +205,18 @@ def _header_ok(path: Path, key: str, kind: str, expected: Mapping[str, tuple[tup
         if not 0 < n <= 1 << 20:
             return False
         header = json.loads(fh.read(n))
-    meta = header.pop("__metadata__", None) or {}
-    if meta.get("format") != FORMAT or meta.get("kind") != kind or meta.get("key") != key or set(header) != set(expected):
+    # any JSON can stand here: a header of the wrong shape is a bad file, not an error of the inversion pass
+    if not isinstance(header, dict):
         return False
-    return all(tuple(header[k].get("shape", ())) == tuple(shape) and _DTYPES.get(header[k].get("dtype")) == dtype
-               for k, (shape, dtype) in expected.items())
+    meta = header.pop("__metadata__", None) or {}
+    if not isinstance(meta, dict) or meta.get("format") != FILE_FORMAT or meta.get("kind") != kind \
+            or meta.get("key") != key or set(header) != set(expected):
+        return False
+    entries = [header[k] for k in expected]
+    if not all(isinstance(e, dict) and isinstance(e.get("shape"), list) for e in entries):
+        return False
+    return all(tuple(e["shape"]) == tuple(shape) and _DTYPES.get(e.get("dtype")) == dtype
+               for e, (shape, dtype) in zip(entries, expected.values(), strict=True))
 
 
 def _metadata(raw: bytes) -> dict[str, str]:
@@ -194,5 +225,7 @@ def _metadata(raw: bytes) -> dict[str, str]:
 
     n = int.from_bytes(raw[:8], "little")
     header = json.loads(raw[8 : 8 + n])
-    meta = header.get("__metadata__") or {}
+    meta = (header.get("__metadata__") if isinstance(header, dict) else None) or {}
+    if not isinstance(meta, dict):
+        raise ValueError(f"its __metadata__ is a {type(meta).__name__}, not an object")
     return {str(k): str(v) for k, v in meta.items()}
