@@ -351,6 +351,47 @@ def test_cli_judges_keeps_each_edits_row_so_a_rerun_judges_nothing_again_and_a_t
     assert _cli(*args) == 0 and sum(backbones[3].calls) == 14
 
 
+def test_cli_judges_rejudges_a_cache_line_whose_scores_were_edited_and_clears_a_killed_runs_temp_file(
+        tmp_path, monkeypatch, capsys):
+    """A cache line edited by hand (a score set to 9.99, another to NaN written as null) keeps valid JSON and the
+    right key, but not the digest written with it: it is judged again and the table is unchanged. A temp file left
+    by a killed run (its writer's pid gone) in metaeval/ is removed by the next table write."""
+    import json
+
+    build = J.build_judge
+    backbones = []
+
+    def scripted(name, overrides):
+        judge = build(name, overrides)
+        judge.suite.backbone = ScriptedJudge(sc={f"genai {n}": '{"score": [4, 4]}' for n in range(1, 5)}, pq=PQ)
+        backbones.append(judge.suite.backbone)
+        return judge
+
+    monkeypatch.setattr(J, "build_judge", scripted)
+    prompts, sha = write_prompts(tmp_path)
+    args = ("--judges", "gedit", "--sets", f"genai={genai_fixture(tmp_path)}", "profile=tiny",
+            f"paths.results={tmp_path / 'results'}", f"metrics.gedit.prompts_file={prompts}",
+            f"metrics.gedit.prompts_sha256={sha}", f"metrics.gedit.prompts_commit={FAKE_COMMIT}", "--resamples", "0")
+    assert _cli(*args) == 0
+    first, _ = _table(tmp_path)
+    (cache,) = (tmp_path / "results" / "metaeval" / "judge_scores").glob("*.jsonl")
+    recs = [json.loads(line) for line in cache.read_text().splitlines()]
+    ok = [r for r in recs if r["status"] == "ok"]
+    ok[0]["scores"]["G_O"], ok[1]["scores"]["G_SC"] = 9.99, None
+    cache.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    from benchmark.fileio import _host
+
+    stray = tmp_path / "results" / "metaeval" / f".judges-genai-0123456789ab.csv.{_host()}-999999999.abcd1234.tmp"
+    stray.write_text("half a table")
+    capsys.readouterr()
+    assert _cli(*args) == 0
+    assert sum(backbones[1].calls) == 4  # the two edited records, two prompts each
+    assert "2 unreadable cache line(s) skipped" in capsys.readouterr().out
+    second, _ = _table(tmp_path)
+    pd.testing.assert_series_equal(second.value, first.value)
+    assert not stray.exists()
+
+
 class ColourScript:
     """An EditScore backbone double: the SC reply's two scores (prompt following, consistency) by the edit's colour,
     every PQ reply [25, 25]."""

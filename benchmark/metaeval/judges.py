@@ -438,8 +438,9 @@ def _content_digest(ref: Path | bytes) -> str:
 class ScoreCache:
     """Each judged edit's row, kept on disk per judge signature (`<dir>/<sha256(signature)[:16]>.jsonl`), keyed by
     the request's content (instruction, source bytes, edit bytes): a rerun or a killed run's rerun scores only what
-    is missing. Lines are appended after each chunk; a line cut short by a kill, or one that is not a record of
-    the expected shape, is skipped (it is data to validate, never trusted)."""
+    is missing. Lines are appended after each chunk; a line cut short by a kill, one that is not a record of the
+    expected shape, or one whose content no longer matches the digest written with it (scores edited by hand), is
+    skipped and judged again (it is data to validate, never trusted)."""
 
     def __init__(self, folder: Path | None, signature: str) -> None:
         self.path = None if folder is None else \
@@ -464,8 +465,15 @@ class ScoreCache:
               and rec.get("status") in ("ok", "failed") and isinstance(rec.get("reason", ""), str)
               and isinstance(rec.get("scores"), dict)
               and all(isinstance(k, str) and (v is None or isinstance(v, int | float) and not isinstance(v, bool))
-                      for k, v in rec["scores"].items()))
+                      for k, v in rec["scores"].items())
+              and rec.get("digest") == self.record_digest(rec))
         return rec if ok else None
+
+    @staticmethod
+    def record_digest(rec: dict[str, Any]) -> str:
+        """sha256 of a record's content (everything but the digest itself), as written."""
+        body = {k: v for k, v in rec.items() if k != "digest"}
+        return hashlib.sha256(json.dumps(body, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
     @staticmethod
     def key(instruction: str, source_digest: str, edit_digest: str) -> str:
@@ -473,6 +481,7 @@ class ScoreCache:
         return hashlib.sha256(json.dumps([instruction, source_digest, edit_digest]).encode()).hexdigest()
 
     def add(self, records: list[dict[str, Any]]) -> None:
+        records = [{**rec, "digest": self.record_digest(rec)} for rec in records]
         for rec in records:
             self.rows[rec["key"]] = rec
         if self.path is not None and records:

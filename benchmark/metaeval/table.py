@@ -26,9 +26,11 @@ def write_table(out_dir: Path, test: str, rows: list[dict[str, Any]], *, queryse
     """Write `rows` (one per metric) with provenance columns; returns the CSV path. The name is keyed by what
     determines the numbers (test, query set, inputs, options, metric signatures), so a rerun replaces its own table
     and never another's."""
+    import time
+
     import pandas as pd
 
-    from benchmark.fileio import atomic_write_text
+    from benchmark.fileio import atomic_write_text, remove_stale_tmp
     from benchmark.hashing import canonical_json, stable_hash
     from benchmark.provenance import git_sha, library_versions
 
@@ -42,6 +44,8 @@ def write_table(out_dir: Path, test: str, rows: list[dict[str, Any]], *, queryse
                        "resamples": resamples, "confidence": confidence, "seed": seed,
                        "options": extra.get("options", {}), "metric_sigs": extra.get("metric_sigs", {})}, 12)
     out_dir.mkdir(parents=True, exist_ok=True)
+    # a killed earlier run's temp files (its writer gone), as the run stages clear theirs; a live writer's stay
+    remove_stale_tmp(out_dir, time.time(), recursive=False)
     path = out_dir / f"{test}-{queryset.name}-{key}.csv"
     sigs = dict(extra.get("metric_sigs", {}))
     only = next(iter(sigs.values())) if len(sigs) == 1 else ""
