@@ -4,6 +4,7 @@ each suite's declared rule, and a stage that aggregated no scored query says so 
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -125,6 +126,40 @@ def test_pixel_metrics_resize_an_edit_of_another_size_to_the_source(tmp_path, ca
         bad = rows.loc[queries[13].id]
         assert bad["status"] == "failed"
         assert "edit is 256x128, source is 256x256: their aspect ratios differ by 100%" in bad["reason"]
+
+
+@pytest.mark.parametrize(("size", "refused"), [((256, 240), "differ by 7%"), ((256, 246), ""), ((240, 256), "differ by 7%"),
+                                             ((246, 256), ""), ((32, 32), ""), ((31, 31), "under 1/8"),
+                                             ((1, 1), "under 1/8")])
+def test_the_other_size_rule_on_both_sides_of_its_limits(size, refused):
+    """fit_to_source at its two limits: 256x240 against a 256x256 source is 6.7% off and refused, 256x246 (4.1%)
+    is resized bicubically; a side under 1/8 of the source's (a 1x1 edit) is refused, 1/8 itself is resized."""
+    from benchmark.imageio import ImageInputError
+    from benchmark.metrics.sizes import fit_to_source
+
+    edit = Image.fromarray(np.random.default_rng(0).integers(0, 256, (size[1], size[0], 3), dtype=np.uint8))
+    if refused:
+        with pytest.raises(ImageInputError, match=refused):
+            fit_to_source(edit, (256, 256))
+    else:
+        got = fit_to_source(edit, (256, 256))
+        assert got.size == (256, 256)
+        assert np.array_equal(np.asarray(got), np.asarray(edit.resize((256, 256), Image.Resampling.BICUBIC)))
+
+
+def test_a_1x1_edit_is_a_failed_row_of_the_pixel_metrics(tmp_path, capsys, restore_logging):
+    """metrics=basic scored a 1x1 edit of a 256 px source (l1 0.341, ssim 0.384) as if it were an edit."""
+    queries = _mini()
+    edits = tmp_path / "edits"
+    _sources_as_edits(edits, queries[:13], (256, 256))
+    _sources_as_edits(edits, queries[13:], (1, 1))
+    exit_code = _exit(["score", "--edits", str(edits), "--name", "theirs", *COMMON,
+                       f"paths.results={tmp_path / 'r' / 'score'}", "metrics=basic"])
+    capsys.readouterr()
+    assert exit_code == 0
+    bad = _rows(tmp_path / "r" / "score").loc[queries[13].id]
+    assert bad["status"] == "failed" and "edit is 1x1, source is 256x256" in bad["reason"]
+    assert math.isnan(bad["l1"])
 
 
 def test_hatie_scores_an_edit_of_another_size_as_its_512_px_resize(tmp_path, capsys, restore_logging):
