@@ -101,3 +101,16 @@ def _loading_bars_off() -> None:
             continue
     if not hub_off:
         enable_progress_bars()  # transformers' switch also turns the Hub's bars off
+
+
+def shorten(text: str, limit: int = 200) -> str:
+    """`text` as it is when it fits in `limit` characters; else cut at the last word boundary before the limit and
+    marked with "…" (a reason cut mid-word reads as another word: "aspect rat")."""
+    if len(text) <= limit:
+        return text
+    head = text[: limit - 1]
+    cut = head.rstrip()
+    if not text[limit - 1].isspace():  # the limit falls inside a word: drop that word's start
+        space = max(cut.rfind(" "), cut.rfind("\n"), cut.rfind("\t"))
+        cut = cut[:space] if space > 0 else cut
+    return cut.rstrip(" ,;:") + "…"

@@ -190,7 +190,9 @@ def _sources_note(src: SourceSample) -> str:
 
 
 def _shorten(text: str, limit: int = 300) -> str:
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+    from benchmark.console import shorten
+
+    return shorten(text, limit)
 
 
 def _check_writable(results: Path) -> None:

@@ -171,8 +171,11 @@ def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
         others = f", {st.by_others} by another worker" if st.by_others else ""
         work = f"; {st.work_summary()}" if st.work else ""
         # `computed` counts the failed queries too: "edited" counts only the edits made
+        earlier = (f", {st.failed_before} failed earlier (retry_failed=true edits them again)" if st.failed_before
+                   else "")
+        missing = f", {st.missing} missing (no edit in the folder)" if st.missing else ""
         print(f"[editmeter] edit: {st.computed - st.failed} edited, {st.failed} failed, {st.skipped} already done"
-              f"{others}{work}")
+              f"{earlier}{missing}{others}{work}")
         if st.work:
             _record_edit_work(run_dir / RUN_META, run_id, st)
         if st.failed_total:

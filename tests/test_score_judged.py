@@ -195,3 +195,35 @@ def test_an_aggregate_only_run_whose_rows_are_all_quarantined_exits_1(tmp_path, 
     err = capsys.readouterr().err
     assert "aggregate: this run's leaderboard rows cover no scored query (basic: PARTIAL 0/14" in err
     assert pd.read_csv(results / "leaderboard.csv").iloc[0]["n_ok"] == 0
+
+
+def test_missing_edits_are_counted_missing_not_already_done(tmp_path, capsys, restore_logging):
+    """`editmeter score` on a folder missing 2 of 14 files said "12 edited, 0 failed, 2 already done", and on an
+    empty folder "14 already done": a missing edit is missing."""
+    queries = _mini()
+    edits = tmp_path / "edits"
+    _sources_as_edits(edits, queries[:12])
+    common = [*COMMON, "metrics=basic"]
+    assert _exit(["score", "--edits", str(edits), "--name", "theirs", f"paths.results={tmp_path / 'a'}", *common]) == 0
+    out = capsys.readouterr().out
+    assert "edit: 12 edited, 0 failed, 0 already done, 2 missing (no edit in the folder)" in out
+    assert _exit(["score", "--edits", str(edits), "--name", "theirs", f"paths.results={tmp_path / 'a'}", *common]) == 0
+    assert "edit: 0 edited, 0 failed, 12 already done, 2 missing" in capsys.readouterr().out
+    (tmp_path / "none").mkdir()
+    _exit(["score", "--edits", str(tmp_path / "none"), "--name", "theirs", f"paths.results={tmp_path / 'b'}", *common])
+    assert "edit: 0 edited, 0 failed, 0 already done, 14 missing" in capsys.readouterr().out
+
+
+def test_a_long_reason_is_cut_at_a_word_and_marked():
+    from benchmark.console import shorten
+    from benchmark.stages.edit import failure_summary
+
+    reason = ("edit is 256x128, source is 256x256: their aspect ratios differ by 100%, over the 5% that is resized "
+              "to the source's size (pixel metrics compare aligned pixels); make the edit at the source's aspect "
+              "ratio, or crop it to it")
+    short = shorten(reason)
+    assert len(short) <= 200 and short.endswith("…") and reason.startswith(short[:-1])
+    assert short == reason[: len(short) - 1] + "…" and reason[len(short) - 1] == " "  # cut before a space
+    assert shorten("short reason") == "short reason" and shorten("x" * 300).endswith("…")
+    line = failure_summary(1, 14, ((short, 1),), "failures.log")
+    assert "the source's aspect…; tracebacks in failures.log" in line  # whole words, the cut marked

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from benchmark.console import shorten
 from benchmark.report.collect import RunData, dumps
 from benchmark.report.thumbs import thumb_rel
 
@@ -153,7 +154,7 @@ def build_grid(key: str, queryset: str, qhash: str, runs: list[RunData], qs: Any
             row["c"].append(cell)
             counts[status] += 1
             if status == "failed":
-                reasons[reason.split("\n")[0][:200]] += 1
+                reasons[shorten(reason.split("\n")[0])] += 1
                 if len(fails) < FAILURES_SHOWN:
                     fails.append({"id": qid, "r": reason, "e": (rec or {}).get("error_type", ""),
                                   "tb": run.tracebacks.get(qid, ""), "src": row["src"], "t": cell.get("t")})

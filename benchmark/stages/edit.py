@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 import numpy as np
 from PIL import Image
 
+from benchmark.console import shorten
 from benchmark.editor import Editor, query_seed
 from benchmark.fileio import append_jsonl, read_jsonl_tolerant
 from benchmark.imageio import LIMITS, ImageInputError, load_rgb, save_png
@@ -50,7 +51,7 @@ EDIT_PNG_LEVEL = 1
 class EditStats:
     total: int
     computed: int
-    skipped: int
+    skipped: int  # queries with an edit from before this call (neither missing nor a failure left as it is)
     failed: int  # failed in this call
     seconds: float
     failed_total: int = 0  # queries of the set whose latest record is a failure (this call's and earlier ones)
@@ -63,6 +64,7 @@ class EditStats:
     # queries the editor has no output for by design (`Editor.missing`: a folder of edits covering part of the set):
     # never attempted, so neither failed nor in the failed share's denominator; the leaderboard counts them missing
     missing: int = 0
+    failed_before: int = 0  # queries whose earlier failure this call left as it is (retry_failed=false)
 
     @property
     def attempted(self) -> int:
@@ -333,7 +335,9 @@ def run_edit_stage(
     # a PNG without its record is either lost (its worker was killed before logging it) or still being logged by a
     # worker that holds its claim: only a worker holding the claim may tell the two apart and record it
     unlogged = _recover_unlogged(unlogged, claims, tail, run_dir, recovered_record)
-    skipped = len(queryset) - len(todo)
+    failed_before = sum(1 for q in queryset.queries if not edit_path(run_dir, q.id).is_file() and q.id not in absent
+                        and (rec := records.get(q.id)) is not None and rec["status"] == "failed" and not retry_failed)
+    skipped = len(queryset) - len(todo) - len(absent) - failed_before  # a missing or failed edit is not done
     retried = frozenset(q.id for q in todo if q.id in records and records[q.id]["status"] == "failed")
     # edits brought in from a smaller nested sample (benchmark.stages.reuse) never ride along as passengers: they
     # ran in another run's batches, and re-editing them would undo the reuse
@@ -373,7 +377,8 @@ def run_edit_stage(
     failed_total, reasons = _failures(queryset, run_dir)
     return EditStats(len(queryset), len(logged), skipped, n_failed, time.perf_counter() - start,
                      failed_total=failed_total, reasons=reasons, failures_log=str(run_dir / FAILURES_LOG),
-                     by_others=by_others, work=difference(_work_counts(editor), work_before), missing=len(absent))
+                     by_others=by_others, work=difference(_work_counts(editor), work_before), missing=len(absent),
+                     failed_before=failed_before)
 
 
 CLAIMS_DIR = "claims"  # <run dir>/claims/<stage>/<query id>.claim: held by the worker working on that query
@@ -588,7 +593,7 @@ def _failures(queryset: QuerySet, run_dir: Path) -> tuple[int, tuple[tuple[str, 
     for q in queryset.queries:
         rec = records.get(q.id)
         if rec is not None and rec["status"] == "failed" and not edit_path(run_dir, q.id).is_file():
-            reasons[(rec.get("reason") or rec.get("error_type") or "unknown")[:200]] += 1
+            reasons[shorten(rec.get("reason") or rec.get("error_type") or "unknown")] += 1
     return sum(reasons.values()), tuple(reasons.most_common())
 
 

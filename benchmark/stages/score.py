@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmark.console import shorten
 from benchmark.fileio import atomic_path, atomic_write_text
 from benchmark.hashing import canonical_json
 from benchmark.imageio import ImageInputError, load_mask, load_rgb, to_float_tensor
@@ -344,7 +345,7 @@ def _score_stats(queryset: QuerySet, run_dir: Path, metric_sig: str, *, computed
             continue
         no_edit = not isinstance(sha, str) or not sha
         edit_failed += no_edit
-        reasons[((EDIT_FAILED if no_edit else "") + (reason if isinstance(reason, str) and reason else "unknown"))[:200]] += 1
+        reasons[shorten((EDIT_FAILED if no_edit else "") + (reason if isinstance(reason, str) and reason else "unknown"))] += 1
     total = len(ids) - int((rows["status"] == "excluded").sum())
     return ScoreStats(total, computed, reused, time.perf_counter() - start, model_seconds, failed=failed,
                       failed_total=sum(reasons.values()), edit_failed=edit_failed, reasons=tuple(reasons.most_common()),
