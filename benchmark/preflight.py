@@ -114,9 +114,10 @@ def _metrics_choice(cfg: Any) -> str:
         return ""
 
 
-def run_preflight(cfg: Any, qs: Any, *, editor: str, metrics: str) -> str:
+def run_preflight(cfg: Any, qs: Any, *, editor: str, metrics: str, editor_option: str | None = None) -> str:
     """Check the run before its first edit; returns a one-line summary, raises PreflightError naming the first
-    missing piece and its fix."""
+    missing piece and its fix. `editor`: the run's label; `editor_option`: its `configs/editor/` option when that
+    differs (`editmeter score --name blur-make` runs editor=external), so the fix commands name what works."""
     t0 = time.perf_counter()
     opts = cfg.get("preflight_opts") or {}
     sample = int(opts.get("sample", DEFAULT_SAMPLE))
@@ -124,7 +125,8 @@ def run_preflight(cfg: Any, qs: Any, *, editor: str, metrics: str) -> str:
     results = Path(cfg.paths.results)
     _check_writable(results)
     weights_note, download_bytes = _check_weights(cfg, editor, metrics, float(opts.get("probe_timeout_s",
-                                                                                        DEFAULT_PROBE_TIMEOUT_S)))
+                                                                                        DEFAULT_PROBE_TIMEOUT_S)),
+                                                  editor_option or editor)
     disk_note = _check_disk(results, len(qs), src.mean_bytes, src.n_sampled - len(src.unusable),
                             float(opts.get("disk_factor", DEFAULT_DISK_FACTOR)), download_bytes)
     return (f"[editmeter] preflight ok in {time.perf_counter() - t0:.1f} s: {len(qs)} queries ({_sources_note(src)}), "
@@ -205,7 +207,7 @@ def _check_writable(results: Path) -> None:
                              "Choose another one: paths.results=<writable folder>") from err
 
 
-def _check_weights(cfg: Any, editor: str, metrics: str, timeout: float) -> tuple[str, int]:
+def _check_weights(cfg: Any, editor: str, metrics: str, timeout: float, editor_option: str) -> tuple[str, int]:
     """Every checkpoint cached, or (online) its host reachable. Returns (note, bytes still to download)."""
     from benchmark.weights import fix_command, hub_offline, human, resolve, unreachable_hosts
 
@@ -217,7 +219,7 @@ def _check_weights(cfg: Any, editor: str, metrics: str, timeout: float) -> tuple
         return "no pretrained weights needed", 0
     unknown = [c for c in checkpoints if not c.fetchable]
     missing = [c for c in checkpoints if c not in unknown and c.location() is None]
-    fix = fix_command(editor, metrics, cfg.profile.name)
+    fix = fix_command(editor_option, metrics, cfg.profile.name)
     unknown_note = (f"; {len(unknown)} not checkable ({', '.join(c.component for c in unknown)}: they load on first "
                     "use)") if unknown else ""
     if not missing:

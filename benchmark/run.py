@@ -98,7 +98,9 @@ def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
         full, qs = load_selection(cfg)
     if cfg.get("preflight", True):
         with timer("preflight"):
-            print(run_preflight(cfg, qs, editor=editor_name, metrics=_choices(cfg).get("metrics", "<metrics>")))
+            choices = _choices(cfg)
+            print(run_preflight(cfg, qs, editor=editor_name, metrics=choices.get("metrics", "<metrics>"),
+                                editor_option=choices.get("editor")))
             print(check_budget(cfg, full, editor=editor_name, metrics=_choices(cfg).get("metrics", "")))  # the budget
     with timer("load editor"):
         editor = build_editor(cfg)  # a YAML the class cannot take: an error naming the file

@@ -227,3 +227,20 @@ def test_a_long_reason_is_cut_at_a_word_and_marked():
     assert shorten("short reason") == "short reason" and shorten("x" * 300).endswith("…")
     line = failure_summary(1, 14, ((short, 1),), "failures.log")
     assert "the source's aspect…; tracebacks in failures.log" in line  # whole words, the cut marked
+
+
+def test_the_weights_fix_for_edits_made_elsewhere_names_a_command_that_works(tmp_path, capsys, monkeypatch,
+                                                                             restore_logging):
+    """`editmeter score --name blur-make` with pretrained weights missing said "Fix: editmeter weights
+    editor=blur-make", which answers "unknown editor"; the fix names editor=external, and that command runs."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "empty-hf-home"))  # nothing cached, whatever this machine has
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "empty-torch-home"))
+    edits = tmp_path / "edits"
+    _sources_as_edits(edits, _mini())
+    rc = _exit(["score", "--edits", str(edits), "--name", "blur-make", "queryset=demo_mini", "metrics=hatie",
+                f"paths.results={tmp_path / 'r'}", "progress=false"])
+    err = capsys.readouterr().err
+    assert rc != 0 and "Fix: editmeter weights editor=external metrics=hatie" in err, err[-1500:]
+    assert "editor=blur-make" not in err
+    assert _exit(["weights", "editor=external", "metrics=hatie", "--list"]) == 0
