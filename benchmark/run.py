@@ -427,7 +427,11 @@ def _metric_meta(metrics: dict[str, Any], suite: Any) -> dict[str, Any]:
 
         return metric_meta(metrics)
     version = f"{suite.info.name}-{suite.info.version}"
+    counts = set(getattr(suite, "count_columns", ()) or ())
+    headline = getattr(suite, "headline", None)
+    # `count`: a count of rows (no better direction to show); `headline`: the column a section is sorted by
     return {c: {"version": version, "higher_is_better": hib, "description": desc}
+            | ({"count": True} if c in counts else {}) | ({"headline": True} if c == headline else {})
             for c, (hib, desc) in suite.column_info.items()}
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from benchmark.settings import PREFIX
 
@@ -81,25 +81,43 @@ def _read(path: Path):
     return pd.read_csv(path, keep_default_na=False, na_values=["", "nan", "NaN"], dtype={c: str for c in HEX_COLUMNS})
 
 
-def _metric_info(results: Path) -> dict[tuple[str, str], tuple[bool, bool]] | None:
-    """(metric_set, metric) -> (higher_is_better, summary) from leaderboard_metrics.csv, or None when it is missing.
-    Keyed by the pair: two metric sets may share a column name. A file without `metric_set` (older) gives ''."""
+class ColumnInfo(NamedTuple):
+    """What `show` and the report know of one leaderboard column (leaderboard_metrics.csv)."""
+
+    higher_is_better: bool
+    summary: bool = False   # a model-level column (HATIE's Total, FID), not a per-query mean
+    headline: bool = False  # the column its suite's section is sorted by (EditVal's accuracy)
+    count: bool = False     # a count of rows (pie's n_no_background): no better direction, never the headline
+
+
+def _flag(row: Any, key: str) -> bool:
+    return str(row.get(key, "")).strip().lower() == "true"
+
+
+def column_info(row: Any) -> ColumnInfo:
+    """One leaderboard_metrics.csv row as a ColumnInfo. Tables written before `count` existed mark a summary column
+    named n_* as a count (every such column is one)."""
+    summary = _flag(row, "summary")
+    count = _flag(row, "count") or ("count" not in row and summary and str(row["metric"]).startswith("n_"))
+    return ColumnInfo(_flag(row, "higher_is_better"), summary, _flag(row, "headline"), count)
+
+
+def _metric_info(results: Path) -> dict[tuple[str, str], ColumnInfo] | None:
+    """(metric_set, metric) -> ColumnInfo from leaderboard_metrics.csv, or None when it is missing. Keyed by the
+    pair: two metric sets may share a column name. A file without `metric_set` (older) gives ''."""
     import pandas as pd
 
     path = results / "leaderboard_metrics.csv"
     if not path.is_file():
         return None
     meta = pd.read_csv(path, keep_default_na=False, dtype={"metric_set": str})
-    summary = meta["summary"].astype(str).str.lower() == "true" if "summary" in meta else [False] * len(meta)
-    mset = meta["metric_set"] if "metric_set" in meta else [""] * len(meta)
-    better = meta["higher_is_better"].astype(str).str.lower() == "true"
-    return {(str(s), m): (bool(b), bool(x)) for m, b, s, x in zip(meta["metric"], better, mset, summary, strict=True)}
+    return {(str(r.get("metric_set", "")), r["metric"]): column_info(r) for r in meta.to_dict("records")}
 
 
-def _section_info(info: dict[tuple[str, str], tuple[bool, bool]], mset: str, df) -> dict[str, tuple[bool, bool]]:
-    """metric -> (higher_is_better, summary) of one metric set's columns in `df`, in display order (a metric of
-    an older metrics file without metric sets, '', belongs to every set)."""
-    out: dict[str, tuple[bool, bool]] = {}
+def _section_info(info: dict[tuple[str, str], ColumnInfo], mset: str, df) -> dict[str, ColumnInfo]:
+    """metric -> ColumnInfo of one metric set's columns in `df`, in display order (a metric of an older metrics
+    file without metric sets, '', belongs to every set)."""
+    out: dict[str, ColumnInfo] = {}
     for (ms, m), v in info.items():
         if ms in (mset, "") and m in df and m not in out:
             out[m] = v
@@ -189,23 +207,43 @@ def _sorted(rows, col: str | None, descending: bool, group: str | None):
     return rows.iloc[order]
 
 
-def headline_metric(sinfo: dict[str, tuple[bool, bool]], part) -> str | None:
-    """The column a section is sorted by: its first summary metric with a value (HATIE's Total, ...), else its
-    first metric with a value; None when no metric has one."""
-    valued = [m for m in sinfo if part[m].notna().any()]
-    return next((m for m in valued if sinfo[m][1]), valued[0] if valued else None)
+def headline_metric(sinfo: dict[str, ColumnInfo], part) -> str | None:
+    """The column a section is sorted by: the suite's declared headline with a value (EditVal's accuracy), else its
+    first summary metric with a value (HATIE's Total, ...), else its first metric with a value; never a count;
+    None when no metric has one."""
+    valued = [m for m in sinfo if part[m].notna().any() and not sinfo[m].count]
+    declared = next((m for m in valued if sinfo[m].headline), None)
+    return declared or next((m for m in valued if sinfo[m].summary), valued[0] if valued else None)
 
 
-def leaderboard_order(part, sinfo: dict[str, tuple[bool, bool]], group: str | None = None):
+def leaderboard_order(part, sinfo: dict[str, ColumnInfo], group: str | None = None):
     """A section's rows in `show`'s order (the report uses it too): complete rows first, then partial and stale
     ones; each block best first by the headline metric (NaN last), grouped by `group` when given, ties by editor
-    and signature. `sinfo`: metric -> (higher_is_better, summary) of the section's metric set."""
+    and signature. `sinfo`: metric -> ColumnInfo of the section's metric set."""
     import pandas as pd
 
     key = headline_metric(sinfo, part)
     descending = bool(sinfo[key][0]) if key in sinfo else False
     done = part["complete"].astype(str).str.lower() == "true"
     return pd.concat([_sorted(part[done], key, descending, group), _sorted(part[~done], key, descending, group)])
+
+
+def _header(column: str, sinfo: dict[str, ColumnInfo]) -> str:
+    """A column's header: a metric with its better direction (↑ / ↓), a count marked `#` (no direction)."""
+    if column not in sinfo:
+        return COUNT_HEADERS.get(column, column)
+    if sinfo[column].count:
+        return f"#{column}"
+    return f"{column}{'↑' if sinfo[column].higher_is_better else '↓'}"
+
+
+def _count_cell(v: Any) -> str:
+    """A count as a whole number ('-' when absent)."""
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return "-"
+    return "-" if f != f else str(int(f)) if f == int(f) else f"{f:g}"
 
 
 def _apart_title(rows, stale: dict[Any, str]) -> str:
@@ -277,17 +315,19 @@ def render(results: Path, queryset: str | None = None, *, by: str | None = None,
                 continue                   # a failed or partial row is always shown, with its mark
         headline = headline_metric(sinfo, part)
         key = sort if sort is not None and sort in part and (sort not in metrics_in or sort in own) else headline
-        descending = bool(sinfo[key][0]) if key in sinfo else key in COUNT_COLUMNS[:1]
+        counted = key in sinfo and sinfo[key].count
+        descending = True if counted else bool(sinfo[key][0]) if key in sinfo else key in COUNT_COLUMNS[:1]
         shown = [*COUNT_COLUMNS, *_varying_settings(part), *own]
         if columns is not None:
             shown = [c for c in columns if c in shown]
             if not any(c in own for c in shown) and any(c in metrics_in for c in columns):
                 continue  # the metrics asked for are another metric set's: this section would show none of them
-        order = f"sorted by {key}{' (best first)' if key in sinfo else ''}" if key else "sorted by editor"
+        order = (f"sorted by {key}{' (best first)' if key in sinfo and not counted else ' (most first)' if counted else ''}"
+                 if key else "sorted by editor")
         lines.append(f"\nqueryset={qs}  metrics={mset or '?'}  {kind}-based editors  profile={profile}  ({order})")
         lines += _sample_note(part)
         header = ["editor", "sig", *([group] if group else []),
-                  *[f"{c}{'↑' if sinfo[c][0] else '↓'}" if c in sinfo else COUNT_HEADERS.get(c, c) for c in shown],
+                  *[_header(c, sinfo) for c in shown],
                   "coverage"]
         fresh = ~part.index.isin(list(stale))
         done = (part["complete"].astype(str).str.lower() == "true") & fresh
@@ -301,7 +341,9 @@ def render(results: Path, queryset: str | None = None, *, by: str | None = None,
                 mark = r.get("mark")
                 cells = [str(r["editor"]), str(r["editor_sig"])[:8], *([str(r[group])] if group else [])]
                 for c in shown:
-                    if c in sinfo:
+                    if c in sinfo and sinfo[c].count:
+                        cells.append(_count_cell(r[c]))
+                    elif c in sinfo:
                         cells.append(format_mean_se(r[c], r.get(f"{c}_se", float("nan")), digits))
                     elif c in COUNT_COLUMNS:
                         cells.append(str(r.get(c, "?")))

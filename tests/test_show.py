@@ -145,3 +145,68 @@ def test_show_columns_of_one_metric_set_leave_out_the_other_sets_sections(result
     assert "metrics=basic" in text and "metrics=hatie" not in text
     both = format_table(results, columns=["l1", "Total"])
     assert "metrics=basic" in both and "metrics=hatie" in both
+
+
+# -- headlines and counts (every suite's section sorts by its headline, never by a count) --------------------------
+
+@pytest.mark.parametrize(("metrics", "headline", "counts"), [
+    ("pie", None, {"n_no_background", "n_no_caption"}),
+    ("conventional", None, {"n_no_target", "n_no_mask", "n_dir_undefined"}),
+    ("judge", "G_O", set()),
+    ("editval", "accuracy", set()),
+])
+def test_suites_declare_their_headline_and_their_counts_in_run_json(metrics, headline, counts):
+    from hydra.utils import instantiate
+
+    from benchmark.run import _metric_meta, compose
+
+    cfg, _ = compose([f"metrics={metrics}", "profile=tiny", "queryset=demo_mini"])
+    suite = instantiate(cfg.metrics)[metrics]
+    meta = _metric_meta({metrics: suite}, suite)
+    assert {c for c, m in meta.items() if m.get("count")} == counts
+    assert [c for c, m in meta.items() if m.get("headline")] == ([headline] if headline else [])
+
+
+def _show_one(tmp_path, metric_set: str, columns: dict[str, dict], rows: list[dict]) -> str:
+    """`show`'s text for one section written by hand: leaderboard_metrics.csv from `columns`, leaderboard.csv
+    from `rows` (editor -> metric values)."""
+    from benchmark.show import render
+
+    meta = [{"metric": m, "metric_set": metric_set, "version": "1", "description": m, **c} for m, c in columns.items()]
+    pd.DataFrame(meta).to_csv(tmp_path / "leaderboard_metrics.csv", index=False)
+    base = {"queryset": "demo", "metric_set": metric_set, "prompt_kind": "instruction", "profile": "tiny",
+            "complete": True, "mark": "", "n_ok": 4, "n_failed": 0, "n_missing": 0}
+    pd.DataFrame([base | {"editor_sig": f"{i:016x}"} | r for i, r in enumerate(rows)]).to_csv(
+        tmp_path / "leaderboard.csv", index=False)
+    return render(tmp_path)
+
+
+def test_pie_sorts_by_its_headline_and_shows_counts_as_counts(tmp_path):
+    """pie was "sorted by n_no_background (best first)", with a ↓ on the count."""
+    cols = {"structure_1e3": {"higher_is_better": False, "summary": False},
+            "psnr_bg": {"higher_is_better": True, "summary": False},
+            "n_no_background": {"higher_is_better": False, "summary": True, "count": True}}
+    out = _show_one(tmp_path, "pie", cols, [
+        {"editor": "worse", "structure_1e3": 9.0, "psnr_bg": 20.0, "n_no_background": 0},
+        {"editor": "better", "structure_1e3": 1.0, "psnr_bg": 30.0, "n_no_background": 3}])
+    assert "(sorted by structure_1e3 (best first))" in out
+    assert "#n_no_background" in out and "n_no_background↓" not in out
+    body = [line.split()[0] for line in out.splitlines() if line.startswith(("worse", "better"))]
+    assert body == ["better", "worse"]
+
+
+def test_a_declared_headline_wins_over_a_summary_and_old_tables_treat_n_columns_as_counts(tmp_path):
+    """EditVal's demo table ranked identity above oracle by FID_type (a per-group summary); accuracy is its
+    headline. A leaderboard_metrics.csv from before `count` existed still never sorts by an n_* summary."""
+    cols = {"accuracy": {"higher_is_better": True, "summary": False, "headline": True},
+            "FID_type": {"higher_is_better": False, "summary": True}}
+    out = _show_one(tmp_path, "editval", cols, [
+        {"editor": "identity", "accuracy": 0.0, "FID_type": 0.0},
+        {"editor": "oracle", "accuracy": 1.0, "FID_type": 5.0}])
+    assert "(sorted by accuracy (best first))" in out
+    assert [line.split()[0] for line in out.splitlines() if line.startswith(("identity", "oracle"))] == \
+        ["oracle", "identity"]
+    old = {"clip_t": {"higher_is_better": True, "summary": False},
+           "n_no_target": {"higher_is_better": False, "summary": True}}
+    out = _show_one(tmp_path, "conventional", old, [{"editor": "a", "clip_t": 0.2, "n_no_target": 1}])
+    assert "(sorted by clip_t (best first))" in out and "#n_no_target" in out

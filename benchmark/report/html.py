@@ -61,15 +61,17 @@ def section_metrics(metrics: Any, metric_set: str, df: Any) -> list[tuple[str, b
             if ms == metric_set and m in df and df[m].notna().any()]
 
 
-def section_info(metrics: Any, metric_set: str, df: Any) -> dict[str, tuple[bool, bool]]:
-    """metric -> (higher_is_better, summary) of one metric set's columns in `df`, as `show` reads them."""
+def section_info(metrics: Any, metric_set: str, df: Any) -> dict[str, Any]:
+    """metric -> `benchmark.show.ColumnInfo` of one metric set's columns in `df`, as `show` reads them."""
+    from benchmark.show import column_info
+
     if metrics is None:
         return {}
-    out: dict[str, tuple[bool, bool]] = {}
+    out: dict[str, Any] = {}
     for _, r in metrics.iterrows():
         ms = str(r["metric_set"]) if isinstance(r["metric_set"], str) else ""
         if ms in (metric_set, "") and r["metric"] in df and r["metric"] not in out:
-            out[r["metric"]] = (str(r["higher_is_better"]).lower() == "true", str(r.get("summary")).lower() == "true")
+            out[r["metric"]] = column_info(r)
     return out
 
 
@@ -106,7 +108,9 @@ def leaderboard_table(part: Any, metrics: Any, metric_set: str, group_col: str |
     settings = [c for c in part.columns if c.startswith("set.")]
     head = ["editor", "sig", *settings, *([group_col] if group_col else []), "n_ok", "failed", "missing", "coverage"]
     th = "".join(f"<th>{escape(h)}</th>" for h in head)
-    th += "".join(f'<th title="{escape(m)}: {"higher" if hib else "lower"} is better">{escape(m)}'
+    counts = {m for m, i in section_info(metrics, metric_set, part).items() if i.count}
+    th += "".join(f'<th title="{escape(m)}: a count of rows">#{escape(m)}</th>' if m in counts else
+                  f'<th title="{escape(m)}: {"higher" if hib else "lower"} is better">{escape(m)}'
                   f'{"↑" if hib else "↓"}</th>' for m, hib in cols)
     body = []
     for _, r in part.iterrows():

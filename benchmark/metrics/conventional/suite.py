@@ -187,6 +187,7 @@ class ConventionalSuite(LazyComponents):
         off = {c for comp, cols in NEEDS.items() if self._factories[comp] is None for c in cols}
         self.columns = tuple(c for c in COLUMN_INFO if c not in off)
         self.column_info = {c: COLUMN_INFO[c] for c in self.columns} | SUMMARY_INFO
+        self.count_columns = tuple(SUMMARY_INFO)  # counts of rows, shown as counts, never the section's headline
         self._models: dict[str, Any] = {}
         self.timings: dict[str, float] = {}
 

@@ -120,6 +120,7 @@ class EditValSuite(LazyComponents):
     info = MetricInfo("editval", VERSION, True, description="EditVal detector-rule accuracy, DINO context, FID per type")
     columns = ("accuracy", "DINO_context")
     column_info = COLUMN_INFO
+    headline = "accuracy"  # EditVal's figure; FID_type is a per-group summary beside it
 
     def __init__(self, *, detector: Callable[..., Any], dino: Callable[..., Any], fid: Callable[..., Any] | None = None,
                  threshold: float = 0.1, position_delta: float = 0.25, size_margin: float = 0.1,

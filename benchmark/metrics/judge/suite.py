@@ -143,6 +143,7 @@ class JudgeSuite(LazyComponents):
         self.timings: dict[str, float] = {}
         self.column_info = column_info(self.prompts) | SUMMARY_INFO
         self.columns = tuple(c for c in self.column_info if c not in SUMMARY_INFO)
+        self.headline = "G_O"  # VIEScore's O; score_mass is a diagnostic of the readout beside it
         self.info = SuiteInfo(JudgeSuite.info.name, VERSION, True, description=JudgeSuite.info.description,
                               identity={"judge": self.identity})
 
