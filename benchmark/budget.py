@@ -321,7 +321,8 @@ def estimate(cfg: Any, full: Any, *, editor: str, metrics: str, gpu_name: Callab
         if row not in options("editor"):  # a label no `editor=` names (a meta-evaluation candidate): no command to suggest
             return None, f"cost unknown: configs/costs.yaml has no row for {row} at {size} size on {cls}"
         how = ("editmeter gpu-check (its s/query and load s columns)" if cls != "cpu" else
-               f"editmeter run editor={row} queryset=demo queryset.sample=14 (edit seconds / 14, load editor)")
+               f"editmeter run editor={row} queryset=demo queryset.sample=14"
+               + (f" profile={profile}" if profile != "pretrained" else "") + " (edit seconds / 14, load editor)")
         return None, (f"cost unknown: configs/costs.yaml has no row for editor {row} at {size} size on {cls}; "
                       f"measure it with {how} and add it")
     count = int(cfg.shard.count)

@@ -95,6 +95,8 @@ def test_unknown_cost_is_reported_not_blocked_with_how_to_measure_it_there(tmp_p
     line = B.check_budget(cfg, _full(cfg), editor="overedit", metrics="basic", interactive=lambda: False)
     # on a CPU the measurement is a small run (gpu-check measures nothing without CUDA)
     assert "cost unknown" in line and "editmeter run editor=overedit" in line and "gpu-check" not in line
+    # the suggested command runs the same profile: without profile=tiny it would load the real weights
+    assert "editmeter run editor=overedit queryset=demo queryset.sample=14 profile=tiny " in line
     cfg, _ = _cfg(tmp_path, "editor=omnigen", "profile=random", "editor.device=cuda", "budget.max_gpu_hours=0")
     line = B.check_budget(cfg, _full(cfg), editor="omnigen", metrics="basic", gpu_name=lambda: "NVIDIA H100",
                           interactive=lambda: False)
