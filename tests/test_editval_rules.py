@@ -36,6 +36,10 @@ def test_alter_parts_needs_the_part_centre_inside_the_class_box():
     assert R.alter_parts((150, 150, 200, 200), pizza)
     assert not R.alter_parts((310, 150, 350, 200), pizza)   # beside the pizza
     assert not R.alter_parts(None, pizza) and not R.alter_parts((150, 150, 200, 200), None)
+    # a deviation from the release (docs/editval.md): a centre exactly on the class box's edge is inside here
+    x0 = pizza[0]
+    assert R.alter_parts((x0 - 20, 150, x0 + 20, 200), pizza)
+    assert not R.alter_parts((x0 - 22, 150, x0 + 18, 200), pizza)
 
 
 @pytest.mark.parametrize(("relation", "added", "ok"), [
@@ -82,7 +86,8 @@ def test_defect1_corner_boxes_centre_and_area():
     """The release read [x0, y0, x1, y1] as centre/size: its centre was (x0, y0) and its area x1 * y1."""
     assert R.center((100, 100, 200, 300)) == (150, 200)
     assert R.area((100, 100, 200, 300)) == 100 * 200
-    # a part whose centre is inside the pizza but whose top-left corner is not: passes here, failed there
+    # a part whose centre is inside the pizza but whose top-left corner is not: passes here (and in the release
+    # too, side by side on the same boxes: its corner-read boxes happen to agree on this one)
     assert R.alter_parts((90, 90, 130, 130), (100, 100, 200, 200))
     # a part whose top-left corner is inside but whose centre is not: fails here, passed there
     assert not R.alter_parts((190, 190, 300, 300), (100, 100, 200, 200))
