@@ -21,7 +21,15 @@ from collections import defaultdict
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, TypeVar
 
-from benchmark.types import EDITVAL_TYPES, GEDIT_TYPES, HATIE_TYPES, IMGEDIT_TYPES, KRIS_TYPES, PIE_TYPES, Query
+from benchmark.types import (
+    EDITVAL_TYPES,
+    GEDIT_TYPES,
+    HATIE_TYPES,
+    IMGEDIT_TYPES,
+    KRIS_TYPES,
+    PIE_TYPES,
+    Query,
+)
 
 T = TypeVar("T")
 
