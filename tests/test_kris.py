@@ -507,3 +507,18 @@ def test_kris_is_refused_up_front_on_a_set_without_kris_tasks(tmp_path):
                             f"metrics.kris.prompts_sha256={sha}", f"metrics.kris.prompts_commit={FAKE_COMMIT}"])
     with pytest.raises(PreflightError, match="a single-source KRIS-Bench task with an instruction"):
         run_pipeline(cfg, choices["editor"])
+
+
+def test_the_shipped_config_without_a_checksum_is_refused_through_the_cli_before_any_edit(built, tmp_path, capsys,
+                                                                                          restore_logging):
+    from benchmark import cli
+
+    try:
+        rc = cli.main(["run", "editor=identity", "queryset=kris", f"queryset.root={built[0]}", "metrics=kris",
+                       "profile=tiny", f"paths.results={tmp_path}", "progress=false"])
+    except SystemExit as stop:
+        rc = int(stop.code or 0)
+    err = capsys.readouterr().err
+    assert rc != 0 and "Traceback" not in err
+    assert "metrics.kris.prompts_sha256 is not set" in err and "sha256sum datasets/kris/downloads/kris_prompts.txt" in err
+    assert not list(tmp_path.glob("runs/*/*/edits/*.png"))  # nothing edited

@@ -119,9 +119,9 @@ def check_identity(commit: str, sha256: str) -> None:
     checksum yet (the file could not be read when the protocol was written): null is refused with the fix."""
     if sha256 is None:
         raise ProtocolError(f"metrics.kris.prompts_sha256 is not set: the checksum of {PROMPTS_PATH} of {SOURCE_REPO} "
-                            f"at {commit} is not recorded in this version. Fetch it with `make data NAME=kris` (it "
-                            "prints the file's sha256), review the file, and pass metrics.kris.prompts_sha256=<that "
-                            "sha256> (docs/judge.md, KRIS-Bench's protocol)")
+                            f"at {commit} is not recorded in this version. Fetch it with `make data NAME=kris`, review "
+                            "it, and pass metrics.kris.prompts_sha256=<the output of `sha256sum "
+                            "datasets/kris/downloads/kris_prompts.txt`> (docs/judge.md, KRIS-Bench's protocol)")
     pinned.check_identity(commit, sha256, SOURCE_REPO)
 
 
