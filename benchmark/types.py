@@ -84,8 +84,8 @@ IMGEDIT_TYPES: tuple[str, ...] = (
     "imgedit_compose",
     "imgedit_action",
 )
-# KRIS-Bench's twenty task folders (mercurystraw/Kris_Bench `KRIS_Bench/<task>/annotation.json`; the paper counts
-# temporal prediction as three of its 22 tasks), namespaced `kris_` with '-' as '_' (`benchmark.querysets.kris.TASKS`
+# KRIS-Bench's twenty task folders (mercurystraw/Kris_Bench `KRIS_Bench/<task>/annotation.json`; the paper lists 22
+# tasks, lmms-eval's KRIS-Bench task splits temporal prediction into three by its target frame), namespaced `kris_` with '-' as '_' (`benchmark.querysets.kris.TASKS`
 # maps the release's names). A later schema v1 addition like GEDIT_TYPES.
 KRIS_TYPES: tuple[str, ...] = (
     "kris_count_change",

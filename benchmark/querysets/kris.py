@@ -2,7 +2,8 @@
 dataset Liang0223/KRIS_Bench) -> editmeter queries.
 
 KRIS-Bench (Wu et al., "KRIS-Bench: Benchmarking Next-Level Intelligent Image Editing Models") holds 1,267 edits in
-twenty task folders (the paper counts temporal prediction as three of its 22 tasks). Each folder holds its images and
+twenty task folders (the paper lists 22 tasks; lmms-eval's KRIS-Bench task splits temporal prediction into three by
+its target frame). Each folder holds its images and
 `annotation.json`, an object keyed by a decimal string whose entries have `ori_img` (the source's file name in the
 folder; a list of several for `multi-element_composition` and `temporal_prediction`), `gt_img` (a ground-truth image
 or ""), `ins_en` (the instruction) and `explain_en` (the real-world knowledge the edit should show, or "").
