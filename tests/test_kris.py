@@ -522,3 +522,32 @@ def test_the_shipped_config_without_a_checksum_is_refused_through_the_cli_before
     assert rc != 0 and "Traceback" not in err
     assert "metrics.kris.prompts_sha256 is not set" in err and "sha256sum datasets/kris/downloads/kris_prompts.txt" in err
     assert not list(tmp_path.glob("runs/*/*/edits/*.png"))  # nothing edited
+
+
+def test_the_tiny_local_judge_runs_and_every_row_keeps_its_three_replies(built, tmp_path, restore_logging):
+    from benchmark.errors import TooManyFailures
+    from benchmark.stages.score import read_scores
+
+    try:  # random weights write bytes: a row is a failure, or scored where a stray digit 1-5 reads as a score
+        _run(built[0], tmp_path, "limit=2", "metrics.kris.backbone.max_new_tokens=8",
+             "metrics.kris.backbone.dtype=float32")
+    except TooManyFailures:
+        pass
+    run_dir = next((tmp_path / "results" / "runs").glob("kris-*/identity-*"))
+    rows = read_scores(run_dir, next((run_dir / "scores").iterdir()).name)
+    assert len(rows) == 2
+    for _i, row in rows.iterrows():
+        assert all(isinstance(row[c], str) and row[c] for c in ("vc_reply", "if_reply", "vq_reply"))
+        if row["status"] == "ok":
+            assert all(1 <= row[c] <= 5 for c in ("K_VC", "K_VQ", "K_IF"))
+        else:
+            assert "gives no usable score" in row["reason"] and math.isnan(row["K_VC"])
+
+
+def test_a_task_key_given_twice_is_refused(tmp_path):
+    root = release(tmp_path)
+    path = root / "chemistry" / "annotation.json"
+    text = path.read_text(encoding="utf-8")
+    path.write_text(text.replace('"2": {', '"1": {'), encoding="utf-8")
+    with pytest.raises(KrisFormatError, match=r"duplicate key\(s\) \['1'\]"):
+        build(root, tmp_path / "out")
