@@ -260,10 +260,10 @@ def normalize(score: float) -> float:
 
 
 def summary_keys() -> list[str]:
-    """KRIS_<category>_<VC|VQ|IF|KP|AVG>, KRIS_<meta>_AVG and KRIS_overall_AVG, in summarize.py's order."""
-    keys = [f"KRIS_{c}_{SHORT[d]}" for c, (_n, _t, dims) in CATEGORIES.items() for d in dims]
-    keys += [f"KRIS_{c}_AVG" for c in CATEGORIES]
-    return keys + [f"KRIS_{m}_AVG" for m in META] + ["KRIS_overall_AVG"]
+    """KRIS_overall_AVG, KRIS_<meta>_AVG, KRIS_<category>_AVG, then KRIS_<category>_<VC|VQ|IF|KP>: the headline first
+    (the leaderboard sorts by the first)."""
+    keys = ["KRIS_overall_AVG", *(f"KRIS_{m}_AVG" for m in META), *(f"KRIS_{c}_AVG" for c in CATEGORIES)]
+    return keys + [f"KRIS_{c}_{SHORT[d]}" for c, (_n, _t, dims) in CATEGORIES.items() for d in dims]
 
 
 def _values(rows: Any, tasks: tuple[str, ...], column: str) -> list[float]:
