@@ -84,7 +84,33 @@ IMGEDIT_TYPES: tuple[str, ...] = (
     "imgedit_compose",
     "imgedit_action",
 )
-EDIT_TYPES: tuple[str, ...] = HATIE_TYPES + EDITVAL_TYPES + FREEFORM_TYPES + GEDIT_TYPES + PIE_TYPES + IMGEDIT_TYPES
+# KRIS-Bench's twenty task folders (mercurystraw/Kris_Bench `KRIS_Bench/<task>/annotation.json`; the paper lists 22
+# tasks, lmms-eval's KRIS-Bench task splits temporal prediction into three by its target frame), namespaced `kris_` with '-' as '_' (`benchmark.querysets.kris.TASKS`
+# maps the release's names). A later schema v1 addition like GEDIT_TYPES.
+KRIS_TYPES: tuple[str, ...] = (
+    "kris_count_change",
+    "kris_color_change",
+    "kris_size_adjustment",
+    "kris_part_completion",
+    "kris_anomaly_correction",
+    "kris_viewpoint_change",
+    "kris_position_movement",
+    "kris_temporal_prediction",
+    "kris_humanities",
+    "kris_practical_knowledge",
+    "kris_biology",
+    "kris_chemistry",
+    "kris_geography",
+    "kris_medicine",
+    "kris_mathematics",
+    "kris_physics",
+    "kris_abstract_reasoning",
+    "kris_rule_based_reasoning",
+    "kris_multi_element_composition",
+    "kris_multi_instruction_execution",
+)
+EDIT_TYPES: tuple[str, ...] = (HATIE_TYPES + EDITVAL_TYPES + FREEFORM_TYPES + GEDIT_TYPES + PIE_TYPES + IMGEDIT_TYPES
+                               + KRIS_TYPES)
 FREEFORM_CLASS = "free-form"
 
 # Types that change the whole image rather than one object; grouped as one pseudo-class.
@@ -118,6 +144,7 @@ REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
     # every PIE-Bench entry has both prompts (the methods it compares are description-based)
     **{t: ("source_caption", "target_caption") for t in PIE_TYPES},
     **{t: () for t in IMGEDIT_TYPES},
+    **{t: () for t in KRIS_TYPES},
 }
 
 SizeChange = Literal["enlarge", "shrink"]
@@ -176,6 +203,9 @@ class Query:
     # PIE-Bench's `blended_word`: the edited word of the source prompt and of the target prompt, space-separated
     # ("cat dog"), as the release gives it; its P2P script builds the local blend from it
     blended_word: str | None = None
+    # KRIS-Bench's `explain_en`: the real-world knowledge the judge is told the edit should show (its knowledge tasks'
+    # dual prompt quotes it); never shown to an editor
+    explanation: str | None = None
 
     @property
     def object_class(self) -> str:
@@ -188,7 +218,7 @@ class Query:
         if self.edit_type in WHOLE_IMAGE_TYPES:
             return WHOLE_IMAGE_CLASS
         if (self.edit_type in FREEFORM_TYPES or self.edit_type in GEDIT_TYPES or self.edit_type in PIE_TYPES
-                or self.edit_type in IMGEDIT_TYPES):
+                or self.edit_type in IMGEDIT_TYPES or self.edit_type in KRIS_TYPES):
             return FREEFORM_CLASS
         if self.edit_type in ("obj_add", "object_addition", "positional_addition") and self.new_class:
             return self.new_class

@@ -34,7 +34,7 @@ _PATH_FIELDS = ("image", "edit_mask", "target_image")
 _STR_FIELDS = (
     "instruction", "source_caption", "target_caption", "image_id", "new_class", "relation",
     "attribute_before", "attribute_after", "background", "style", "language", "instruction_en", "instruction_zh",
-    "blended_word",
+    "blended_word", "explanation",
 )
 # `language`: a BCP 47 primary language subtag ("en", "zh"); `instruction_<lang>` fields exist for these two
 _LANGUAGE_RE = re.compile(r"[a-z]{2,3}")

@@ -71,3 +71,35 @@ class SeededScript:
             else:
                 out.append(self.pq[k])
         return out
+
+
+def marked_reply(replies: dict[str, str], images, text: str) -> str:
+    """metrics=kris's scripted reply: the stand-in prompts name their request in a `KIND=` line and quote the
+    instruction in an `INSTRUCTION=` line; the reply is `replies["<kind>:<instruction>"]`, or for the quality prompt
+    (no instruction) `replies["VQ:<r,g,b>"]` of the colour nearest the edit's most common one (a JPEG round trip
+    moves a flat colour by a step or two)."""
+    kind = text.split("KIND=", 1)[1].split("\n", 1)[0]
+    if "INSTRUCTION=" in text:
+        return replies[f"{kind}:{text.split('INSTRUCTION=', 1)[1].split(chr(10), 1)[0]}"]
+    colour = max(images[-1].convert("RGB").getcolors(1 << 16))[1]
+    keys = [k for k in replies if k.startswith(f"{kind}:")]
+    best = min(keys, key=lambda k: sum((int(a) - b) ** 2 for a, b in zip(k.split(":")[1].split(","), colour,
+                                                                           strict=True)))
+    return replies[best]
+
+
+class MarkedReplies:
+    """A judge backbone double for metrics=kris (`marked_reply`); it records every request (image count, text)."""
+
+    def __init__(self, *, replies: dict[str, str]) -> None:
+        self.replies = dict(replies)
+        self.name = "marked-replies@test"
+        self.seen: list[tuple[int, str]] = []
+
+    @property
+    def identity(self) -> str:
+        return f"{self.name}|{sorted(self.replies.items())}"
+
+    def generate(self, requests):
+        self.seen += [(len(images), text) for images, text in requests]
+        return [marked_reply(self.replies, images, text) for images, text in requests]
