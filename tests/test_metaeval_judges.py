@@ -487,3 +487,30 @@ def test_cli_judges_a_missing_prompt_file_stops_before_any_edit_is_judged(tmp_pa
                 "metrics.gedit.prompts_sha256=" + "0" * 64, f"metrics.gedit.prompts_commit={FAKE_COMMIT}") == 2
     assert "--judges gedit: GEdit-Bench's prompt file" in capsys.readouterr().err
     assert not (tmp_path / "results" / "metaeval" / "judge_scores").exists()
+
+
+def test_redirected_output_of_judges_gets_no_third_party_loading_bar(tmp_path):
+    """`metaeval judges` loading the tiny EditReward through transformers printed "Loading weights: 100%| 57/57"
+    into redirected output; bars are promised only on a terminal, as in `editmeter run`."""
+    import os
+    import subprocess
+    import sys
+
+    from test_editreward_judge import FAKE_COMMIT as ER_COMMIT
+    from test_editreward_judge import SMALL
+    from test_editreward_judge import write as write_er_prompts
+
+    er = write_er_prompts(tmp_path / "er_prompts")
+    args = ["--judges", "editreward", "--sets", f"genai={genai_fixture(tmp_path)}", "queryset=demo_mini",
+            "profile=tiny", f"paths.results={tmp_path / 'results'}", "--resamples", "0",
+            f"metrics.editreward.prompts_file={er['path']}", f"metrics.editreward.prompts_sha256={er['sha256']}",
+            f"metrics.editreward.prompts_commit={ER_COMMIT}", f"metrics.editreward.suffix_file={er['suffix_path']}",
+            f"metrics.editreward.suffix_sha256={er['suffix_sha256']}", "metrics.editreward.backbone.dtype=float32",
+            f"metrics.editreward.backbone.image_pixels={SMALL}"]
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", PYTHONPATH=str(root))
+    env.pop("TQDM_DISABLE", None)
+    proc = subprocess.run([sys.executable, "-m", "benchmark.cli", "metaeval", "judges", *args], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "Loading weights" not in proc.stderr + proc.stdout and "\r" not in proc.stderr

@@ -64,7 +64,7 @@ def read_sets(args: argparse.Namespace, overrides: list[str]) -> list[Any]:
 
 def run_judges(args: argparse.Namespace, overrides: list[str], settings: list[str]) -> int:
     """Run the judges test; returns 0 (errors raise the metaeval error types the CLI turns into exit 2)."""
-    from benchmark.console import progress_enabled
+    from benchmark.console import progress_enabled, quiet_third_party
     from benchmark.metaeval import judges as J
     from benchmark.metaeval.evaluate import Boot
     from benchmark.metaeval.scoring import MetaevalError, metric_suite
@@ -80,6 +80,9 @@ def run_judges(args: argparse.Namespace, overrides: list[str], settings: list[st
         raise MetaevalError(f"--resamples {boot.resamples}: must be >= 0")
     names = [n for n in (args.metrics or args.judges).split(",") if n]
     cfg, _ = compose(general)
+    progress = progress_enabled(cfg.progress)
+    # before any judge loads: third-party loading bars ("Loading weights") never reach redirected output
+    quiet_third_party(progress)
     judges = [J.build_judge(n, overrides) for n in names]
     for jd in judges:  # a missing or altered prompt file stops here, before any edit is judged
         J.check_judge_inputs(jd)
@@ -88,7 +91,6 @@ def run_judges(args: argparse.Namespace, overrides: list[str], settings: list[st
     if stray:
         raise MetaevalError(f"{' '.join(stray)}: no judge of --judges {','.join(names)} has that suite; drop it")
     cache_dir = Path(cfg.paths.results) / "metaeval" / "judge_scores"
-    progress = progress_enabled(cfg.progress)
     columns = {(jd.name, hs.name): jd.column_for(hs, args.dimension) for hs in hsets for jd in judges}  # fail early
     rows: list[dict[str, Any]] = []
     failures: dict[str, int] = {}
