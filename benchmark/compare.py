@@ -376,7 +376,7 @@ def compare_runs(results: Path, runs: Sequence[str] | None = None, *, queryset: 
         if model_level:
             notes.append(f"metric set {mset}: {', '.join(model_level)} are model-level scores of a whole run, not "
                          "per-query values: they cannot be paired per query and are not compared here (editmeter "
-                         "show prints them with unpaired bootstrap SEs)")
+                         "show prints each run's value; a model-level score has no per-query SE)")
         higher = {m: bool(set_runs[0].meta["metrics"][m]["higher_is_better"]) for m in names}
         suite = set_runs[0].meta.get("suite")
         sides = {f.key: _scope(r, names) for f, r in zip(members, set_runs, strict=True)}
@@ -429,9 +429,22 @@ def _decimals(values: Sequence[float]) -> int:
     return int(min(6, max(0, 3 - math.floor(math.log10(max(finite))))))
 
 
+def _diff_decimals(values: Sequence[float], dec: int) -> int:
+    """Decimals (at least `dec`) that give the smallest nonzero of `values` (a difference and its CI bounds) two
+    significant digits: a difference of 4e-5 must not print as 0.000 [0.000, 0.000]. More than 12 means
+    scientific notation (returned as -1)."""
+    finite = [abs(v) for v in values if isinstance(v, float | int) and math.isfinite(v) and v != 0]
+    if not finite:
+        return dec
+    need = 1 - math.floor(math.log10(min(finite)))
+    return max(dec, need) if need <= 12 else -1
+
+
 def _num(v: float, dec: int) -> str:
     if not isinstance(v, float | int) or not math.isfinite(v):
         return "-"
+    if dec < 0:
+        return f"{v:.2e}"
     s = f"{v:.{dec}f}"
     return s[1:] if s.startswith("-") and float(s) == 0 else s  # no "-0.000"
 
@@ -485,13 +498,17 @@ def format_comparison(df) -> str:
         table = [header]
         for m, mrows in part.groupby("metric", sort=False):
             dec = _decimals([*mrows["mean_a"], *mrows["mean_b"]])
+            # the difference and its CI with two significant digits, the means with as many decimals when that
+            # stays readable: "1.000 vs 1.000, diff 0.000 [0.000, 0.000]" hid a significant difference
+            ddec = _diff_decimals([*mrows["diff"], *mrows["ci_low"], *mrows["ci_high"]], dec)
+            mdec = ddec if 0 <= ddec <= 8 else dec
             arrow = "↑" if mrows["higher_is_better"].iloc[0] else "↓"
             for r in mrows.itertuples():
                 if r.by and r.n_shared == 0:
                     continue
                 win = _win_cell(r)
-                table.append([f"{m}{arrow}", r.group, str(r.n_shared), _num(r.mean_a, dec), _num(r.mean_b, dec),
-                              _num(r.diff, dec), f"[{_num(r.ci_low, dec)}, {_num(r.ci_high, dec)}]", _p(r.p_value),
+                table.append([f"{m}{arrow}", r.group, str(r.n_shared), _num(r.mean_a, mdec), _num(r.mean_b, mdec),
+                              _num(r.diff, ddec), f"[{_num(r.ci_low, ddec)}, {_num(r.ci_high, ddec)}]", _p(r.p_value),
                               _p(r.p_adjusted), str(r.win_a), str(r.win_b), str(r.ties), win, _verdict(r),
                               "" if r.complete else "PARTIAL"])
         if not part["by"].astype(bool).any():  # no groups: drop the all-"all" column

@@ -449,3 +449,32 @@ def test_a_cross_family_refusal_names_the_metric_set_that_compares_them(tmp_path
              prompt_kind="description")
     with pytest.raises(CompareError, match=r"not comparable; .*\(metrics=basic\) .*--metric-set basic$"):
         compare_runs(only_suite, ["alpha", "delta"])
+
+
+def test_a_small_significant_difference_shows_its_digits(tmp_path):
+    """clip_i near 1 with B lower by ~4e-5 on every query printed "1.000 vs 1.000, diff 0.000 [0.000, 0.000],
+    better A": the difference and its CI get two significant digits, and the means as many decimals."""
+    rng = np.random.default_rng(0)
+    b = 0.999 + rng.uniform(0, 1e-3, size=60)
+    a = b + 4e-5 + rng.uniform(-5e-6, 5e-6, size=60)
+    make_run(tmp_path, "alpha", {"clip_i": a})
+    make_run(tmp_path, "beta", {"clip_i": b})
+    df = compare_runs(tmp_path, ["alpha", "beta"], n_resamples=200)
+    r = row(df, "clip_i")
+    text = format_comparison(df)
+    line = next(ln for ln in text.splitlines() if ln.startswith("clip_i"))
+    diff = f"{r['diff']:.6f}"
+    assert diff in line and f"[{r['ci_low']:.6f}, {r['ci_high']:.6f}]" in line, line
+    assert float(diff) != 0 and " A" in line  # the verdict and a difference that shows
+    assert f"{r['mean_a']:.6f}" in line and f"{r['mean_b']:.6f}" in line
+    # a tiny difference beyond 12 decimals goes to scientific notation instead of a row of zeros
+    from benchmark.compare import _diff_decimals, _num
+
+    assert _num(3e-14, _diff_decimals([3e-14], 4)) == "3.00e-14"
+
+
+def test_the_note_on_model_level_scores_does_not_promise_ses_that_show_does_not_print(tmp_path):
+    make_run(tmp_path, "alpha", {"m": np.arange(6.0)}, model_level={"Total": True})
+    make_run(tmp_path, "beta", {"m": np.arange(6.0) + 1}, model_level={"Total": True})
+    notes = " ".join(compare_runs(tmp_path, ["alpha", "beta"], n_resamples=50).attrs["notes"])
+    assert "Total" in notes and "unpaired bootstrap SE" not in notes and "no per-query SE" in notes
