@@ -5,6 +5,7 @@ the library; heavy modules are imported only by the subcommand that needs them.
     editmeter score --edits DIR --name LABEL queryset=hatie    # score edits made elsewhere
     editmeter show [--queryset demo]                           # print the leaderboard
     editmeter compare identity overedit [--by type]            # paired differences, CIs, tests, win rates
+    editmeter remove overedit --yes                            # delete a run, rebuild the tables
     editmeter data NAME                                        # download a query-set source
     editmeter weights ...                                      # prefetch the checkpoints a run needs
     editmeter launch --workers 8 editor=ip2p queryset=hatie    # shard a run across local GPUs or Slurm
@@ -45,6 +46,12 @@ def _show(argv: list[str]) -> int:
 
 def _compare(argv: list[str]) -> int:
     from benchmark.compare import main
+
+    return main(argv)
+
+
+def _remove(argv: list[str]) -> int:
+    from benchmark.remove import main
 
     return main(argv)
 
@@ -113,6 +120,7 @@ COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "score": (_score, "score a folder of edits made elsewhere and add them to the leaderboard"),
     "show": (_show, "print the leaderboard (means ± bootstrap SE, arrows for the better direction)"),
     "compare": (_compare, "paired comparison of runs on their shared queries: differences, CIs, tests, win rates"),
+    "remove": (_remove, "delete run folders from a results folder and rebuild the leaderboard tables"),
     "data": (_data, "download one query-set source (resumable, verified)"),
     "weights": (_weights, "prefetch every checkpoint a run will touch (editor and metric models)"),
     "launch": (_launch, "shard a run (or a sweep) across N workers: local GPUs/CPUs or Slurm; then aggregate"),

@@ -380,6 +380,15 @@ def compare_runs(results: Path, runs: Sequence[str] | None = None, *, queryset: 
         higher = {m: bool(set_runs[0].meta["metrics"][m]["higher_is_better"]) for m in names}
         suite = set_runs[0].meta.get("suite")
         sides = {f.key: _scope(r, names) for f, r in zip(members, set_runs, strict=True)}
+        if not explicit:  # every run of a set: one without a scored query cannot take out the others' comparisons
+            empty = [f for f in members if not (sides[f.key]["status"] == "ok").any()]
+            if empty:
+                notes.append(f"metric set {mset}: {', '.join(f.key for f in empty)} left out, no query scored ok "
+                             "(finish or rerun it, or delete it: editmeter remove)")
+                keep = [i for i, f in enumerate(members) if f not in empty]
+                members, set_runs = [members[i] for i in keep], [set_runs[i] for i in keep]
+                if len(members) < 2:
+                    continue
         # the query set's ids in id order, with their groups (every run of the set has the same index)
         universe = set_runs[0].index.frame()[["query_id", "edit_type", "object_class"]].fillna("(none)")
         universe = universe.sort_values("query_id", kind="stable").reset_index(drop=True)
@@ -393,7 +402,12 @@ def compare_runs(results: Path, runs: Sequence[str] | None = None, *, queryset: 
                                        + _family_blind_hint(chosen, metric_set))
                 notes.append(f"metric set {mset}: pair not compared, {why}")
                 continue
-            pairs.append(_pair(sides[fa.key], sides[fb.key], fa, fb, mset, universe[["query_id"]]))
+            try:
+                pairs.append(_pair(sides[fa.key], sides[fb.key], fa, fb, mset, universe[["query_id"]]))
+            except CompareError as err:
+                if explicit:
+                    raise
+                notes.append(f"metric set {mset}: pair not compared, {err}")
         rows += _set_rows(pairs, universe, mset, names, higher, by_value, n_resamples, seed, test)
         coverage += [p.coverage for p in pairs]
     unknown = [m for m in (metrics or ()) if m not in compared]

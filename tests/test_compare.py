@@ -478,3 +478,27 @@ def test_the_note_on_model_level_scores_does_not_promise_ses_that_show_does_not_
     make_run(tmp_path, "beta", {"m": np.arange(6.0) + 1}, model_level={"Total": True})
     notes = " ".join(compare_runs(tmp_path, ["alpha", "beta"], n_resamples=50).attrs["notes"])
     assert "Total" in notes and "unpaired bootstrap SE" not in notes and "no per-query SE" in notes
+
+
+def test_a_run_without_scored_queries_is_left_out_of_every_run_comparison_and_can_be_removed(tmp_path, capsys):
+    """A `score` of an empty folder made a run with no ok row, and the report's comparison of every run then failed
+    as a whole (CompareError: share no query). It is left out with one note; `editmeter remove` deletes it and
+    rebuilds the tables."""
+    a, b = planted(n=12)
+    make_run(tmp_path, "alpha", {"m": a})
+    make_run(tmp_path, "beta", {"m": b})
+    make_run(tmp_path, "empty", {"m": a}, status=["failed"] * 12)
+    df = compare_runs(tmp_path, n_resamples=50)
+    assert set(zip(df["editor_a"], df["editor_b"], strict=True)) == {("alpha", "beta")}
+    notes = [n for n in df.attrs["notes"] if "no query scored ok" in n]
+    assert len(notes) == 1 and "empty" in notes[0] and "editmeter remove" in notes[0]
+    with pytest.raises(CompareError, match="share no query"):  # named explicitly: still a refusal
+        compare_runs(tmp_path, ["alpha", "empty"], n_resamples=50)
+    assert cli.main(["remove", "empty", "--results", str(tmp_path)]) == 2  # off a terminal: needs --yes
+    assert "--yes" in capsys.readouterr().err
+    assert cli.main(["remove", "emtpy", "--results", str(tmp_path), "--yes"]) == 2
+    assert "Did you mean 'empty'" in capsys.readouterr().err
+    assert cli.main(["remove", "empty", "--results", str(tmp_path), "--yes", "--resamples", "20"]) == 0
+    assert not list((tmp_path / "runs").glob("*/empty-*")) and len(list((tmp_path / "runs").glob("*/*"))) == 2
+    board = pd.read_csv(tmp_path / "leaderboard.csv")
+    assert sorted(board["editor"]) == ["alpha", "beta"]

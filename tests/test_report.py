@@ -563,3 +563,24 @@ def test_provenance_lists_editor_info_as_keys_not_raw_json():
     assert '<dl class="info">' in html and "<dt>sched.steps</dt><dd>5</dd>" in html
     assert '{"name"' not in html and "&quot;name&quot;" not in html
     assert html.startswith('<div class="scroll">')
+
+
+def test_a_run_without_scored_queries_no_longer_takes_out_the_comparison(own_results, tmp_path, capsys):
+    """A `score` of an empty folder (the run exists, no query scored) made the report's whole comparison section
+    "compare_runs failed (... share no query ...)", and `make report` said nothing. The run is left out with one
+    line, printed too; each stage prints a line as it starts (a rebuild can take a minute)."""
+    from benchmark import cli
+
+    (tmp_path / "none").mkdir()
+    cli.main(["score", "--edits", str(tmp_path / "none"), "--name", "nothing", "queryset=demo_mini",
+              "profile=tiny", "metrics=basic", f"paths.results={own_results}", "progress=false",
+              "aggregate.bootstrap_resamples=20"])
+    assert list((own_results / "runs").glob("*/nothing-*/run.json"))
+    capsys.readouterr()
+    assert cli.main(["report", "--results", str(own_results), "--out", str(tmp_path / "r")]) == 0
+    captured = capsys.readouterr()
+    assert "compare_runs failed" not in captured.out
+    assert "[report] comparison: metric set basic:" in captured.out and "nothing-" in captured.out
+    assert "[report] thumbnails ..." in captured.err and "[report] comparing the runs" in captured.err
+    page = (tmp_path / "r" / "index.html").read_text(encoding="utf-8")
+    assert "no query scored ok" in page and "compare_runs failed" not in page

@@ -23,7 +23,7 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from html import escape
 from pathlib import Path
@@ -93,7 +93,7 @@ def comparison(results: Path, queryset: str | None, by: str | None = "type") -> 
 
 def build_report(results: Path, out: Path, *, queryset: str | None = None, page_size: int = DEFAULT_PAGE_SIZE,
                  querysets: dict[str, Any] | None = None, compare: bool = True, compare_by: str | None = "type",
-                 workers: int = 0) -> dict[str, Any]:
+                 workers: int = 0, stage: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Write the report folder `out` from the results folder `results`; returns what was written and timings.
 
     `querysets` maps query-set names to loaded sets (default: load each through its config); a set whose content
@@ -106,12 +106,15 @@ def build_report(results: Path, out: Path, *, queryset: str | None = None, page_
         raise ReportError(f"{results} holds no runs/ and no leaderboard.csv: nothing to report. Run `make demo` "
                           "or `make bench`, or pass --results")
     check_out(out, results)
+    say = stage or (lambda _msg: None)  # one line as each stage starts: a rebuild can take a minute
     timings: dict[str, float] = {}
+    say("reading the leaderboards and runs")
     lb = read_leaderboards(results, queryset)
     runs, run_notes = read_runs(results, queryset)
     timings["read"] = time.perf_counter() - t0
 
     t = time.perf_counter()
+    say(f"image grid of {len(runs)} run folder(s)")
     grids = []
     by_set: dict[tuple[str, str], list[Any]] = {}
     for run in runs:
@@ -122,6 +125,7 @@ def build_report(results: Path, out: Path, *, queryset: str | None = None, page_
     timings["grid"] = time.perf_counter() - t
 
     t = time.perf_counter()
+    say("thumbnails")
     out.mkdir(parents=True, exist_ok=True)
     (out / MARKER).write_text("written by `editmeter report`; the next build replaces data/ and assets/\n",
                               encoding="utf-8")
@@ -131,11 +135,14 @@ def build_report(results: Path, out: Path, *, queryset: str | None = None, page_
     timings["thumbnails"] = time.perf_counter() - t
 
     t = time.perf_counter()
+    if compare:
+        say("comparing the runs of each query set (paired bootstrap)")
     cmp_df, cmp_note = (comparison(results, queryset, compare_by) if compare
                         else (None, "comparison skipped (--no-compare)"))
     timings["compare"] = time.perf_counter() - t
 
     t = time.perf_counter()
+    say("writing the page")
     new = out / ".data-new"
     shutil.rmtree(new, ignore_errors=True)
     data_bytes = 0
@@ -168,7 +175,9 @@ def build_report(results: Path, out: Path, *, queryset: str | None = None, page_
     return {"index": out / "index.html", "runs": len(runs), "queries": sum(g.meta["n"] for g in grids),
             "thumbnails_made": thumb_stats["made"], "thumbnails_reused": thumb_stats["reused"],
             "thumbnails_failed": len(thumb_stats["failed"]), "data_bytes": data_bytes, "timings": timings,
-            "comparison": cmp_note or "ok"}
+            "comparison": cmp_note or "ok",
+            "comparison_left_out": [n for n in (cmp_df.attrs.get("notes", []) if cmp_df is not None else [])
+                                    if "left out, no query scored ok" in n]}
 
 
 def render_page(results: Path, out: Path, lb: Any, runs: list[Any], grids: list[Any], cmp_df: Any, cmp_note: str,
@@ -255,7 +264,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         summary = build_report(args.results, out, queryset=args.queryset, page_size=args.page_size,
                                compare=not args.no_compare,
-                               compare_by=None if args.compare_by == "none" else args.compare_by, workers=args.workers)
+                               compare_by=None if args.compare_by == "none" else args.compare_by, workers=args.workers,
+                               stage=lambda msg: print(f"[report] {msg} ...", file=sys.stderr, flush=True))
     except ReportError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -265,5 +275,7 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"{summary['thumbnails_failed']} unreadable; {t['total']:.1f} s")
     if summary["comparison"] != "ok":
         print(f"[report] {summary['comparison']}")
+    for note in summary["comparison_left_out"]:
+        print(f"[report] comparison: {note}")
     print(f"[report] open {summary['index'].resolve().as_uri()}")
     return 0
