@@ -61,6 +61,12 @@ def _imgedit() -> SummaryFn:
     return summarize
 
 
+def _rise() -> SummaryFn:
+    from benchmark.metrics.rise.summary import summarize
+
+    return summarize
+
+
 def _editscore() -> SummaryFn:
     from benchmark.metrics.editscore.summary import summarize
 
@@ -82,7 +88,7 @@ def _pie() -> SummaryFn:
 # suite name -> loader of its summary function (lazy: the HATIE summary imports scipy / torch helpers)
 _REGISTRY: dict[str, Callable[[], SummaryFn]] = {"hatie": _hatie, "conventional": _conventional, "editval": _editval,
                                                   "augclip": _augclip, "bpm": _bpm, "judge": _judge,
-                                                  "gedit": _gedit, "imgedit": _imgedit, "pie": _pie,
+                                                  "gedit": _gedit, "imgedit": _imgedit, "rise": _rise, "pie": _pie,
                                                   "editscore": _editscore, "editreward": _editreward}
 
 

@@ -21,13 +21,22 @@ from collections import defaultdict
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, TypeVar
 
-from benchmark.types import EDITVAL_TYPES, GEDIT_TYPES, HATIE_TYPES, IMGEDIT_TYPES, PIE_TYPES, Query
+from benchmark.types import (
+    EDITVAL_TYPES,
+    GEDIT_TYPES,
+    HATIE_TYPES,
+    IMGEDIT_TYPES,
+    PIE_TYPES,
+    RISE_TYPES,
+    Query,
+)
 
 T = TypeVar("T")
 
 # `sample_types` shorthands: the edit types of one benchmark family
 TYPE_FAMILIES: dict[str, tuple[str, ...]] = {"hatie": HATIE_TYPES, "editval": EDITVAL_TYPES,
-                                              "gedit": GEDIT_TYPES, "pie": PIE_TYPES, "imgedit": IMGEDIT_TYPES}
+                                              "gedit": GEDIT_TYPES, "pie": PIE_TYPES, "imgedit": IMGEDIT_TYPES,
+                                              "rise": RISE_TYPES}
 STRATA = ("edit_type", "object_class")  # recorded in the sample's metadata
 
 
