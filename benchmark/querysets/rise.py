@@ -88,15 +88,15 @@ def read_samples(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     return raw
 
 
-def find_image_root(data: Path, first_image: str) -> Path:
+def find_image_root(data: Path) -> Path:
     """Where the release's image paths start: the JSON's folder (RISEBench-64's data/) or its data/ subfolder
-    (RISEBench-360's unpacked data.zip)."""
+    (RISEBench-360's unpacked data.zip), whichever holds a `<category>_images/` folder."""
     for root in (data.parent, data.parent / "data"):
-        if (root / first_image).is_file():
+        if any((root / f"{c}_images").is_dir() for c in CATEGORIES):
             return root
-    raise RiseFormatError(f"{data}: neither {data.parent} nor {data.parent / 'data'} holds {first_image!r} (the first "
-                          "sample's image); unpack data.zip beside the JSON file, or give --images the folder that "
-                          "holds <category>_images/")
+    raise RiseFormatError(f"{data}: neither {data.parent} nor {data.parent / 'data'} holds a <category>_images/ "
+                          "folder (e.g. temporal_reasoning_images/); unpack data.zip beside the JSON file, or give "
+                          "--images the folder that holds them")
 
 
 def _inside(root: Path, rel: str, what: str) -> Path:
@@ -198,15 +198,9 @@ def build(data: str | os.PathLike[str], out_dir: str | os.PathLike[str], *, imag
     data, out = Path(data), Path(out_dir)
     samples = read_samples(data)
     columns = {k for s in samples for k in s}
-    first = samples[0].get("image")
-    if images is not None:
-        root = Path(images)
-        if not root.is_dir():
-            raise RiseFormatError(f"{root}: not a folder; give --images the folder that holds <category>_images/")
-    elif isinstance(first, str) and first:
-        root = find_image_root(data, first)
-    else:
-        root = data.parent
+    root = find_image_root(data) if images is None else Path(images)
+    if not root.is_dir():
+        raise RiseFormatError(f"{root}: not a folder; give --images the folder that holds <category>_images/")
     refused: list[str] = []
     kept: list[tuple[dict[str, Any], dict[str, str], Any, Any]] = []
     seen: dict[str, int] = {}

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmark.metrics import pinned_prompts as pinned
+from benchmark.metrics.pinned_prompts import ProtocolError  # noqa: F401 (raised by load_prompts; tests import it here)
 
 SOURCE_REPO = "PhoenixZ810/RISEBench"
 PROMPTS_PATH = "utils.py"

@@ -18,6 +18,7 @@ from typing import Any
 from benchmark.metrics.prompted_judge import LoadedPair, PairSamples, PromptedJudgeSuite
 from benchmark.metrics.rise.protocol import (
     BINARY,
+    DIMENSIONS,
     SCALE,
     Prompts,
     ReplyError,
@@ -142,6 +143,8 @@ class RiseSuite(PromptedJudgeSuite):
             q = it.query
             mine, at = replies[at:at + len(plan)], at + len(plan)
             row: dict[str, Any] = {"query_id": q.id, "rise_subtask": q.hint("subtask", "") or ""}
+            # every reply kept; "" for a dimension the sample is not judged on (consistency-free, logical)
+            row |= {f"rise_reply_{d}": "" for d in DIMENSIONS}
             row |= {f"rise_reply_{r.dimension}": reply for r, reply in zip(plan, mine, strict=True)}
             scale = BINARY if q.edit_type == "rise_logical" else SCALE
             parsed, why = {}, []
