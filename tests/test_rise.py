@@ -570,11 +570,13 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
                           text=True, timeout=300)
 
 
-def test_editmeter_run_and_score_as_a_user_types_them(hub, tmp_path):
-    """`editmeter run` with metrics=rise, then `editmeter score` of a folder of edits made elsewhere, the scripted
-    judge selected on the command line: both give the hand-worked table on the leaderboard."""
+def test_editmeter_run_and_score_as_a_user_types_them(hub, tmp_path, restore_logging, monkeypatch):
+    """`editmeter run` with metrics=rise (in a subprocess, as typed), then `editmeter score` of a folder of edits
+    made elsewhere (the same argv through the CLI's entry point, in this process), the scripted judge selected on the
+    command line: both give the hand-worked table on the leaderboard."""
     from PIL import Image
 
+    from benchmark import cli
     from benchmark.querysets.io import load_queryset
 
     replies = write_script(tmp_path)
@@ -589,9 +591,9 @@ def test_editmeter_run_and_score_as_a_user_types_them(hub, tmp_path):
     qs = load_queryset(hub[0])
     for q in qs.queries:  # the sources as the edits: the same replies, the same table
         Image.open(qs.path(q.image)).save(edits / f"{q.id}.png")
-    proc = _cli("score", "--edits", str(edits), "--name", "their-model", *_overrides(hub[0], tmp_path), *judge,
-                cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["score", "--edits", str(edits), "--name", "their-model", *_overrides(hub[0], tmp_path),
+                     *judge]) == 0
     _check_board(tmp_path / "results", "their-model")
 
 
@@ -628,3 +630,26 @@ def test_rise_is_refused_up_front_on_a_set_without_rise_categories(tmp_path):
                             f"paths.results={tmp_path}", "progress=false"])
     with pytest.raises(PreflightError, match="a RISEBench category with an instruction"):
         run_pipeline(cfg, choices["editor"])
+
+
+def test_the_rule_before_the_april_2026_fix_is_a_named_option():
+    """gpt_eval.py before ce8cba37 required consistency 5 of every temporal, causal and spatial sample: a
+    consistency-free one was never solved. On this file's scripted replies that moves causal accuracy from 0.5 to 0
+    and overall from 3/8 to 2/8 (the official script at f25d5f48 gives the same, run beside it)."""
+    from benchmark.metrics.rise.suite import RiseSuite
+
+    free = {"consistency_free": "true"}
+    assert sample_scores("rise_causal", free, {"reasoning": 5, "plausibility": 5})["solved"] == 1.0
+    before = sample_scores("rise_causal", free, {"reasoning": 5, "plausibility": 5}, "2025-05")
+    assert before["solved"] == 0.0 and before["score"] == 5.0  # the score was never affected
+    assert sample_scores("rise_spatial", {}, {"consistency": 5, "reasoning": 5, "plausibility": 5},
+                         "2025-05")["solved"] == 1.0
+    with pytest.raises(ValueError, match="completion must be one of"):
+        sample_scores("rise_causal", free, {"reasoning": 5, "plausibility": 5}, "2024")
+    class Backbone:
+        name = identity = "stub"
+
+    kw = {"backbone": Backbone(), "prompts_file": "x", "prompts_commit": FAKE_COMMIT, "prompts_sha256": "0" * 64,
+          "device": "cpu"}
+    assert "completion=2025-05" in RiseSuite(completion="2025-05", **kw).protocol
+    assert "completion=2026-04" in RiseSuite(**kw).protocol

@@ -218,9 +218,17 @@ def _truthy_cell(text: str) -> bool:
     return bool(json.loads(text))
 
 
-def sample_scores(edit_type: str, hints: Mapping[str, str], scores: Mapping[str, int]) -> dict[str, float]:
+COMPLETION_RULES = ("2026-04", "2025-05")  # gpt_eval.py since ce8cba37 (April 2026); before it (May 2025 - April 2026)
+
+
+def sample_scores(edit_type: str, hints: Mapping[str, str], scores: Mapping[str, int],
+                  completion: str = "2026-04") -> dict[str, float]:
     """One sample's dimensions (1..5, NaN where not judged), `score` and `solved` from its parsed replies `scores`
-    ({dimension: raw score}), as the official `main`, `calculate_score` and `calculate_completion` compute them."""
+    ({dimension: raw score}), as the official `main`, `calculate_score` and `calculate_completion` compute them.
+    `completion` "2025-05" is the rule before the April 2026 fix: consistency 5 required of every temporal, causal
+    and spatial sample, so a consistency-free one is never solved (to reproduce figures published before it)."""
+    if completion not in COMPLETION_RULES:
+        raise ValueError(f"completion must be one of {COMPLETION_RULES}, not {completion!r}")
     nan = math.nan
     if edit_type == "rise_logical":
         cons, rea, qual = 4 * min(scores["consistency"], 1) + 1.0, 4 * min(scores["reasoning"], 1) + 1.0, nan
@@ -237,7 +245,7 @@ def sample_scores(edit_type: str, hints: Mapping[str, str], scores: Mapping[str,
         score = max(score * 0.5, 1.0) if not math.isnan(score) else score
     if edit_type == "rise_logical":
         solved = cons == 5 and rea == 5
-    elif present(hints, "consistency_free"):
+    elif present(hints, "consistency_free") and completion == "2026-04":
         solved = rea == 5 and qual == 5
     else:
         solved = cons == 5 and rea == 5 and qual == 5

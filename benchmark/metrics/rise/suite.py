@@ -18,6 +18,7 @@ from typing import Any
 from benchmark.metrics.prompted_judge import LoadedPair, PairSamples, PromptedJudgeSuite
 from benchmark.metrics.rise.protocol import (
     BINARY,
+    COMPLETION_RULES,
     DIMENSIONS,
     SCALE,
     Prompts,
@@ -97,7 +98,8 @@ class RiseSuite(PromptedJudgeSuite):
     backbone: a `JudgeBackbone` (configs/metrics/rise_judge/: `local`, `endpoint`, `openai`). prompts_file,
     prompts_commit, prompts_sha256: the fetched `utils.py` (saved as .txt), the RISEBench commit it was fetched at
     and its checksum (both enter the signature; the file is checked before the first edit). chunk_size: queries per
-    round.
+    round. completion: which solved rule, "2026-04" (the official script since its April 2026 fix, the default) or
+    "2025-05" (before it: a consistency-free sample is never solved), to reproduce figures published before the fix.
     """
 
     info = MetricInfo("rise", VERSION, True, description="RISEBench's official protocol (gpt_eval.py as fixed in "
@@ -108,10 +110,16 @@ class RiseSuite(PromptedJudgeSuite):
     check_prompts_identity, load_prompts = staticmethod(check_identity), staticmethod(load_prompts)
     samples_class = RiseSamples
 
+    def __init__(self, *, completion: str = "2026-04", **kwargs: Any) -> None:
+        if completion not in COMPLETION_RULES:
+            raise ValueError(f"completion must be one of {', '.join(COMPLETION_RULES)}, not {completion!r}")
+        self.completion = completion
+        super().__init__(**kwargs)
+
     @property
     def protocol(self) -> str:
         return (f"RISEBench@{self.prompts_commit}|utils.py sha256={self.prompts_sha256}|thumbnail{IMAGE_SIZE}"
-                "|parse=extract-v1|completion=2026-04")
+                f"|parse=extract-v1|completion={self.completion}")
 
     applies_note = "a RISEBench category with an instruction (queryset=rise)"
 
@@ -157,7 +165,7 @@ class RiseSuite(PromptedJudgeSuite):
             if why:
                 rows.append(row | {c: math.nan for c in COLUMN_INFO} | {"status": "failed", "reason": "; ".join(why)})
                 continue
-            s = sample_scores(q.edit_type, dict(q.judge_hints), parsed)
+            s = sample_scores(q.edit_type, dict(q.judge_hints), parsed, self.completion)
             rows.append(row | {"RISE_solved": s["solved"], "RISE_score": s["score"], "RISE_reasoning": s["reasoning"],
                                "RISE_consistency": s["consistency"], "RISE_plausibility": s["plausibility"],
                                "status": "ok", "reason": ""})
