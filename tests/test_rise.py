@@ -535,7 +535,7 @@ def test_scripted_replies_give_the_hand_worked_rise_table_and_failure_rows_keep_
     for index, why in FAILED.items():
         row = rows.loc[f"rise-{index}"]
         assert row["status"] == "failed" and why in row["reason"] and math.isnan(row["RISE_score"])
-        for prompt, reply in SCRIPT[index]:  # every reply kept, the unparsable one included
+        for _prompt, reply in SCRIPT[index]:  # every reply kept, the unparsable one included
             assert reply in {row[f"rise_reply_{d}"] for d in ("consistency", "reasoning", "plausibility")}
     ok = rows.loc["rise-causal_reasoning_1"]
     assert (ok["RISE_solved"], ok["RISE_score"], ok["rise_subtask"]) == (1.0, 5.0, "State Transition")
@@ -640,10 +640,10 @@ def test_the_rule_before_the_april_2026_fix_is_a_named_option():
 
     free = {"consistency_free": "true"}
     assert sample_scores("rise_causal", free, {"reasoning": 5, "plausibility": 5})["solved"] == 1.0
-    before = sample_scores("rise_causal", free, {"reasoning": 5, "plausibility": 5}, "2025-05")
+    before = sample_scores("rise_causal", free, {"reasoning": 5, "plausibility": 5}, "2025-04")
     assert before["solved"] == 0.0 and before["score"] == 5.0  # the score was never affected
     assert sample_scores("rise_spatial", {}, {"consistency": 5, "reasoning": 5, "plausibility": 5},
-                         "2025-05")["solved"] == 1.0
+                         "2025-04")["solved"] == 1.0
     with pytest.raises(ValueError, match="completion must be one of"):
         sample_scores("rise_causal", free, {"reasoning": 5, "plausibility": 5}, "2024")
     class Backbone:
@@ -651,5 +651,5 @@ def test_the_rule_before_the_april_2026_fix_is_a_named_option():
 
     kw = {"backbone": Backbone(), "prompts_file": "x", "prompts_commit": FAKE_COMMIT, "prompts_sha256": "0" * 64,
           "device": "cpu"}
-    assert "completion=2025-05" in RiseSuite(completion="2025-05", **kw).protocol
+    assert "completion=2025-04" in RiseSuite(completion="2025-04", **kw).protocol
     assert "completion=2026-04" in RiseSuite(**kw).protocol

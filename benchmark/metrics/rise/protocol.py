@@ -218,15 +218,17 @@ def _truthy_cell(text: str) -> bool:
     return bool(json.loads(text))
 
 
-COMPLETION_RULES = ("2026-04", "2025-05")  # gpt_eval.py since ce8cba37 (April 2026); before it (May 2025 - April 2026)
+# the solved rule of gpt_eval.py since ce8cba37 (April 2026), and before it (from the first release, April 2025)
+COMPLETION_RULES = ("2026-04", "2025-04")
 
 
 def sample_scores(edit_type: str, hints: Mapping[str, str], scores: Mapping[str, int],
                   completion: str = "2026-04") -> dict[str, float]:
     """One sample's dimensions (1..5, NaN where not judged), `score` and `solved` from its parsed replies `scores`
     ({dimension: raw score}), as the official `main`, `calculate_score` and `calculate_completion` compute them.
-    `completion` "2025-05" is the rule before the April 2026 fix: consistency 5 required of every temporal, causal
-    and spatial sample, so a consistency-free one is never solved (to reproduce figures published before it)."""
+    `completion` "2025-04" is the rule from the first release (2025-04-08) up to the April 2026 fix: consistency 5
+    required of every temporal, causal and spatial sample, so a consistency-free one is never solved (to reproduce
+    figures published before the fix)."""
     if completion not in COMPLETION_RULES:
         raise ValueError(f"completion must be one of {COMPLETION_RULES}, not {completion!r}")
     nan = math.nan

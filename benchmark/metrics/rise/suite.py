@@ -99,7 +99,7 @@ class RiseSuite(PromptedJudgeSuite):
     prompts_commit, prompts_sha256: the fetched `utils.py` (saved as .txt), the RISEBench commit it was fetched at
     and its checksum (both enter the signature; the file is checked before the first edit). chunk_size: queries per
     round. completion: which solved rule, "2026-04" (the official script since its April 2026 fix, the default) or
-    "2025-05" (before it: a consistency-free sample is never solved), to reproduce figures published before the fix.
+    "2025-04" (before it: a consistency-free sample is never solved), to reproduce figures published before the fix.
     """
 
     info = MetricInfo("rise", VERSION, True, description="RISEBench's official protocol (gpt_eval.py as fixed in "
