@@ -620,6 +620,25 @@ def test_the_openai_backbone_sends_what_the_official_script_sends(hub, tmp_path,
     images = [c["image_url"] for c in turn["content"][1:]]
     assert images and all(i["detail"] == "high" and i["url"].startswith("data:image/jpeg;base64,") for i in images)
     assert srv.auth[-1] == "Bearer sk-test"
+    # the very bytes the official encode_image_to_base64 makes of the release's files: RGBA / P converted to RGB,
+    # thumbnail to 768, JPEG at PIL's defaults
+    import base64
+    import io
+
+    from PIL import Image
+
+    def official_b64(path: Path) -> str:
+        img = Image.open(path)
+        img = img.convert("RGB") if img.mode in ("RGBA", "P") else img
+        img.thumbnail((768, 768))
+        buf = io.BytesIO()
+        img.save(buf, format="JPEG")
+        return base64.b64encode(buf.getvalue()).decode()
+
+    files = Path(hub[1]["source"]["images"]).rglob("*.png")
+    sent = {i["url"].split(",", 1)[1] for body in srv.payloads for c in body["messages"][0]["content"][1:]
+            for i in [c["image_url"]]}
+    assert sent <= {official_b64(f) for f in files}
 
 
 def test_rise_is_refused_up_front_on_a_set_without_rise_categories(tmp_path):
