@@ -67,6 +67,12 @@ def _kris() -> SummaryFn:
     return summarize
 
 
+def _rise() -> SummaryFn:
+    from benchmark.metrics.rise.summary import summarize
+
+    return summarize
+
+
 def _editscore() -> SummaryFn:
     from benchmark.metrics.editscore.summary import summarize
 
@@ -88,7 +94,8 @@ def _pie() -> SummaryFn:
 # suite name -> loader of its summary function (lazy: the HATIE summary imports scipy / torch helpers)
 _REGISTRY: dict[str, Callable[[], SummaryFn]] = {"hatie": _hatie, "conventional": _conventional, "editval": _editval,
                                                   "augclip": _augclip, "bpm": _bpm, "judge": _judge,
-                                                  "gedit": _gedit, "imgedit": _imgedit, "kris": _kris, "pie": _pie,
+                                                  "gedit": _gedit, "imgedit": _imgedit, "kris": _kris, "rise": _rise,
+                                                  "pie": _pie,
                                                   "editscore": _editscore, "editreward": _editreward}
 
 

@@ -109,8 +109,17 @@ KRIS_TYPES: tuple[str, ...] = (
     "kris_multi_element_composition",
     "kris_multi_instruction_execution",
 )
+# RISEBench's four reasoning categories (PhoenixZ810/RISEBench `data_total.json`'s `category`: temporal_reasoning,
+# causal_reasoning, spatial_reasoning, logical_reasoning), namespaced `rise_` (`benchmark.querysets.rise.CATEGORIES`
+# maps the release's names). A later schema v1 addition like GEDIT_TYPES.
+RISE_TYPES: tuple[str, ...] = (
+    "rise_temporal",
+    "rise_causal",
+    "rise_spatial",
+    "rise_logical",
+)
 EDIT_TYPES: tuple[str, ...] = (HATIE_TYPES + EDITVAL_TYPES + FREEFORM_TYPES + GEDIT_TYPES + PIE_TYPES + IMGEDIT_TYPES
-                               + KRIS_TYPES)
+                               + KRIS_TYPES + RISE_TYPES)
 FREEFORM_CLASS = "free-form"
 
 # Types that change the whole image rather than one object; grouped as one pseudo-class.
@@ -145,6 +154,7 @@ REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
     **{t: ("source_caption", "target_caption") for t in PIE_TYPES},
     **{t: () for t in IMGEDIT_TYPES},
     **{t: () for t in KRIS_TYPES},
+    **{t: () for t in RISE_TYPES},
 }
 
 SizeChange = Literal["enlarge", "shrink"]
@@ -206,6 +216,17 @@ class Query:
     # KRIS-Bench's `explain_en`: the real-world knowledge the judge is told the edit should show (its knowledge tasks'
     # dual prompt quotes it); never shown to an editor
     explanation: str | None = None
+    # an image a judged protocol compares the edit with, never given to the editor (RISEBench's `reference_img`: the
+    # intended result, or a logic puzzle's answer); not a ground-truth edit of the source (`target_image`), so the
+    # metrics that compare an edit with `target_image` never see it
+    reference_image: str | None = None
+    # facts of the release that a judged protocol needs and the editor never sees, as (name, value) text pairs sorted
+    # by name; on disk a JSON object {name: text} (RISEBench: the reference answer, the subtask, the release's flags)
+    judge_hints: tuple[tuple[str, str], ...] = ()
+
+    def hint(self, name: str, default: str | None = None) -> str | None:
+        """The judge hint `name`, or `default` where the query has none."""
+        return dict(self.judge_hints).get(name, default)
 
     @property
     def object_class(self) -> str:
@@ -218,7 +239,8 @@ class Query:
         if self.edit_type in WHOLE_IMAGE_TYPES:
             return WHOLE_IMAGE_CLASS
         if (self.edit_type in FREEFORM_TYPES or self.edit_type in GEDIT_TYPES or self.edit_type in PIE_TYPES
-                or self.edit_type in IMGEDIT_TYPES or self.edit_type in KRIS_TYPES):
+                or self.edit_type in IMGEDIT_TYPES or self.edit_type in KRIS_TYPES
+                or self.edit_type in RISE_TYPES):
             return FREEFORM_CLASS
         if self.edit_type in ("obj_add", "object_addition", "positional_addition") and self.new_class:
             return self.new_class

@@ -317,7 +317,7 @@ def test_output_piped_into_head_is_not_an_error():
     assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr
 
 
-@pytest.mark.parametrize("suite", ["gedit", "imgedit"])
+@pytest.mark.parametrize("suite", ["gedit", "imgedit", "rise"])
 @pytest.mark.parametrize("backbone", ["endpoint", "openai"])
 def test_a_judge_backbone_selected_into_its_package_composes_through_the_cli(suite, backbone):
     """`metrics/<suite>_judge@metrics.<suite>.backbone=<choice>` (docs/judge.md) through `editmeter run`, as a user

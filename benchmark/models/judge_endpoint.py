@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 
 IMAGE_MODES = ("qwen_vl_utils", "as_is")
 IMAGE_FORMATS = ("png", "jpeg")
+IMAGE_DETAILS = ("low", "high", "auto")  # OpenAI's image_url.detail (RISEBench's judge sends "high")
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 MAX_BACKOFF_S = 60.0
 _sleep = time.sleep  # module attribute: tests record the backoff without waiting
@@ -78,14 +79,16 @@ class EndpointJudge:
     holding the API key (sent as a bearer token; null: none). cache_dir: the folder of the reply cache (null: no
     cache). concurrency: requests in flight at most. max_retries, backoff_s: retries of a 429 / 5xx / connection
     error after the first try, waiting backoff_s x 2^n (at most 60 s, or the server's Retry-After when longer).
-    timeout_s: seconds to wait for one reply.
+    timeout_s: seconds to wait for one reply. image_detail: OpenAI's `image_url.detail` sent with each image (null:
+    not sent; RISEBench's judge sends "high"). n: the `n` field (1; null: not sent, as most official judges).
     """
 
     def __init__(self, *, base_url: str, model: str, revision: str | None = None, max_tokens: int | None = 512,
                  temperature: float | None = 0, seed: int | None = 42, system: str | None = HUB_DEFAULT_SYSTEM,
                  text_first: bool = False, images: str = "qwen_vl_utils", image_format: str = "png",
                  api_key_env: str | None = None, cache_dir: str | None = None, concurrency: int = 4,
-                 max_retries: int = 5, backoff_s: float = 1.0, timeout_s: float = 600.0) -> None:
+                 max_retries: int = 5, backoff_s: float = 1.0, timeout_s: float = 600.0,
+                 image_detail: str | None = None, n: int | None = None) -> None:
         parts = urlsplit(str(base_url))
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise ValueError(f"base_url must be an http(s) URL such as http://127.0.0.1:8000/v1, not {base_url!r}")
@@ -111,6 +114,10 @@ class EndpointJudge:
                                  f"of seconds, not {f!r}")
         if images not in IMAGE_MODES:
             raise ValueError(f"images must be one of {', '.join(IMAGE_MODES)}, not {images!r}")
+        if image_detail not in (None, *IMAGE_DETAILS):
+            raise ValueError(f"image_detail must be one of {', '.join(IMAGE_DETAILS)} or null, not {image_detail!r}")
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n != 1):
+            raise ValueError(f"n must be 1 (one reply per request) or null, not {n!r}")
         if api_key_env is not None and not os.environ.get(api_key_env):
             raise ValueError(f"api_key_env names {api_key_env!r}, but that environment variable is unset or empty: "
                              f"export it, or set api_key_env=null for a server without a key")
@@ -118,6 +125,7 @@ class EndpointJudge:
         self.model, self.revision, self.max_tokens, self.seed = model, revision, max_tokens, seed
         self.temperature, self.text_first, self.image_format = temperature, text_first, image_format
         self.system, self.images, self.api_key_env = system, images, api_key_env
+        self.image_detail, self.n = image_detail, n
         self.cache_dir = Path(cache_dir) if cache_dir else None
         self.concurrency, self.max_retries = concurrency, max_retries
         self.backoff_s, self.timeout_s = float(backoff_s), float(timeout_s)
@@ -138,6 +146,8 @@ class EndpointJudge:
                               f"|decode=temperature={self._shown(self.temperature)},seed={self._shown(self.seed)},"
                               f"max_tokens={self._shown(self.max_tokens)}|system={self.system!r}|images={self.images}"
                               + ("" if self.image_format == "png" else f",{self.image_format}")
+                              + ("" if self.image_detail is None else f",detail={self.image_detail}")
+                              + ("" if self.n is None else f"|n={self.n}")
                               + ("|text_first" if self.text_first else ""))
         return self._identity
 
@@ -175,17 +185,21 @@ class EndpointJudge:
         from benchmark.models.vlm import qwen_vl_utils_image
 
         ims = [qwen_vl_utils_image(im) if self.images == "qwen_vl_utils" else im for im in images]
-        content: list[dict[str, Any]] = [{"type": "image_url", "image_url": {"url": image_data_url(im, self.image_format)}}
-                                         for im in ims]
+        content: list[dict[str, Any]] = [{"type": "image_url", "image_url": self._image(im)} for im in ims]
         prompt = {"type": "text", "text": text}
         content = [prompt, *content] if self.text_first else [*content, prompt]
         turns = ([{"role": "system", "content": self.system}] if self.system is not None else []) + [
             {"role": "user", "content": content}]
         body: dict[str, Any] = {"model": self.model, "messages": turns}
-        for key, v in (("temperature", self.temperature), ("seed", self.seed), ("max_tokens", self.max_tokens)):
+        for key, v in (("temperature", self.temperature), ("seed", self.seed), ("max_tokens", self.max_tokens),
+                       ("n", self.n)):
             if v is not None:  # null: not sent, the server's default (the official API judges send none of them)
                 body[key] = v
         return body
+
+    def _image(self, im: Any) -> dict[str, str]:
+        url = {"url": image_data_url(im, self.image_format)}
+        return url if self.image_detail is None else url | {"detail": self.image_detail}
 
     def _cache_path(self, payload: dict[str, Any]) -> Path | None:
         if self.cache_dir is None:

@@ -30,7 +30,7 @@ META_FILE = "queryset.json"
 _ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")  # used with fullmatch: `$` would accept a trailing newline
 _QUERY_FIELDS = {f.name: f for f in dataclasses.fields(Query)}
 _OBJECT_FIELDS = {f.name for f in dataclasses.fields(ObjectRef)}
-_PATH_FIELDS = ("image", "edit_mask", "target_image")
+_PATH_FIELDS = ("image", "edit_mask", "target_image", "reference_image")
 _STR_FIELDS = (
     "instruction", "source_caption", "target_caption", "image_id", "new_class", "relation",
     "attribute_before", "attribute_after", "background", "style", "language", "instruction_en", "instruction_zh",
@@ -161,6 +161,7 @@ def query_from_dict(d: dict[str, Any]) -> Query:
     for s in subsets:
         check_id(s, "subset name", why="subset names label result tables")
     kwargs["subsets"] = tuple(subsets)
+    kwargs["judge_hints"] = _hints_from(kwargs.get("judge_hints", {}))
     for key in ("target", "anchor"):
         if kwargs.get(key) is not None:
             kwargs[key] = _object_from_dict(kwargs[key], key)
@@ -174,6 +175,23 @@ def query_from_dict(d: dict[str, Any]) -> Query:
     if not kwargs.get("instruction") and not (kwargs.get("source_caption") and kwargs.get("target_caption")):
         raise ValueError("a query needs an instruction, or both source_caption and target_caption")
     return Query(**kwargs)
+
+
+def _hints_from(value: Any) -> tuple[tuple[str, str], ...]:
+    """`judge_hints` as stored ({name: text}; a tuple of pairs in memory) -> sorted (name, text) pairs."""
+    pairs = list(value.items()) if isinstance(value, dict) else value
+    if not isinstance(pairs, list | tuple) or not all(isinstance(p, list | tuple) and len(p) == 2 for p in pairs):
+        raise ValueError(f"judge_hints must be an object {{name: text}}, got {value!r}")
+    names = [p[0] for p in pairs]
+    dup = sorted(n for n, c in Counter(names).items() if c > 1)
+    if dup:
+        raise ValueError(f"judge_hints names {dup} more than once")
+    for name, text in pairs:
+        check_id(name, "judge hint name", why="hint names are result columns' keys")
+        if not isinstance(text, str):
+            raise ValueError(f"judge_hints[{name!r}] must be text, got {type(text).__name__}")
+        check_text(text, f"judge_hints[{name!r}]")
+    return tuple(sorted((str(n), t) for n, t in pairs))
 
 
 def _check_languages(d: dict[str, Any]) -> None:
@@ -203,6 +221,8 @@ def query_to_dict(q: Query) -> dict[str, Any]:
             value = [_object_to_dict(o) for o in value]
         elif name == "subsets":
             value = list(value)
+        elif name == "judge_hints":
+            value = dict(value)
         out[name] = value
     return out
 
@@ -304,11 +324,12 @@ def content_hash(queries: Sequence[Query], files: Mapping[str, str]) -> str:
 
 
 def referenced_files(queries: Iterable[Query]) -> dict[str, str]:
-    """Every path the records name (image, edit_mask, target_image, object masks) -> the first query naming it."""
+    """Every path the records name (image, edit_mask, target_image, reference_image, object masks) -> the first
+    query naming it."""
     out: dict[str, str] = {}
     for q in queries:
         objs = [o for o in (q.target, q.anchor, *q.editable_objects) if o is not None]
-        for rel in (q.image, q.edit_mask, q.target_image, *(o.mask for o in objs)):
+        for rel in (q.image, q.edit_mask, q.target_image, q.reference_image, *(o.mask for o in objs)):
             if rel and rel not in out:
                 out[rel] = q.id
     return out

@@ -28,6 +28,7 @@ from benchmark.types import (
     IMGEDIT_TYPES,
     KRIS_TYPES,
     PIE_TYPES,
+    RISE_TYPES,
     Query,
 )
 
@@ -36,7 +37,8 @@ T = TypeVar("T")
 # `sample_types` shorthands: the edit types of one benchmark family
 TYPE_FAMILIES: dict[str, tuple[str, ...]] = {"hatie": HATIE_TYPES, "editval": EDITVAL_TYPES,
                                               "gedit": GEDIT_TYPES, "pie": PIE_TYPES, "imgedit": IMGEDIT_TYPES,
-                                              "kris": KRIS_TYPES}
+                                              "kris": KRIS_TYPES,
+                                              "rise": RISE_TYPES}
 STRATA = ("edit_type", "object_class")  # recorded in the sample's metadata
 
 

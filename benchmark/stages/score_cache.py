@@ -30,6 +30,8 @@ STRING_COLUMNS |= {"sc_reply", "pq_reply", "sc_scores", "pq_scores", "language"}
 STRING_COLUMNS |= {"ie_reply", "ie_scores"}  # the ImgEdit-Bench protocol's judge reply and the scores it read
 # the KRIS-Bench protocol's three judge replies (kept, parsed or not) and the scores it read (a JSON object)
 STRING_COLUMNS |= {"vc_reply", "if_reply", "vq_reply", "k_scores"}
+# the RISEBench protocol's judge replies per dimension (kept, parsed or not; "" where not asked) and the subtask
+STRING_COLUMNS |= {"rise_reply_consistency", "rise_reply_reasoning", "rise_reply_plausibility", "rise_subtask"}
 # EditScore's judge replies and the scores read from them, per pass (JSON lists)
 STRING_COLUMNS |= {"es_sc_replies", "es_pq_replies", "es_sc_scores", "es_pq_scores"}
 NOT_NULL = ("query_id", "status")

@@ -103,3 +103,37 @@ class MarkedReplies:
     def generate(self, requests):
         self.seen += [(len(images), text) for images, text in requests]
         return [marked_reply(self.replies, images, text) for images, text in requests]
+
+
+class ScriptedByPrompt:
+    """A judge backbone double for protocols with several prompts per edit (metrics=rise): the reply is chosen by
+    the prompt's first line and the edit's (the last image's) most common colour, "<first line>|<r>,<g>,<b>", from
+    the JSON object in `replies_file`; a key it lacks raises. Each request (first line, image sizes and colours,
+    the full text) is appended to `log_file` as one JSON line. Other keyword arguments (the local backbone's keys,
+    which a command-line override of `_target_` leaves in place) are ignored."""
+
+    def __init__(self, *, replies_file: str, log_file: str | None = None, **_unused) -> None:
+        import json
+
+        with open(replies_file, encoding="utf-8") as fh:
+            self.replies = json.load(fh)
+        self.log_file = log_file
+        self.name = "scripted-by-prompt@test"
+
+    @property
+    def identity(self) -> str:
+        return f"{self.name}|{sorted(self.replies.items())}"
+
+    def generate(self, requests):
+        import json
+
+        out, log = [], []
+        for images, text in requests:
+            colours = [",".join(map(str, max(im.convert("RGB").getcolors(1 << 16))[1])) for im in images]
+            key = f"{text.split(chr(10), 1)[0]}|{colours[-1]}"
+            out.append(self.replies[key])
+            log.append({"key": key, "sizes": [list(im.size) for im in images], "colours": colours, "text": text})
+        if self.log_file:
+            with open(self.log_file, "a", encoding="utf-8") as fh:
+                fh.writelines(json.dumps(r) + "\n" for r in log)
+        return out
