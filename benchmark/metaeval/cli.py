@@ -5,6 +5,7 @@
     editmeter metaeval winrate --ratings r1.tsv r2.tsv r3.tsv --images ImagenHub_Text-Guided_IE \\
         --query-ids magicbrush-dev queryset=magicbrush
     editmeter metaeval fit-weights --pairs prefs.csv --name my-fit queryset=hatie metrics... (docs/metaeval.md)
+    editmeter metaeval drift --metrics gedit [--a SIG_OR_JUDGE --b SIG_OR_JUDGE] paths.results=results
 
 `key=value` arguments are run-config overrides (queryset=, profile=, paths.results=, limit=...), or metaeval settings
 (`metaeval.candidates.preserved.noise_std=3`, configs/metaeval.yaml).
@@ -17,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-TESTS = ("gt-selection", "2afc", "winrate", "fit-weights", "judges")
+TESTS = ("gt-selection", "2afc", "winrate", "fit-weights", "judges", "drift")
 JUDGE_SETS = ("editscore", "tiger", "genai", "imagenhub")  # benchmark.metaeval.judges.SETS, without its imports
 STATS = {"gt-selection": ("gt_first", "pref_gt", "pref_preserved", "pref_modified"),
          "2afc": ("agreement",), "winrate": ("pearson", "spearman", "kendall"),
@@ -86,6 +87,18 @@ def _parser() -> argparse.ArgumentParser:
     j.add_argument("--ratings", type=Path, nargs="+", help="imagenhub: per-image rating TSVs, one per rater")
     j.add_argument("--images", type=Path, help="imagenhub: folder of <editor>/<uid> images")
     j.add_argument("--query-ids", default="stem", help="imagenhub: uid -> query id (as for 2afc)")
+    d = sub.add_parser("drift", help="two judges of one suite on the same edits: mean shift, per-sample agreement, "
+                       "and what it does to the ranking of the editors (docs/metaeval.md)")
+    d.add_argument("--metrics", help="the judged metric set (default: the only one scored by two judges)")
+    d.add_argument("--queryset", help="the query set (by name) when the metric set has runs on several")
+    d.add_argument("--a", help="judge A: a metric signature prefix or a judge name (the leaderboard's components "
+                   "`judge`); default: of exactly two judges, the one scored first")
+    d.add_argument("--b", help="judge B (as --a); default: the other one")
+    d.add_argument("--within", type=float, default=1.0, help="agreement tolerance: |B - A| <= this counts as "
+                   "within, on the suite's own scale (default 1)")
+    d.add_argument("--resamples", type=int, help="bootstrap resamples (default metaeval.resamples)")
+    d.add_argument("--seed", type=int, help="bootstrap seed (default metaeval.seed)")
+    d.add_argument("overrides", nargs="*", metavar="key=value")
     return ap
 
 
@@ -135,6 +148,10 @@ def main(argv: list[str] | None = None) -> int:
             from benchmark.metaeval.judge_cli import run_judges
 
             return run_judges(args, overrides, settings)
+        if args.test == "drift":
+            from benchmark.metaeval.drift_cli import run_drift
+
+            return run_drift(args, overrides, settings)
         return _run(args, overrides, settings)
     except (MetaevalError, HumanDataError, WeightProfileError, FitError) as err:
         print(f"error: {err}", file=sys.stderr)
