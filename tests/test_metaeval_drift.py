@@ -192,6 +192,17 @@ def test_two_scripted_judges_give_the_hand_worked_drift_through_the_cli(folders)
     assert f["diff_a_lo"] <= f["diff_a"] <= f["diff_a_hi"] and f["diff_b_lo"] <= f["diff_b"] <= f["diff_b_hi"]
     assert len(ch[ch["dimension"] == "G_PQ"]) == 3 and row(main, "G_PQ")["n_order_changes"] == 3
     assert "order changes (difference x - y of the means, under each judge)" in out
+    # the suite's own leaderboard figures from the same paired samples: on the intersection subset (k1 text change,
+    # k3 subject add; k5 failed under B) SC is (8 + 4) / 2 = 6 for identity and (6 + 8) / 2 = 7 for roll1 under A,
+    # (8 + 6) / 2 = 7 and (5 + 8) / 2 = 6.5 under B: reversed; O ties them under A ((sqrt 40 + 6) / 2 for both)
+    board = ch[ch["kind"] == "leaderboard figure"].set_index("dimension")
+    got = board.loc["GEdit_SC_en_intersection"]
+    assert {got["run_x"], got["run_y"]} == {"identity", roll1} and got["change"] == "reversed"
+    sign = 1 if got["run_x"] == "identity" else -1
+    assert (got["diff_a"], got["diff_b"]) == pytest.approx((sign * -1.0, sign * 0.5))
+    tied = ch[(ch["dimension"] == "GEdit_O_en_intersection") & (ch["change"] == "tied under A")]
+    assert len(tied) == 1 and {tied.iloc[0]["run_x"], tied.iloc[0]["run_y"]} == {"identity", roll1}
+    assert "ranks by the suite's leaderboard figures" in out
     # provenance: each judge's signature, name and rows; the seed
     side = t["side"]
     assert side["judges"]["A"]["sig"] == a and side["judges"]["B"]["judge"] == "colour-judge-B@test"
@@ -268,18 +279,17 @@ def test_bad_selections_are_one_error_naming_the_choices(folders, capsys, tmp_pa
 
 
 def test_per_reply_provenance_is_counted_per_value_and_named_not_recorded_when_absent():
-    from benchmark.metaeval.drift import Judge, describe_provenance, provenance
+    from benchmark.metaeval.drift import describe_provenance, provenance
 
     rows = pd.DataFrame({"query_id": ["q1", "q2", "q3", "q4"], "status": ["ok", "failed", "ok", "missing"],
                          "judge_model": ["gpt-4.1", "gpt-4.1", "gpt-4.1", None],
                          "judge_answered_by": ["gpt-4.1-2025-04-14", "", "gpt-4.1-2025-04-14", None],
                          "judge_fingerprint": ["fp_a", "fp_b", None, None]})
-    j = Judge("abc", [SimpleNamespace(scores=rows)])
-    prov = provenance(j)
+    prov = provenance([rows])
     assert prov["judge_model"] == {"values": {"gpt-4.1": 3}, "rows_without": 0}  # the missing row is not judged
     assert prov["judge_answered_by"] == {"values": {"gpt-4.1-2025-04-14": 2}, "rows_without": 1}
     assert prov["judge_fingerprint"] == {"values": {"fp_a": 1, "fp_b": 1}, "rows_without": 1}
     text = describe_provenance(prov)
     assert "judge_model: gpt-4.1 (3 rows)" in text and "judge_fingerprint: fp_a (1 row), fp_b (1 row), not recorded on 1 row(s)" in text
-    bare = provenance(Judge("abc", [SimpleNamespace(scores=rows[["query_id", "status"]])]))
+    bare = provenance([rows[["query_id", "status"]]])
     assert set(bare.values()) == {"not recorded"}

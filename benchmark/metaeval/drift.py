@@ -30,13 +30,14 @@ class DriftError(MetaevalError):
 
 @dataclass
 class Judge:
-    """One metric signature of the compared metric set: its runs (one per run folder) and what it is."""
+    """One metric signature of the compared metric set: the run folders it scored and what it is."""
 
     sig: str
-    runs: list[Any]  # benchmark.leaderboard.Run, one per run folder scored with this signature
+    entries: list[tuple[Path, dict[str, Any]]]  # (run.json path, validated view) per run folder it scored
     name: str = "not recorded"  # the suite's `judge` component (the backbone's model and revision)
     components: dict[str, Any] = field(default_factory=dict)
     first_scored_ns: int = 0  # time of its earliest score part (0: unknown)
+    runs: list[Any] = field(default_factory=list)  # benchmark.leaderboard.Run per run folder, after `load()`
 
     @property
     def first_scored(self) -> str:
@@ -45,7 +46,23 @@ class Judge:
         return datetime.fromtimestamp(self.first_scored_ns / 1e9, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
     def describe(self) -> str:
-        return (f"{self.sig}  judge {self.name}, {len(self.runs)} run folder(s), first scored {self.first_scored}")
+        return f"{self.sig}  judge {self.name}, {len(self.entries)} run folder(s), first scored {self.first_scored}"
+
+    def load(self) -> None:
+        """Read the score rows of every run folder (whole: a suite's leaderboard figures may need its other columns,
+        e.g. GEdit-Bench's language), validated as the leaderboard reads them (a bad part is quarantined with a
+        warning and its rows count as missing)."""
+        from benchmark.leaderboard import collect_run
+
+        runs = (collect_run(path, view) for path, view in self.entries)
+        self.runs = [r for r in runs if r is not None]
+
+    def provenance_rows(self) -> list[Any]:
+        """Per run folder: query_id, status and whichever provenance columns its rows carry."""
+        from benchmark.stages.score import read_scores
+
+        return [read_scores(r.path, self.sig, columns=("query_id", "status", *PROVENANCE_COLUMNS),
+                            valid_ids=r.index.ids) for r in self.runs]
 
 
 @dataclass
@@ -62,12 +79,12 @@ class Group:
         return f"{self.metric_set or '(unnamed)'} on {self.queryset} ({self.queryset_hash[:10]})"
 
 
-def _first_part_ns(run: Any) -> int:
-    """Write time of the run's earliest score part of its signature (part names start with the time in ns)."""
+def _first_part_ns(run_dir: Path, sig: str) -> int:
+    """Write time of the earliest score part of `sig` in a run folder (part names start with the time in ns)."""
     from benchmark.stages.score import scores_dir
 
     times = []
-    for p in scores_dir(run.path, run.meta["metric_sig"]).glob("part-*.parquet"):
+    for p in scores_dir(run_dir, sig).glob("part-*.parquet"):
         stamp = p.name.split("-", 2)[1]
         if stamp.isdigit():
             times.append(int(stamp))
@@ -75,27 +92,26 @@ def _first_part_ns(run: Any) -> int:
 
 
 def read_groups(results: Path) -> list[Group]:
-    """Every (metric set, query set) of `results/runs` with its signatures and their runs (score rows read whole,
-    so per-reply provenance columns come along); bad files are skipped or quarantined as the leaderboard does."""
-    from benchmark.leaderboard import collect_run, iter_scorings
+    """Every (metric set, query set) of `results/runs` with its signatures and the run folders each scored (from
+    the run.json files only: rows are read once two judges are chosen, `Judge.load`); a bad run.json is skipped
+    with a warning as the leaderboard does."""
+    from benchmark.leaderboard import iter_scorings
 
     groups: dict[tuple[str, str, str], Group] = {}
     for meta_path, view in iter_scorings(results):
-        run = collect_run(meta_path, view)
-        if run is None or not len(run.scores):
-            continue
         key = (view.get("metric_set") or "", view["queryset"], view["queryset_hash"])
         g = groups.setdefault(key, Group(*key, {}))
         sig = view["metric_sig"]
         judge = g.judges.setdefault(sig, Judge(sig, []))
-        judge.runs.append(run)
+        judge.entries.append((meta_path, view))
         suite = view.get("suite") or {}
         if not judge.components and isinstance(suite.get("components"), dict):
             judge.components = dict(suite["components"])
             judge.name = str(judge.components.get("judge") or judge.name)
     for g in groups.values():
         for j in g.judges.values():
-            j.first_scored_ns = min((t for t in map(_first_part_ns, j.runs) if t), default=0)
+            j.first_scored_ns = min((t for t in (_first_part_ns(p.parent, j.sig) for p, _ in j.entries) if t),
+                                    default=0)
     return sorted(groups.values(), key=lambda g: (g.queryset, g.metric_set, g.queryset_hash))
 
 
@@ -179,6 +195,7 @@ class Paired:
     only_a: list[str]  # run folders scored by A only (left out)
     only_b: list[str]
     dims_only: dict[str, list[str]]  # "A" / "B" -> per-sample columns the other judge's rows lack
+    sides: dict[str, tuple[Any, Any]] = field(default_factory=dict)  # run label -> (A's rows, B's rows) of its pairs
 
 
 def _labels(folders: list[Any]) -> dict[Path, str]:
@@ -193,9 +210,9 @@ def pair_scores(a: Judge, b: Judge) -> Paired:
     missing (not scored, or no row) under either; excluded rows are not owed and not counted."""
     import pandas as pd
 
-    meta_a = a.runs[0].meta
+    meta_a, meta_b = a.entries[0][1], b.entries[0][1]
     cols_a = list(meta_a.get("metric_order") or meta_a["metrics"])
-    cols_b = list(b.runs[0].meta.get("metric_order") or b.runs[0].meta["metrics"])
+    cols_b = list(meta_b.get("metric_order") or meta_b["metrics"])
     dims = [c for c in cols_a if c in cols_b]
     if not dims:
         raise DriftError(f"judges {a.sig} and {b.sig} share no per-sample column ({cols_a} vs {cols_b}): they are not "
@@ -204,7 +221,7 @@ def pair_scores(a: Judge, b: Judge) -> Paired:
     by_a, by_b = {r.path: r for r in a.runs}, {r.path: r for r in b.runs}
     both = [by_a[p] for p in sorted(by_a) if p in by_b]
     labels = _labels(both)
-    frames, dropped = [], {}
+    frames, dropped, sides = [], {}, {}
     for run_a in both:
         label = labels[run_a.path]
         sa, sb = run_a.scores, by_b[run_a.path].scores
@@ -225,6 +242,8 @@ def pair_scores(a: Judge, b: Judge) -> Paired:
                 col = m[f"{d}_{side}"] if f"{d}_{side}" in m else pd.Series(np.nan, index=m.index)
                 out[f"{d}_{side}"] = pd.to_numeric(col[ok], errors="coerce").astype(np.float64)
         frames.append(out)
+        ids = set(out["query_id"])
+        sides[label] = (sa[sa["query_id"].isin(ids)], sb[sb["query_id"].isin(ids)])
     if not frames:
         raise DriftError(f"no run folder was scored by both judges {a.sig} and {b.sig} (A: "
                          f"{', '.join(sorted(r.path.name for r in a.runs))}; B: "
@@ -233,18 +252,51 @@ def pair_scores(a: Judge, b: Judge) -> Paired:
     return Paired(frame, dims, hib, [labels[r.path] for r in both], dropped,
                   sorted(r.path.name for p, r in by_a.items() if p not in by_b),
                   sorted(r.path.name for p, r in by_b.items() if p not in by_a),
-                  {"A": [c for c in cols_a if c not in cols_b], "B": [c for c in cols_b if c not in cols_a]})
+                  {"A": [c for c in cols_a if c not in cols_b], "B": [c for c in cols_b if c not in cols_a]}, sides)
 
 
-def provenance(judge: Judge) -> dict[str, Any]:
-    """What the rows say the judge was: per provenance column, each value seen with its number of rows (over the
-    judged rows, ok or failed), or "not recorded" when no row carries it; and the rows without it."""
+def leaderboard_figures(judge: Judge, other: Judge, paired: Paired) -> dict[str, Any]:
+    """The suite's model-level leaderboard figures (e.g. GEdit_O_en) of each compared run folder, computed by the
+    suite's registered summary from its paired rows under each judge: figure -> {"a": [...], "b": [...],
+    "higher_is_better": bool}, in the suite's column order; figures undefined for every folder are left out. {} for
+    a metric set without a suite summary. Both judges' figures come from the same samples, so what differs is the
+    judge's."""
+    import inspect
+
+    from benchmark.summaries import suite_summary
+
+    meta = judge.entries[0][1]
+    suite = meta.get("suite") or {}
+    fn = suite_summary(suite["name"]) if suite.get("name") else None
+    per_sample = set(meta.get("metric_order") or [])
+    keys = [k for k in (meta.get("column_order") or meta["metrics"]) if k not in per_sample]
+    if fn is None or not keys:
+        return {}
+    out: dict[str, Any] = {k: {"a": [], "b": [], "higher_is_better": bool(meta["metrics"][k]["higher_is_better"])}
+                           for k in keys}
+    for run in paired.runs:
+        for side, rows, j in (("a", paired.sides[run][0], judge), ("b", paired.sides[run][1], other)):
+            comps = (j.entries[0][1].get("suite") or {}).get("components", {})
+            extra = {"components": comps} if "components" in inspect.signature(fn).parameters else {}
+            means = {c: float(rows[c].mean()) if c in rows and len(rows) else float("nan") for c in per_sample}
+            figures = fn(rows.sort_values("query_id", kind="stable"), means, {c: float("nan") for c in per_sample},
+                         overall=True, seed=0, **extra)
+            for k in keys:
+                v = figures.get(k, float("nan"))
+                out[k][side].append(float(v) if isinstance(v, int | float) else float("nan"))
+    return {k: v for k, v in out.items() if np.isfinite(v["a"]).any() or np.isfinite(v["b"]).any()}
+
+
+def provenance(frames: list[Any]) -> dict[str, Any]:
+    """What a judge's rows (`Judge.provenance_rows`) say it was: per provenance column, each value seen with its
+    number of rows (over the judged rows, ok or failed), and the judged rows without it; "not recorded" when no row
+    carries it."""
     out: dict[str, Any] = {}
     for col in PROVENANCE_COLUMNS:
         seen: Counter[str] = Counter()
         n_rows = 0
-        for run in judge.runs:
-            rows = run.scores[run.scores["status"].isin(["ok", "failed"])]
+        for frame in frames:
+            rows = frame[frame["status"].isin(["ok", "failed"])]
             n_rows += len(rows)
             if col in rows:
                 seen.update(str(v) for v in rows[col] if isinstance(v, str) and v)

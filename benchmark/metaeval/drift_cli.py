@@ -10,6 +10,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import numpy as np
+
 from benchmark.metaeval.drift import DROP_KINDS, DriftError
 
 DROP_WORDS = {"failed_a": "failed under A", "failed_b": "failed under B", "failed_both": "failed under both",
@@ -57,7 +59,7 @@ def _write_csv(path: Path, rows: list[dict[str, Any]], columns: list[str]) -> No
 def run_drift(args: argparse.Namespace, overrides: list[str], settings: list[str]) -> int:
     """Run the drift comparison; returns 0 (errors raise DriftError, which the CLI turns into exit 2)."""
     from benchmark.metaeval import drift as D
-    from benchmark.metaeval.drift_stats import dimension_rows, ranking
+    from benchmark.metaeval.drift_stats import dimension_rows, order_table, ranking
     from benchmark.metaeval.evaluate import Boot
     from benchmark.metaeval.judge_cli import _settings
     from benchmark.metaeval.table import write_table
@@ -75,8 +77,10 @@ def run_drift(args: argparse.Namespace, overrides: list[str], settings: list[str
         raise DriftError(f"--metrics {metric_set}: drift compares the judges of one metric set; name one")
     group = D.pick_group(D.read_groups(results), results, metric_set, args.queryset)
     ja, jb, how = D.pick_judges(group, args.a, args.b)
+    for j in (ja, jb):
+        j.load()
     paired = D.pair_scores(ja, jb)
-    prov = {"A": D.provenance(ja), "B": D.provenance(jb)}
+    prov = {"A": D.provenance(ja.provenance_rows()), "B": D.provenance(jb.provenance_rows())}
 
     totals = {k: sum(d[k] for d in paired.dropped.values()) for k in DROP_KINDS}
     rows, ranks, flips, taus = [], [], [], {}
@@ -84,17 +88,26 @@ def run_drift(args: argparse.Namespace, overrides: list[str], settings: list[str
         rank = ranking(paired.frame, dim, paired.higher_is_better[dim], boot)
         taus[dim] = rank["kendall_tau"]
         ranks += rank["ranks"]
-        flips += rank["flips"]
+        flips += rank["changes"]
         for r in dimension_rows(paired.frame, dim, boot, args.within):
             everything = r["scope"] == "all"
             counts = totals if everything else paired.dropped[r["scope"]]
             rows.append({"metric": f"{group.metric_set}/{dim}", **r,
                          "kendall_tau": rank["kendall_tau"] if everything else math.nan,
-                         "n_order_changes": len(rank["flips"]) if everything else math.nan, **counts,
+                         "n_order_changes": len(rank["changes"]) if everything else math.nan, **counts,
                          "sig_a": ja.sig, "sig_b": jb.sig, "judge_a": ja.name, "judge_b": jb.name})
-    profiles = sorted({r.meta["profile"] for j in (ja, jb) for r in j.runs})
+    # the suite's own leaderboard figures (GEdit_O_en, ...) on the paired samples: ranks and order changes, no
+    # intervals (a figure such as a macro average over task groups is not a mean of per-sample values)
+    figures = D.leaderboard_figures(ja, jb, paired)
+    board: dict[str, Any] = {"ranks": [], "changes": [], "kendall_tau": {}}
+    for name, v in figures.items():
+        t = order_table(name, paired.runs, np.array(v["a"]), np.array(v["b"]), v["higher_is_better"])
+        board["ranks"] += t["ranks"]
+        board["changes"] += t["changes"]
+        board["kendall_tau"][name] = t["kendall_tau"]
+    profiles = sorted({v["profile"] for j in (ja, jb) for _, v in j.entries})
     judges = {side: {"sig": j.sig, "judge": j.name, "components": j.components, "first_scored": j.first_scored,
-                     "run_folders": sorted(r.path.name for r in j.runs), "rows": prov[side]}
+                     "run_folders": sorted(p.parent.name for p, _ in j.entries), "rows": prov[side]}
               for side, j in (("A", ja), ("B", jb))}
     path = write_table(results / "metaeval", "drift", rows,
                        queryset=SimpleNamespace(name=group.queryset, hash=group.queryset_hash),
@@ -105,13 +118,20 @@ def run_drift(args: argparse.Namespace, overrides: list[str], settings: list[str
                               "judges": judges, "chosen": how, "dimensions": paired.dims,
                               "not_compared_columns": paired.dims_only, "dropped": paired.dropped,
                               "runs_only_a": paired.only_a, "runs_only_b": paired.only_b,
-                              "kendall_tau": taus, "overrides": overrides + settings})
+                              "kendall_tau": taus, "leaderboard_kendall_tau": board["kendall_tau"],
+                              "overrides": overrides + settings})
     stem = path.with_suffix("")
-    _write_csv(stem.with_name(stem.name + "-ranks.csv"), ranks,
-               ["dimension", "run", "n_paired", "mean_a", "rank_a", "mean_b", "rank_b"])
-    _write_csv(stem.with_name(stem.name + "-changes.csv"), flips,
-               ["dimension", "run_x", "run_y", "change", *[f"diff_{s}{x}" for s in "ab" for x in ("", "_lo", "_hi")]])
+    kind = [{"kind": "per-sample mean"}] * len(ranks) + [{"kind": "leaderboard figure"}] * len(board["ranks"])
+    _write_csv(stem.with_name(stem.name + "-ranks.csv"),
+               [k | r for k, r in zip(kind, ranks + board["ranks"], strict=True)],
+               ["dimension", "kind", "run", "n_paired", "mean_a", "rank_a", "mean_b", "rank_b"])
+    kind = [{"kind": "per-sample mean"}] * len(flips) + [{"kind": "leaderboard figure"}] * len(board["changes"])
+    _write_csv(stem.with_name(stem.name + "-changes.csv"),
+               [k | r for k, r in zip(kind, flips + board["changes"], strict=True)],
+               ["dimension", "kind", "run_x", "run_y", "change",
+                *[f"diff_{s}{x}" for s in "ab" for x in ("", "_lo", "_hi")]])
     _print(group, ja, jb, how, prov, paired, totals, rows, ranks, flips, taus, boot, args.within)
+    _print_board(board)
     print(f"[metaeval] wrote {path} (+ .json provenance, {stem.name}-ranks.csv, {stem.name}-changes.csv)")
     return 0
 
@@ -125,6 +145,8 @@ def _print(group: Any, ja: Any, jb: Any, how: str, prov: dict[str, Any], paired:
           f"({how})")
     for side, j in (("A", ja), ("B", jb)):
         print(f"  {side} = {j.describe()}")
+        backbone = str(j.components.get("backbone", "not recorded"))
+        print(f"      backbone: {backbone if len(backbone) <= 160 else backbone[:157] + '...'}")
         print(f"      rows: {describe_provenance(prov[side])}")
     for side, left in (("A", paired.only_a), ("B", paired.only_b)):
         if left:
@@ -155,3 +177,20 @@ def _print(group: Any, ja: Any, jb: Any, how: str, prov: dict[str, Any], paired:
     print(_grid(["dimension", "x", "y", "change", "A: x - y", "B: x - y"],
                 [[f["dimension"], f["run_x"], f["run_y"], f["change"], _est(f, "diff_a"), _est(f, "diff_b")]
                  for f in flips]))
+
+
+def _print_board(board: dict[str, Any]) -> None:
+    if not board["ranks"]:
+        return
+    print("\nranks by the suite's leaderboard figures, each computed from the paired samples (no intervals: a figure "
+          "is not a mean of per-sample values)")
+    print(_grid(["figure", "editor", "A", "rank A", "B", "rank B"],
+                [[r["dimension"], r["run"], _num(r["mean_a"]), str(r["rank_a"]), _num(r["mean_b"]), str(r["rank_b"])]
+                 for r in board["ranks"]]))
+    print("Kendall's tau between the rankings: " + ", ".join(f"{d} {_num(t)}" for d, t in board["kendall_tau"].items()))
+    if not board["changes"]:
+        print("order changes: none")
+        return
+    print(_grid(["figure", "x", "y", "change", "A: x - y", "B: x - y"],
+                [[c["dimension"], c["run_x"], c["run_y"], c["change"], f"{c['diff_a']:+.3f}", f"{c['diff_b']:+.3f}"]
+                 for c in board["changes"]]))

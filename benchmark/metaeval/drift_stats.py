@@ -76,39 +76,50 @@ def _mean_difference(values: np.ndarray, in_x: np.ndarray):
     return lambda w: (w @ (values * in_x)) / (w @ in_x) - (w @ (values * in_y)) / (w @ in_y)
 
 
-def ranking(frame: Any, dim: str, higher_is_better: bool, boot: Boot) -> dict[str, Any]:
-    """Each run folder's mean of `dim` over its paired samples under A and B, its rank under each, Kendall's tau
-    (tau-b) between the two rankings, and every pair of run folders whose order differs between the judges
-    (`reversed`, or `tied under A` / `tied under B`) with the difference of their means under each judge and its
-    paired bootstrap interval (one set of resampled queries for both judges and both folders)."""
+def order_table(name: str, runs: list[str], means_a: np.ndarray, means_b: np.ndarray,
+                higher_is_better: bool) -> dict[str, Any]:
+    """Ranks of `runs` by their values under A and B, Kendall's tau (tau-b) between the two rankings, and every
+    pair (x before y in `runs`) whose order differs: `reversed`, or `tied under A` / `tied under B`. Runs whose
+    value is undefined under either judge are ranked by neither."""
     from scipy.stats import kendalltau
 
+    ok = np.isfinite(means_a) & np.isfinite(means_b)
+    runs = [r for r, k in zip(runs, ok, strict=True) if k]
+    ma, mb = means_a[ok], means_b[ok]
+    ra, rb = (_ranks(ma, higher_is_better), _ranks(mb, higher_is_better)) if runs else ([], [])
+    table = [{"dimension": name, "run": r, "mean_a": float(ma[i]), "rank_a": int(ra[i]), "mean_b": float(mb[i]),
+              "rank_b": int(rb[i])} for i, r in enumerate(runs)]
+    tau = math.nan
+    if len(runs) >= 2 and np.ptp(ma) > 0 and np.ptp(mb) > 0:
+        tau = float(kendalltau(ma, mb).statistic)
+    elif len(runs) >= 2 and np.ptp(ma) == 0 and np.ptp(mb) == 0:
+        tau = 1.0  # every run tied under both judges: no pair changes its order
+    changes = []
+    for (i, x), (j, y) in itertools.combinations(enumerate(runs), 2):
+        scale = max(abs(ma[i]), abs(ma[j]), abs(mb[i]), abs(mb[j]))
+        sa, sb = _sign(ma[i] - ma[j], scale), _sign(mb[i] - mb[j], scale)
+        if sa != sb:
+            changes.append({"dimension": name, "run_x": x, "run_y": y,
+                            "change": "reversed" if sa and sb else ("tied under A" if not sa else "tied under B"),
+                            "diff_a": float(ma[i] - ma[j]), "diff_b": float(mb[i] - mb[j])})
+    return {"ranks": table, "kendall_tau": tau, "changes": changes}
+
+
+def ranking(frame: Any, dim: str, higher_is_better: bool, boot: Boot) -> dict[str, Any]:
+    """`order_table` of the run folders by their mean of `dim` over their paired samples, each changed pair with
+    the paired bootstrap interval of its difference under each judge (one set of resampled queries for both judges
+    and both folders)."""
     part = frame[np.isfinite(frame[f"{dim}_a"]) & np.isfinite(frame[f"{dim}_b"])]
     runs = list(dict.fromkeys(part["run"]))
     means = {s: np.array([part.loc[part["run"] == r, f"{dim}_{s}"].mean() for r in runs]) for s in ("a", "b")}
-    ranks = {s: _ranks(means[s], higher_is_better) for s in ("a", "b")} if runs else {"a": [], "b": []}
-    table = [{"dimension": dim, "run": r, "n_paired": int((part["run"] == r).sum()), "mean_a": float(means["a"][i]),
-              "rank_a": int(ranks["a"][i]), "mean_b": float(means["b"][i]), "rank_b": int(ranks["b"][i])}
-             for i, r in enumerate(runs)]
-    tau = math.nan
-    if len(runs) >= 2 and np.ptp(means["a"]) > 0 and np.ptp(means["b"]) > 0:
-        tau = float(kendalltau(means["a"], means["b"]).statistic)
-    elif len(runs) >= 2 and np.ptp(means["a"]) == 0 and np.ptp(means["b"]) == 0:
-        tau = 1.0 if np.array_equal(means["a"], means["b"]) else math.nan  # all tied under both: nothing moves
-    flips = []
-    for (i, x), (j, y) in itertools.combinations(enumerate(runs), 2):
-        da, db = means["a"][i] - means["a"][j], means["b"][i] - means["b"][j]
-        scale = max(abs(means["a"][i]), abs(means["a"][j]), abs(means["b"][i]), abs(means["b"][j]))
-        sa, sb = _sign(da, scale), _sign(db, scale)
-        if sa == sb:
-            continue
-        change = "reversed" if sa and sb else ("tied under A" if not sa else "tied under B")
-        both = part[part["run"].isin([x, y])]
+    out = order_table(dim, runs, means["a"], means["b"], higher_is_better)
+    for r in out["ranks"]:
+        r["n_paired"] = int((part["run"] == r["run"]).sum())
+    for row in out["changes"]:
+        both = part[part["run"].isin([row["run_x"], row["run_y"]])]
         clusters = query_clusters(list(both["query_id"]))
-        in_x = (both["run"] == x).to_numpy(np.float64)
-        row = {"dimension": dim, "run_x": x, "run_y": y, "change": change}
+        in_x = (both["run"] == row["run_x"]).to_numpy(np.float64)
         for s in ("a", "b"):
             stat = _mean_difference(both[f"{dim}_{s}"].to_numpy(np.float64), in_x)
             row[f"diff_{s}"], row[f"diff_{s}_lo"], row[f"diff_{s}_hi"] = _est(stat, clusters, boot)
-        flips.append(row)
-    return {"ranks": table, "kendall_tau": tau, "flips": flips}
+    return out
