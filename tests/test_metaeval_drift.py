@@ -293,3 +293,44 @@ def test_per_reply_provenance_is_counted_per_value_and_named_not_recorded_when_a
     assert "judge_model: gpt-4.1 (3 rows)" in text and "judge_fingerprint: fp_a (1 row), fp_b (1 row), not recorded on 1 row(s)" in text
     bare = provenance([rows[["query_id", "status"]]])
     assert set(bare.values()) == {"not recorded"}
+
+
+def _judge(sig: str, scores: pd.DataFrame, first_ns: int = 0, name: str = "j"):
+    from benchmark.metaeval.drift import Judge
+
+    meta = {"metric_order": ["S"], "metrics": {"S": {"higher_is_better": True}}, "editor": "ed"}
+    run = SimpleNamespace(path=Path("/r/ed-1"), meta=meta, scores=scores)
+    return Judge(sig, [(Path("/r/ed-1/run.json"), meta)], name=name, first_scored_ns=first_ns, runs=[run])
+
+
+def test_only_rows_ok_under_both_judges_are_paired_even_when_a_failure_row_holds_a_number():
+    from benchmark.metaeval.drift import pair_scores
+
+    # q2's failure row holds 0 (a suite that wrote one): it is a failure, never a score
+    a = pd.DataFrame({"query_id": ["q1", "q2", "q3", "q4", "q5", "q6"],
+                      "status": ["ok", "failed", "ok", "missing", "excluded", "failed"],
+                      "S": [5.0, 0.0, 3.0, None, None, None]})
+    b = pd.DataFrame({"query_id": ["q1", "q2", "q3", "q4", "q5", "q6", "q7"],
+                      "status": ["ok", "ok", "failed", "ok", "excluded", "failed", "ok"],
+                      "S": [6.0, 7.0, 0.0, 2.0, None, None, 4.0]})
+    p = pair_scores(_judge("aaa", a), _judge("bbb", b))
+    assert list(p.frame["query_id"]) == ["q1"] and list(p.frame["S_b"] - p.frame["S_a"]) == [1.0]
+    # q2 failed under A, q3 under B, q6 under both; q4 and q7 have no ok/failed row under A; q5 is not owed
+    assert p.dropped == {"ed": {"failed_a": 1, "failed_b": 1, "failed_both": 1, "missing": 2}}
+
+
+def test_by_default_a_is_the_judge_scored_first_whatever_the_signatures_spell():
+    from benchmark.metaeval.drift import DriftError, Group, pick_judges
+
+    rows = pd.DataFrame({"query_id": ["q1"], "status": ["ok"], "S": [1.0]})
+    early, late = _judge("fff", rows, first_ns=10, name="m@1"), _judge("000", rows, first_ns=20, name="m@2")
+    group = Group("suite", "set", "0" * 64, {"000": late, "fff": early})
+    a, b, how = pick_judges(group, None, None)
+    assert (a.sig, b.sig) == ("fff", "000") and "A is the one scored first" in how
+    assert [j.sig for j in pick_judges(group, None, "fff")[:2]] == ["000", "fff"]  # --b alone: A is the other
+    assert [j.sig for j in pick_judges(group, "m@2", "m@1")[:2]] == ["000", "fff"]  # by judge name
+    group.judges["f00"] = _judge("f00", rows, name="m@3")
+    with pytest.raises(DriftError, match="has 3 judges .*fff .*000 .*f00 .*first scored unknown"):
+        pick_judges(group, None, None)
+    with pytest.raises(DriftError, match="--a f: 2 judges of suite on set .* match; give a signature prefix"):
+        pick_judges(group, "f", "000")
