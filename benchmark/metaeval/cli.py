@@ -30,7 +30,8 @@ COUNTS = {"gt-selection": ("n_queries", "n_excluded"), "2afc": ("n_pairs", "n_hu
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="editmeter metaeval", description=(
         "Meta-evaluation of every metric set: ground-truth selection, 2AFC agreement with people, win-rate "
-        "correlation, HATIE weight fitting. Writes one table (metric x statistic, with bootstrap intervals) to "
+        "correlation, HATIE weight fitting; judges against published human preferences, and the drift between two "
+        "judges of one suite. Writes one table (metric x statistic, with bootstrap intervals) to "
         "<results>/metaeval/. docs/metaeval.md describes every test and input format."),
         epilog="key=value: run-config overrides (queryset=demo profile=tiny limit=20 paths.results=...) or "
                "metaeval settings (metaeval.resamples=2000, configs/metaeval.yaml)")
@@ -88,12 +89,19 @@ def _parser() -> argparse.ArgumentParser:
     j.add_argument("--images", type=Path, help="imagenhub: folder of <editor>/<uid> images")
     j.add_argument("--query-ids", default="stem", help="imagenhub: uid -> query id (as for 2afc)")
     d = sub.add_parser("drift", help="two judges of one suite on the same edits: mean shift, per-sample agreement, "
-                       "and what it does to the ranking of the editors (docs/metaeval.md)")
+                       "and what it does to the ranking of the editors (docs/metaeval.md)",
+                       description="Compare two judges (two metric signatures of one judged suite) on the edits of "
+                       "one results folder: per dimension the mean shift B - A with a paired bootstrap interval, "
+                       "exact / within / Spearman agreement, each editor's rank under both, Kendall's tau and the "
+                       "pairs whose order changes. Only samples scored ok under both judges are paired; failures "
+                       "are counted. Reads scored runs only.",
+                       epilog="key=value: paths.results=DIR (the results folder) or metaeval.<key>=value "
+                              "(configs/metaeval.yaml: resamples, confidence, seed)")
     d.add_argument("--metrics", help="the judged metric set (default: the only one scored by two judges)")
     d.add_argument("--queryset", help="the query set (by name) when the metric set has runs on several")
-    d.add_argument("--a", help="judge A: a metric signature prefix or a judge name (the leaderboard's components "
+    d.add_argument("--a", metavar="JUDGE", help="judge A: a metric signature prefix or a judge name (the leaderboard's components "
                    "`judge`); default: of exactly two judges, the one scored first")
-    d.add_argument("--b", help="judge B (as --a); default: the other one")
+    d.add_argument("--b", metavar="JUDGE", help="judge B (as --a); default: the other one")
     d.add_argument("--within", type=float, default=1.0, help="agreement tolerance: |B - A| <= this counts as "
                    "within, on the suite's own scale (default 1)")
     d.add_argument("--resamples", type=int, help="bootstrap resamples (default metaeval.resamples)")

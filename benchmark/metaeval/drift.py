@@ -255,12 +255,12 @@ def pair_scores(a: Judge, b: Judge) -> Paired:
                   {"A": [c for c in cols_a if c not in cols_b], "B": [c for c in cols_b if c not in cols_a]}, sides)
 
 
-def leaderboard_figures(judge: Judge, other: Judge, paired: Paired) -> dict[str, Any]:
+def leaderboard_figures(judge: Judge, other: Judge, paired: Paired) -> tuple[dict[str, Any], str]:
     """The suite's model-level leaderboard figures (e.g. GEdit_O_en) of each compared run folder, computed by the
     suite's registered summary from its paired rows under each judge: figure -> {"a": [...], "b": [...],
     "higher_is_better": bool}, in the suite's column order; figures undefined for every folder are left out. {} for
     a metric set without a suite summary. Both judges' figures come from the same samples, so what differs is the
-    judge's."""
+    judge's. The second value says why there are none when the summary raised (the per-sample comparison stands)."""
     import inspect
 
     from benchmark.summaries import suite_summary
@@ -271,7 +271,7 @@ def leaderboard_figures(judge: Judge, other: Judge, paired: Paired) -> dict[str,
     per_sample = set(meta.get("metric_order") or [])
     keys = [k for k in (meta.get("column_order") or meta["metrics"]) if k not in per_sample]
     if fn is None or not keys:
-        return {}
+        return {}, ""
     out: dict[str, Any] = {k: {"a": [], "b": [], "higher_is_better": bool(meta["metrics"][k]["higher_is_better"])}
                            for k in keys}
     for run in paired.runs:
@@ -279,12 +279,16 @@ def leaderboard_figures(judge: Judge, other: Judge, paired: Paired) -> dict[str,
             comps = (j.entries[0][1].get("suite") or {}).get("components", {})
             extra = {"components": comps} if "components" in inspect.signature(fn).parameters else {}
             means = {c: float(rows[c].mean()) if c in rows and len(rows) else float("nan") for c in per_sample}
-            figures = fn(rows.sort_values("query_id", kind="stable"), means, {c: float("nan") for c in per_sample},
-                         overall=True, seed=0, **extra)
+            try:
+                figures = fn(rows.sort_values("query_id", kind="stable"), means,
+                             {c: float("nan") for c in per_sample}, overall=True, seed=0, **extra)
+            except Exception as err:  # noqa: BLE001 - any suite's summary; the per-sample comparison stands
+                return {}, (f"the {suite['name']} summary raised on {run}'s paired rows ({type(err).__name__}: "
+                            f"{err}); no ranking by its leaderboard figures")
             for k in keys:
                 v = figures.get(k, float("nan"))
                 out[k][side].append(float(v) if isinstance(v, int | float) else float("nan"))
-    return {k: v for k, v in out.items() if np.isfinite(v["a"]).any() or np.isfinite(v["b"]).any()}
+    return {k: v for k, v in out.items() if np.isfinite(v["a"]).any() or np.isfinite(v["b"]).any()}, ""
 
 
 def provenance(frames: list[Any]) -> dict[str, Any]:

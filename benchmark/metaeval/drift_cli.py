@@ -98,7 +98,7 @@ def run_drift(args: argparse.Namespace, overrides: list[str], settings: list[str
                          "sig_a": ja.sig, "sig_b": jb.sig, "judge_a": ja.name, "judge_b": jb.name})
     # the suite's own leaderboard figures (GEdit_O_en, ...) on the paired samples: ranks and order changes, no
     # intervals (a figure such as a macro average over task groups is not a mean of per-sample values)
-    figures = D.leaderboard_figures(ja, jb, paired)
+    figures, why_none = D.leaderboard_figures(ja, jb, paired)
     board: dict[str, Any] = {"ranks": [], "changes": [], "kendall_tau": {}}
     for name, v in figures.items():
         t = order_table(name, paired.runs, np.array(v["a"]), np.array(v["b"]), v["higher_is_better"])
@@ -119,6 +119,7 @@ def run_drift(args: argparse.Namespace, overrides: list[str], settings: list[str
                               "not_compared_columns": paired.dims_only, "dropped": paired.dropped,
                               "runs_only_a": paired.only_a, "runs_only_b": paired.only_b,
                               "kendall_tau": taus, "leaderboard_kendall_tau": board["kendall_tau"],
+                              "leaderboard_figures_note": why_none,
                               "overrides": overrides + settings})
     stem = path.with_suffix("")
     kind = [{"kind": "per-sample mean"}] * len(ranks) + [{"kind": "leaderboard figure"}] * len(board["ranks"])
@@ -132,6 +133,8 @@ def run_drift(args: argparse.Namespace, overrides: list[str], settings: list[str
                 *[f"diff_{s}{x}" for s in "ab" for x in ("", "_lo", "_hi")]])
     _print(group, ja, jb, how, prov, paired, totals, rows, ranks, flips, taus, boot, args.within)
     _print_board(board)
+    if why_none:
+        print(f"[metaeval] {why_none}")
     print(f"[metaeval] wrote {path} (+ .json provenance, {stem.name}-ranks.csv, {stem.name}-changes.csv)")
     return 0
 
