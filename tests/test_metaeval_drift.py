@@ -17,7 +17,7 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 from omegaconf import open_dict
-from test_gedit_builder import gedit_dataset, run_script
+from test_gedit_builder import gedit_dataset
 from test_gedit_protocol import FAKE_COMMIT, write_prompts
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -68,9 +68,10 @@ def score_all(root: Path, prompts: Path, sha: str, results: Path, backbone: dict
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory):
     """`two`: scored by judge A, then by judge B; `three`: the same plus A's replies under another version (A2)."""
+    from benchmark.querysets.gedit import build
+
     tmp = tmp_path_factory.mktemp("drift")
-    done = run_script(gedit_dataset(tmp), tmp / "gedit")
-    assert done.returncode == 0, done.stderr
+    build(gedit_dataset(tmp), tmp / "gedit")
     prompts, sha = write_prompts(tmp)
     root = logging.getLogger()
     handlers, level = root.handlers[:], root.level
@@ -334,3 +335,39 @@ def test_by_default_a_is_the_judge_scored_first_whatever_the_signatures_spell():
         pick_judges(group, None, None)
     with pytest.raises(DriftError, match="--a f: 2 judges of suite on set .* match; give a signature prefix"):
         pick_judges(group, "f", "000")
+
+
+def test_any_judged_suite_imgedit_with_two_judges_of_one_name(tmp_path, capsys, restore_logging):
+    """imgedit's one per-sample column and its leaderboard figures; two judges with the same name are told apart by
+    their signature prefix."""
+    import test_imgedit as ti
+
+    from benchmark.querysets.imgedit import build
+    from benchmark.run import compose, run_pipeline
+
+    edits, images = ti.release(tmp_path)
+    build(edits, images, tmp_path / "imgedit")
+    prompts, sha = ti.write_prompts(tmp_path)
+    # B reads "Remove the dog" as 3.0 (A: 1.33), and answers "Make the man wave", which A's reply fails
+    later = ti.REPLIES | {"Remove the dog": "A: 3\nB: 3\nC: 3", "Make the man wave": "A: 4\nB: 4\nC: 4"}
+    for replies in (ti.REPLIES, later):
+        cfg, choices = compose(["editor=identity", "queryset=imgedit", f"queryset.root={tmp_path / 'imgedit'}",
+                                "metrics=imgedit", "profile=tiny", f"paths.results={tmp_path / 'results'}",
+                                "progress=false", "aggregate.bootstrap_resamples=20", "max_failed_fraction=1.0",
+                                f"metrics.imgedit.prompts_file={prompts}", f"metrics.imgedit.prompts_sha256={sha}",
+                                f"metrics.imgedit.prompts_commit={ti.FAKE_COMMIT}"])
+        with open_dict(cfg):
+            cfg.metrics.imgedit.backbone = {"_target_": "scripted_judge.ScriptedReplies", "replies": replies}
+        run_pipeline(cfg, choices["editor"])
+    rc, _, err = drift(capsys, f"paths.results={tmp_path / 'results'}", "--a", "scripted-replies@test")
+    assert rc == 2 and "--a scripted-replies@test: 2 judges of imgedit on imgedit" in err and "give a signature" in err
+    rc, out, err = drift(capsys, f"paths.results={tmp_path / 'results'}", "--resamples", "200")
+    assert rc == 0, err
+    t = tables(out)
+    ie = row(t["main"], "IE_score")
+    assert (ie["n_paired"], ie["failed_a"], ie["failed_b"]) == (10, 1, 0)
+    assert ie["shift"] == pytest.approx((3.0 - 1.33) / 10) and ie["exact"] == pytest.approx(0.9)
+    assert math.isnan(ie["kendall_tau"])  # one editor: no ranking to compare
+    figures = t["ranks"][t["ranks"]["kind"] == "leaderboard figure"].set_index("dimension")
+    # the remove type's figure: its one paired edit, 1.33 under A and 3.0 under B
+    assert (figures.loc["ImgEdit_remove", "mean_a"], figures.loc["ImgEdit_remove", "mean_b"]) == (1.33, 3.0)
