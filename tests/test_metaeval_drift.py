@@ -308,22 +308,25 @@ def test_only_rows_ok_under_both_judges_are_paired_even_when_a_failure_row_holds
     from benchmark.metaeval.drift import pair_scores
 
     # q2's failure row holds 0 (a suite that wrote one): it is a failure, never a score
-    a = pd.DataFrame({"query_id": ["q1", "q2", "q3", "q4", "q5", "q6"],
-                      "status": ["ok", "failed", "ok", "missing", "excluded", "failed"],
-                      "S": [5.0, 0.0, 3.0, None, None, None]})
-    b = pd.DataFrame({"query_id": ["q1", "q2", "q3", "q4", "q5", "q6", "q7"],
-                      "status": ["ok", "ok", "failed", "ok", "excluded", "failed", "ok"],
-                      "S": [6.0, 7.0, 0.0, 2.0, None, None, 4.0]})
+    # q8's edit was replaced between the two scorings: the judges saw other bytes
+    a = pd.DataFrame({"query_id": ["q1", "q2", "q3", "q4", "q5", "q6", "q8"],
+                      "status": ["ok", "failed", "ok", "missing", "excluded", "failed", "ok"],
+                      "edit_sha256": ["e1", "e2", "e3", "", "", "e6", "e8"],
+                      "S": [5.0, 0.0, 3.0, None, None, None, 1.0]})
+    b = pd.DataFrame({"query_id": ["q1", "q2", "q3", "q4", "q5", "q6", "q7", "q8"],
+                      "status": ["ok", "ok", "failed", "ok", "excluded", "failed", "ok", "ok"],
+                      "edit_sha256": ["e1", "e2", "e3", "e4", "", "e6", "e7", "e8-new"],
+                      "S": [6.0, 7.0, 0.0, 2.0, None, None, 4.0, 9.0]})
     p = pair_scores(_judge("aaa", a), _judge("bbb", b))
     assert list(p.frame["query_id"]) == ["q1"] and list(p.frame["S_b"] - p.frame["S_a"]) == [1.0]
     # q2 failed under A, q3 under B, q6 under both; q4 and q7 have no ok/failed row under A; q5 is not owed
-    assert p.dropped == {"ed": {"failed_a": 1, "failed_b": 1, "failed_both": 1, "missing": 2}}
+    assert p.dropped == {"ed": {"failed_a": 1, "failed_b": 1, "failed_both": 1, "missing": 2, "other_edit": 1}}
 
 
 def test_by_default_a_is_the_judge_scored_first_whatever_the_signatures_spell():
     from benchmark.metaeval.drift import DriftError, Group, pick_judges
 
-    rows = pd.DataFrame({"query_id": ["q1"], "status": ["ok"], "S": [1.0]})
+    rows = pd.DataFrame({"query_id": ["q1"], "status": ["ok"], "edit_sha256": ["e1"], "S": [1.0]})
     early, late = _judge("fff", rows, first_ns=10, name="m@1"), _judge("000", rows, first_ns=20, name="m@2")
     group = Group("suite", "set", "0" * 64, {"000": late, "fff": early})
     a, b, how = pick_judges(group, None, None)

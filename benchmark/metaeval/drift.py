@@ -21,7 +21,9 @@ from benchmark.metaeval.scoring import MetaevalError
 
 # the per-reply provenance a judged row may carry (what the server said it was); absent columns: "not recorded"
 PROVENANCE_COLUMNS = ("judge_model", "judge_answered_by", "judge_fingerprint")
-DROP_KINDS = ("failed_a", "failed_b", "failed_both", "missing")  # why a sample is not paired (exclusive)
+# why a sample is not paired (exclusive): failed under A / B / both, not scored under one, or the two judges scored
+# other bytes (the edit was replaced between the two scorings: not one edit judged twice)
+DROP_KINDS = ("failed_a", "failed_b", "failed_both", "missing", "other_edit")
 
 
 class DriftError(MetaevalError):
@@ -206,8 +208,9 @@ def _labels(folders: list[Any]) -> dict[Path, str]:
 
 def pair_scores(a: Judge, b: Judge) -> Paired:
     """Pair A's and B's rows per run folder and query. Dimensions: the per-sample columns (`metric_order`) both
-    judges' runs record, in A's order. Counted, never paired: rows failed under A, under B, under both, and rows
-    missing (not scored, or no row) under either; excluded rows are not owed and not counted."""
+    judges' runs record, in A's order. Counted, never paired: rows failed under A, under B, under both, rows
+    missing (not scored, or no row) under either, and rows whose two judges scored other edit bytes (`edit_sha256`:
+    the edit was replaced between the scorings); excluded rows are not owed and not counted."""
     import pandas as pd
 
     meta_a, meta_b = a.entries[0][1], b.entries[0][1]
@@ -225,17 +228,19 @@ def pair_scores(a: Judge, b: Judge) -> Paired:
     for run_a in both:
         label = labels[run_a.path]
         sa, sb = run_a.scores, by_b[run_a.path].scores
-        m = pd.merge(sa[["query_id", "status", *[d for d in dims if d in sa]]],
-                     sb[["query_id", "status", *[d for d in dims if d in sb]]],
+        keys = ["query_id", "status", "edit_sha256"]
+        m = pd.merge(sa[[*keys, *[d for d in dims if d in sa]]], sb[[*keys, *[d for d in dims if d in sb]]],
                      on="query_id", how="outer", suffixes=("_a", "_b"), sort=True)
         st_a, st_b = m["status_a"].fillna("missing"), m["status_b"].fillna("missing")
         owed = (st_a != "excluded") & (st_b != "excluded")
-        ok = owed & (st_a == "ok") & (st_b == "ok")
+        both_ok = owed & (st_a == "ok") & (st_b == "ok")
+        same_edit = m["edit_sha256_a"].fillna("").to_numpy(object) == m["edit_sha256_b"].fillna("").to_numpy(object)
+        ok = both_ok & same_edit
         scored = owed & st_a.isin(["ok", "failed"]) & st_b.isin(["ok", "failed"])
         dropped[label] = {"failed_a": int((scored & (st_a == "failed") & (st_b == "ok")).sum()),
                           "failed_b": int((scored & (st_a == "ok") & (st_b == "failed")).sum()),
                           "failed_both": int((scored & (st_a == "failed") & (st_b == "failed")).sum()),
-                          "missing": int((owed & ~scored).sum())}
+                          "missing": int((owed & ~scored).sum()), "other_edit": int((both_ok & ~same_edit).sum())}
         out = pd.DataFrame({"run": label, "editor": run_a.meta["editor"], "query_id": m.loc[ok, "query_id"]})
         for d in dims:
             for side in ("a", "b"):

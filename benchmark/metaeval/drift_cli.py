@@ -15,7 +15,8 @@ import numpy as np
 from benchmark.metaeval.drift import DROP_KINDS, DriftError
 
 DROP_WORDS = {"failed_a": "failed under A", "failed_b": "failed under B", "failed_both": "failed under both",
-              "missing": "missing (not scored under A or B)"}
+              "missing": "missing (not scored under A or B)",
+              "other_edit": "scored on other edit bytes by A and B (the edit was replaced between the scorings)"}
 
 
 def _results(overrides: list[str]) -> Path:
