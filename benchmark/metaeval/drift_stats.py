@@ -2,8 +2,8 @@
 agreement (exact, within a tolerance, Spearman), and what the shift does to the ranking of the editors (ranks under
 both judges, Kendall's tau, the pairs whose order changes with their difference's interval under each judge).
 
-Every interval comes from the project's cluster bootstrap over queries (`benchmark.metaeval.stats.bootstrap`): a
-resample draws queries with replacement and brings every sample of a drawn query along, under both judges at once
+Every interval comes from the project's cluster bootstrap over queries (`benchmark.stats.resampled`, as
+`benchmark.metaeval.stats.bootstrap` runs it, several statistics per set of resamples): a resample draws queries with replacement and brings every sample of a drawn query along, under both judges at once
 (samples of one query share its source and instruction, and A's and B's scores of one sample are paired).
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from benchmark.metaeval.evaluate import Boot
-from benchmark.metaeval.stats import bootstrap, correlations, query_clusters, weighted_mean
+from benchmark.metaeval.stats import correlations, query_clusters
 
 EXACT_RTOL = 1e-9  # scores closer than this (relative to max(1, |a|, |b|)) are equal
 
@@ -25,11 +25,26 @@ def _equal(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.abs(a - b) <= EXACT_RTOL * np.maximum(1.0, np.maximum(np.abs(a), np.abs(b)))
 
 
-def _est(stat: Any, clusters: np.ndarray, boot: Boot) -> tuple[float, float, float]:
+def _est(stat: Any, clusters: np.ndarray, boot: Boot, k: int) -> list[tuple[float, float, float]]:
+    """(point, lo, hi) of each of the k columns `stat(w)` returns for an (R, n_items) weight matrix: the point at all
+    weights 1, the percentile interval over one set of resamples shared by the k statistics (NaN where fewer than
+    half of the resamples are finite, or with fewer than 2 resamples)."""
+    from benchmark.stats import percentile_interval, resampled
+
+    nan = [(math.nan, math.nan, math.nan)] * k
     if not len(clusters):
-        return math.nan, math.nan, math.nan
+        return nan
     with np.errstate(invalid="ignore", divide="ignore"):
-        return bootstrap(stat, clusters, n_resamples=boot.resamples, seed=boot.seed, confidence=boot.confidence)
+        point = np.asarray(stat(np.ones((1, len(clusters)))), dtype=np.float64).reshape(k)
+        if boot.resamples < 2:
+            return [(float(v), math.nan, math.nan) for v in point]
+        lo, hi = percentile_interval(resampled(stat, clusters, boot.resamples, boot.seed), boot.confidence)
+    return [(float(v), float(x), float(y)) for v, x, y in zip(point, np.ravel(lo), np.ravel(hi), strict=True)]
+
+
+def _means(columns: np.ndarray):
+    """stat(w) = the weighted mean of each column of `columns` (n_items, k): (R, k)."""
+    return lambda w: (w @ columns) / w.sum(axis=1, keepdims=True)
 
 
 def sample_stats(qids: np.ndarray, a: np.ndarray, b: np.ndarray, boot: Boot, within: float) -> dict[str, Any]:
@@ -37,9 +52,10 @@ def sample_stats(qids: np.ndarray, a: np.ndarray, b: np.ndarray, boot: Boot, wit
     clusters = query_clusters(list(qids))
     row: dict[str, Any] = {"n_paired": len(a), "mean_a": float(a.mean()) if len(a) else math.nan,
                            "mean_b": float(b.mean()) if len(b) else math.nan}
-    for name, values in (("shift", b - a), ("exact", _equal(a, b).astype(np.float64)),
-                         ("within", (np.abs(b - a) <= within + EXACT_RTOL * max(1.0, within)).astype(np.float64))):
-        row[name], row[f"{name}_lo"], row[f"{name}_hi"] = _est(weighted_mean(values), clusters, boot)
+    names = ("shift", "exact", "within")
+    columns = np.column_stack([b - a, _equal(a, b), np.abs(b - a) <= within + EXACT_RTOL * max(1.0, within)])
+    for name, est in zip(names, _est(_means(columns.astype(np.float64)), clusters, boot, 3), strict=True):
+        row[name], row[f"{name}_lo"], row[f"{name}_hi"] = est
     row["spearman"] = correlations(a, b)["spearman"]
     return row
 
@@ -70,10 +86,12 @@ def _sign(d: float, scale: float) -> int:
 
 
 def _mean_difference(values: np.ndarray, in_x: np.ndarray):
-    """stat(w) = weighted mean of x's samples - that of y's (`in_x`: 1 for x's samples, 0 for y's), for
-    `bootstrap`: a resample that draws none of one folder's queries gives NaN (left out of the interval)."""
+    """stat(w) = per column of `values` (n_items, k), the weighted mean of x's samples - that of y's (`in_x`: 1 for
+    x's samples, 0 for y's): (R, k). A resample that draws none of one folder's queries gives NaN (left out of the
+    interval)."""
     in_y = 1.0 - in_x
-    return lambda w: (w @ (values * in_x)) / (w @ in_x) - (w @ (values * in_y)) / (w @ in_y)
+    return lambda w: ((w @ (values * in_x[:, None])) / (w @ in_x)[:, None]
+                      - (w @ (values * in_y[:, None])) / (w @ in_y)[:, None])
 
 
 def order_table(name: str, runs: list[str], means_a: np.ndarray, means_b: np.ndarray,
@@ -119,7 +137,7 @@ def ranking(frame: Any, dim: str, higher_is_better: bool, boot: Boot) -> dict[st
         both = part[part["run"].isin([row["run_x"], row["run_y"]])]
         clusters = query_clusters(list(both["query_id"]))
         in_x = (both["run"] == row["run_x"]).to_numpy(np.float64)
-        for s in ("a", "b"):
-            stat = _mean_difference(both[f"{dim}_{s}"].to_numpy(np.float64), in_x)
-            row[f"diff_{s}"], row[f"diff_{s}_lo"], row[f"diff_{s}_hi"] = _est(stat, clusters, boot)
+        values = both[[f"{dim}_a", f"{dim}_b"]].to_numpy(np.float64)
+        for s, est in zip("ab", _est(_mean_difference(values, in_x), clusters, boot, 2), strict=True):
+            row[f"diff_{s}"], row[f"diff_{s}_lo"], row[f"diff_{s}_hi"] = est
     return out
