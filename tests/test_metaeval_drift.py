@@ -1,13 +1,16 @@
 """`editmeter metaeval drift`: one results folder of 3 weight-free editors on a GEdit-Bench fixture (English, 5
 queries), scored with metrics=gedit by two scripted judges (tests/helpers/colour_judge.py: replies chosen by the
 edit's colour), compared through the CLI against numbers worked out by hand; a judge against an identical later
-version of itself, and A and B swapped, as properties; the errors; the per-reply provenance columns."""
+version of itself, and A and B swapped, as properties; the errors; imgedit as another judged suite; pairing (only
+rows ok under both judges, on the same edit bytes), the default choice of A, and the per-reply provenance columns
+on hand-made rows."""
 
 from __future__ import annotations
 
 import json
 import logging
 import math
+import os
 import shutil
 import subprocess
 import sys
@@ -16,6 +19,7 @@ from types import SimpleNamespace
 
 import pandas as pd
 import pytest
+from conftest import child_pythonpath
 from omegaconf import open_dict
 from test_gedit_builder import gedit_dataset
 from test_gedit_protocol import FAKE_COMMIT, write_prompts
@@ -122,7 +126,7 @@ def paired_values(sc: dict, pq: dict, editor: str) -> list[tuple[float, float, f
 def test_two_scripted_judges_give_the_hand_worked_drift_through_the_cli(folders):
     from scipy.stats import spearmanr
 
-    env = {"PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"}
+    env = {**os.environ, "PYTHONPATH": child_pythonpath(ROOT), "HF_HUB_OFFLINE": "1"}
     done = subprocess.run([sys.executable, "-m", "benchmark.cli", "metaeval", "drift",
                            f"paths.results={folders.two}"], capture_output=True, text=True, cwd=ROOT, env=env,
                           timeout=300)
