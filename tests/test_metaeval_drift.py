@@ -1,7 +1,7 @@
 """`editmeter metaeval drift`: one results folder of 3 weight-free editors on a GEdit-Bench fixture (English, 5
 queries), scored with metrics=gedit by two scripted judges (tests/helpers/colour_judge.py: replies chosen by the
 edit's colour), compared through the CLI against numbers worked out by hand; a judge against an identical later
-version of itself, and A and B swapped, as properties; the errors; imgedit as another judged suite; pairing (only
+version of itself, and A and B swapped, as properties; the errors; imgedit and KRIS-Bench (a dimension defined on some tasks only) as other judged suites; pairing (only
 rows ok under both judges, on the same edit bytes), the default choice of A, and the per-reply provenance columns
 on hand-made rows."""
 
@@ -180,7 +180,8 @@ def test_two_scripted_judges_give_the_hand_worked_drift_through_the_cli(folders)
     assert ranked("G_SC") == {"identity": pytest.approx((6.25, 1, 6.0, 2)), "roll2": pytest.approx((6.0, 2, 19 / 3, 1)),
                               "roll1": pytest.approx((5.25, 3, 5.75, 3))}
     # PQ means A: identity 27/4, roll2 20/3, roll1 25/4; B: identity 26/4, roll2 20/3, roll1 27/4: reversed
-    assert ranked("G_PQ") == {"identity": pytest.approx((6.75, 1, 6.5, 3)), "roll2": pytest.approx((20 / 3, 2, 20 / 3, 2)),
+    assert ranked("G_PQ") == {"identity": pytest.approx((6.75, 1, 6.5, 3)),
+                              "roll2": pytest.approx((20 / 3, 2, 20 / 3, 2)),
                               "roll1": pytest.approx((6.25, 3, 6.75, 1))}
     # Kendall's tau: SC one discordant pair of three, (2 - 1) / 3; PQ every pair discordant
     taus = t["side"]["kendall_tau"]
@@ -233,7 +234,8 @@ def test_a_judge_against_an_identical_later_version_of_itself_shows_no_drift(fol
     t = tables(out)
     main = t["main"]
     # both fail on roll2's t1: failed under both, never a score; the other 14 samples agree exactly
-    assert set(main["n_paired"][main["scope"] == "all"]) == {14} and set(main["failed_both"][main["scope"] == "all"]) == {1}
+    every = main[main["scope"] == "all"]
+    assert set(every["n_paired"]) == {14} and set(every["failed_both"]) == {1}
     assert (main["shift"] == 0).all() and (main["shift_lo"] == 0).all() and (main["shift_hi"] == 0).all()
     assert (main["exact"] == 1).all() and (main["within"] == 1).all()
     assert (main.loc[main["scope"] == "all", "spearman"] == 1).all()
@@ -295,7 +297,8 @@ def test_per_reply_provenance_is_counted_per_value_and_named_not_recorded_when_a
     assert prov["judge_answered_by"] == {"values": {"gpt-4.1-2025-04-14": 2}, "rows_without": 1}
     assert prov["judge_fingerprint"] == {"values": {"fp_a": 1, "fp_b": 1}, "rows_without": 1}
     text = describe_provenance(prov)
-    assert "judge_model: gpt-4.1 (3 rows)" in text and "judge_fingerprint: fp_a (1 row), fp_b (1 row), not recorded on 1 row(s)" in text
+    assert "judge_model: gpt-4.1 (3 rows)" in text
+    assert "judge_fingerprint: fp_a (1 row), fp_b (1 row), not recorded on 1 row(s)" in text
     bare = provenance([rows[["query_id", "status"]]])
     assert set(bare.values()) == {"not recorded"}
 
@@ -378,3 +381,38 @@ def test_any_judged_suite_imgedit_with_two_judges_of_one_name(tmp_path, capsys, 
     figures = t["ranks"][t["ranks"]["kind"] == "leaderboard figure"].set_index("dimension")
     # the remove type's figure: its one paired edit, 1.33 under A and 3.0 under B
     assert (figures.loc["ImgEdit_remove", "mean_a"], figures.loc["ImgEdit_remove", "mean_b"]) == (1.33, 3.0)
+
+
+def test_kris_drift_pairs_its_knowledge_dimension_only_where_it_is_defined(tmp_path, capsys, restore_logging):
+    """KRIS-Bench's K_KP exists on its knowledge tasks only: elsewhere it is undefined, counted, never paired."""
+    import test_kris as tk
+
+    from benchmark.querysets.kris import build
+    from benchmark.run import compose, run_pipeline
+
+    build(tk.release(tmp_path), tmp_path / "kris")
+    prompts, sha = tk.write_prompts(tmp_path)
+    chem1, chem2 = tk._q("chemistry", "1"), tk._q("chemistry", "2")
+    # B answers chemistry 1's consistency (A's reply fails) and reads chemistry 2's knowledge as 5 (A: 3)
+    later = tk.REPLIES | {f"VC:{chem1}": '{"consistency_score": 4}',
+                          f"DUAL:{chem2}": "Instruction_Score: 5\nknowledge score: 5"}
+    for replies in (tk.REPLIES, later):
+        cfg, choices = compose(["editor=identity", "queryset=kris", f"queryset.root={tmp_path / 'kris'}",
+                                "metrics=kris", "profile=tiny", f"paths.results={tmp_path / 'results'}",
+                                "progress=false", "aggregate.bootstrap_resamples=20", "max_failed_fraction=1.0",
+                                f"metrics.kris.prompts_file={prompts}", f"metrics.kris.prompts_sha256={sha}",
+                                f"metrics.kris.prompts_commit={tk.FAKE_COMMIT}"])
+        with open_dict(cfg):
+            cfg.metrics.kris.backbone = {"_target_": "scripted_judge.MarkedReplies", "replies": replies}
+        run_pipeline(cfg, choices["editor"])
+    rc, out, err = drift(capsys, f"paths.results={tmp_path / 'results'}", "--resamples", "200")
+    assert rc == 0, err
+    main = tables(out)["main"]
+    # 9 scored edits: chemistry 1 failed under A only, multi-instruction 2 under both; 7 paired
+    kp, vc = row(main, "K_KP"), row(main, "K_VC")
+    assert (vc["n_paired"], vc["failed_a"], vc["failed_b"], vc["failed_both"]) == (7, 1, 0, 1)
+    assert (vc["shift"], vc["exact"]) == (0.0, 1.0)
+    # knowledge: chemistry 2 (3 -> 5) and humanities 1 (1 -> 1); the other 5 paired edits have none
+    assert (kp["n_paired"], kp["n_undefined"], kp["shift"], kp["exact"]) == (2, 5, 1.0, 0.5)
+    figures = tables(out)["ranks"].set_index("dimension")
+    assert (figures.loc["KRIS_natural_KP", "mean_a"], figures.loc["KRIS_natural_KP", "mean_b"]) == (50.0, 100.0)

@@ -274,7 +274,9 @@ def leaderboard_figures(judge: Judge, other: Judge, paired: Paired) -> tuple[dic
     suite = meta.get("suite") or {}
     fn = suite_summary(suite["name"]) if suite.get("name") else None
     per_sample = set(meta.get("metric_order") or [])
-    keys = [k for k in (meta.get("column_order") or meta["metrics"]) if k not in per_sample]
+    # a count of rows (`count`: PIE-Bench's n_no_background) is not a figure to rank editors by
+    keys = [k for k in (meta.get("column_order") or meta["metrics"])
+            if k not in per_sample and not meta["metrics"][k].get("count")]
     if fn is None or not keys:
         return {}, ""
     out: dict[str, Any] = {k: {"a": [], "b": [], "higher_is_better": bool(meta["metrics"][k]["higher_is_better"])}

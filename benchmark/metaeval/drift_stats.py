@@ -3,8 +3,9 @@ agreement (exact, within a tolerance, Spearman), and what the shift does to the 
 both judges, Kendall's tau, the pairs whose order changes with their difference's interval under each judge).
 
 Every interval comes from the project's cluster bootstrap over queries (`benchmark.stats.resampled`, as
-`benchmark.metaeval.stats.bootstrap` runs it, several statistics per set of resamples): a resample draws queries with replacement and brings every sample of a drawn query along, under both judges at once
-(samples of one query share its source and instruction, and A's and B's scores of one sample are paired).
+`benchmark.metaeval.stats.bootstrap` runs it, several statistics per set of resamples): a resample draws queries
+with replacement and brings every sample of a drawn query along, under both judges at once (samples of one query
+share its source and instruction, and A's and B's scores of one sample are paired).
 """
 
 from __future__ import annotations
