@@ -1,9 +1,9 @@
 """`editmeter metaeval drift`: one results folder of 3 weight-free editors on a GEdit-Bench fixture (English, 5
 queries), scored with metrics=gedit by two scripted judges (tests/helpers/colour_judge.py: replies chosen by the
 edit's colour), compared through the CLI against numbers worked out by hand; a judge against an identical later
-version of itself, and A and B swapped, as properties; the errors; imgedit and KRIS-Bench (a dimension defined on some tasks only) as other judged suites; pairing (only
-rows ok under both judges, on the same edit bytes), the default choice of A, and the per-reply provenance columns
-on hand-made rows."""
+version of itself, and A and B swapped, as properties; the errors; imgedit and KRIS-Bench (a dimension defined on
+some tasks only) as other judged suites; pairing (only rows ok under both judges, on the same edit bytes), the
+default choice of A, and the per-reply provenance columns on hand-made rows."""
 
 from __future__ import annotations
 
