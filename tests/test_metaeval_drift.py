@@ -137,7 +137,18 @@ def test_two_scripted_judges_give_the_hand_worked_drift_through_the_cli(folders)
     assert "A is the one scored first" in out
     assert f"A = {a}  judge colour-judge-A@test, 3 run folder(s)" in out
     assert f"B = {b}  judge colour-judge-B@test, 3 run folder(s)" in out
-    assert out.count("judge_model not recorded; judge_answered_by not recorded; judge_fingerprint not recorded") == 2
+    # what the rows say about each reply: scripted replies carry no fingerprint; the model is recorded when the rows
+    # have the column (judged suites write it), else "not recorded"
+    run = next(folders.two.glob("runs/gedit-en-*/identity-*"))
+    columns = pd.read_parquet(next((run / "scores" / a).glob("part-*.parquet"))).columns
+    lines = out.splitlines()
+    for side in "AB":
+        at = next(i for i, line in enumerate(lines) if line.startswith(f"  {side} = "))
+        rows_line = lines[at + 2]  # the judge, its backbone, then what its rows record
+        assert rows_line.startswith("      rows: ")
+        assert "judge_fingerprint not recorded" in rows_line
+        assert (f"judge_model: colour-judge-{side}@test (" in rows_line if "judge_model" in columns
+                else "judge_model not recorded" in rows_line)
     # 15 samples: roll2's t1 failed under A, k5 of all three under B; failures are counted, never paired
     assert ("paired: 11 sample(s) scored ok under both judges; not paired (never scored as a number): 1 failed under "
             "A, 3 failed under B, 0 failed under both, 0 missing") in out
@@ -290,12 +301,17 @@ def test_per_reply_provenance_is_counted_per_value_and_named_not_recorded_when_a
 
     rows = pd.DataFrame({"query_id": ["q1", "q2", "q3", "q4"], "status": ["ok", "failed", "ok", "missing"],
                          "judge_model": ["gpt-4.1", "gpt-4.1", "gpt-4.1", None],
-                         "judge_answered_by": ["gpt-4.1-2025-04-14", "", "gpt-4.1-2025-04-14", None],
-                         "judge_fingerprint": ["fp_a", "fp_b", None, None]})
+                         "judge_answered_by": ["gpt-4.1-2025-04-14", "", "gpt-4.1-2025-04-14;gpt-4.1-2025-06-01",
+                                               None],
+                         "judge_fingerprint": ["fp_a", "fp_b", None, None],
+                         "judge_version": ["", "", "", ""]})
     prov = provenance([rows])
     assert prov["judge_model"] == {"values": {"gpt-4.1": 3}, "rows_without": 0}  # the missing row is not judged
-    assert prov["judge_answered_by"] == {"values": {"gpt-4.1-2025-04-14": 2}, "rows_without": 1}
+    # a row whose two replies came from two snapshots counts for each
+    assert prov["judge_answered_by"] == {"values": {"gpt-4.1-2025-04-14": 2, "gpt-4.1-2025-06-01": 1},
+                                         "rows_without": 1}
     assert prov["judge_fingerprint"] == {"values": {"fp_a": 1, "fp_b": 1}, "rows_without": 1}
+    assert prov["judge_version"] == "not recorded"  # the column is there, empty on every row
     text = describe_provenance(prov)
     assert "judge_model: gpt-4.1 (3 rows)" in text
     assert "judge_fingerprint: fp_a (1 row), fp_b (1 row), not recorded on 1 row(s)" in text

@@ -19,8 +19,10 @@ import numpy as np
 
 from benchmark.metaeval.scoring import MetaevalError
 
-# the per-reply provenance a judged row may carry (what the server said it was); absent columns: "not recorded"
-PROVENANCE_COLUMNS = ("judge_model", "judge_answered_by", "judge_fingerprint")
+# the per-reply provenance a judged row may carry (the model asked, the snapshot the reply says answered, the
+# system_fingerprint, the server's reported version; several replies' distinct values joined by ';'); absent: "not
+# recorded"
+PROVENANCE_COLUMNS = ("judge_model", "judge_answered_by", "judge_fingerprint", "judge_version")
 # why a sample is not paired (exclusive): failed under A / B / both, not scored under one, or the two judges scored
 # other bytes (the edit was replaced between the two scorings: not one edit judged twice)
 DROP_KINDS = ("failed_a", "failed_b", "failed_both", "missing", "other_edit")
@@ -300,18 +302,20 @@ def leaderboard_figures(judge: Judge, other: Judge, paired: Paired) -> tuple[dic
 
 def provenance(frames: list[Any]) -> dict[str, Any]:
     """What a judge's rows (`Judge.provenance_rows`) say it was: per provenance column, each value seen with its
-    number of rows (over the judged rows, ok or failed), and the judged rows without it; "not recorded" when no row
-    carries it."""
+    number of rows (over the judged rows, ok or failed; a row whose replies name several, joined by ';', counts for
+    each), and the judged rows without any; "not recorded" when no row carries it."""
     out: dict[str, Any] = {}
     for col in PROVENANCE_COLUMNS:
         seen: Counter[str] = Counter()
-        n_rows = 0
+        n_rows = n_with = 0
         for frame in frames:
             rows = frame[frame["status"].isin(["ok", "failed"])]
             n_rows += len(rows)
             if col in rows:
-                seen.update(str(v) for v in rows[col] if isinstance(v, str) and v)
-        without = n_rows - sum(seen.values())
+                values = [[x for x in dict.fromkeys(v.split(";")) if x] if isinstance(v, str) else [] for v in rows[col]]
+                seen.update(x for row_values in values for x in row_values)
+                n_with += sum(1 for vs in values if vs)
+        without = n_rows - n_with
         out[col] = {"values": dict(sorted(seen.items())), "rows_without": without} if seen else "not recorded"
     return out
 
