@@ -125,7 +125,7 @@ COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "weights": (_weights, "prefetch every checkpoint a run will touch (editor and metric models)"),
     "launch": (_launch, "shard a run (or a sweep) across N workers: local GPUs/CPUs or Slurm; then aggregate"),
     "metaeval": (_metaeval, "how far each metric agrees with ground truth and people (gt-selection, 2afc, winrate, "
-                            "fit-weights, judges)"),
+                            "fit-weights, judges, drift)"),
     "report": (_report, "write a static HTML report: leaderboards, charts, image grid, failures, provenance"),
     "gpu-check": (_gpu_check, "self-check of a CUDA machine: every editor (fp16, bf16, rerun) and suite, then "
                               "real-size seconds per query and peak memory"),

@@ -5,6 +5,7 @@
     editmeter metaeval winrate --ratings r1.tsv r2.tsv r3.tsv --images ImagenHub_Text-Guided_IE \\
         --query-ids magicbrush-dev queryset=magicbrush
     editmeter metaeval fit-weights --pairs prefs.csv --name my-fit queryset=hatie metrics... (docs/metaeval.md)
+    editmeter metaeval drift --metrics gedit [--a SIG_OR_JUDGE --b SIG_OR_JUDGE] paths.results=results
 
 `key=value` arguments are run-config overrides (queryset=, profile=, paths.results=, limit=...), or metaeval settings
 (`metaeval.candidates.preserved.noise_std=3`, configs/metaeval.yaml).
@@ -17,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-TESTS = ("gt-selection", "2afc", "winrate", "fit-weights", "judges")
+TESTS = ("gt-selection", "2afc", "winrate", "fit-weights", "judges", "drift")
 JUDGE_SETS = ("editscore", "tiger", "genai", "imagenhub")  # benchmark.metaeval.judges.SETS, without its imports
 STATS = {"gt-selection": ("gt_first", "pref_gt", "pref_preserved", "pref_modified"),
          "2afc": ("agreement",), "winrate": ("pearson", "spearman", "kendall"),
@@ -29,7 +30,8 @@ COUNTS = {"gt-selection": ("n_queries", "n_excluded"), "2afc": ("n_pairs", "n_hu
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="editmeter metaeval", description=(
         "Meta-evaluation of every metric set: ground-truth selection, 2AFC agreement with people, win-rate "
-        "correlation, HATIE weight fitting. Writes one table (metric x statistic, with bootstrap intervals) to "
+        "correlation, HATIE weight fitting; judges against published human preferences, and the drift between two "
+        "judges of one suite. Writes one table (metric x statistic, with bootstrap intervals) to "
         "<results>/metaeval/. docs/metaeval.md describes every test and input format."),
         epilog="key=value: run-config overrides (queryset=demo profile=tiny limit=20 paths.results=...) or "
                "metaeval settings (metaeval.resamples=2000, configs/metaeval.yaml)")
@@ -86,6 +88,25 @@ def _parser() -> argparse.ArgumentParser:
     j.add_argument("--ratings", type=Path, nargs="+", help="imagenhub: per-image rating TSVs, one per rater")
     j.add_argument("--images", type=Path, help="imagenhub: folder of <editor>/<uid> images")
     j.add_argument("--query-ids", default="stem", help="imagenhub: uid -> query id (as for 2afc)")
+    d = sub.add_parser("drift", help="two judges of one suite on the same edits: mean shift, per-sample agreement, "
+                       "and what it does to the ranking of the editors (docs/metaeval.md)",
+                       description="Compare two judges (two metric signatures of one judged suite) on the edits of "
+                       "one results folder: per dimension the mean shift B - A with a paired bootstrap interval, "
+                       "exact / within / Spearman agreement, each editor's rank under both, Kendall's tau and the "
+                       "pairs whose order changes. Only samples scored ok under both judges are paired; failures "
+                       "are counted. Reads scored runs only.",
+                       epilog="key=value: paths.results=DIR (the results folder) or metaeval.<key>=value "
+                              "(configs/metaeval.yaml: resamples, confidence, seed)")
+    d.add_argument("--metrics", help="the judged metric set (default: the only one scored by two judges)")
+    d.add_argument("--queryset", help="the query set (by name) when the metric set has runs on several")
+    d.add_argument("--a", metavar="JUDGE", help="judge A: a metric signature prefix or a judge name (the leaderboard's components "
+                   "`judge`); default: of exactly two judges, the one scored first")
+    d.add_argument("--b", metavar="JUDGE", help="judge B (as --a); default: the other one")
+    d.add_argument("--within", type=float, default=1.0, help="agreement tolerance: |B - A| <= this counts as "
+                   "within, on the suite's own scale (default 1)")
+    d.add_argument("--resamples", type=int, help="bootstrap resamples (default metaeval.resamples)")
+    d.add_argument("--seed", type=int, help="bootstrap seed (default metaeval.seed)")
+    d.add_argument("overrides", nargs="*", metavar="key=value")
     return ap
 
 
@@ -135,6 +156,10 @@ def main(argv: list[str] | None = None) -> int:
             from benchmark.metaeval.judge_cli import run_judges
 
             return run_judges(args, overrides, settings)
+        if args.test == "drift":
+            from benchmark.metaeval.drift_cli import run_drift
+
+            return run_drift(args, overrides, settings)
         return _run(args, overrides, settings)
     except (MetaevalError, HumanDataError, WeightProfileError, FitError) as err:
         print(f"error: {err}", file=sys.stderr)
