@@ -46,7 +46,9 @@ class SourceInversions:
     implements `_inversion_settings()` (every setting of the inversion, JSON-able), `_inversion_tensors()`
     ({name: (shape, dtype)} of one stored inversion) and `_compute_inversions(items)` (one dict of those tensors per
     item, drawing from `source_generator(item)` only). The run sets `inversion_store` when `reuse_inversions` is on
-    (benchmark.run), and the edit stage sets `run_seed` to the run's seed (benchmark.stages.edit)."""
+    (benchmark.run), and the edit stage sets `run_seed` to the run's seed (benchmark.stages.edit). The inversion
+    is shared by queries whose per-query seeds differ, so its noise cannot come from `seeds`: a direct `edit()`
+    call outside a run inverts with `run_seed` (0 unless set), as docs/editors.md says."""
 
     shares_inversions: ClassVar[bool] = True  # one inversion per source (image, caption): benchmark.budget
     inversion_kind: ClassVar[str] = ""
