@@ -184,3 +184,19 @@ def test_nothing_overflows_a_1400_px_window(browser, report):
     got = _overflow(browser)
     assert got["over"] <= 0, got
     assert _errors(browser) == []
+
+
+def test_each_metric_set_is_one_headline_line_under_an_image_with_the_detail_on_demand(browser, report):
+    """The grid became a wall of text with a few metric sets: each set is now one line (its first column with a
+    value) whose other columns open on a click (and show on hover); closed by default."""
+    _open(browser, report)
+    boxes = browser.find_elements("css selector", "#grid-table details.scores")
+    assert boxes and all(not b.get_attribute("open") for b in boxes)
+    first = boxes[0]
+    line = first.find_element("tag name", "summary")
+    assert line.text.startswith("basic: ") and len(line.text.split()) == 3, line.text  # "basic: <column> <value>"
+    hidden = first.find_element("css selector", ".score-detail")
+    assert not hidden.is_displayed() and len(line.get_attribute("title").split(", ")) > 1
+    line.click()
+    assert hidden.is_displayed() and len(hidden.find_elements("tag name", "span")) > 1
+    assert _errors(browser) == []

@@ -178,11 +178,23 @@
     if (cell.r) td.appendChild(el("div", { "class": "reason" }, cell.r));
     (cell.v || []).forEach(function (vals, k) {
       if (!vals) return;
-      var sc = run.scorings[k], div = el("div", { "class": "scores" });
-      div.appendChild(el("b", null, (sc.set || sc.sig) + ": "));
-      if (cell.x && cell.x[k]) div.appendChild(badge("stale", "STALE: edit changed since scored"));
-      sc.cols.forEach(function (col, j) { if (vals[j] !== null) div.appendChild(el("span", null, col + " " + fmt(vals[j]))); });
-      td.appendChild(div);
+      // one line per metric set: its headline (the first column with a value); every column on demand (click the
+      // line, or hover it), so six metric sets stay six lines under the image
+      var sc = run.scorings[k], box = el("details", { "class": "scores" }), head = -1, all = [];
+      sc.cols.forEach(function (col, j) {
+        if (vals[j] === null) return;
+        if (head < 0) head = j;
+        all.push(col + " " + fmt(vals[j]));
+      });
+      var line = el("summary", { title: all.join(", ") });
+      line.appendChild(el("b", null, (sc.set || sc.sig) + ": "));
+      if (cell.x && cell.x[k]) line.appendChild(badge("stale", "STALE: edit changed since scored"));
+      line.appendChild(el("span", null, head < 0 ? "no value" : sc.cols[head] + " " + fmt(vals[head])));
+      box.appendChild(line);
+      var detail = el("div", { "class": "score-detail" });
+      sc.cols.forEach(function (col, j) { if (vals[j] !== null) detail.appendChild(el("span", null, col + " " + fmt(vals[j]))); });
+      box.appendChild(detail);
+      td.appendChild(box);
     });
     return td;
   }
