@@ -11,6 +11,7 @@ import abc
 import functools
 import hashlib
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from PIL import Image
@@ -81,6 +82,25 @@ class Editor(abc.ABC):
         everything inside `edit`.
         """
         return [functools.partial(_finished, image) for image in self.edit(queries, images, seeds=seeds)]
+
+    def use_queryset(self, queryset: Any) -> None:
+        """Give the editor the run's query set, so `query_file` can find the files its queries name. The edit stage
+        calls this before the first edit; a direct `edit()` call outside a run calls it first itself."""
+        self.__dict__["_queryset_root"] = Path(queryset.root)
+
+    def query_file(self, query: Query, field: str) -> Path:
+        """The absolute path of a file `query` names (`edit_mask`, `target_image`, `image`, ...; its records hold
+        paths relative to the query-set folder), for an editor that reads more of a query than its source, such as
+        a masked inpainter. ValueError when the query names no such file, or no query set was given
+        (`use_queryset`)."""
+        root = self.__dict__.get("_queryset_root")
+        if root is None:
+            raise ValueError(f"{type(self).__name__}.query_file: no query set was given; the edit stage gives it, a "
+                             "direct edit() call must call use_queryset(queryset) first")
+        rel = getattr(query, field, None)
+        if not isinstance(rel, str) or not rel:
+            raise ValueError(f"query {query.id} names no {field} file")
+        return root / rel
 
     def missing(self, query_ids: Sequence[str]) -> list[str]:
         """The ids among `query_ids` this editor has no output for by design (a folder of edits made elsewhere that

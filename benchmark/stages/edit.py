@@ -347,6 +347,8 @@ def run_edit_stage(
     slots = [list(range(k, min(k + batch_size, n))) for k in range(0, n, batch_size)
              if any(q.id in todo_ids for q in queryset.queries[k:k + batch_size])]
     (run_dir / EDITS_DIR).mkdir(parents=True, exist_ok=True)
+    if callable(getattr(editor, "use_queryset", None)):  # Editor.query_file: the files a query names
+        editor.use_queryset(queryset)
     if hasattr(editor, "run_seed"):  # an editor that draws its inversions per source seeds them from the run's seed
         editor.run_seed = int(seed)
     # an editor that shares inversions inverts each distinct source of the slots once, batch_size sources at a time
