@@ -32,7 +32,7 @@ from benchmark.metrics.prompted_judge import LoadedPair, PairAtSourceSize, Promp
 from benchmark.types import MetricInfo, Query
 
 VERSION = "1.0"
-PARSER_VERSION = "editscore-v1"
+PARSER_VERSION = "editscore-v2"  # v2: the `regex` module, as officially
 
 COLUMN_INFO: dict[str, tuple[bool, str]] = {
     "ES_overall": (True, "EditScore's overall of one edit: sqrt(min SC x min PQ) on 0..10, averaged over the passes "

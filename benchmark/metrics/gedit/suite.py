@@ -72,7 +72,7 @@ class GEditSuite(PromptedJudgeSuite):
 
     @property
     def protocol(self) -> str:
-        return f"Step1X-Edit@{self.prompts_commit}|vie_prompts.py sha256={self.prompts_sha256}|tie|parse=viescore-v1"
+        return f"Step1X-Edit@{self.prompts_commit}|vie_prompts.py sha256={self.prompts_sha256}|tie|parse=viescore-v2"
 
     applies_note = "a GEdit-Bench task type with an instruction (queryset=gedit)"
 
