@@ -6,7 +6,7 @@
   `GEdit-Bench/viescore/vie_prompts.py` at a pinned commit with its sha256 (datasets/manifests/gedit.json), and
   `load_prompts` checks that checksum and reads the string assignments with `ast` (the file is never imported).
 - Parsing (`parse_reply`): `viescore/utils.py`'s `mllm_output_to_dict`, step by step, with its regular expressions
-  run by the `regex` module as officially (its \w matches combining marks); a reply it cannot read is a
+  run by the `regex` module as officially (its word class matches combining marks); a reply it cannot read is a
   `ReplyError` (the official code retries, then puts an unseeded random integer in its place).
 - Scores (`sample_scores`): SC = min of the SC scores, PQ = min of the PQ scores, O = sqrt(SC x PQ).
 - Aggregation (`official_means`): `calculate_statistics.py`: per language, the mean of SC, PQ and O over each task
