@@ -69,6 +69,7 @@ class GEditSuite(PromptedJudgeSuite):
     COLUMN_INFO, SUMMARY_INFO = COLUMN_INFO, SUMMARY_INFO  # the module's tables, as PromptedJudgeSuite reads them
     check_prompts_identity, load_prompts = staticmethod(check_identity), staticmethod(load_prompts)
     samples_class = PairAtSourceSize
+    JUDGE_REQUESTS = (2, 1)  # SC over [source, edit], PQ over the edit
 
     @property
     def protocol(self) -> str:
