@@ -386,6 +386,7 @@ def check_launch_budget(runs: list[tuple[Any, Any, str, str]], *, ask: Callable[
         what = f"{full.name} on {editor}"
         lines.append(f"[editmeter] budget: {what}: {est.describe() if est else note}" + (f"; {note}" if est and note
                                                                                         else ""))
+        lines += [f"[editmeter] budget: {what}: {line.removeprefix('budget: ')}" for line in judge_cost(cfg, full)]
         if est is not None:
             known.append(est)
     hours = sum(e.hours for e in known)

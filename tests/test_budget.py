@@ -307,3 +307,11 @@ def test_the_prompt_text_is_bounded_by_the_pinned_file_when_it_is_there(tmp_path
     assert "prompt text <= ~2,000 tokens per query" in line and "M prompt tokens in all" in line  # 2 x 4000 / 4
     line = _judge_lines(tmp_path, "metrics=gedit", f"metrics.gedit.prompts_file={tmp_path / 'absent.txt'}")[0][0]
     assert "prompt text not counted (prompt file not fetched)" in line
+
+
+def test_a_launch_prints_the_judge_cost_of_each_run(tmp_path):
+    cfg, editor = _cfg(tmp_path, "editor=identity", "profile=tiny", "stages=[edit,score]", "limit=5", "metrics=gedit")
+    lines = B.check_launch_budget([(cfg, _demo(), editor, "gedit")], interactive=lambda: False)
+    judge = [ln for ln in lines if "judge gedit" in ln]
+    assert len(judge) == 1 and judge[0].startswith("[editmeter] budget: demo on identity: judge gedit")
+    assert "2 request(s) per query, 10 for the 5 selected queries" in judge[0]
