@@ -90,6 +90,9 @@ def test_gedit_odd_values_are_failure_rows_and_the_official_outcome_is_named(rep
 def test_a_bare_non_ascii_digit_is_scored_as_officially():
     assert gedit.parse_reply("\u0665") == [5.0]  # int() reads any Unicode decimal digit, officially and here
     assert gedit.parse_reply(" \u0667\n") == [7.0]
+    assert es.parse_reply("\u0665").scores == [5.0]  # EditScore's PQ reads it too
+    with pytest.raises(es.ReplyError, match="at least 2"):  # its SC needs score[1]: officially an IndexError
+        es.parse_reply("\u0665", min_scores=2)
 
 
 # (SC reply, PQ reply, official EditScore pass on range 25 (u = 2.5), worked out by hand; editmeter: failure)
