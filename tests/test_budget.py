@@ -277,6 +277,7 @@ def _judge_lines(tmp_path, *extra):
     (("metrics=imgedit",), 1, 2, 512),                                                # one prompt, two images
     (("metrics=editscore", "metrics.editscore.num_pass=4"), 8, 12, 512),              # SC + PQ per pass
     (("metrics=gedit", "metrics/gedit_judge@metrics.gedit.backbone=openai"), 2, 3, 1400),
+    (("metrics=kris", "metrics/kris_judge@metrics.kris.backbone=openai"), 3, 5, 1000),  # VC, IF, VQ
 ])
 def test_the_budget_line_gives_the_judge_requests_and_tokens_per_query(tmp_path, metrics, per_query, images, reply):
     from benchmark.judge_budget import openai_image_tokens, qwen_image_tokens, source_sizes
