@@ -73,7 +73,7 @@ def test_leaderboard_column_show_and_report_mark_the_rewriting_row_only(results,
     assert text.count(REWRITE_NOTE) == 1
     build_report(root, tmp_path / "report")
     page = (tmp_path / "report" / "index.html").read_text(encoding="utf-8")
-    rows = [r for r in page.split("<tr") if "identity" in r and ("<code" in r)]
+    rows = [r.split("</tr>")[0] for r in page.split("<tr") if "identity" in r.split("</tr>")[0] and "<code" in r]
     marked = [r for r in rows if "REWRITES INSTRUCTIONS" in r]
     assert marked and all(sig_r in r for r in marked) and not any(sig_p in r and "REWRITES" in r for r in rows)
 
