@@ -131,3 +131,18 @@ def test_edits_made_elsewhere_declare_the_rewrite_with_a_jsonl_through_the_cli(t
     capsys.readouterr()
     assert score("--name", "broken", "--rewritten", str(rewritten)) == 2
     assert "line 1: not JSON" in capsys.readouterr().err
+
+
+def test_a_failed_batch_leaves_no_text_behind_the_retries_record_their_own(tmp_path, demo_qs):
+    from rewriting_editor import FailsItsBatches
+
+    from benchmark.stages.edit import run_edit_stage
+
+    qs = demo_qs.subset(2)
+    first, second = (q.id for q in qs.queries)
+    editor = FailsItsBatches(fail_alone=[first])
+    st = run_edit_stage(qs, editor, tmp_path, seed=0, batch_size=2, progress=False)
+    recs = {r["query_id"]: r for r in _records(tmp_path)}
+    assert st.failed == 1 and recs[first]["status"] == "failed" and "rewritten" not in recs[first]
+    assert recs[second]["rewritten"] == qs.queries[1].instruction + PHRASE  # its own retry's text
+    assert editor.take_rewrites([first, second]) == {}  # the failed batch's texts were dropped, none is left over

@@ -679,6 +679,8 @@ def _edit_batch(editor: Editor, ready: list[tuple[Query, Image.Image, Any]], *, 
     else:
         batch_error = None
     if batch_error is not None:
+        if rewrites_instruction(editor):  # texts a failed call recorded belong to no edit: the retries record theirs
+            editor.take_rewrites([q.id for q in queries])
         if len(ready) == 1:
             return [_failure(queries[0].id, seeds[0], batch_error, flog, run_id=run_id)], []
         # retried outside the `except` block, so a query's own traceback is not chained to the batch's

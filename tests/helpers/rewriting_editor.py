@@ -24,3 +24,21 @@ class ForgetsTheText(IdentityEditor):
     """Declares the rewrite and never hands back the text: each of its edits fails, naming the contract."""
 
     rewrites_instruction = True
+
+
+class FailsItsBatches(AppendsPhrase):
+    """Records a text for every query of a batch, then fails any batch of more than one: each query is retried
+    alone and records its own text, which is the one its record must keep; `fail_alone` ids fail alone too, before
+    recording anything."""
+
+    def __init__(self, fail_alone=()):
+        self.fail_alone = set(fail_alone)
+
+    def edit(self, queries, images, *, seeds):
+        if len(queries) > 1:
+            for q in queries:
+                self.record_rewrite(q.id, "from the failed batch")
+            raise RuntimeError("batch: retry alone")
+        if queries[0].id in self.fail_alone:
+            raise ValueError(f"bad query {queries[0].id}")
+        return super().edit(queries, images, seeds=seeds)
