@@ -40,6 +40,7 @@ NOT_RUN = {
     "editmeter metaeval judges --judges editreward --sets editscore=DIR": "DIR: a placeholder for the set's folder "
     "(tests/test_metaeval_judges.py)",
     "make data NAME=kris": "a download (network)",
+    "make data NAME=rise": "a download (network)",
     "sha256sum datasets/kris/downloads/kris_prompts.txt": "reads the fetched file (tests/test_kris.py checks the "
     "checksum refusal)",
 }
