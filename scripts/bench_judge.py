@@ -1,6 +1,7 @@
 """Is the judge the bottleneck, or editmeter? metrics=gedit through the endpoint backbone against a stand-in server.
 
     python scripts/bench_judge.py [--queries 128] [--size 512] [--delay 0.2] [--concurrency 4,16] [--keep DIR]
+                                  [override ...]   (e.g. metrics.gedit.backbone.png_compress_level=null)
 
 Builds a GEdit-Bench-format set of `--queries` English queries (random-noise sources of `--size` px, about as hard
 to compress as photos; saved with `datasets` and converted by `benchmark.querysets.gedit.build`, as
@@ -11,7 +12,8 @@ identity editor's edits are scored by metrics=gedit (two requests per query: SC 
 edit) with an empty reply cache, and the script prints the score stage's seconds, the judge-bound time
 (requests x delay / concurrency: what a server answering in `--delay` allows at best) and their ratio. A ratio
 near 1 means the judge is the bottleneck; the gap is editmeter's own work (loading, encoding, hashing) that did not
-overlap the judge's waiting.
+overlap the judge's waiting. `score CPU s` is the CPU time the scoring process spent (all its threads): on a
+machine shared with other work it says what the wall time cannot, the work editmeter itself does.
 """
 
 from __future__ import annotations
@@ -19,11 +21,13 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import resource
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -112,26 +116,33 @@ def build_set(folder: Path, n: int, size: int) -> Path:
     return folder / "gedit"
 
 
-def score_seconds(root: Path, work: Path, url: str, concurrency: int, chunk_size: int) -> float:
-    from omegaconf import open_dict
-
+def score_seconds(root: Path, work: Path, url: str, concurrency: int, extra: list[str]) -> tuple[float, float]:
+    """(wall seconds of the score stage, CPU seconds this process spent in it) of one run: metrics=gedit, the
+    endpoint backbone as configs/metrics/gedit_judge/endpoint.yaml sets it (the stand-in server, this concurrency,
+    an empty reply cache)."""
     from benchmark.run import compose, run_pipeline
 
     work.mkdir(parents=True, exist_ok=True)
     prompts = work / "prompts.txt"
     prompts.write_text(PROMPTS, encoding="utf-8")
     sha = hashlib.sha256(PROMPTS.encode()).hexdigest()
-    cfg, choices = compose(["editor=identity", "queryset=gedit", f"queryset.root={root}", "queryset.language=en",
-                            "metrics=gedit", "profile=tiny", f"paths.results={work / 'results'}", "progress=false",
-                            "stages=[edit,score]", f"metrics.gedit.prompts_file={prompts}",
-                            f"metrics.gedit.prompts_sha256={sha}", f"metrics.gedit.prompts_commit={FAKE_COMMIT}",
-                            f"metrics.gedit.chunk_size={chunk_size}"])
-    with open_dict(cfg):
-        cfg.metrics.gedit.backbone = {"_target_": "benchmark.models.judge_endpoint.EndpointJudge", "base_url": url,
-                                      "model": "stand-in", "cache_dir": str(work / "judge_replies"),
-                                      "concurrency": concurrency, "backoff_s": 0.0}
-    summary = run_pipeline(cfg, choices["editor"])
-    return float(summary["score"].seconds)
+    b = "metrics.gedit.backbone"
+
+    def run(stage: str) -> Any:
+        cfg, choices = compose([
+            "editor=identity", "queryset=gedit", f"queryset.root={root}", "queryset.language=en", "metrics=gedit",
+            "metrics/gedit_judge@metrics.gedit.backbone=endpoint", "profile=tiny", f"paths.results={work / 'results'}",
+            "progress=false", f"stages=[{stage}]", f"metrics.gedit.prompts_file={prompts}",
+            f"metrics.gedit.prompts_sha256={sha}", f"metrics.gedit.prompts_commit={FAKE_COMMIT}", f"{b}.base_url={url}",
+            f"{b}.model=stand-in", f"{b}.revision=null", f"{b}.cache_dir={work / 'judge_replies'}",
+            f"{b}.concurrency={concurrency}", *extra])
+        return run_pipeline(cfg, choices["editor"])
+
+    run("edit")  # the identity editor's edits (PNG files), not timed
+    cpu = resource.getrusage(resource.RUSAGE_SELF)
+    summary = run("score")
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    return float(summary["score"].seconds), after.ru_utime + after.ru_stime - cpu.ru_utime - cpu.ru_stime
 
 
 def main() -> int:
@@ -140,7 +151,7 @@ def main() -> int:
     ap.add_argument("--size", type=int, default=512, help="source side in pixels")
     ap.add_argument("--delay", type=float, default=0.2, help="seconds the stand-in server takes per request")
     ap.add_argument("--concurrency", default="4,16", help="comma-separated backbone concurrency values")
-    ap.add_argument("--chunk-size", type=int, default=16, help="metrics.gedit.chunk_size (queries per round)")
+    ap.add_argument("overrides", nargs="*", help="more run overrides, e.g. metrics.gedit.chunk_size=32")
     ap.add_argument("--keep", type=Path, default=None, help="work in this folder and keep it (default: a temp one)")
     ap.add_argument("--serve", type=Path, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -165,15 +176,15 @@ def main() -> int:
             time.sleep(0.05)
         url = f"http://127.0.0.1:{port_file.read_text()}/v1"
         print(f"{'concurrency':>11}  {'requests':>8}  {'MB/request':>10}  {'score s':>8}  {'judge-bound s':>13}  "
-              f"{'ratio':>6}")
+              f"{'ratio':>6}  {'score CPU s':>11}")
         for c in [int(v) for v in args.concurrency.split(",")]:
             before = json.loads(urllib.request.urlopen(url.removesuffix("/v1") + "/stats").read())  # noqa: S310
-            seconds = score_seconds(root, work / f"c{c}", url, c, args.chunk_size)
+            seconds, cpu = score_seconds(root, work / f"c{c}", url, c, args.overrides)
             after = json.loads(urllib.request.urlopen(url.removesuffix("/v1") + "/stats").read())  # noqa: S310
             n = after["requests"] - before["requests"]
             mb = (after["bytes"] - before["bytes"]) / max(n, 1) / 1e6
             bound = n * args.delay / c
-            print(f"{c:>11}  {n:>8}  {mb:>10.2f}  {seconds:>8.1f}  {bound:>13.1f}  {seconds / bound:>6.2f}")
+            print(f"{c:>11}  {n:>8}  {mb:>10.2f}  {seconds:>8.1f}  {bound:>13.1f}  {seconds / bound:>6.2f}  {cpu:>11.1f}")
     finally:
         server.terminate()
         server.wait()

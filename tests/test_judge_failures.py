@@ -180,23 +180,24 @@ def test_cache_entries_of_the_first_layout_are_still_read_and_the_key_needs_no_e
         assert srv.calls == 0 and got == "old reply" and got.cached
         assert (got.answered_by, got.fingerprint) == ("judge-old", "")
         encoded = []
-        monkeypatch.setattr(je, "image_data_url", lambda im, fmt: encoded.append(im) or "x")
+        monkeypatch.setattr(je, "data_url_bytes", lambda im, fmt, lv=None: encoded.append(im) or b"x")
         (again,) = EndpointJudge(base_url=srv.url, model=srv.served, cache_dir=str(tmp_path)).generate(reqs)
         assert again == "old reply" and srv.calls == 0 and encoded == []  # a hit under the new key: nothing encoded
 
 
-@pytest.mark.parametrize("fmt", ["png", "jpeg"])
-def test_each_distinct_image_is_encoded_once_and_sent_as_the_official_bytes(fmt, monkeypatch):
+@pytest.mark.parametrize(("fmt", "level"), [("png", None), ("jpeg", None), ("png", 1), ("png", 0)])
+def test_each_distinct_image_is_encoded_once_and_decodes_to_the_very_pixels(fmt, level, monkeypatch):
     from PIL import Image
 
     rng = np.random.default_rng(0)
     source = Image.fromarray(rng.integers(0, 256, (70, 90, 3), dtype=np.uint8))
     edit = Image.fromarray(rng.integers(0, 256, (70, 90, 3), dtype=np.uint8))
     calls = []
-    real = je.image_data_url
-    monkeypatch.setattr(je, "image_data_url", lambda im, f: calls.append(im.size) or real(im, f))
+    real = je.data_url_bytes
+    monkeypatch.setattr(je, "data_url_bytes", lambda im, f, lv=None: calls.append(im.size) or real(im, f, lv))
     with serving(OpenAIServer(lambda *a: "ok")) as srv:
-        judge = EndpointJudge(base_url=srv.url, model=srv.served, image_format=fmt, images="as_is", concurrency=2)
+        judge = EndpointJudge(base_url=srv.url, model=srv.served, image_format=fmt, images="as_is", concurrency=2,
+                              png_compress_level=level)
         judge.generate([([source, edit], "SC"), ([edit], "PQ")])  # the edit in both requests, as metrics=gedit
     assert len(calls) == 2  # source and edit, not three
     sent = {p["messages"][1]["content"][-1]["text"]: [c["image_url"]["url"] for c in p["messages"][1]["content"][:-1]]
@@ -205,8 +206,9 @@ def test_each_distinct_image_is_encoded_once_and_sent_as_the_official_bytes(fmt,
     for url, im in zip(sent["SC"], (source, edit), strict=True):
         buf = io.BytesIO()
         im.save(buf, format=fmt.upper())  # PIL's defaults, as the official scripts encode
-        assert url == f"data:image/{fmt};base64," + base64.b64encode(buf.getvalue()).decode()
-        if fmt == "png":  # lossless: the server decodes the very pixels
+        official = f"data:image/{fmt};base64," + base64.b64encode(buf.getvalue()).decode()
+        assert (url == official) == (level is None or level == 6)  # null: the official bytes
+        if fmt == "png":  # lossless at every level: the server decodes the very pixels
             decoded = Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1])))
             assert np.array_equal(np.asarray(decoded), np.asarray(im))
 
@@ -223,3 +225,12 @@ def test_reply_columns_join_distinct_values_in_request_order():
     assert back == "a" and back.meta == replies[0].meta
     with pytest.raises(ValueError, match="failure must be one of"):
         JudgeReply("x", failure="timeout")
+
+
+@pytest.mark.parametrize("text_first", [False, True])
+def test_the_request_body_is_byte_for_byte_json_dumps_of_the_request(text_first):
+    judge = EndpointJudge(base_url="http://127.0.0.1:1/v1", model="m", text_first=text_first, images="as_is")
+    images = [_image((10, 20, 30)), _image((200, 100, 0), (31, 17))]
+    urls = [je.data_url_bytes(im) for im in images]
+    text = 'quote " backslash \\ unicode 你好 é and a token-like @00@0'
+    assert judge._body_bytes(urls, text) == json.dumps(judge.payload(images, text)).encode()

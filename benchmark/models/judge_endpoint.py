@@ -9,10 +9,16 @@ the official API judges' form (no system turn, the text first, JPEG images, the 
 
 What it guarantees: the served model's name, what the server reports it loaded (`root`) and the server's version
 enter `identity`, hence the metric signature; the API key is read from an environment variable when a request is
-sent and is never stored or written; every reply is kept in a content-keyed cache on disk (the request with its image
-bytes, plus the identity), so a rerun never asks twice; 429, 5xx and connection errors are retried with exponential
-backoff, a bounded number of times, then end the run with the last error; at most `concurrency` requests are in
-flight. Only the standard library is used (urllib). Specification: docs/judge.md, "A judge served by an engine".
+sent and is never stored or written; every answer is kept in a content-keyed cache on disk (the identity and the
+request, each image named by the sha256 of its pixels), so a rerun never asks twice; 429, 5xx and connection errors
+are retried with exponential backoff, a bounded number of times; a request still failing then, refused by the
+server (a 4xx), cut by a content filter or left empty comes back as a `JudgeReply` with `failure` set (the suite's
+failure row; never cached), while a server that cannot be reached at the start, or that refuses the key or the
+route (401, 403, 404, 405), stops the run; at most `concurrency` requests are in flight, and each distinct image
+of a `generate` call is encoded once, in the request workers. Every reply carries the model asked, the `model` and
+`system_fingerprint` the server reported and its version (`benchmark.models.judge_reply`). Only the standard
+library and PIL are used (urllib). Specification: docs/judge.md, "A judge served by an engine" and "Failures and
+provenance".
 """
 
 from __future__ import annotations
@@ -67,12 +73,21 @@ def png_data_url(img: Any) -> str:
     return image_data_url(img, "png")
 
 
-def image_data_url(img: Any, fmt: str = "png") -> str:
+def image_data_url(img: Any, fmt: str = "png", png_compress_level: int | None = None) -> str:
     """A PIL image as a base64 data URL: PNG (lossless) or JPEG at PIL's default quality (75), as GEdit-Bench's API
-    judge encodes images (`encode_pil_image`)."""
+    judge encodes images (`encode_pil_image`). `png_compress_level`: zlib's level for PNG (0-9; None: PIL's
+    default, 6, the official scripts' bytes); any level decodes to the same pixels, a lower one is faster."""
+    return data_url_bytes(img, fmt, png_compress_level).decode("ascii")
+
+
+def data_url_bytes(img: Any, fmt: str = "png", png_compress_level: int | None = None) -> bytes:
+    """`image_data_url` as ASCII bytes (what a request body holds; no str copy of the megabytes)."""
     buf = io.BytesIO()
-    img.save(buf, format=fmt.upper())
-    return f"data:image/{fmt};base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+    if fmt == "png" and png_compress_level is not None:
+        img.save(buf, format="PNG", compress_level=png_compress_level)
+    else:
+        img.save(buf, format=fmt.upper())
+    return f"data:image/{fmt};base64,".encode() + base64.b64encode(buf.getbuffer())
 
 
 class EndpointJudge:
@@ -87,17 +102,20 @@ class EndpointJudge:
     judges). text_first: the prompt text before the images in the user turn (the official API judges' order).
     images: `qwen_vl_utils` sends each image as the local judge's `qwen_vl_utils_image` hands it to the processor
     (the server's resizing then changes nothing), `as_is` sends it unchanged. image_format: `png` (lossless) or
-    `jpeg` (PIL's quality 75, as GEdit-Bench's API judge). api_key_env: the name of the environment variable
+    `jpeg` (PIL's quality 75, as GEdit-Bench's API judge). png_compress_level: zlib's level for PNG images (0-9;
+    null: PIL's default, 6, the bytes the official scripts send); every level decodes to the very same pixels, so
+    it is not part of `identity`: lower is faster to encode, higher sends fewer bytes. api_key_env: the name of the environment variable
     holding the API key (sent as a bearer token; null: none). cache_dir: the folder of the reply cache (null: no
     cache). concurrency: requests in flight at most. max_retries, backoff_s: retries of a 429 / 5xx / connection
-    error after the first try, waiting backoff_s x 2^n (at most 60 s, or the server's Retry-After when longer).
+    error after the first try, waiting backoff_s x 2^n (at most 60 s, or the server's Retry-After when longer);
+    then that request's reply is a `call_failed` failure.
     timeout_s: seconds to wait for one reply.
     """
 
     def __init__(self, *, base_url: str, model: str, revision: str | None = None, max_tokens: int | None = 512,
                  temperature: float | None = 0, seed: int | None = 42, system: str | None = HUB_DEFAULT_SYSTEM,
                  text_first: bool = False, images: str = "qwen_vl_utils", image_format: str = "png",
-                 api_key_env: str | None = None, cache_dir: str | None = None, concurrency: int = 4,
+                 png_compress_level: int | None = None, api_key_env: str | None = None, cache_dir: str | None = None, concurrency: int = 4,
                  max_retries: int = 5, backoff_s: float = 1.0, timeout_s: float = 600.0) -> None:
         parts = urlsplit(str(base_url))
         if parts.scheme not in ("http", "https") or not parts.netloc:
@@ -122,6 +140,11 @@ class EndpointJudge:
             if isinstance(f, bool) or not isinstance(f, int | float) or f < 0 or (key == "timeout_s" and f == 0):
                 raise ValueError(f"{key} must be a {'positive' if key == 'timeout_s' else 'non-negative'} number "
                                  f"of seconds, not {f!r}")
+        if png_compress_level is not None and (isinstance(png_compress_level, bool)
+                                               or not isinstance(png_compress_level, int)
+                                               or not 0 <= png_compress_level <= 9):
+            raise ValueError(f"png_compress_level must be an integer 0..9 or null (PIL's default), not "
+                             f"{png_compress_level!r}")
         if images not in IMAGE_MODES:
             raise ValueError(f"images must be one of {', '.join(IMAGE_MODES)}, not {images!r}")
         if api_key_env is not None and not os.environ.get(api_key_env):
@@ -130,6 +153,7 @@ class EndpointJudge:
         self.base_url = str(base_url).rstrip("/")
         self.model, self.revision, self.max_tokens, self.seed = model, revision, max_tokens, seed
         self.temperature, self.text_first, self.image_format = temperature, text_first, image_format
+        self.png_compress_level = png_compress_level
         self.system, self.images, self.api_key_env = system, images, api_key_env
         self.cache_dir = Path(cache_dir) if cache_dir else None
         self.concurrency, self.max_retries = concurrency, max_retries
@@ -189,7 +213,8 @@ class EndpointJudge:
     # -- requests ------------------------------------------------------------------------------------------------
     def payload(self, images: Sequence[Any], text: str) -> dict[str, Any]:
         """The chat completion request for one (images, prompt text) pair, in the OpenAI format."""
-        return self._body([image_data_url(im, self.image_format) for im in map(self._prepared, images)], text)
+        return self._body([image_data_url(im, self.image_format, self.png_compress_level)
+                           for im in map(self._prepared, images)], text)
 
     def _prepared(self, im: Any) -> Any:
         from benchmark.models.vlm import qwen_vl_utils_image
@@ -207,6 +232,18 @@ class EndpointJudge:
             if v is not None:  # null: not sent, the server's default (the official API judges send none of them)
                 body[key] = v
         return body
+
+    def _body_bytes(self, urls: Sequence[bytes], text: str) -> bytes:
+        """`json.dumps(self._body(urls, text)).encode()` for data URLs made by `data_url_bytes` (ASCII bytes),
+        without scanning or copying their megabytes more than once (base64 needs no escaping): the request is
+        dumped with a short token for each URL, and the URLs are joined in between."""
+        token = f"@{os.urandom(8).hex()}@"
+        rest = json.dumps(self._body([f"{token}{n}" for n in range(len(urls))], text)).encode()
+        pieces: list[bytes] = []
+        for n, url in enumerate(urls):
+            head, rest = rest.split(f'"{token}{n}"'.encode(), 1)
+            pieces += [head, b'"', url, b'"']
+        return b"".join([*pieces, rest])
 
     # -- the reply cache -----------------------------------------------------------------------------------------
     # Keyed by the identity and the request with each image named by the sha256 of the pixels sent (mode, size,
@@ -306,32 +343,35 @@ class EndpointJudge:
 
     # -- one request -----------------------------------------------------------------------------------------------
     def _ask(self, images: Sequence[Any], text: str, memo: _ImageMemo) -> JudgeReply:
-        """One request's reply: from the cache, else asked (its images encoded here, in the request's worker)."""
+        """One request's reply: from the cache, else asked. Its images are prepared, hashed and encoded here, in the
+        request's worker, at most one worker per core at a time (`memo.cpu`): the other workers meanwhile wait on
+        the server, so the encoding of later requests overlaps the judge's time on earlier ones."""
         from benchmark.models.judge_reply import CALL_FAILED, REFUSED
 
-        digests = [memo.digest(im) for im in images]
-        key = self._key(digests, text) if self.cache_dir is not None else ""
-        path = self._cache_path(key) if key else None
-        record = self._read_cached(path)
-        payload: dict[str, Any] | None = None
-        if record is None and path is not None and not path.is_file():
-            payload = self._body([memo.url(im) for im in images], text)
-            record = self._read_cached(self._legacy_path(payload))
-            if record is not None:  # an entry of the earlier layout: copied to this one
-                self._write_cached(path, record)
+        with memo.cpu:
+            digests = [memo.digest(im) for im in images]
+            key = self._key(digests, text) if self.cache_dir is not None else ""
+            path = self._cache_path(key) if key else None
+            record = self._read_cached(path)
+            body: bytes | None = None
+            if record is None and path is not None and not path.is_file() and self._has_legacy():
+                payload = self._body([memo.url(im).decode("ascii") for im in images], text)
+                record = self._read_cached(self._legacy_path(payload))
+                if record is not None:  # an entry of the earlier layout: copied to this one
+                    self._write_cached(path, record)
+            if record is None:
+                body = self._body_bytes([memo.url(im) for im in images], text)
         if record is not None:
             with self._lock:
                 self.cache_hits += 1
             return JudgeReply(record["reply"], model=self.model, answered_by=str(record.get("answered_by") or ""),
                               fingerprint=str(record.get("fingerprint") or ""),
                               version=str(record.get("server_version") or self._version), cache_key=key, cached=True)
-        if payload is None:
-            payload = self._body([memo.url(im) for im in images], text)
         with self._lock:
             self.calls += 1
         meta = {"model": self.model, "version": self._version}
         try:
-            raw = self._request("POST", f"{self.base_url}/chat/completions", json.dumps(payload).encode())
+            raw = self._request("POST", f"{self.base_url}/chat/completions", body)
         except CallRefused as err:
             return JudgeReply("", failure=REFUSED, error=str(err), **meta)
         except CallFailed as err:
@@ -369,7 +409,8 @@ class EndpointJudge:
         self.identity  # noqa: B018 (the server is checked, and its version known, before the first request)
         if not requests:
             return []
-        memo = _ImageMemo(self._prepared, self.image_format)  # each distinct image prepared and encoded once
+        memo = _ImageMemo(self._prepared, self.image_format, self.png_compress_level,
+                          threading.BoundedSemaphore(max(1, min(self.concurrency, os.cpu_count() or 1))))  # each distinct image prepared and encoded once
         with ThreadPoolExecutor(max_workers=min(self.concurrency, len(requests))) as pool:
             return list(pool.map(lambda r: self._ask(r[0], r[1], memo), requests))
 
@@ -379,13 +420,13 @@ class _ImageMemo:
     (the call holds every image, so an object's id is not reused meanwhile), each computed once, by whichever
     worker needs it first."""
 
-    def __init__(self, prepare: Any, fmt: str) -> None:
-        self.prepare, self.fmt = prepare, fmt
+    def __init__(self, prepare: Any, fmt: str, level: int | None, cpu: Any) -> None:
+        self.prepare, self.fmt, self.level, self.cpu = prepare, fmt, level, cpu
         self._locks: dict[int, Any] = {}  # re-entrant: a digest or URL first prepares the image
         self._lock = threading.Lock()
         self._prepared: dict[int, Any] = {}
         self._digests: dict[int, str] = {}
-        self._urls: dict[int, str] = {}
+        self._urls: dict[int, bytes] = {}
 
     def _once(self, im: Any, table: dict[int, Any], make: Any) -> Any:
         k = id(im)
@@ -408,5 +449,5 @@ class _ImageMemo:
 
         return self._once(im, self._digests, make)
 
-    def url(self, im: Any) -> str:
-        return self._once(im, self._urls, lambda: image_data_url(self.image(im), self.fmt))
+    def url(self, im: Any) -> bytes:
+        return self._once(im, self._urls, lambda: data_url_bytes(self.image(im), self.fmt, self.level))
