@@ -127,6 +127,11 @@ def test_failed_refused_and_unparseable_calls_are_failure_rows_counted_in_show_a
                                 str(tmp_path / "results")], capture_output=True, text=True, cwd=ROOT, timeout=120)
         assert shown.returncode == 0, shown.stderr
         assert "JUDGE FAILED 4/5 (1 call failed, 2 refused, 1 unparseable)" in shown.stdout
+        from benchmark.report import build_report
+
+        build_report(tmp_path / "results", tmp_path / "report", compare=False)
+        html = (tmp_path / "report" / "index.html").read_text(encoding="utf-8")
+        assert '<span class="badge failed">' in html and "JUDGE FAILED 4/5 (1 call failed, 2 refused" in html
 
         # the same command again, the judge now answering: exactly the four failed requests reach it
         script.heal()

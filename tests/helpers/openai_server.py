@@ -40,6 +40,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _json(self, status, obj):
         data = json.dumps(obj).encode()
+        self._leave()  # before the reply goes out: a client may send its next request as soon as it has it
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
@@ -64,6 +65,7 @@ class _Handler(BaseHTTPRequestHandler):
             srv.calls += 1
             srv.in_flight += 1
             srv.max_in_flight = max(srv.max_in_flight, srv.in_flight)
+            self._counted = True
             status = srv.fail.pop(0) if srv.fail else 200
         try:
             time.sleep(srv.delay)
@@ -97,8 +99,13 @@ class _Handler(BaseHTTPRequestHandler):
                     out["system_fingerprint"] = srv.fingerprint
                 self._json(200, out)
         finally:
-            with srv.lock:
-                srv.in_flight -= 1
+            self._leave()
+
+    def _leave(self):
+        if getattr(self, "_counted", False):
+            with self.server.lock:
+                self.server.in_flight -= 1
+            self._counted = False
 
 
 class OpenAIServer(ThreadingHTTPServer):
