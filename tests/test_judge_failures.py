@@ -239,3 +239,18 @@ def test_the_request_body_is_byte_for_byte_json_dumps_of_the_request(text_first)
     urls = [je.data_url_bytes(im) for im in images]
     text = 'quote " backslash \\ unicode 你好 é and a token-like @00@0'
     assert judge._body_bytes(urls, text) == json.dumps(judge.payload(images, text)).encode()
+
+
+@pytest.mark.parametrize(("mode", "shape"), [("RGB", (45, 61, 3)), ("L", (31, 17)), ("RGBA", (7, 9, 4))])
+def test_a_stored_png_decodes_to_the_very_pixels_and_other_modes_are_left_to_pil(mode, shape):
+    from PIL import Image
+
+    pixels = np.random.default_rng(1).integers(0, 256, shape, dtype=np.uint8)
+    back = Image.open(io.BytesIO(je.stored_png(Image.fromarray(pixels, mode))))
+    back.load()
+    assert back.format == "PNG" and back.mode == mode and np.array_equal(np.asarray(back), pixels)
+    palette = Image.fromarray(pixels[..., 0] if pixels.ndim == 3 else pixels, "L").convert("P")
+    assert je.stored_png(palette) is None  # PIL writes it (png_compress_level 0 then means PIL's level 0)
+    url = je.data_url_bytes(palette, "png", 0).decode()
+    assert np.array_equal(np.asarray(Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1])))),
+                          np.asarray(palette))
