@@ -16,7 +16,7 @@ asks the judge again for exactly the failed requests.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
@@ -201,10 +201,12 @@ class PromptedJudgeSuite(LazyComponents):
         version = str(getattr(self.backbone, "version", "") or "")
         return [as_reply(r, self.backbone.name, version) for r in replies]
 
-    def _read_replies(self, labelled: Sequence[tuple[str, JudgeReply]], parse: Callable[[str], Any],
+    def _read_replies(self, labelled: Sequence[tuple[str, JudgeReply]],
+                      parse: Callable[[str], Any] | Mapping[str, Callable[[str], Any]],
                       error: type[Exception] | tuple[type[Exception], ...],
                       unparseable: Callable[[str, Exception], str]) -> tuple[dict[str, Any], dict[str, Any]]:
-        """One row's replies, parsed: (the parsed value by label, the row's judge columns). The columns are the
+        """One row's replies, parsed: (the parsed value by label, the row's judge columns). `parse`: one parser for
+        every reply, or one per label (a protocol whose prompts are read differently). The columns are the
         provenance (`reply_columns`) and `judge_failure`; when a reply failed, refused or did not parse (`parse`
         raised `error`, explained by `unparseable(label, err)`), also `status` failed and the `reason` naming
         each. An unparseable reply is rejected from the backbone's cache (asked again on rescoring)."""
@@ -218,7 +220,7 @@ class PromptedJudgeSuite(LazyComponents):
                 why.append(f"the judge call for the {label} prompt {verb} ({reply.failure}): {reply.error}")
                 continue
             try:
-                parsed[label] = parse(reply)
+                parsed[label] = (parse[label] if isinstance(parse, Mapping) else parse)(reply)
             except error as err:
                 kinds.append(UNPARSEABLE)
                 why.append(f"{unparseable(label, err)} ({UNPARSEABLE})")
