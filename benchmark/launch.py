@@ -309,7 +309,7 @@ def _slurm_launch(args: list[str], sweep_dir: Path, results: Path, gpus_flag: st
     # the launcher's keys as Hydra composes them (its schema refuses a mistyped key), with the user's overrides
     cfg, _ = compose([o for o in jobs[0] if o.lstrip("+~").startswith(("hydra/launcher", "hydra.launcher."))])
     params = OmegaConf.to_container(cfg.hydra.launcher, resolve=False)
-    params, lines = S.plan(params, gpus_flag=gpus_flag, explicit=explicit)
+    params, lines, partition = S.plan(params, gpus_flag=gpus_flag, explicit=explicit)
     for line in lines:
         print(line, flush=True)
     own = ("hydra/launcher", "hydra.launcher.", "hydra.sweep.dir")
@@ -323,7 +323,7 @@ def _slurm_launch(args: list[str], sweep_dir: Path, results: Path, gpus_flag: st
     if not todo:
         return 0, {}
     print(S.accounting_note(), flush=True)
-    record, ended = S.run_array([tasks[i] for i in todo], params, sweep_dir, todo)
+    record, ended = S.run_array([tasks[i] for i in todo], params, sweep_dir, todo, partition)
     logs = {t["job_dir"]: S.log_of(t) for t in record["tasks"]}
     for task in record["tasks"]:
         if task["num"] in ended and not (Path(task["job_dir"]) / STATUS_FILE).exists():

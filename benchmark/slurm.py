@@ -125,8 +125,9 @@ def asked_gpus(params: dict[str, Any]) -> int:
 
 
 def plan(params: dict[str, Any], *, gpus_flag: str | None, explicit: Sequence[str],
-         nodes_of: Callable[[str | None], tuple[str, list[Node]]] = partition_nodes) -> tuple[dict[str, Any], list[str]]:
-    """The launcher parameters to submit, and lines to print. `gpus_flag`: the `--gpus` argument (None: not given);
+         nodes_of: Callable[[str | None], tuple[str, list[Node]]] = partition_nodes
+         ) -> tuple[dict[str, Any], list[str], str]:
+    """The launcher parameters to submit, lines to print, and the partition the tasks go to. `gpus_flag`: the `--gpus` argument (None: not given);
     `explicit`: the `hydra.launcher.*` keys the user set. No GPU request with `--gpus none`, nor on a partition
     without GPUs when the only GPU request is the config's default. A task that no node of the partition can hold
     is a SlurmError naming the keys to lower."""
@@ -136,9 +137,10 @@ def plan(params: dict[str, Any], *, gpus_flag: str | None, explicit: Sequence[st
     if no_gpu:
         params["gpus_per_task"] = params["gpus_per_node"] = None
     partition, nodes = nodes_of(params.get("partition"))
-    gpu_keys = {"gpus_per_task", "gpus_per_node", "gres"}
+    asked_explicitly = bool({"gpus_per_task", "gpus_per_node"} & set(explicit)) or (
+        "gres" in explicit and _gpus_in(params.get("gres")) > 0)
     if (not no_gpu and asked_gpus(params) and not any(n.gpus for n in nodes) and gpus_flag is None
-            and not gpu_keys & set(explicit)):
+            and not asked_explicitly):
         params["gpus_per_task"] = params["gpus_per_node"] = None
         lines.append(f"[editmeter] slurm: partition {partition} has no GPUs (sinfo): the tasks run on CPU, as with "
                      "--gpus none")
@@ -162,8 +164,28 @@ def plan(params: dict[str, Any], *, gpus_flag: str | None, explicit: Sequence[st
                          f"{gpus} GPU(s); its largest node: {most.cpus} CPUs, {most.mem_mb // 1024} GB, {most.gpus} "
                          f"GPU(s), from sinfo -N -p {partition}): pass {', '.join(fixes)}, or another "
                          "hydra.launcher.partition")
-    params["partition"] = params.get("partition")  # None: the default partition, as sbatch picks it
-    return params, lines
+    return params, lines, partition
+
+
+def time_limit_min(partition: str) -> int | None:
+    """The partition's time limit in minutes (sinfo's `[D-]HH:MM:SS`, `MM:SS` or `MM`), None when infinite/unknown."""
+    out = _cmd("sinfo", "-h", "-p", partition, "-o", "%l").stdout.split()
+    if not out or out[0] in ("infinite", "n/a"):
+        return None
+    days, _, rest = out[0].rpartition("-")
+    parts = [int(x) for x in rest.split(":")]
+    h, m, sec = ([0, 0] + parts)[-3:] if len(parts) > 1 else (0, parts[0], 0)
+    return int(days or 0) * 1440 + h * 60 + m + (1 if sec else 0)
+
+
+def never_hint(record: dict[str, Any]) -> str:
+    """What to change for a task that can never start: the time limit when it is above the partition's."""
+    part, asked = record.get("partition"), record.get("timeout_min")
+    limit = time_limit_min(part) if part else None
+    if limit is not None and asked and int(asked) > limit:
+        return (f"hydra.launcher.timeout_min={asked} is above partition {part}'s time limit ({limit} min): pass "
+                f"hydra.launcher.timeout_min={limit} or another hydra.launcher.partition")
+    return f"change {', '.join(RESOURCE_KEYS)} or hydra.launcher.qos/account"
 
 
 def accounting_note() -> str:
@@ -220,7 +242,7 @@ def executor_params(params: dict[str, Any]) -> tuple[dict[str, Any], dict[str, A
 
 
 def submit(jobs: Sequence[Sequence[str]], params: dict[str, Any], sweep_dir: Path,
-           nums: Sequence[int] | None = None) -> dict[str, Any]:
+           nums: Sequence[int] | None = None, partition: str | None = None) -> dict[str, Any]:
     """Submit the jobs as one array (`nums`: their job numbers in the launch, which name their job folders;
     default 0..n-1); returns the launch's `slurm.json` record (also written). An sbatch refusal removes `sweep_dir`
     and raises SlurmError with one line."""
@@ -232,14 +254,18 @@ def submit(jobs: Sequence[Sequence[str]], params: dict[str, Any], sweep_dir: Pat
     executor = submitit.AutoExecutor(folder=sweep_dir / ".submitit" / "%j", cluster="slurm", **init)
     executor.update_parameters(**update)
     sweep_dir.mkdir(parents=True, exist_ok=True)
+    import contextlib
+    import io
+
     try:
-        tasks = executor.map_array(ShardTask(), [list(j) for j in jobs], nums,
-                                   [str(sweep_dir)] * len(jobs))
+        with contextlib.redirect_stderr(io.StringIO()):  # submitit prints sbatch's refusal too; it is ours to say
+            tasks = executor.map_array(ShardTask(), [list(j) for j in jobs], nums, [str(sweep_dir)] * len(jobs))
     except (FailedJobError, FailedSubmissionError, subprocess.CalledProcessError) as err:
         shutil.rmtree(sweep_dir, ignore_errors=True)
         text = getattr(err, "stderr", None) or str(err)
         raise SlurmError(refusal(text if isinstance(text, str) else text.decode(errors="replace"))) from None
-    record = {"array_job_id": tasks[0].job_id.split("_")[0], "submitted": time.time(), "tasks": [
+    record = {"array_job_id": tasks[0].job_id.split("_")[0], "submitted": time.time(), "partition": partition,
+              "timeout_min": params.get("timeout_min"), "tasks": [
         {"num": nums[i], "task_id": t.job_id, "job_dir": str(sweep_dir / str(nums[i])), "stdout": str(t.paths.stdout),
          "stderr": str(t.paths.stderr), "result": str(t.paths.result_pickle),
          "shard": _shard(jobs[i]), "overrides": list(jobs[i])} for i, t in enumerate(tasks)]}
@@ -336,19 +362,18 @@ def watch(record: dict[str, Any], *, poll_s: float | None = None, grace_s: float
             if state == "PENDING" and (reason in NEVER or reason.startswith("QOSMax") and "PerJob" in reason):
                 _cmd("scancel", array)
                 raise SlurmError(f"task {tid} can never start: squeue says {reason} (the request exceeds what "
-                                 f"the partition or account allows). The array was cancelled; change "
-                                 f"{', '.join(RESOURCE_KEYS)} or hydra.launcher.qos/account")
+                                 f"the partition or account allows). The array was cancelled; {never_hint(record)}")
         if len(ended) < len(tasks):
             time.sleep(poll_s)
     return {n: why for n, why in ended.items() if why}
 
 
 def run_array(jobs: Sequence[Sequence[str]], params: dict[str, Any], sweep_dir: Path, nums: Sequence[int],
-              say: Callable[[str], None] = print) -> tuple[dict[str, Any], dict[int, str]]:
+              partition: str | None = None, say: Callable[[str], None] = print) -> tuple[dict[str, Any], dict[int, str]]:
     """Submit the jobs and wait for them (`submit`, `watch`); returns the `slurm.json` record and `watch`'s
     {num: why} of tasks that ended without a result. A job that can never start removes `sweep_dir` (nothing ran)
     after cancelling the array."""
-    record = submit(jobs, params, sweep_dir, nums)
+    record = submit(jobs, params, sweep_dir, nums, partition)
     say(f"[editmeter] slurm: submitted job array {record['array_job_id']} ({len(jobs)} task(s)); "
         f"logs in {sweep_dir / '.submitit'}")
     try:

@@ -149,8 +149,9 @@ class SlurmCluster:
         raise RuntimeError(f"timed out after {timeout_s:.0f} s waiting for {what}")
 
     def _node_up(self) -> bool:
-        out = self.run("sinfo", "-h", "-N", "-o", "%T", check=False)
-        return out.returncode == 0 and out.stdout.strip().rstrip("*") in ("idle", "mixed", "allocated")
+        out = self.run("sinfo", "-h", "-N", "-o", "%T", check=False)  # one line per node and partition
+        states = {s.rstrip("*") for s in out.stdout.split()}
+        return out.returncode == 0 and bool(states) and states <= {"idle", "mixed", "allocated"}
 
     def stop(self) -> None:
         """Cancel every job and wait for their processes to end, then end the daemons this object started (by their
