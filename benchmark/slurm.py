@@ -214,20 +214,58 @@ class ShardTask:
     `checkpoint`, so at its time limit submitit requeues it (up to max_num_timeout times) and it runs the job again:
     the stages resume where they stopped."""
 
+    requeuing = False  # set by `checkpoint`: the SystemExit that follows is submitit's, and must end the process
+
     def __call__(self, overrides: Sequence[str], num: int, sweep_dir: str) -> int:
         from benchmark.run import main
 
         args = ["--multirun", *overrides, "hydra/launcher=basic", f"hydra.sweep.dir={sweep_dir}",
                 f"hydra.sweep.subdir={num}"]
+        _stop_at_time_limit()
         try:
             return main(args)
+        except _TimedOut as stop:  # out of requeues: the task's error (its result file), not a failed query
+            raise stop.error from None
         except SystemExit as exc:
+            if self.requeuing:  # submitit requeued this task at its time limit: no result file, just exit
+                raise
             return exc.code if isinstance(exc.code, int) else 1
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> Any:
         import submitit
 
-        return submitit.helpers.DelayedSubmission(self, *args, **kwargs)
+        self.requeuing = True
+        return submitit.helpers.DelayedSubmission(type(self)(), *args, **kwargs)
+
+
+class _TimedOut(BaseException):
+    """submitit's "not requeued" error, carried past the stages' `except Exception` (a failed query would record
+    it as that query's failure) to the task, which raises it for submitit to record as the task's error."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _stop_at_time_limit() -> None:
+    """Wrap submitit's time-limit signal handler (installed before the task runs): when it refuses to requeue
+    (`max_num_timeout` used up) it raises inside whatever code the signal interrupted; carry that out as _TimedOut."""
+    import signal
+
+    from submitit.core.job_environment import JobEnvironment
+
+    sig = JobEnvironment._usr_sig()
+    original = signal.getsignal(sig)
+    if not callable(original):
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        try:
+            original(signum, frame)
+        except Exception as err:  # noqa: BLE001 (submitit's UncompletedJobError, whatever its class)
+            raise _TimedOut(err) from err
+
+    signal.signal(sig, handler)
 
 
 def executor_params(params: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -295,9 +333,10 @@ def queue(array_job_id: str) -> dict[str, tuple[str, str]] | None:
 
 
 def starts(task: dict[str, Any]) -> int:
-    """How many times the task started (submitit logs one `Starting with` line per start): >1 means requeued."""
+    """How many times the task started (submitit logs one `Starting with` line per start to the task's stdout log,
+    which Slurm appends to on a restart): >1 means requeued."""
     try:
-        text = Path(task["stderr"]).read_text(encoding="utf-8", errors="replace")
+        text = Path(task["stdout"]).read_text(encoding="utf-8", errors="replace")
     except OSError:
         return 0
     return text.count("Starting with JobEnvironment")
@@ -325,6 +364,7 @@ def watch(record: dict[str, Any], *, poll_s: float | None = None, grace_s: float
     array = record["array_job_id"]
     tasks = {t["task_id"]: t for t in record["tasks"]}
     seen: dict[str, str] = {}
+    ran: set[str] = set()  # tasks seen running: pending again means requeued
     gone_since: dict[str, float] = {}
     ended: dict[int, str] = {}
     squeue_failing = 0.0
@@ -353,10 +393,11 @@ def watch(record: dict[str, Any], *, poll_s: float | None = None, grace_s: float
                     ended[task["num"]] = "ended without a result (cancelled, killed or out of memory)"
                 continue
             gone_since.pop(tid, None)
-            label = state + (f" ({reason})" if state == "PENDING" and reason not in ("None", "") else "")
+            if state == "RUNNING":
+                ran.add(tid)
+            label = state + (", requeued" if tid in ran and state != "RUNNING" else "") + (
+                f" ({reason})" if state == "PENDING" and reason not in ("None", "") else "")
             if seen.get(tid) != label:
-                if seen.get(tid, "").startswith("RUNNING") and state == "PENDING":
-                    label = f"PENDING, requeued ({reason})"
                 say(f"[editmeter] slurm: task {tid} (shard {task['shard'][0]}/{task['shard'][1]}): {label}")
                 seen[tid] = label
             if state == "PENDING" and (reason in NEVER or reason.startswith("QOSMax") and "PerJob" in reason):
