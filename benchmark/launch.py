@@ -366,6 +366,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (LaunchError, UnknownOptionError, SlurmError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # a Slurm launch said where its tasks stand; local workers end with this process
+        return 130
     except RunError as err:  # the launch's preflight error or budget refusal: no worker started
         print(f"[editmeter] error: {err}", file=sys.stderr)
         return err.exit_code
