@@ -14,6 +14,7 @@ requeues a running task of a slowed identity editor twice: once waiting out the 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -38,8 +39,8 @@ def _env(cluster: SlurmCluster) -> dict[str, str]:
                 EDITMETER_SLURM_POLL_S="1")
 
 
-def launch(cluster: SlurmCluster, results: Path, launcher: str, workers: int, *extra: str) -> tuple[float, list]:
-    """Wall seconds of one launch, and (seconds since start, line) for every line it printed."""
+def launch(cluster: SlurmCluster, results: Path, launcher: str, workers: int, *extra: str) -> tuple[float, float, list]:
+    """(start time, wall seconds) of one launch, and (seconds since start, line) for every line it printed."""
     flags = ["--gpus", "none"] if launcher == "local" else []
     cmd = [sys.executable, "-m", "benchmark.cli", "launch", "--launcher", launcher, "--workers", str(workers),
            *flags, *BASE, f"paths.results={results}", *(FITS if launcher == "slurm" else []), *extra]
@@ -49,18 +50,29 @@ def launch(cluster: SlurmCluster, results: Path, launcher: str, workers: int, *e
     lines = [(time.time() - t0, line.rstrip()) for line in proc.stdout]
     if proc.wait() != 0:
         raise SystemExit("launch failed:\n" + "\n".join(ln for _, ln in lines[-30:]))
-    return time.time() - t0, lines
+    return t0, time.time() - t0, lines
 
 
-def overhead(cluster: SlurmCluster, work: Path, workers: int) -> dict[str, float]:
-    local_s, _ = launch(cluster, work / f"local{workers}", "local", workers)
-    slurm_s, lines = launch(cluster, work / f"slurm{workers}", "slurm", workers)
-    submitted = next(t for t, ln in lines if "submitted job array" in ln)
-    running = [t for t, ln in lines if ln.endswith("): RUNNING")]
-    first = next(t for t, ln in lines if "launch:" in ln and "job(s)" in ln)
-    return {"workers": workers, "local_s": local_s, "slurm_s": slurm_s,
-            "per_task_s": (slurm_s - local_s) / workers, "check_submit_s": submitted - first,
-            "to_running_s": (sorted(running)[len(running) // 2] - submitted) if running else float("nan")}
+def job_starts(results: Path) -> list[float]:
+    """When each job of the launch began its run (its status file's time less the seconds it records)."""
+    out = []
+    for p in results.glob("hydra/launch-*/*/editmeter_status.json"):
+        out.append(p.stat().st_mtime - float(json.loads(p.read_text())["seconds"]))
+    return sorted(out)
+
+
+def overhead(cluster: SlurmCluster, work: Path, workers: int) -> dict[str, dict[str, float]]:
+    """Per launcher: launch wall seconds, and each job's start latency: from the line announcing the jobs (after
+    the preflight and budget) to the job's run starting (process start and imports included; Slurm: sbatch, the
+    scheduler and srun too)."""
+    row = {}
+    for launcher in ("local", "slurm"):
+        res = work / f"{launcher}{workers}"
+        t0, wall, lines = launch(cluster, res, launcher, workers)
+        announced = t0 + next(t for t, ln in lines if "launch:" in ln and "job(s)" in ln)
+        lat = [s - announced for s in job_starts(res)]
+        row[launcher] = {"wall": wall, "min": lat[0], "median": lat[len(lat) // 2], "max": lat[-1]}
+    return row
 
 
 def requeue_delay(cluster: SlurmCluster, work: Path, release: bool) -> dict[str, float]:
@@ -85,17 +97,19 @@ def requeue_delay(cluster: SlurmCluster, work: Path, release: bool) -> dict[str,
             while not any(t["reason"] == "BeginTime" for t in cluster.squeue(check=False)):
                 time.sleep(0.05)
             cluster.run("scontrol", "update", f"JobId={task}", "StartTime=now")
-        log = next(res.glob(f"hydra/launch-*/.submitit/{task}/{task}_0_log.err"))
-        edits_at = sum(len(p.read_text().splitlines()) for p in res.glob("runs/*/*/edits.jsonl"))
+        log = next(res.glob(f"hydra/launch-*/.submitit/{task}/{task}_0_log.out"))
+        edits_at = None  # counted when the new process starts (the killed one may still append a moment)
         out: dict[str, float] = {}
-        while "edit" not in out and time.time() - t0 < 300:
+        while "edit" not in out and time.time() - t0 < 120:
             now = time.time() - t0
             if "running" not in out and any(t["state"] == "RUNNING" for t in cluster.squeue(check=False)):
                 out["running"] = now
             if "process" not in out and log.read_text(errors="replace").count("Starting with JobEnvironment") > 1:
                 out["process"] = now
             n = sum(len(p.read_text().splitlines()) for p in res.glob("runs/*/*/edits.jsonl"))
-            if "process" in out and n > edits_at:
+            if "process" in out and edits_at is None:
+                edits_at = n
+            elif edits_at is not None and n > edits_at:
                 out["edit"] = now
             time.sleep(0.1)
         return out
@@ -106,6 +120,7 @@ def requeue_delay(cluster: SlurmCluster, work: Path, release: bool) -> dict[str,
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--workers", type=int, nargs="+", default=[2, 4])
+    ap.add_argument("--only", choices=("overhead", "requeue"), default=None, help="one of the two measurements")
     ap.add_argument("--keep", type=Path, default=None, help="work folder to keep (default: a temporary one)")
     args = ap.parse_args()
     why = missing()
@@ -114,18 +129,21 @@ def main() -> None:
     work = args.keep or Path(tempfile.mkdtemp(prefix="bench-slurm-"))
     try:
         with SlurmCluster(work / "cluster", cpus=2, memory_mb=4000) as cluster:
-            rows = [overhead(cluster, work, n) for n in args.workers]
-            hold = requeue_delay(cluster, work, release=False)
-            now = requeue_delay(cluster, work, release=True)
+            rows = [overhead(cluster, work, n) for n in args.workers] if args.only != "requeue" else []
+            hold = requeue_delay(cluster, work, release=False) if args.only != "overhead" else {}
+            now = requeue_delay(cluster, work, release=True) if args.only != "overhead" else {}
     finally:
         if args.keep is None:
             shutil.rmtree(work, ignore_errors=True)
-    print("| tasks | local launch s | slurm launch s | extra s per task | checks+sbatch s | sbatch to RUNNING s (median) |")
-    print("|---|---|---|---|---|---|")
-    for r in rows:
-        print(f"| {r['workers']} | {r['local_s']:.1f} | {r['slurm_s']:.1f} | {r['per_task_s']:.1f} | "
-              f"{r['check_submit_s']:.1f} | {r['to_running_s']:.1f} |")
-    print()
+    if rows:
+        print("| tasks | launcher | launch wall s | job start latency s: min / median / max |")
+        print("|---|---|---|---|")
+        for n, r in zip(args.workers, rows, strict=True):
+            for name, v in r.items():
+                print(f"| {n} | {name} | {v['wall']:.1f} | {v['min']:.1f} / {v['median']:.1f} / {v['max']:.1f} |")
+        print()
+    if not hold:
+        return
     print("| requeue | to RUNNING s | to process start s | to first new edit s |")
     print("|---|---|---|---|")
     for name, r in (("held (cred_expire=10)", hold), ("released (StartTime=now)", now)):
