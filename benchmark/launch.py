@@ -12,7 +12,9 @@ with any sweep in the overrides, through the launcher config `configs/hydra/laun
   `CUDA_VISIBLE_DEVICES` (joblib reuses its workers, and CUDA reads that variable once per process), the GPU picked
   from the shard index and leased with a lock so two jobs never share one; without GPUs, N CPU workers.
 - `slurm` (submitit): one Slurm array task per job, one GPU each (Slurm sets `CUDA_VISIBLE_DEVICES`); partition,
-  time limit, memory and the rest are `hydra.launcher.*` overrides.
+  time limit, memory and the rest are `hydra.launcher.*` overrides. The launch submits and watches the array itself
+  (`benchmark.slurm`: the request checked against the partition's nodes, squeue instead of sacct, cancelled,
+  crashed and requeued tasks, jobs an earlier launch finished left out) rather than through Hydra's plugin.
 - `slurm_local` (submitit's local executor): the Slurm code path on this machine, for tests.
 
 Before any worker starts, the launch refuses `--gpus` beyond the GPUs this machine shows (local launcher), runs the
