@@ -453,7 +453,7 @@ def finished_jobs(results: Path, status_file: str) -> set[tuple[str, ...]]:
 def task_state(task: dict[str, Any], listed: dict[str, tuple[str, str]] | None, status_file: str) -> str:
     """One task's state from its job folder (status file, result file, log) and squeue when it answers."""
     status = Path(task["job_dir"]) / status_file
-    requeued = starts(task) > 1
+    started = starts(task)
     if status.exists():
         try:
             code = json.loads(status.read_text(encoding="utf-8")).get("status")
@@ -465,11 +465,11 @@ def task_state(task: dict[str, Any], listed: dict[str, tuple[str, str]] | None, 
         return f"failed ({'crashed' if res[0] == 'error' else 'no status file'}; log: {log_of(task)})"
     if listed is not None and task["task_id"] in listed:
         state, reason = listed[task["task_id"]]
-        if state == "PENDING":
-            return ("requeued, pending" if requeued else "pending") + (f" ({reason})" if reason != "None" else "")
-        return ("requeued, running" if requeued and state == "RUNNING" else state.lower())
+        if state == "PENDING":  # pending after a start: requeued
+            return ("requeued, pending" if started else "pending") + (f" ({reason})" if reason != "None" else "")
+        return ("requeued, running" if started > 1 and state == "RUNNING" else state.lower())
     if listed is None:
-        return "unknown (squeue failed)" + (", requeued" if requeued else "")
+        return "unknown (squeue failed)" + (", requeued" if started > 1 else "")
     return f"failed (ended without a result: cancelled or killed; log: {log_of(task)})"
 
 

@@ -57,6 +57,14 @@ def _gpu_request(script: str) -> list[str]:
                                                                                or ln.startswith("#SBATCH --gres"))]
 
 
+def _status(cluster: SlurmCluster, launch_dir: Path) -> str:
+    """`editmeter launch --status <job folder>`, as a user types it."""
+    out = subprocess.run([sys.executable, "-m", "benchmark.cli", "launch", "--status", str(launch_dir)], cwd=ROOT,
+                         env=_env(cluster), capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
 def _tables(results: Path) -> dict[str, bytes]:
     return {n: (results / n).read_bytes() for n in TABLES}
 
@@ -166,16 +174,15 @@ def test_a_cancelled_task_fails_the_launch_and_the_rerun_runs_only_its_shard(clu
     res = tmp_path / "r"
     proc = _popen(cluster, res, *FITS, *SLOW)
     task = _wait_running(cluster, proc, res, "_1")
+    running = _status(cluster, _launch_dirs(res)[0])
+    assert f"task {task}  shard 1/2  running" in running, running
     cluster.run("scancel", task)
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 1, out + err
     assert f"shard 1/2 (task {task}) ended without a result" in err and f"{task}_0_log.err" in err
     first = _launch_dirs(res)[0]
     # the status command, from the job folder alone
-    status = subprocess.run([sys.executable, "-m", "benchmark.cli", "launch", "--status", str(first)], cwd=ROOT,
-                            env=_env(cluster), capture_output=True, text=True, timeout=60)
-    assert status.returncode == 0, status.stderr
-    lines = status.stdout.splitlines()
+    lines = _status(cluster, first).splitlines()
     assert "shard 0/2  done" in lines[0] and "shard 1/2  failed (ended without a result" in lines[1]
     assert lines[-1] == "2 task(s): 1 done, 1 failed"
     # the same command again: only shard 1 is submitted, and the run completes
@@ -209,6 +216,10 @@ def test_a_preempted_task_resumes_and_the_tables_equal_an_uninterrupted_run(clus
     proc = _popen(cluster, res, *FITS, *SLOW)
     task = _wait_running(cluster, proc, res, "_0", min_edits=2)
     cluster.run("scontrol", "requeue", task)
+    end = time.time() + 60
+    while "requeued" not in (state := _status(cluster, _launch_dirs(res)[0])) and time.time() < end:
+        time.sleep(0.5)
+    assert f"task {task}  shard 0/2  requeued, pending (BeginTime)" in state, state  # held before it restarts
     out, err = proc.communicate(timeout=400)
     assert proc.returncode == 0, (out + err)[-4000:]
     assert f"task {task} (shard 0/2): PENDING, requeued" in out
