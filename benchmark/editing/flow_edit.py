@@ -78,6 +78,7 @@ class ValueSharing:
                            dim=1)
 
     def remove(self) -> None:
+        self.mode = None
         for h in self._handles:
             h.remove()
 
@@ -109,6 +110,12 @@ class FlowEditor(SourceInversions, DiTEditor):
             raise ValueError(f"editor {self.name!r}: start_layer {self.start_layer} .. end_layer {self.end_layer} is "
                              f"not a range of this transformer's {blocks} single-stream blocks (0 .. {blocks - 1})")
         self.slots = shared_slots(self.solver, self.steps, self.inject)
+        # The reference AutoEncoder loads ae.safetensors' fp32 weights: it encodes in fp32 (then casts the latents to
+        # the transformer's bf16) and decodes under bf16 autocast. diffusers' FLUX.1 VAE follows the pipeline dtype,
+        # so it is upcast here (84M parameters). In bf16 this also keeps a batch's latents those of its images alone.
+        import torch
+
+        self.pipe.vae.to(torch.float32)
         self.work: Counter[str] = Counter()
         count_transformer_calls(self.pipe.transformer, self.work)
         self._init_source_inversions(reuse_inversions)
@@ -134,29 +141,41 @@ class FlowEditor(SourceInversions, DiTEditor):
         return embeds, pooled, text_ids
 
     def _encode_images(self, items: Sequence[Item]) -> Any:
-        """Packed latents (B, tokens, 64) in the transformer's dtype: pixels / 127.5 - 1, the VAE posterior's mean,
-        (z - shift) * scale, as the reference AutoEncoder.encode (whose sampling line is commented out)."""
+        """Packed latents (B, tokens, 64) in the transformer's dtype: pixels / 127.5 - 1, the fp32 VAE posterior's
+        mean, (z - shift) * scale, as the reference AutoEncoder.encode (whose sampling line is commented out)."""
         import numpy as np
         import torch
 
         p, vae = self.pipe, self.pipe.vae
         x = torch.stack([torch.from_numpy(np.asarray(it.image, dtype=np.uint8).copy()).permute(2, 0, 1)
                          for it in items]).float() / 127.5 - 1
-        z = vae.encode(x.to(vae.device, vae.dtype)).latent_dist.mode()
+        # one image at a time, as the reference does: a batch's convolutions round differently in the last bits,
+        # which the cast to bf16 can turn into a whole bf16 step of a latent
+        z = torch.cat([vae.encode(x[i : i + 1].to(vae.device, vae.dtype)).latent_dist.mode() for i in range(len(x))])
         z = (z - vae.config.shift_factor) * vae.config.scaling_factor
         b, c, h, w = z.shape
         return p._pack_latents(z, b, c, h, w).to(p.transformer.dtype)
 
     def _decode(self, x: Any) -> list[Any]:
-        """(H, W, 3) float images in [0, 1] from packed latents (clamped to [-1, 1] first, as the reference)."""
+        """(H, W, 3) float images in [0, 1] from packed latents: the fp32 VAE under autocast to the transformer's
+        dtype when that is bf16 (the reference decodes under bf16 autocast), clamped to [-1, 1] first. Where the
+        reference writes 127.5 (x + 1) truncated to a byte, the harness rounds (to_pil): at most one level apart."""
+        import torch
+
         p, vae = self.pipe, self.pipe.vae
-        z = p._unpack_latents(x, self.resolution, self.resolution, p.vae_scale_factor)
+        z = p._unpack_latents(x.float(), self.resolution, self.resolution, p.vae_scale_factor)
         z = z / vae.config.scaling_factor + vae.config.shift_factor
-        img = vae.decode(z.to(vae.dtype), return_dict=False)[0]
+        bf16 = p.transformer.dtype == torch.bfloat16
+        with torch.autocast(device_type=z.device.type, dtype=torch.bfloat16, enabled=bf16):
+            # one latent at a time, as the reference: under bf16 autocast a batch's convolutions round otherwise
+            img = torch.cat([vae.decode(z[i : i + 1], return_dict=False)[0] for i in range(len(z))]).detach()
         img = ((img.float().clamp(-1, 1) + 1) / 2).permute(0, 2, 3, 1).cpu().numpy()
         return list(img)
 
-    def _velocity(self, text: tuple[Any, Any, Any], guidance: float, sharing: ValueSharing | None) -> Any:
+    def _velocity(self, text: tuple[Any, Any, Any], guidance: float, sharing: ValueSharing | None,
+                  inverting: bool = False) -> Any:
+        """The velocity function of `integrate`: one transformer evaluation, tagged for `sharing` by SAMPLING step
+        (an inversion step i is sampling step steps - 1 - i, as the authors' keys pair them)."""
         import torch
 
         embeds, pooled, text_ids = text
@@ -166,7 +185,7 @@ class FlowEditor(SourceInversions, DiTEditor):
 
         def velocity(x: Any, t: float, step: int, which: str) -> Any:
             if sharing is not None:
-                sharing.tag = (step, which)
+                sharing.tag = (self.steps - 1 - step if inverting else step, which)
             b = x.shape[0]
             # the reference builds t and guidance in the latents' dtype (bf16 on a GPU), rounding them as it does
             t_vec = torch.full((b,), t, dtype=x.dtype, device=x.device)
@@ -196,8 +215,8 @@ class FlowEditor(SourceInversions, DiTEditor):
             try:
                 if sharing is not None:
                     sharing.mode = "record"
-                z = integrate(self._velocity(text, self.inversion_guidance, sharing), x0, self._times()[::-1],
-                              self.solver)
+                z = integrate(self._velocity(text, self.inversion_guidance, sharing, inverting=True), x0,
+                              self._times()[::-1], self.solver)
                 values = sharing.recorded() if sharing is not None else None
             finally:
                 if sharing is not None:

@@ -1,0 +1,179 @@
+"""The rectified-flow editors rf_solver and fireflow on tiny FLUX.1 [dev] (benchmark.editing.flow_edit): the
+schedule, the injection window and the value sharing as the authors' code keys them, transformer evaluations
+counted through the harness, one inversion per source shared by a sweep of an editing setting, batch independence
+in fp32 and bf16."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hydra.utils import instantiate
+
+from benchmark.editing.flow_solvers import MID, START
+from benchmark.editing.work_counter import TRANSFORMER_FORWARD, TRANSFORMER_FORWARD_BACKWARD
+from benchmark.run import compose, run_pipeline
+
+FAST = ("editor.resolution=32", "editor.max_sequence_length=16")  # 8x8 latents, 4x4 tokens; 16 T5 tokens
+
+
+def _editor(name, *overrides):
+    cfg, _ = compose([f"editor={name}", "profile=tiny", *FAST, *overrides])
+    return instantiate(cfg.editor)
+
+
+@pytest.fixture(scope="module")
+def rf(single_thread_torch):
+    return _editor("rf_solver")
+
+
+@pytest.fixture(scope="module")
+def demo(demo_qs):
+    from benchmark.imageio import load_rgb
+
+    qs = demo_qs.queries[:4]
+    return qs, [load_rgb(demo_qs.path(q.image)) for q in qs]
+
+
+def test_yaml_settings_are_the_authors_scripts():
+    cfg_rf, _ = compose(["editor=rf_solver", "profile=pretrained"])
+    cfg_ff, _ = compose(["editor=fireflow", "profile=pretrained"])
+    rf, ff = cfg_rf.editor, cfg_ff.editor
+    assert (rf.solver, rf.steps, rf.guidance, rf.inversion_guidance, rf.inject, rf.start_layer, rf.end_layer) == \
+        ("rf_solver", 15, 2.0, 1.0, 2, 20, 37)
+    assert (ff.solver, ff.steps, ff.guidance, ff.inversion_guidance, ff.inject, ff.start_layer, ff.end_layer) == \
+        ("fireflow", 8, 2.0, 1.0, 1, 0, 37)
+    assert rf.max_sequence_length == ff.max_sequence_length == 512 and rf.resolution == ff.resolution == 512
+
+
+def test_schedule_constants_are_the_reference_codes(rf):
+    """The shift's two anchor points in the FLUX scheduler config equal the reference get_schedule's constants."""
+    c = rf.pipe.scheduler.config
+    assert (c.base_image_seq_len, c.base_shift, c.max_image_seq_len, c.max_shift) == (256, 0.5, 4096, 1.15)
+
+
+def test_value_sharing_window_times_and_layers(rf, demo):
+    """RF-Solver, 3 steps, inject 2, blocks 20-37: sampling steps 0 and 1 (both evaluations) take, in blocks 20 and
+    37, exactly the V the inversion kept under the same key; block 19 and sampling step 2 keep their own. The key
+    pairs the inversion's START at t_{j+1} with the sampling's START at t_j (the authors' float keys), MIDs at the
+    same time."""
+    qs, ims = demo
+    spied = {"record": {}, "inject": {}}
+    times = {"record": {}, "inject": {}}
+    handles = []
+    original = rf._sharing
+
+    def sharing():
+        s = original()
+        t = rf.pipe.transformer
+
+        def spy(layer):
+            def hook(module, args, output):
+                if s.mode is not None:  # this pass's sharing, not yet removed
+                    spied[s.mode][(s.tag, layer)] = output.clone()
+            return hook
+
+        def clock(module, args, kwargs):
+            if s.mode is not None:
+                times[s.mode][s.tag] = float(kwargs["timestep"][0])
+
+        handles.extend(t.single_transformer_blocks[layer].attn.to_v.register_forward_hook(spy(layer))
+                       for layer in (19, 20, 37))
+        handles.append(t.register_forward_pre_hook(clock, with_kwargs=True))
+        return s
+
+    rf._sharing = sharing
+    try:
+        rf.edit(qs[:1], ims[:1], seeds=[0])
+    finally:
+        del rf._sharing
+        for h in handles:
+            h.remove()
+    assert rf.slots == [(1, START), (1, MID), (0, START), (0, MID)]
+    grid = rf._times()  # 1 -> 0
+    for j in (0, 1):
+        assert times["record"][(j, START)] == pytest.approx(grid[j + 1])  # one grid point earlier
+        assert times["inject"][(j, START)] == pytest.approx(grid[j])
+        assert times["record"][(j, MID)] == pytest.approx(times["inject"][(j, MID)])
+        for which in (START, MID):
+            for layer in (20, 37):
+                torch.testing.assert_close(spied["inject"][((j, which), layer)],
+                                           spied["record"][((j, which), layer)], rtol=0, atol=0)
+            # block 19 is outside the window: its own V, not the inversion's
+            assert not torch.equal(spied["inject"][((j, which), 19)], spied["record"][((j, which), 19)])
+    # sampling step 2 is past the window: its V is its own, not what the inversion computed under that key
+    for which in (START, MID):
+        assert (2, which) not in rf.slots
+        assert not torch.equal(spied["inject"][((2, which), 20)], spied["record"][((2, which), 20)])
+
+
+def test_guidance_is_not_part_of_the_inversion_key_and_inject_is(rf, demo):
+    from benchmark.editing.base import Item
+
+    qs, ims = demo
+    item = Item(qs[0], rf.prepare(ims[0]), 0)
+    key = rf.inversion_key(item)
+    before = rf.guidance
+    try:
+        rf.guidance = 5.0
+        assert rf.inversion_key(item) == key
+    finally:
+        rf.guidance = before
+    assert "guidance" not in rf._inversion_settings() and rf._inversion_settings()["inject"] == 2
+
+
+@pytest.mark.parametrize("name,kwargs,match", [
+    ("rf_solver", ("editor.end_layer=38",), "not a range of this transformer's 38 single-stream blocks"),
+    ("fireflow", ("editor.solver=heun",), "unknown solver 'heun'; expected one of euler, rf_solver, fireflow"),
+    ("fireflow", ("editor.inject=4",), "inject must be between 0 and steps"),
+])
+def test_bad_settings_are_refused_by_name(name, kwargs, match):
+    with pytest.raises(Exception, match=match):
+        _editor(name, *kwargs)
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_batch_of_four_equals_one_by_one(single_thread_torch, demo, dtype):
+    ff = _editor("fireflow", f"editor.dtype={dtype}")
+    qs, ims = demo
+    together = ff.edit(qs, ims, seeds=[1, 2, 3, 4])
+    alone = [ff.edit([q], [im], seeds=[s])[0] for q, im, s in zip(qs, ims, [1, 2, 3, 4], strict=True)]
+    for a, b in zip(together, alone, strict=True):
+        diff = np.abs(np.asarray(a, dtype=np.int16) - np.asarray(b, dtype=np.int16)).max()
+        assert diff <= 1, (dtype, diff)
+    assert ff.info()["dtype"] == {"fp32": "float32", "bf16": "bfloat16"}[dtype]
+
+
+SHARD = ("shard.count=4", "batch_size=2")  # demo_mini's queries 0, 4, 8, 12: two of each of two sources
+
+
+def _run(results, name, *extra):
+    cfg, choices = compose([f"editor={name}", "queryset=demo_mini", "profile=tiny", f"paths.results={results}",
+                            "progress=false", "stages=[edit]", "preflight=false", *FAST, *SHARD, *extra])
+    return cfg, run_pipeline(cfg, choices["editor"])
+
+
+@pytest.mark.parametrize("name,per_pass", [("fireflow", lambda n: n + 1), ("rf_solver", lambda n: 2 * n)])
+def test_work_counts_and_a_guidance_sweep_computes_no_inversion(tmp_path, capsys, name, per_pass):
+    """Per source: one inversion (n + 1 FireFlow, 2n RF-Solver transformer rows); per query: one sampling pass of
+    the same count. No backward pass. The counts are printed with the stage. A rerun at another guidance reads
+    every inversion from the store and gives other edits."""
+    cfg, summary = _run(tmp_path, name)
+    st = summary["edit"]
+    n, q = int(cfg.editor.steps), st.computed
+    assert (q, st.failed, st.work["inversions_computed"], st.work["inversions_reused"]) == (4, 0, 2, 4)
+    assert st.work[TRANSFORMER_FORWARD] == 2 * per_pass(n) + q * per_pass(n)
+    assert st.work[TRANSFORMER_FORWARD_BACKWARD] == 0
+    shown = st.work[TRANSFORMER_FORWARD] / q
+    out = capsys.readouterr().out
+    assert f"transformer per query: {shown:,.1f} forward, 0 forward+backward" in out or \
+        f"transformer per query: {shown:,.0f} forward, 0 forward+backward" in out
+    first = {p.name: p.read_bytes() for p in (Path(summary["run_dir"]) / "edits").glob("*.png")}
+    _, again = _run(tmp_path, name, "editor.guidance=4")
+    st2 = again["edit"]
+    assert (st2.computed, st2.work["inversions_computed"], st2.work["inversions_reused"]) == (4, 0, 4)
+    assert st2.work[TRANSFORMER_FORWARD] == q * per_pass(n)  # sampling only
+    second = {p.name: p.read_bytes() for p in (Path(again["run_dir"]) / "edits").glob("*.png")}
+    assert set(first) == set(second) and first != second
