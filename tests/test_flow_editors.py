@@ -177,3 +177,47 @@ def test_work_counts_and_a_guidance_sweep_computes_no_inversion(tmp_path, capsys
     assert st2.work[TRANSFORMER_FORWARD] == q * per_pass(n)  # sampling only
     second = {p.name: p.read_bytes() for p in (Path(again["run_dir"]) / "edits").glob("*.png")}
     assert set(first) == set(second) and first != second
+
+
+KILL_RUN = ("queryset=demo_mini", "profile=tiny", "progress=false", "stages=[edit]", "preflight=false",
+            "batch_size=1", "limit=6", *FAST)
+
+
+@pytest.mark.slow
+def test_sigkill_in_the_edit_stage_then_rerun_gives_the_uninterrupted_pngs(tmp_path):
+    """`python -m benchmark.run editor=fireflow` killed with SIGKILL once its first edit is written (anywhere in the
+    next query's edit, its write or its log line), rerun to completion: the PNGs equal an uninterrupted run's byte for
+    byte, no temp file survives, and the rerun reads the inversion the killed run stored instead of computing it."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from conftest import ROOT, child_pythonpath
+
+    clean_dir, killed_dir = tmp_path / "clean", tmp_path / "killed"
+    cfg, choices = compose(["editor=fireflow", f"paths.results={clean_dir}", *KILL_RUN])
+    run_pipeline(cfg, choices["editor"])
+    clean = {p.name: p.read_bytes() for p in clean_dir.glob("runs/*/*/edits/*.png")}
+    assert len(clean) == 6
+
+    env = dict(os.environ, PYTHONPATH=child_pythonpath(ROOT), HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    cmd = [sys.executable, "-m", "benchmark.run", "editor=fireflow", f"paths.results={killed_dir}", *KILL_RUN]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    end = time.time() + 300
+    while time.time() < end and proc.poll() is None and not list(killed_dir.glob("runs/*/*/edits/*.png")):
+        time.sleep(0.01)
+    assert proc.poll() is None, "the run ended before it could be killed"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    written = len(list(killed_dir.glob("runs/*/*/edits/*.png")))
+    assert 1 <= written < 6
+    assert len(list((killed_dir / "inversions").rglob("*.safetensors"))) == 1  # the 6 queries share one source
+
+    cfg, choices = compose(["editor=fireflow", f"paths.results={killed_dir}", *KILL_RUN])
+    summary = run_pipeline(cfg, choices["editor"])
+    assert summary["edit"].work["inversions_computed"] == 0 and summary["edit"].work["inversions_reused"] > 0
+    assert not list(killed_dir.rglob("*.tmp")) and not list(killed_dir.rglob("quarantine/*"))
+    again = {p.name: p.read_bytes() for p in killed_dir.glob("runs/*/*/edits/*.png")}
+    assert again == clean
