@@ -134,9 +134,10 @@ def test_bad_settings_are_refused_by_name(name, kwargs, match):
         _editor(name, *kwargs)
 
 
+@pytest.mark.parametrize("name", ["fireflow", "rf_inversion"])
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
-def test_batch_of_four_equals_one_by_one(single_thread_torch, demo, dtype):
-    ff = _editor("fireflow", f"editor.dtype={dtype}")
+def test_batch_of_four_equals_one_by_one(single_thread_torch, demo, dtype, name):
+    ff = _editor(name, f"editor.dtype={dtype}")
     qs, ims = demo
     together = ff.edit(qs, ims, seeds=[1, 2, 3, 4])
     alone = [ff.edit([q], [im], seeds=[s])[0] for q, im, s in zip(qs, ims, [1, 2, 3, 4], strict=True)]
@@ -155,10 +156,11 @@ def _run(results, name, *extra):
     return cfg, run_pipeline(cfg, choices["editor"])
 
 
-@pytest.mark.parametrize("name,per_pass", [("fireflow", lambda n: n + 1), ("rf_solver", lambda n: 2 * n)])
+@pytest.mark.parametrize("name,per_pass", [("fireflow", lambda n: n + 1), ("rf_solver", lambda n: 2 * n),
+                                           ("rf_inversion", lambda n: n)])
 def test_work_counts_and_a_guidance_sweep_computes_no_inversion(tmp_path, capsys, name, per_pass):
-    """Per source: one inversion (n + 1 FireFlow, 2n RF-Solver transformer rows); per query: one sampling pass of
-    the same count. No backward pass. The counts are printed with the stage. A rerun at another guidance reads
+    """Per source: one inversion (n + 1 FireFlow, 2n RF-Solver, n RF-Inversion transformer rows); per query: one
+    sampling pass of the same count. No backward pass. The counts are printed with the stage. A rerun at another guidance reads
     every inversion from the store and gives other edits."""
     cfg, summary = _run(tmp_path, name)
     st = summary["edit"]
@@ -221,3 +223,92 @@ def test_sigkill_in_the_edit_stage_then_rerun_gives_the_uninterrupted_pngs(tmp_p
     assert not list(killed_dir.rglob("*.tmp")) and not list(killed_dir.rglob("quarantine/*"))
     again = {p.name: p.read_bytes() for p in killed_dir.glob("runs/*/*/edits/*.png")}
     assert again == clean
+
+
+# --- RF-Inversion ----------------------------------------------------------------------------------------------------
+
+def test_rf_inversion_settings_are_the_pipelines_and_readmes():
+    cfg, _ = compose(["editor=rf_inversion", "profile=pretrained"])
+    e = cfg.editor
+    assert (e.steps, e.guidance, e.inversion_guidance, e.inversion_prompt, e.gamma, e.eta, e.start_timestep,
+            e.stop_timestep, e.resolution, e.vae_fp32) == (28, 3.5, 0.0, "empty", 0.5, 0.9, 0.0, 0.25, 1024, False)
+
+
+def test_rf_inversion_controller_window_by_hand():
+    from editors.rf_inversion import controller_window
+
+    assert controller_window(28, 0.0, 7 / 28) == range(0, 7)  # the README's call
+    assert controller_window(28, 0.1, 0.5) == range(2, 14)  # int(2.8), int(14.0)
+    assert controller_window(3, 0.0, 0.25) == range(0, 0)  # int(0.75) = 0: at 3 steps nothing is controlled
+    assert controller_window(8, 0.0, 2.0) == range(0, 8)  # stop capped at n
+    with pytest.raises(ValueError, match="start_timestep"):
+        controller_window(8, 0.5, 0.25)
+
+
+@pytest.fixture(scope="module")
+def rfi(single_thread_torch):
+    return _editor("rf_inversion", "editor.steps=4", "editor.stop_timestep=0.5")
+
+
+def test_rf_inversion_times_guidance_and_prompts(rfi, demo):
+    """The inversion evaluates the transformer at t_i = i / (n + 1) (the pipeline divides by len(sigmas)), at
+    guidance 0, under the empty prompt; the edit at the shifted schedule's times (timesteps / 1000), guidance 3.5,
+    under the target caption; n evaluations each."""
+    qs, ims = demo
+    seen = []
+
+    def clock(module, args, kwargs):
+        seen.append((float(kwargs["timestep"][0]), float(kwargs["guidance"][0])))
+
+    prompts = []
+    original = rfi._encode_text
+    rfi._encode_text = lambda p: (prompts.append(list(p)), original(p))[1]
+    handle = rfi.pipe.transformer.register_forward_pre_hook(clock, with_kwargs=True)
+    try:
+        rfi.edit(qs[:1], ims[:1], seeds=[0])
+    finally:
+        handle.remove()
+        del rfi._encode_text
+    n = 4
+    assert prompts == [[""], [qs[0].target_caption]]
+    assert [g for _, g in seen] == [0.0] * n + [3.5] * n
+    assert [t for t, _ in seen[:n]] == pytest.approx([i / (n + 1) for i in range(n)])
+    timesteps, sigmas = rfi._schedule()
+    assert [t for t, _ in seen[n:]] == pytest.approx([float(t) / 1000 for t in timesteps], abs=1e-6)
+    assert float(sigmas[0]) == 1.0 and float(sigmas[-1]) == 0.0 and len(sigmas) == n + 1
+    assert rfi.window == range(0, 2)
+
+
+def test_rf_inversion_eta_acts_only_inside_the_window(rfi, demo):
+    """With the controller window empty (stop_timestep 0), eta changes nothing; inside it, it changes the edit.
+    The inversion is shared by all four edits (same source, same run seed)."""
+    qs, ims = demo
+    saved = (rfi.eta, rfi.window)
+
+    def edit(eta, window):
+        rfi.eta, rfi.window = eta, window
+        return np.asarray(rfi.edit(qs[:1], ims[:1], seeds=[0])[0])
+
+    try:
+        assert np.array_equal(edit(0.9, range(0, 0)), edit(0.1, range(0, 0)))
+        assert not np.array_equal(edit(0.9, range(0, 2)), edit(0.1, range(0, 2)))
+    finally:
+        rfi.eta, rfi.window = saved
+
+
+def test_rf_inversion_draws_from_the_source_not_the_query(rfi, demo):
+    """The posterior sample and y1 come from the source's generator: two seeds of one query give one edit; another
+    run seed gives another inversion (and edit), and is in the inversion key."""
+    from benchmark.editing.base import Item
+
+    qs, ims = demo
+    a, b = (np.asarray(rfi.edit(qs[:1], ims[:1], seeds=[s])[0]) for s in (1, 2))
+    assert np.array_equal(a, b)
+    item = Item(qs[0], rfi.prepare(ims[0]), 0)
+    key = rfi.inversion_key(item)
+    try:
+        rfi.run_seed = 7
+        assert rfi.inversion_key(item) != key
+        assert not np.array_equal(np.asarray(rfi.edit(qs[:1], ims[:1], seeds=[1])[0]), a)
+    finally:
+        rfi.run_seed = 0

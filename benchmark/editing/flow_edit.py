@@ -83,43 +83,33 @@ class ValueSharing:
             h.remove()
 
 
-class FlowEditor(SourceInversions, DiTEditor):
-    """Invert the source with a flow solver, then sample the target caption sharing the inversion's attention values.
+class FluxInversionEditor(SourceInversions, DiTEditor):
+    """What the FLUX.1 [dev] inversion editors share (rf_solver, fireflow, rf_inversion): loading through `FluxPipeline`
+    (kind `flux`), description prompts, text and image encoding, the transformer as a velocity function, decoding,
+    transformer evaluations counted (`transformer_forward`), one inversion per source (SourceInversions).
 
-    Args (besides DiTEditor's): solver ('euler' | 'rf_solver' | 'fireflow'), guidance (FLUX's distilled guidance
-    while sampling), inversion_guidance (while inverting: the authors' 1), inject (sampling steps that take the kept
-    V), start_layer and end_layer (single-stream blocks sharing V, inclusive), max_sequence_length (T5 tokens),
-    reuse_inversions (share each source's inversion through `inversion_store`). Description-based: source_caption
-    (inversion) and target_caption (sampling). Draws no random numbers."""
+    Args (besides DiTEditor's): max_sequence_length (T5 tokens), reuse_inversions (share each source's inversion
+    through `inversion_store`), vae_fp32 (run the VAE in fp32, as the reference FLUX code's autoencoder)."""
 
     prompt_kind: ClassVar[Literal["instruction", "description"]] = "description"
     kind: ClassVar[str] = "flux"
-    seeded_inversion: ClassVar[bool] = False  # the VAE's posterior mean and an ODE: nothing is drawn
 
-    def __init__(self, *, solver: str, guidance: float, inversion_guidance: float, inject: int, start_layer: int,
-                 end_layer: int, max_sequence_length: int, reuse_inversions: bool = True, **common: Any) -> None:
-        from benchmark.editing.work_counter import count_transformer_calls
-
-        check_solver(solver, what=f"editor {self.name!r}")
-        super().__init__(**common)
-        self.solver, self.guidance, self.inversion_guidance = solver, float(guidance), float(inversion_guidance)
-        self.inject, self.max_sequence_length = int(inject), int(max_sequence_length)
-        self.start_layer, self.end_layer = int(start_layer), int(end_layer)
-        blocks = len(self.pipe.transformer.single_transformer_blocks)
-        if not 0 <= self.start_layer <= self.end_layer < blocks:
-            raise ValueError(f"editor {self.name!r}: start_layer {self.start_layer} .. end_layer {self.end_layer} is "
-                             f"not a range of this transformer's {blocks} single-stream blocks (0 .. {blocks - 1})")
-        self.slots = shared_slots(self.solver, self.steps, self.inject)
-        # The reference AutoEncoder loads ae.safetensors' fp32 weights: it encodes in fp32 (then casts the latents to
-        # the transformer's bf16) and decodes under bf16 autocast. diffusers' FLUX.1 VAE follows the pipeline dtype,
-        # so it is upcast here (84M parameters). In bf16 this also keeps a batch's latents those of its images alone.
+    def __init__(self, *, max_sequence_length: int, reuse_inversions: bool = True, vae_fp32: bool = True,
+                 **common: Any) -> None:
         import torch
 
-        self.pipe.vae.to(torch.float32)
+        from benchmark.editing.work_counter import count_transformer_calls
+
+        super().__init__(**common)
+        self.max_sequence_length, self.vae_fp32 = int(max_sequence_length), bool(vae_fp32)
+        if self.vae_fp32:
+            # The reference AutoEncoder loads ae.safetensors' fp32 weights: it encodes in fp32 (then casts the latents
+            # to the transformer's bf16) and decodes under bf16 autocast. diffusers' FLUX.1 VAE follows the pipeline
+            # dtype, so it is upcast here (84M parameters).
+            self.pipe.vae.to(torch.float32)
         self.work: Counter[str] = Counter()
         count_transformer_calls(self.pipe.transformer, self.work)
         self._init_source_inversions(reuse_inversions)
-        self.inversion_kind = f"flow-{self.solver}"
 
     # --- model pieces -------------------------------------------------------------------------------------------
 
@@ -127,22 +117,16 @@ class FlowEditor(SourceInversions, DiTEditor):
         """Packed tokens per side: the latent side (resolution / VAE factor) over the 2x2 packing."""
         return self.resolution // self.pipe.vae_scale_factor // 2
 
-    def _times(self) -> list[float]:
-        """The sampling times 1 -> 0 of the FLUX schedule for this image size (the scheduler config's shift
-        constants, which equal the reference code's: 256 / 0.5, 4096 / 1.15)."""
-        cfg = self.pipe.scheduler.config
-        return flux_schedule(self.steps, self._tokens_side() ** 2, base_seq_len=cfg.base_image_seq_len,
-                             max_seq_len=cfg.max_image_seq_len, base_shift=cfg.base_shift, max_shift=cfg.max_shift)
-
     def _encode_text(self, prompts: list[str]) -> tuple[Any, Any, Any]:
         p = self.pipe
         embeds, pooled, text_ids = p.encode_prompt(prompt=prompts, prompt_2=None, device=p.transformer.device,
                                                    max_sequence_length=self.max_sequence_length)
         return embeds, pooled, text_ids
 
-    def _encode_images(self, items: Sequence[Item]) -> Any:
-        """Packed latents (B, tokens, 64) in the transformer's dtype: pixels / 127.5 - 1, the fp32 VAE posterior's
-        mean, (z - shift) * scale, as the reference AutoEncoder.encode (whose sampling line is commented out)."""
+    def _encode_images(self, items: Sequence[Item], generators: Sequence[Any] | None = None) -> Any:
+        """Packed latents (B, tokens, 64) in the transformer's dtype: pixels / 127.5 - 1, the VAE posterior's mean
+        (the reference AutoEncoder.encode, whose sampling line is commented out) or, with `generators`, a sample of it
+        drawn from each item's generator; then (z - shift) * scale."""
         import numpy as np
         import torch
 
@@ -151,7 +135,9 @@ class FlowEditor(SourceInversions, DiTEditor):
                          for it in items]).float() / 127.5 - 1
         # one image at a time, as the reference does: a batch's convolutions round differently in the last bits,
         # which the cast to bf16 can turn into a whole bf16 step of a latent
-        z = torch.cat([vae.encode(x[i : i + 1].to(vae.device, vae.dtype)).latent_dist.mode() for i in range(len(x))])
+        posteriors = [vae.encode(x[i : i + 1].to(vae.device, vae.dtype)).latent_dist for i in range(len(x))]
+        z = torch.cat([d.mode() if generators is None else d.sample(generator=g)
+                       for d, g in zip(posteriors, generators or [None] * len(x), strict=True)])
         z = (z - vae.config.shift_factor) * vae.config.scaling_factor
         b, c, h, w = z.shape
         return p._pack_latents(z, b, c, h, w).to(p.transformer.dtype)
@@ -165,7 +151,8 @@ class FlowEditor(SourceInversions, DiTEditor):
         p, vae = self.pipe, self.pipe.vae
         z = p._unpack_latents(x.float(), self.resolution, self.resolution, p.vae_scale_factor)
         z = z / vae.config.scaling_factor + vae.config.shift_factor
-        bf16 = p.transformer.dtype == torch.bfloat16
+        bf16 = self.vae_fp32 and p.transformer.dtype == torch.bfloat16
+        z = z.to(vae.dtype)
         with torch.autocast(device_type=z.device.type, dtype=torch.bfloat16, enabled=bf16):
             # one latent at a time, as the reference: under bf16 autocast a batch's convolutions round otherwise
             img = torch.cat([vae.decode(z[i : i + 1], return_dict=False)[0] for i in range(len(z))]).detach()
@@ -194,6 +181,39 @@ class FlowEditor(SourceInversions, DiTEditor):
                                encoder_hidden_states=embeds, txt_ids=text_ids, img_ids=img_ids,
                                return_dict=False)[0]
         return velocity
+
+
+
+class FlowEditor(FluxInversionEditor):
+    """Invert the source with a flow solver, then sample the target caption sharing the inversion's attention values.
+
+    Args (besides FluxInversionEditor's): solver ('euler' | 'rf_solver' | 'fireflow'), guidance (FLUX's distilled
+    guidance while sampling), inversion_guidance (while inverting: the authors' 1), inject (sampling steps that take
+    the kept V), start_layer and end_layer (single-stream blocks sharing V, inclusive). Description-based:
+    source_caption (inversion) and target_caption (sampling). Draws no random numbers."""
+
+    seeded_inversion: ClassVar[bool] = False  # the VAE's posterior mean and an ODE: nothing is drawn
+
+    def __init__(self, *, solver: str, guidance: float, inversion_guidance: float, inject: int, start_layer: int,
+                 end_layer: int, **common: Any) -> None:
+        check_solver(solver, what=f"editor {self.name!r}")
+        super().__init__(**common)
+        self.solver, self.guidance, self.inversion_guidance = solver, float(guidance), float(inversion_guidance)
+        self.inject = int(inject)
+        self.start_layer, self.end_layer = int(start_layer), int(end_layer)
+        blocks = len(self.pipe.transformer.single_transformer_blocks)
+        if not 0 <= self.start_layer <= self.end_layer < blocks:
+            raise ValueError(f"editor {self.name!r}: start_layer {self.start_layer} .. end_layer {self.end_layer} is "
+                             f"not a range of this transformer's {blocks} single-stream blocks (0 .. {blocks - 1})")
+        self.slots = shared_slots(self.solver, self.steps, self.inject)
+        self.inversion_kind = f"flow-{self.solver}"
+
+    def _times(self) -> list[float]:
+        """The sampling times 1 -> 0 of the FLUX reference schedule for this image size (the scheduler config's
+        shift constants, which equal the reference code's: 256 / 0.5, 4096 / 1.15)."""
+        cfg = self.pipe.scheduler.config
+        return flux_schedule(self.steps, self._tokens_side() ** 2, base_seq_len=cfg.base_image_seq_len,
+                             max_seq_len=cfg.max_image_seq_len, base_shift=cfg.base_shift, max_shift=cfg.max_shift)
 
     def _sharing(self) -> ValueSharing | None:
         if not self.slots:
@@ -276,7 +296,7 @@ class FlowEditor(SourceInversions, DiTEditor):
                 "start_layer": self.start_layer, "end_layer": self.end_layer,
                 "shared_evaluations": [f"{step}:{which}" for step, which in self.slots],
                 "max_sequence_length": self.max_sequence_length, "reuse_inversions": self.reuse_inversions,
-                "schedule": "FLUX reference get_schedule (shifted linspace)"}
+                "vae_fp32": self.vae_fp32, "schedule": "FLUX reference get_schedule (shifted linspace)"}
 
 
-__all__ = ["FlowEditor", "ValueSharing", "shared_slots", "START", "MID"]
+__all__ = ["FlowEditor", "FluxInversionEditor", "ValueSharing", "shared_slots", "START", "MID"]
