@@ -235,7 +235,7 @@ def test_gpu_check_covers_the_dit_editors_in_tiny_size_and_times_them_only_when_
     assert len(gpucheck.plan(args, gpucheck.Device("cpu"), tmp_path)) == 5  # + flux2 at real size
     args = gpucheck.parse(["--editors", "flux2", "--suites", "basic", "--dtypes", "bf16", "--no-tiny"])
     assert gpucheck.plan(args, gpucheck.Device("cpu"), tmp_path) == []  # DiT timing not asked, no HATIE timing
-    assert set(dit.KINDS) - {"flux"} | {"rf_solver", "fireflow"} <= set(gpucheck.DIT_EDITORS)
+    assert set(dit.KINDS) - {"flux"} | {"rf_solver", "fireflow", "rf_inversion"} <= set(gpucheck.DIT_EDITORS)
 
 
 @pytest.mark.parametrize("kind", ["qwen_image_edit", "flux2"])
