@@ -183,7 +183,6 @@ class FluxInversionEditor(SourceInversions, DiTEditor):
         return velocity
 
 
-
 class FlowEditor(FluxInversionEditor):
     """Invert the source with a flow solver, then sample the target caption sharing the inversion's attention values.
 
