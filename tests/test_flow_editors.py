@@ -312,3 +312,35 @@ def test_rf_inversion_draws_from_the_source_not_the_query(rfi, demo):
         assert not np.array_equal(np.asarray(rfi.edit(qs[:1], ims[:1], seeds=[1])[0]), a)
     finally:
         rfi.run_seed = 0
+
+
+def test_rf_inversion_full_control_ignores_the_model(rfi, demo):
+    """eta = 1 over every step turns the reverse field into (y0 - X) / (1 - t) alone, and gamma = 1 the forward one
+    into (y1 - Y) / (1 - t): the transformer's prediction cancels, so the target caption (resp. the inversion's
+    guidance) stops mattering, to float rounding; with the controller off, the caption matters."""
+    import dataclasses
+
+    from benchmark.editing.base import Item
+
+    qs, ims = demo
+    other = dataclasses.replace(qs[0], target_caption=qs[0].target_caption + " at night, painted in oils")
+    saved = (rfi.eta, rfi.window, rfi.gamma, rfi.inversion_guidance)
+
+    def edits(eta, window):
+        rfi.eta, rfi.window = eta, window
+        return [np.asarray(rfi.edit([q], ims[:1], seeds=[0])[0], dtype=np.int16) for q in (qs[0], other)]
+
+    try:
+        a, b = edits(1.0, range(0, 4))
+        assert np.abs(a - b).max() <= 1
+        a, b = edits(0.9, range(0, 0))
+        assert np.abs(a - b).max() > 1
+        item = Item(qs[0], rfi.prepare(ims[0]), 0)
+        rfi.gamma = 1.0
+        z = [rfi._compute_inversions([item])[0]["z"] for rfi.inversion_guidance in (0.0, 5.0)]
+        torch.testing.assert_close(z[0], z[1], rtol=1e-5, atol=1e-5)
+        rfi.gamma = 0.5
+        z = [rfi._compute_inversions([item])[0]["z"] for rfi.inversion_guidance in (0.0, 5.0)]
+        assert (z[0] - z[1]).abs().max() > 1e-3
+    finally:
+        rfi.eta, rfi.window, rfi.gamma, rfi.inversion_guidance = saved
