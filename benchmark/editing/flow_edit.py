@@ -50,6 +50,8 @@ class ValueSharing:
     before each transformer evaluation; other evaluations pass through."""
 
     def __init__(self, transformer: Any, layers: Sequence[int], slots: Sequence[tuple[int, str]]) -> None:
+        """Hook `transformer`'s single-stream blocks `layers`; `slots` are the (step, START | MID) evaluations whose
+        V is kept, in the order they are stored."""
         self.layers = list(layers)
         self.slots = {s: n for n, s in enumerate(slots)}
         self.mode: str | None = None
@@ -78,6 +80,7 @@ class ValueSharing:
                            dim=1)
 
     def remove(self) -> None:
+        """Take the hooks off (the transformer runs unchanged again)."""
         self.mode = None
         for h in self._handles:
             h.remove()
@@ -96,6 +99,8 @@ class FluxInversionEditor(SourceInversions, DiTEditor):
 
     def __init__(self, *, max_sequence_length: int, reuse_inversions: bool = True, vae_fp32: bool = True,
                  **common: Any) -> None:
+        """max_sequence_length: T5 tokens; reuse_inversions: share each source's inversion through the store;
+        vae_fp32: the VAE in fp32 as the reference code; **common: DiTEditor's arguments."""
         import torch
 
         from benchmark.editing.work_counter import count_transformer_calls
@@ -195,6 +200,7 @@ class FlowEditor(FluxInversionEditor):
 
     def __init__(self, *, solver: str, guidance: float, inversion_guidance: float, inject: int, start_layer: int,
                  end_layer: int, **common: Any) -> None:
+        """See the class docstring; `common` goes to FluxInversionEditor."""
         check_solver(solver, what=f"editor {self.name!r}")
         super().__init__(**common)
         self.solver, self.guidance, self.inversion_guidance = solver, float(guidance), float(inversion_guidance)
@@ -269,6 +275,8 @@ class FlowEditor(FluxInversionEditor):
     # --- editing ------------------------------------------------------------------------------------------------
 
     def _edit_chunk(self, items: Sequence[Item]) -> list[Any]:
+        """The edits of `items`: each source's inversion (stored or computed), then the target caption sampled from
+        it with the kept V injected; one RGB image per item."""
         import torch
 
         from benchmark.editing.flow_solvers import integrate
@@ -290,6 +298,7 @@ class FlowEditor(FluxInversionEditor):
                 sharing.remove()
 
     def hyperparameters(self) -> dict[str, Any]:
+        """The settings that shape an edit (the editor's `info()`)."""
         return {"solver": self.solver, "steps": self.steps, "guidance": self.guidance,
                 "inversion_guidance": self.inversion_guidance, "inject": self.inject,
                 "start_layer": self.start_layer, "end_layer": self.end_layer,
