@@ -215,7 +215,7 @@ def release_image(data: bytes | Path, where: str, field: str, error: type[Except
     if isinstance(data, Path):
         data = read_release_bytes(data, where, field, error)
     if not isinstance(data, bytes | bytearray) or not data:
-        raise error(f"{where}: {field} holds no image bytes")
+        raise error(f"{where}: {field} is not a readable image (it holds no bytes)")
     try:
         return load_rgb(field, bytes(data))
     except ImageInputError as err:
