@@ -338,14 +338,27 @@ def estimate(cfg: Any, full: Any, *, editor: str, metrics: str, gpu_name: Callab
                     sources), note
 
 
+def judge_cost(cfg: Any, full: Any) -> list[str]:
+    """The judged suites' cost lines (`benchmark.judge_budget`) over the run's selection, all shards; none when the
+    run does not score."""
+    from benchmark.judge_budget import judge_lines
+
+    if "score" not in (cfg.get("stages") or ()):
+        return []
+    count = int(cfg.shard.count)
+    queries = [q for i in range(count) for q in full.shard(i, count).subset(cfg.limit)]
+    return judge_lines(cfg, full, queries)
+
+
 def check_budget(cfg: Any, full: Any, *, editor: str, metrics: str, ask: Callable[[str], bool] = _confirm,
                  interactive: Callable[[], bool] = _interactive, **kw: Any) -> str:
     """The preflight's budget line; over budget: ask on a terminal, else raise OverBudget with the sample option."""
     opts = cfg.get("budget") or {}
     est, note = estimate(cfg, full, editor=editor, metrics=metrics, **kw)
+    judge = "".join(f"\n[editmeter] {line}" for line in judge_cost(cfg, full))
     if est is None:
-        return f"[editmeter] budget: {note}"
-    line = f"[editmeter] budget: {est.describe()}" + (f"; {note}" if note else "")
+        return f"[editmeter] budget: {note}{judge}"
+    line = f"[editmeter] budget: {est.describe()}" + (f"; {note}" if note else "") + judge
     max_hours = float(opts.get("max_gpu_hours", DEFAULT_MAX_HOURS))
     if est.hours <= max_hours or bool(opts.get("accept", False)):
         return line
@@ -373,6 +386,7 @@ def check_launch_budget(runs: list[tuple[Any, Any, str, str]], *, ask: Callable[
         what = f"{full.name} on {editor}"
         lines.append(f"[editmeter] budget: {what}: {est.describe() if est else note}" + (f"; {note}" if est and note
                                                                                         else ""))
+        lines += [f"[editmeter] budget: {what}: {line.removeprefix('budget: ')}" for line in judge_cost(cfg, full)]
         if est is not None:
             known.append(est)
     hours = sum(e.hours for e in known)

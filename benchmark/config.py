@@ -359,15 +359,20 @@ def editor_code(target: str) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(set(out)))
 
 
-def editor_signature(editor_cfg: dict[str, Any], info: dict[str, Any], seed: int, profile: str) -> str:
+def editor_signature(editor_cfg: dict[str, Any], info: dict[str, Any], seed: int, profile: str,
+                     rewrites_instruction: bool = False) -> str:
     """Hash of everything that determines an editor's outputs: full config, provenance info, seed, weight profile,
-    and the code that makes the edit (`editor_code` of the config's `_target_`)."""
+    the code that makes the edit (`editor_code` of the config's `_target_`) and, for an editor that rewrites its
+    instructions (`Editor.rewrites_instruction`), that declaration (absent otherwise: other signatures unchanged)."""
     from benchmark.hashing import stable_hash
 
     target = editor_cfg.get("_target_")
     code = [list(item) for item in editor_code(target)] if isinstance(target, str) else []
-    return stable_hash({"config": _same_numbers(portable(editor_cfg)), "info": _same_numbers(portable(info)),
-                        "seed": int(seed), "profile": profile, "code": code})
+    keyed = {"config": _same_numbers(portable(editor_cfg)), "info": _same_numbers(portable(info)),
+             "seed": int(seed), "profile": profile, "code": code}
+    if rewrites_instruction:
+        keyed["rewrites_instruction"] = True
+    return stable_hash(keyed)
 
 
 def _same_numbers(obj: Any) -> Any:

@@ -11,6 +11,7 @@ import abc
 import functools
 import hashlib
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from PIL import Image
@@ -51,6 +52,11 @@ class Editor(abc.ABC):
     # its declared rule to an edit of another size (docs/metrics.md, "An edit of another size"). False: an output
     # whose size differs from its source's is that query's failure (the contract of `edit` below).
     any_output_size: ClassVar[bool] = False
+    # True: the editor rewrites each instruction before editing with it (a prompt enhancer, such as Qwen-Image-Edit's,
+    # or a user's own pipeline), so its scores are not those of the instruction as the set gives it. It hands back
+    # the text each query was edited with (`record_rewrite` inside `edit`); the edit record keeps it, the declaration
+    # enters the editor signature, and the leaderboard (`rewrites_instruction`), `show` and the report mark its rows.
+    rewrites_instruction: ClassVar[bool] = False
 
     @abc.abstractmethod
     def edit(self, queries: Sequence[Query], images: Sequence[Image.Image], *, seeds: Sequence[int]) -> list[Image.Image]:
@@ -81,6 +87,39 @@ class Editor(abc.ABC):
         everything inside `edit`.
         """
         return [functools.partial(_finished, image) for image in self.edit(queries, images, seeds=seeds)]
+
+    def use_queryset(self, queryset: Any) -> None:
+        """Give the editor the run's query set, so `query_file` can find the files its queries name. The edit stage
+        calls this before the first edit; a direct `edit()` call outside a run calls it first itself."""
+        self.__dict__["_queryset_root"] = Path(queryset.root)
+
+    def query_file(self, query: Query, field: str) -> Path:
+        """The absolute path of a file `query` names (`edit_mask`, `target_image`, `image`, ...; its records hold
+        paths relative to the query-set folder), for an editor that reads more of a query than its source, such as
+        a masked inpainter. ValueError when the query names no such file, or no query set was given
+        (`use_queryset`)."""
+        root = self.__dict__.get("_queryset_root")
+        if root is None:
+            raise ValueError(f"{type(self).__name__}.query_file: no query set was given; the edit stage gives it, a "
+                             "direct edit() call must call use_queryset(queryset) first")
+        rel = getattr(query, field, None)
+        if not isinstance(rel, str) or not rel:
+            raise ValueError(f"query {query.id} names no {field} file")
+        return root / rel
+
+    def record_rewrite(self, query_id: str, text: str) -> None:
+        """Keep the rewritten text query `query_id` was edited with (an editor that `rewrites_instruction` calls it
+        from `edit` / `edit_deferred`, once per query; the edit stage takes it into that query's record)."""
+        if not isinstance(text, str):
+            raise TypeError(f"query {query_id}: the rewritten instruction must be text, not {type(text).__name__}")
+        self.__dict__.setdefault("_rewrites", {})[query_id] = text
+
+    def take_rewrites(self, query_ids: Sequence[str]) -> dict[str, str]:
+        """The rewritten text of each of `query_ids` recorded since the last call (`record_rewrite`), removed from
+        the editor; the edit stage calls it after each batch. An editor that keeps its rewrites elsewhere (a file of
+        them: `external`) overrides it."""
+        kept = self.__dict__.get("_rewrites", {})
+        return {q: kept.pop(q) for q in query_ids if q in kept}
 
     def missing(self, query_ids: Sequence[str]) -> list[str]:
         """The ids among `query_ids` this editor has no output for by design (a folder of edits made elsewhere that

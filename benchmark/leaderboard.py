@@ -47,6 +47,9 @@ TABLES = {"leaderboard.csv": (), "leaderboard_by_type.csv": ("edit_type",), "lea
 ID_COLUMNS = ("queryset", "queryset_hash", "metric_set", "editor", "editor_sig", "prompt_kind", "profile", "seed")
 COUNT_COLUMNS = ("n_selected", "n_total", "n_ok", "n_failed", "n_missing", "complete", "mark")
 PROVENANCE_COLUMNS = ("metric_sig", "git_sha", "versions", "device")
+# True on the rows of an editor that rewrites each instruction before editing (`Editor.rewrites_instruction`): its
+# scores are not those of the instruction as the set gives it; `show` and the report mark the rows
+REWRITE_COLUMN = "rewrites_instruction"
 SAMPLE_COLUMNS = ("sample_of", "sample_seed")  # a sampled set's rows: the full set's size and the draw's seed
 # run.json fields aggregation uses, with their types (anything else in run.json is informational)
 RUN_FIELDS: dict[str, type | tuple[type, ...]] = {
@@ -302,6 +305,12 @@ def run_rows(run: Run, n_resamples: int, seed: int) -> dict[str, list[dict[str, 
             for fname, group_cols in TABLES.items()}
 
 
+def rewrites_instruction(meta: dict[str, Any]) -> bool:
+    """Whether the run's editor rewrote each instruction before editing (run.json `rewrites_instruction`; a run.json
+    written before the declaration existed: False)."""
+    return meta.get(REWRITE_COLUMN) is True
+
+
 def sample_columns(meta: dict[str, Any]) -> dict[str, Any]:
     """`sample_of` (the full set's size) and `sample_seed` of a run of a sampled set (queryset.sample), else {}."""
     sample = meta.get("sample")
@@ -362,7 +371,8 @@ def _run_rows(run: Run, group_cols: tuple[str, ...], fname: str, n_resamples: in
             else:
                 stats["mark"] = join_marks(stats["mark"], f"UNKNOWN SUITE {suite['name']!r}: no summary")
             stats["components"] = json.dumps(suite["components"], sort_keys=True)
-        rows.append(ident | dict(zip(group_cols, key, strict=True)) | stats | prov)
+        rows.append(ident | {REWRITE_COLUMN: rewrites_instruction(meta)} | dict(zip(group_cols, key, strict=True))
+                    | stats | prov)
     return rows
 
 

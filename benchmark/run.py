@@ -84,7 +84,7 @@ def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
     from benchmark.preflight import load_selection, run_preflight
     from benchmark.provenance import provenance
     from benchmark.stages.aggregate import write_leaderboards
-    from benchmark.stages.edit import run_edit_stage
+    from benchmark.stages.edit import rewrites_instruction, run_edit_stage
     from benchmark.stages.score import is_suite, run_score_stage, run_suite_stage
 
     apply_run_checks(cfg, editor_name)  # inputs: refuse an unsafe label, set the input limits, before any work
@@ -110,7 +110,8 @@ def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
             editor.inversion_store = InversionStore(Path(cfg.paths.results) / INVERSIONS_DIR)
         metrics = {name: instantiate(node) for name, node in cfg.metrics.items()}
     editor_cfg = OmegaConf.to_container(cfg.editor, resolve=True)
-    sig = editor_signature(editor_cfg, editor.info(), cfg.seed, profile)
+    rewrites = rewrites_instruction(editor)  # declared by the editor: enters the signature, marks the rows
+    sig = editor_signature(editor_cfg, editor.info(), cfg.seed, profile, rewrites)
     warn_coarse_strengths(editor.info())  # a strength the few tiny steps round away: say so before editing
     metric_sets = _metric_sets(OmegaConf.to_container(cfg.metrics, resolve=True), metrics,
                                _choices(cfg).get("metrics", ""), metric_signature, is_suite)
@@ -137,6 +138,7 @@ def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
         "selection": {"shard": [int(cfg.shard.index), int(cfg.shard.count)], "limit": cfg.limit, "n_selected": len(qs)},
         "editor": editor_name, "editor_sig": sig,
         "prompt_kind": editor.prompt_kind, "profile": profile, "seed": int(cfg.seed),
+        "rewrites_instruction": rewrites,
         "editor_config": portable(editor_cfg), "editor_info": portable(editor.info()), "metric_sig": msig,
         # the editor keys set on the command line (a sweep's settings: docs/scale.md), e.g. editor.guidance_scale=5
         "editor_overrides": _editor_overrides(cfg),

@@ -1,6 +1,7 @@
 """Score a folder of edits made elsewhere (`editmeter score`, `make score`):
 
-    editmeter score --edits /path/to/edits --name my-model [--kind description] queryset=hatie [overrides]
+    editmeter score --edits /path/to/edits --name my-model [--kind description] [--rewritten FILE] queryset=hatie
+        [overrides]
 
 Files are matched to queries by id (`<query id>.png` or HATIE's `<prefix>_<query id>.jpg`). Missing files are
 reported by count and id and counted as missing (`n_missing`: the row is marked PARTIAL), not as failed; the rest
@@ -8,6 +9,8 @@ is scored and added to the leaderboard as `name`. A file that cannot be read, or
 judged exactly as `editmeter run editor=external` judges it (`max_failed_fraction`), so both commands give the same
 exit status and marks on the same folder. An edit of another size than its source is kept; each metric suite
 applies its declared rule to it (docs/metrics.md, "An edit of another size").
+Edits made from rewritten instructions declare it with `--rewritten FILE`, a JSONL of `{"query_id", "instruction"}`
+per query (`editors/external.py`): the records keep the text and the rows are marked as rewritten.
 Everything after the options is a Hydra override of the run config (queryset=, profile=, metrics=, limit=, ...).
 """
 
@@ -33,6 +36,9 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     ap.add_argument("--name", required=True, help="the label these edits get on the leaderboard")
     ap.add_argument("--kind", default="instruction", choices=("instruction", "description"),
                     help="the model family: HATIE scores obj_remove only for instruction-based editors")
+    ap.add_argument("--rewritten", default=None, metavar="FILE",
+                    help='the edits were made from rewritten instructions: a JSONL of {"query_id": ..., '
+                         '"instruction": <the text used>} per query; the rows are marked as rewritten')
     ap.add_argument("overrides", nargs="*", metavar="key=value", help="Hydra overrides of the run config")
     argv = [f"--{a}" if a.partition("=")[0] in LEGACY_KEYS else a for a in argv]
     args = ap.parse_intermixed_args(argv)
@@ -55,6 +61,10 @@ def main(argv: list[str] | None = None) -> int:
     except UnknownOptionError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    if args.rewritten is not None and not Path(args.rewritten).is_file():
+        print(f"error: --rewritten {args.rewritten}: no such file (give the JSONL of rewritten instructions, one "
+              '{"query_id": ..., "instruction": ...} per line)', file=sys.stderr)
+        return 2
     if not Path(args.edits).is_dir():
         print(f"error: --edits {args.edits}: no such folder (give the folder of edited images, EDITS=<folder> for "
               "make score)", file=sys.stderr)
@@ -68,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
 
     # the run's own failure rule: unreadable or invalid edits fail it as they fail `editmeter run editor=external`
     overrides = ["editor=external", f"editor.folder={args.edits}", f"editor.label={args.name}",
-                 f"editor.prompt_kind={args.kind}", "stages=[edit,score,aggregate]", *rest]
+                 f"editor.prompt_kind={args.kind}", "stages=[edit,score,aggregate]",
+                 *([f"editor.rewritten={Path(args.rewritten).resolve()}"] if args.rewritten else []), *rest]
     try:
         cfg, _ = compose(overrides)
     except UnknownOptionError as err:
@@ -80,7 +91,16 @@ def main(argv: list[str] | None = None) -> int:
     except PreflightError as err:
         print(f"[editmeter] error: {err}", file=sys.stderr)
         return err.exit_code
-    editor = instantiate(cfg.editor)
+    try:
+        editor = instantiate(cfg.editor)
+    except Exception as err:  # Hydra wraps the class's error: a bad --rewritten file is the user's, said plainly
+        from editors.external import RewrittenFileError
+
+        cause = err.__cause__ or err
+        if isinstance(cause, RewrittenFileError):
+            print(f"error: {cause}", file=sys.stderr)
+            return 2
+        raise
     missing = editor.missing([q.id for q in qs.queries])
     print(f"[editmeter] {len(qs) - len(missing)} of {len(qs)} queries of {qs.name} have an edit in {args.edits}")
     if missing:

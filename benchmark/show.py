@@ -26,6 +26,22 @@ COUNT_HEADERS = {"n_ok": "n_ok", "n_failed": "fail", "n_missing": "miss"}
 HEX_COLUMNS = ("editor_sig", "metric_sig", "queryset_hash", "git_sha", "metric_set")
 
 
+REWRITE_TAG = "[rewrites]"
+REWRITE_NOTE = (f"{REWRITE_TAG}: the editor rewrote each instruction before editing (a prompt enhancer or a pipeline "
+                "of its own); its row scores the rewritten text's edits, not the instruction as given. The text of "
+                "each query is in its run folder's edits.jsonl (`rewritten`).")
+
+
+def rewrites(row: Any) -> bool:
+    """A leaderboard row's `rewrites_instruction` as the CSV reads back (bool, or 'True' text; absent: False)."""
+    return str(row.get("rewrites_instruction", False)).strip().lower() == "true"  # True, numpy's True_, 'True'
+
+
+def editor_cell(row: Any) -> str:
+    """The editor's name, tagged `[rewrites]` when it rewrote the instructions."""
+    return f"{row['editor']} {REWRITE_TAG}" if rewrites(row) else str(row["editor"])
+
+
 class ShowError(ValueError):
     """A `show` option names something the tables do not have; the message lists what they have."""
 
@@ -326,6 +342,8 @@ def render(results: Path, queryset: str | None = None, *, by: str | None = None,
                  if key else "sorted by editor")
         lines.append(f"\nqueryset={qs}  metrics={mset or '?'}  {kind}-based editors  profile={profile}  ({order})")
         lines += _sample_note(part)
+        if any(rewrites(r) for _, r in part.iterrows()):
+            lines.append(REWRITE_NOTE)
         header = ["editor", "sig", *([group] if group else []),
                   *[_header(c, sinfo) for c in shown],
                   "coverage"]
@@ -339,7 +357,7 @@ def render(results: Path, queryset: str | None = None, *, by: str | None = None,
                 body.append(title)
             for i, r in _sorted(rows, key, descending, group).iterrows():
                 mark = r.get("mark")
-                cells = [str(r["editor"]), str(r["editor_sig"])[:8], *([str(r[group])] if group else [])]
+                cells = [editor_cell(r), str(r["editor_sig"])[:8], *([str(r[group])] if group else [])]
                 for c in shown:
                     if c in sinfo and sinfo[c].count:
                         cells.append(_count_cell(r[c]))

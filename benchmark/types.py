@@ -261,6 +261,9 @@ class EditRecord:
     run_id: str = ""
     recovered: bool = False  # the image exists but its record was lost to an interrupted run
     error_type: str = ""  # failed: the exception's class name, e.g. "RuntimeError"
+    # the text the query was edited with, by an editor that rewrites instructions (`Editor.rewrites_instruction`);
+    # None (and absent from edits.jsonl) for every other editor
+    rewritten: str | None = None
 
 
 @dataclass(frozen=True)

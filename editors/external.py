@@ -8,11 +8,17 @@ made at (`any_output_size`): each metric suite applies its declared rule to an e
 read with `benchmark.imageio.load_rgb`, the loader of sources (16-bit scaled, transparency refused, pixel limit),
 and the signature covers the bytes of every image file in the folder, so
 regenerated edits are rescored even when their names and sizes are unchanged (docs/inputs.md).
+
+Edits made from rewritten instructions (a prompt enhancer before the model) declare it with `rewritten`: a JSONL
+file, one line per query, `{"query_id": "<id>", "instruction": "<the text the edit was made with>"}`. The editor
+then `rewrites_instruction`: each record keeps its query's text, the file's sha256 enters the signature, and the
+rows are marked on the leaderboard, in `show` and in the report. An edit whose query has no line fails, naming it.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import stat
 from collections.abc import Sequence
@@ -39,11 +45,14 @@ class ExternalEdits(Editor):
         folder: the edited images, named by query id (see the module docstring).
         prompt_kind: the family of the model that made them (instruction or description).
         label: a name for the leaderboard.
+        rewritten: a JSONL of the rewritten instruction each edit was made with (module docstring), or None when
+            the edits were made from the instructions as the set gives them.
     """
 
     any_output_size = True  # a model elsewhere made them at its own size
 
-    def __init__(self, folder: str, prompt_kind: str = "instruction", label: str = "external") -> None:
+    def __init__(self, folder: str, prompt_kind: str = "instruction", label: str = "external",
+                 rewritten: str | None = None) -> None:
         if prompt_kind not in ("instruction", "description"):
             raise ValueError(f"prompt_kind must be instruction or description, not {prompt_kind!r}")
         self.folder = Path(folder)
@@ -53,6 +62,8 @@ class ExternalEdits(Editor):
 
         self.prompt_kind = prompt_kind  # type: ignore[misc]  # per instance: the folder's model family
         self.label = label  # `make score NAME=` is checked by benchmark.score_edits before this is built
+        self._rewritten, self._rewritten_sha = read_rewritten(rewritten) if rewritten else ({}, None)
+        self.rewrites_instruction = rewritten is not None  # type: ignore[misc]  # per instance: the file declares it
         self._exact: dict[str, list[Path]] = {}
         self._suffix: dict[str, list[Path]] = {}
         files: list[tuple[str, os.stat_result]] = []
@@ -100,7 +111,47 @@ class ExternalEdits(Editor):
             out.append(load_rgb(path))  # ImageInputError: this query's failure, with the reason
         return out
 
+    def take_rewrites(self, query_ids: Sequence[str]) -> dict[str, str]:
+        """The rewritten instruction of each of `query_ids` that the `rewritten` file gives."""
+        return {q: self._rewritten[q] for q in query_ids if q in self._rewritten}
+
     def info(self) -> dict[str, Any]:
         # `content`: sha256 over every image file's name and bytes (see __init__)
-        return {"name": "external", "label": self.label, "folder": str(self.folder), "content": self._listing_hash,
-                "prompt_kind": self.prompt_kind}
+        out = {"name": "external", "label": self.label, "folder": str(self.folder), "content": self._listing_hash,
+               "prompt_kind": self.prompt_kind}
+        if self._rewritten_sha is not None:  # absent otherwise: the signatures of other folders are unchanged
+            out["rewritten_sha256"] = self._rewritten_sha
+        return out
+
+
+class RewrittenFileError(ValueError):
+    """The file of rewritten instructions is missing or malformed; the message names the line and the format."""
+
+
+def read_rewritten(path: str | os.PathLike[str]) -> tuple[dict[str, str], str]:
+    """({query id: rewritten instruction}, sha256 of the file) from a JSONL of `{"query_id", "instruction"}`."""
+    p = Path(path)
+    form = 'one JSON object per line: {"query_id": "<id>", "instruction": "<the text the edit was made with>"}'
+    try:
+        data = p.read_bytes()
+    except OSError as err:
+        raise RewrittenFileError(f"rewritten={p}: cannot read it ({err}); give the JSONL of rewritten "
+                                 f"instructions, {form}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise RewrittenFileError(f"{p}: not UTF-8 text ({err}); {form}") from None
+    out: dict[str, str] = {}
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError as err:
+            raise RewrittenFileError(f"{p} line {n}: not JSON ({err}); {form}") from None
+        if not (isinstance(rec, dict) and isinstance(rec.get("query_id"), str) and isinstance(rec.get("instruction"), str)):
+            raise RewrittenFileError(f"{p} line {n}: want {form}")
+        if rec["query_id"] in out:
+            raise RewrittenFileError(f"{p} line {n}: query {rec['query_id']} is given twice; keep one line per query")
+        out[rec["query_id"]] = rec["instruction"]
+    return out, hashlib.sha256(data).hexdigest()

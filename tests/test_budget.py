@@ -245,3 +245,74 @@ def test_p2p_inversion_setting_picks_its_row_scaled_by_unet_work(tmp_path, size,
                   "editor.inversion=direct")
     est, _ = B.estimate(cfg, _full(cfg), editor="p2p", metrics="hatie", gpu_name=lambda: "H100")
     assert f"{est.sources} sources x 3.65 s inversion" in est.describe()
+
+
+# ----------------------------------------------------------------------------------- the judge's cost (issue 43 §8)
+def test_image_token_rules_by_hand():
+    from benchmark.judge_budget import openai_image_tokens, qwen_image_tokens
+
+    # OpenAI's published examples at detail high: 1024 x 1024 -> 768 x 768, 4 tiles; 2048 x 4096 -> 768 x 1536, 6
+    assert openai_image_tokens(1024, 1024) == 85 + 170 * 4 and openai_image_tokens(2048, 4096) == 85 + 170 * 6
+    assert openai_image_tokens(256, 256) == 85 + 170  # never scaled up: one tile
+    # Qwen2.5-VL: sides rounded to multiples of 28, one token per 28 x 28 patch: 1000 -> 1008 = 36 patches a side
+    assert qwen_image_tokens(1000, 1000) == 36 * 36 and qwen_image_tokens(256, 256) == 9 * 9
+
+
+def _demo():
+    """The demo set as it is (load_selection would refuse a GEdit-only suite on it before the budget is asked)."""
+    from benchmark.provenance import PROJECT_ROOT
+    from benchmark.querysets.io import load_queryset
+
+    return load_queryset(PROJECT_ROOT / "datasets" / "demo")
+
+
+def _judge_lines(tmp_path, *extra):
+    cfg, editor = _cfg(tmp_path, "editor=identity", "profile=tiny", "stages=[edit,score]", "limit=5", *extra)
+    line = B.check_budget(cfg, _demo(), editor=editor, metrics="x", interactive=lambda: False)
+    return [ln for ln in line.splitlines() if "budget: judge" in ln], cfg
+
+
+@pytest.mark.parametrize(("metrics", "per_query", "images", "reply"), [
+    (("metrics=gedit",), 2, 3, 512),                                                  # SC [source, edit] + PQ [edit]
+    (("metrics=imgedit",), 1, 2, 512),                                                # one prompt, two images
+    (("metrics=editscore", "metrics.editscore.num_pass=4"), 8, 12, 512),              # SC + PQ per pass
+    (("metrics=gedit", "metrics/gedit_judge@metrics.gedit.backbone=openai"), 2, 3, 1400),
+    (("metrics=kris", "metrics/kris_judge@metrics.kris.backbone=openai"), 3, 5, 1000),  # VC, IF, VQ
+])
+def test_the_budget_line_gives_the_judge_requests_and_tokens_per_query(tmp_path, metrics, per_query, images, reply):
+    from benchmark.judge_budget import openai_image_tokens, qwen_image_tokens, source_sizes
+
+    lines, cfg = _judge_lines(tmp_path, *metrics)
+    assert len(lines) == 1, lines
+    line = lines[0]
+    assert f"{per_query} request(s) per query, {per_query * 5:,} for the 5 selected queries" in line
+    full = _demo()
+    sizes = source_sizes(full, full.subset(5).queries)
+    count = openai_image_tokens if "openai" in " ".join(metrics) else qwen_image_tokens
+    per_image = sum(count(w, h) for w, h in sizes) / len(sizes)
+    assert f"~{images * per_image:,.0f} image tokens per query ({images} images x ~{per_image:,.0f}" in line
+    assert f"replies <= {per_query * reply:,} tokens per query (max {reply} per request)" in line
+    assert line.endswith("an estimate")
+
+
+def test_no_judge_line_without_a_judged_suite_or_without_scoring(tmp_path):
+    assert _judge_lines(tmp_path, "metrics=basic")[0] == []
+    cfg, editor = _cfg(tmp_path, "editor=identity", "profile=tiny", "metrics=gedit", "limit=5")  # stages=[edit]
+    assert "judge" not in B.check_budget(cfg, _demo(), editor=editor, metrics="gedit")
+
+
+def test_the_prompt_text_is_bounded_by_the_pinned_file_when_it_is_there(tmp_path):
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("x" * 4000, encoding="utf-8")
+    line = _judge_lines(tmp_path, "metrics=gedit", f"metrics.gedit.prompts_file={prompts}")[0][0]
+    assert "prompt text <= ~2,000 tokens per query" in line and "M prompt tokens in all" in line  # 2 x 4000 / 4
+    line = _judge_lines(tmp_path, "metrics=gedit", f"metrics.gedit.prompts_file={tmp_path / 'absent.txt'}")[0][0]
+    assert "prompt text not counted (prompt file not fetched)" in line
+
+
+def test_a_launch_prints_the_judge_cost_of_each_run(tmp_path):
+    cfg, editor = _cfg(tmp_path, "editor=identity", "profile=tiny", "stages=[edit,score]", "limit=5", "metrics=gedit")
+    lines = B.check_launch_budget([(cfg, _demo(), editor, "gedit")], interactive=lambda: False)
+    judge = [ln for ln in lines if "judge gedit" in ln]
+    assert len(judge) == 1 and judge[0].startswith("[editmeter] budget: demo on identity: judge gedit")
+    assert "2 request(s) per query, 10 for the 5 selected queries" in judge[0]

@@ -2,6 +2,7 @@
 
 import functools
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -109,3 +110,29 @@ def test_overedit_depends_on_seed(demo_qs):
 def test_query_seed_is_stable_and_distinct():
     assert query_seed(0, "a") == query_seed(0, "a")
     assert len({query_seed(0, "a"), query_seed(1, "a"), query_seed(0, "b")}) == 3
+
+
+def test_an_editor_finds_a_querys_mask_through_query_file(tmp_path, restore_logging):
+    """An editor that needs a query's mask had no documented way to find it (`edit_mask` is relative to the
+    query-set folder, which it was not given): the edit stage gives it the query set, `query_file` resolves."""
+    import numpy as np
+    from PIL import Image
+
+    from benchmark.querysets.io import load_queryset
+    from benchmark.run import compose, run_pipeline
+
+    cfg, _ = compose(["editor=identity", "editor._target_=mask_reading_editor.PaintsTheMask", "queryset=demo_mini",
+                      "profile=tiny", "metrics=basic", f"paths.results={tmp_path}", "progress=false",
+                      "aggregate.bootstrap_resamples=10", "limit=2"])
+    summary = run_pipeline(cfg, "identity")
+    qs = load_queryset(cfg.queryset.root)
+    for q in qs.queries[:2]:
+        edit = np.asarray(Image.open(Path(summary["run_dir"]) / "edits" / f"{q.id}.png").convert("RGB"))
+        mask = np.asarray(Image.open(qs.path(q.edit_mask)).convert("L")) > 127
+        assert mask.any() and (edit[mask] == 255).all()
+        src = np.asarray(Image.open(qs.path(q.image)).convert("RGB"))
+        assert (edit[~mask] == src[~mask]).all()
+    from mask_reading_editor import PaintsTheMask
+
+    with pytest.raises(ValueError, match="use_queryset"):
+        PaintsTheMask().query_file(qs.queries[0], "edit_mask")

@@ -140,6 +140,25 @@ def test_hash_is_stable_across_rebuilds_and_follows_image_bytes(tmp_path, built)
         assert im.size == (48, 40)
 
 
+def test_instructions_keep_their_outer_whitespace_as_the_official_scorer_quotes_them(tmp_path):
+    from benchmark.metrics.gedit.protocol import Prompts
+
+    padded = " Add a cat on the sofa \n"
+    rows = [("k3", "subject-add", padded, "en", (30, 30, 200), True),
+            ("k3", "subject-add", "\u3000在沙发上加一只猫", "cn", (30, 30, 200), True)]  # an ideographic space
+    build(gedit_dataset(tmp_path / "p", rows), tmp_path / "padded")
+    q = {x.id: x for x in load_queryset(tmp_path / "padded")}
+    en, zh = q["gedit-en-subject_add-k3"], q["gedit-cn-subject_add-k3"]
+    assert en.instruction == padded and en.instruction_en == padded and zh.instruction == "\u3000在沙发上加一只猫"
+    # the SC prompt quotes the text unchanged, spaces and newline included
+    prompts = Prompts(sc="Instruction: <instruction>|", pq="", commit="0" * 40, sha256="0" * 64)
+    assert prompts.sc_for(en.instruction) == "Instruction: " + padded + "|"
+    # a stripped copy is another set: its hash differs (sets rebuilt from releases with such text get a new hash)
+    stripped = build(gedit_dataset(tmp_path / "s", [(r[0], r[1], r[2].strip(), *r[3:]) for r in rows]),
+                     tmp_path / "stripped")
+    assert stripped["content_hash"] != load_queryset(tmp_path / "padded").hash
+
+
 def test_bad_rows_are_refused_naming_the_row_and_the_fix(tmp_path):
     bad_type = [ROWS[0], ("k9", "make_it_pop", "pop", "en", (1, 2, 3), False)]
     with pytest.raises(GEditFormatError, match=r"row 1 \(key 'k9', task_type 'make_it_pop'.*unknown task_type.*"

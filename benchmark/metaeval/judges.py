@@ -367,8 +367,8 @@ def agreement_2afc(h: np.ndarray, d: np.ndarray) -> Callable[[np.ndarray], np.nd
 
 def model_order(scores: Sequence[float]) -> tuple[int, ...]:
     """The judge's order of a group's edits, best first, as TIGER's `eval_bench.py` takes it
-    (`np.argsort(scores)[::-1]`): equal scores rank the later edit first (numpy sorts arrays this short with a
-    stable insertion sort; `kind="stable"` says so whatever the platform's default)."""
+    (`np.argsort(scores)[::-1]`): equal scores rank the later edit first, on every machine (`kind="stable"`:
+    numpy's default sort is not stable on AVX-512 CPUs, where the authors' figure can differ on ties; docs/metaeval.md)."""
     return tuple(int(i) for i in np.argsort(np.asarray(scores, dtype=np.float64), kind="stable")[::-1])
 
 

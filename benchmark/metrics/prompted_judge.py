@@ -94,6 +94,14 @@ class PromptedJudgeSuite(LazyComponents):
     check_prompts_identity: ClassVar[Callable[[str, str], None]]
     load_prompts: ClassVar[Callable[[str, str, str], Any]]
     samples_class: ClassVar[type]
+    # the images of each judge request one query sends, in order (its length: requests per query); the budget line
+    # counts the judge's cost from it (benchmark.judge_budget)
+    JUDGE_REQUESTS: ClassVar[tuple[int, ...]] = ()
+
+    @classmethod
+    def judge_requests(cls, config: Any) -> tuple[int, ...]:
+        """The images of each request one query sends under `config` (the suite's config node; nothing is built)."""
+        return cls.JUDGE_REQUESTS
 
     def __init__(self, *, backbone: Any, prompts_file: str, prompts_commit: str, prompts_sha256: str,
                  chunk_size: int = 16, load_threads: int | None = None, prefetch: bool = False,

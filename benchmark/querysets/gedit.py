@@ -107,7 +107,8 @@ def _pixels_digest(im: Any) -> str:
 def _text(value: Any, where: str) -> str:
     if not isinstance(value, str) or not value.strip():
         raise GEditFormatError(f"{where}: instruction is empty or not text ({value!r}); every row needs one")
-    return value.strip()  # outer whitespace only: the editor gets the release's words as they are
+    # unchanged, outer whitespace included: the official scorer quotes the release's text as it is into its prompt
+    return value
 
 
 def build(dataset: str | os.PathLike[str], out_dir: str | os.PathLike[str], *, split: str = "train",

@@ -9,6 +9,8 @@ import math
 from html import escape
 from typing import Any
 
+from benchmark.show import rewrites
+
 CRITERIA = ("OF", "BF", "OC", "BC", "IQ")
 SECTION_KEYS = ("queryset", "metric_set", "prompt_kind", "profile")
 SIG_CHARS = 8  # every abbreviated signature on the page: tables, chart legends, matrices, grid, sweeps
@@ -115,7 +117,9 @@ def leaderboard_table(part: Any, metrics: Any, metric_set: str, group_col: str |
     body = []
     for _, r in part.iterrows():
         partial = not r.get("complete") or bool(r.get("mark"))
-        cells = [escape(str(r["editor"])), f'<code title="{escape(str(r["editor_sig"]))}">'
+        rewrite = (' <span class="badge rewrites" title="the editor rewrote each instruction before editing; the '
+                   'rewritten text per query is in its edits.jsonl">REWRITES INSTRUCTIONS</span>' if rewrites(r) else "")
+        cells = [escape(str(r["editor"])) + rewrite, f'<code title="{escape(str(r["editor_sig"]))}">'
                  f'{escape(short_sig(r["editor_sig"]))}</code>']
         cells += [escape("" if _isnan(r[c]) else str(r[c])) for c in settings]
         if group_col:

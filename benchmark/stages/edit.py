@@ -278,6 +278,7 @@ class _Unfinished:
     finish: Callable[[], Image.Image]
     source_all_black: bool = False  # inputs helper: an all-black edit of an all-black source is not a failure
     any_size: bool = False  # the editor's `any_output_size`: an output of another size than the source is kept
+    rewritten: str | None = None  # the text it was edited with, by an editor that rewrites instructions
 
 
 def run_edit_stage(
@@ -347,6 +348,8 @@ def run_edit_stage(
     slots = [list(range(k, min(k + batch_size, n))) for k in range(0, n, batch_size)
              if any(q.id in todo_ids for q in queryset.queries[k:k + batch_size])]
     (run_dir / EDITS_DIR).mkdir(parents=True, exist_ok=True)
+    if callable(getattr(editor, "use_queryset", None)):  # Editor.query_file: the files a query names
+        editor.use_queryset(queryset)
     if hasattr(editor, "run_seed"):  # an editor that draws its inversions per source seeds them from the run's seed
         editor.run_seed = int(seed)
     # an editor that shares inversions inverts each distinct source of the slots once, batch_size sources at a time
@@ -427,7 +430,7 @@ def _recover_unlogged(queries: list[Query], claims: Any, tail: _LogTail, run_dir
         (mine if claims.try_claim([q.id]) else held).append(q)
     try:
         logged = tail.refresh()
-        append_jsonl(run_dir / EDITS_LOG, [asdict(recovered(q)) for q in mine if q.id not in logged])
+        append_jsonl(run_dir / EDITS_LOG, [record_json(recovered(q)) for q in mine if q.id not in logged])
     finally:
         claims.release([q.id for q in mine])
     return held
@@ -476,7 +479,7 @@ class _SlotPlan:
         for qid in claimed:
             if edit_path(self.run_dir, qid).is_file():
                 if qid not in others:  # its worker was killed between writing the PNG and logging it
-                    recovered.append(asdict(self.recovered(self.by_id[qid])))
+                    recovered.append(record_json(self.recovered(self.by_id[qid])))
                 self.by_others += 1
             elif qid in others:
                 self.by_others += 1
@@ -609,8 +612,23 @@ def _finish_and_write(run_dir: Path, unfinished: list[_Unfinished], records: lis
         done = [finish(u) for u in unfinished]
     position = {qid: k for k, qid in enumerate(order)}
     records = sorted([*records, *done], key=lambda r: position[r.query_id])
-    append_jsonl(run_dir / EDITS_LOG, [asdict(r) for r in records])
+    append_jsonl(run_dir / EDITS_LOG, [record_json(r) for r in records])
     return records
+
+
+def record_json(record: EditRecord) -> dict[str, Any]:
+    """One line of edits.jsonl: the record's fields, `rewritten` only where an editor rewrote the instruction (the
+    records of every other editor keep their old form)."""
+    out = asdict(record)
+    if out.get("rewritten") is None:
+        out.pop("rewritten", None)
+    return out
+
+
+def rewrites_instruction(editor: Any) -> bool:
+    """The editor's declaration that it rewrites instructions before editing (`Editor.rewrites_instruction`;
+    False for a plug-in that implements the contract without subclassing `Editor`)."""
+    return bool(getattr(editor, "rewrites_instruction", False))
 
 
 def _finish_one(run_dir: Path, u: _Unfinished, *, run_id: str, flog: FailureLog | None = None,
@@ -626,7 +644,7 @@ def _finish_one(run_dir: Path, u: _Unfinished, *, run_id: str, flog: FailureLog 
         return _failure(u.query.id, u.seed, err, flog, run_id=run_id, seconds=u.seconds + time.perf_counter() - t0)
     seconds = u.seconds + time.perf_counter() - t0
     save_png(image, edit_path(run_dir, u.query.id), EDIT_PNG_LEVEL)
-    return EditRecord(u.query.id, "ok", u.seed, seconds=seconds, run_id=run_id)
+    return EditRecord(u.query.id, "ok", u.seed, seconds=seconds, run_id=run_id, rewritten=u.rewritten)
 
 
 def _failure(query_id: str, seed: int, err: BaseException, flog: FailureLog | None, *, run_id: str,
@@ -661,6 +679,8 @@ def _edit_batch(editor: Editor, ready: list[tuple[Query, Image.Image, Any]], *, 
     else:
         batch_error = None
     if batch_error is not None:
+        if rewrites_instruction(editor):  # texts a failed call recorded belong to no edit: the retries record theirs
+            editor.take_rewrites([q.id for q in queries])
         if len(ready) == 1:
             return [_failure(queries[0].id, seeds[0], batch_error, flog, run_id=run_id)], []
         # retried outside the `except` block, so a query's own traceback is not chained to the batch's
@@ -673,5 +693,19 @@ def _edit_batch(editor: Editor, ready: list[tuple[Query, Image.Image, Any]], *, 
         return failed, unfinished
     per_item = (time.perf_counter() - t0) / len(queries)
     any_size = bool(getattr(editor, "any_output_size", False))
-    return [], [_Unfinished(q, s, per_item, source.size, finish, is_all_black(source), any_size)
-                for (q, source, _), s, finish in zip(ready, seeds, finishers, strict=True)]
+    rewrites = editor.take_rewrites([q.id for q in queries]) if rewrites_instruction(editor) else None
+    failed: list[EditRecord] = []
+    unfinished = []
+    for (q, source, _), s, finish in zip(ready, seeds, finishers, strict=True):
+        if rewrites is not None and not isinstance(rewrites.get(q.id), str):
+            # the declaration promises the text: an edit whose prompt is unknown cannot be marked, so it fails
+            err = InvalidOutput(f"editor {type(editor).__name__} declares rewrites_instruction but recorded no "
+                                f"rewritten instruction for query {q.id} (call self.record_rewrite(query.id, text) "
+                                "in edit)")
+            if fail_fast:
+                raise err
+            failed.append(_failure(q.id, s, err, flog, run_id=run_id))
+            continue
+        unfinished.append(_Unfinished(q, s, per_item, source.size, finish, is_all_black(source), any_size,
+                                      rewrites.get(q.id) if rewrites is not None else None))
+    return failed, unfinished

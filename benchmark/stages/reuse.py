@@ -32,7 +32,7 @@ import json
 import os
 import shutil
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,7 @@ from benchmark.stages.edit import (
     edit_path,
     is_all_black,
     latest_records,
+    record_json,
     validate_output,
 )
 from benchmark.types import EditRecord
@@ -208,8 +209,9 @@ def reuse_nested_edits(queryset: Any, full: Any, results: Path, run_dir: Path, *
                 _place(png, mine)
             where = {"run": source.rel, "queryset": source.queryset, "queryset_hash": source.queryset_hash,
                      "run_id": rec.get("run_id", "")}
-            records.append({**asdict(EditRecord(q.id, "ok", rec["seed"], seconds=rec.get("seconds"), run_id=run_id)),
-                            REUSED_KEY: where})
+            reused = EditRecord(q.id, "ok", rec["seed"], seconds=rec.get("seconds"), run_id=run_id,
+                                rewritten=rec.get("rewritten") if isinstance(rec.get("rewritten"), str) else None)
+            records.append({**record_json(reused), REUSED_KEY: where})
         append_jsonl(run_dir / EDITS_LOG, records)  # after the PNGs: the PNG stays the commit point
         if records:
             stats.reused += len(records)

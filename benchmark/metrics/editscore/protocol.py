@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import regex as re  # the official parsers' module: its \w matches combining marks, `re`'s does not
 
 from benchmark.metrics import pinned_prompts as pinned
 

@@ -32,7 +32,7 @@ from benchmark.metrics.prompted_judge import LoadedPair, PairAtSourceSize, Promp
 from benchmark.types import MetricInfo, Query
 
 VERSION = "1.0"
-PARSER_VERSION = "editscore-v1"
+PARSER_VERSION = "editscore-v2"  # v2: the `regex` module, as officially
 
 COLUMN_INFO: dict[str, tuple[bool, str]] = {
     "ES_overall": (True, "EditScore's overall of one edit: sqrt(min SC x min PQ) on 0..10, averaged over the passes "
@@ -66,6 +66,13 @@ class EditScoreSuite(PromptedJudgeSuite):
     COLUMN_INFO, SUMMARY_INFO = COLUMN_INFO, SUMMARY_INFO  # the module's tables, as PromptedJudgeSuite reads them
     check_prompts_identity, load_prompts = staticmethod(check_identity), staticmethod(load_prompts)
     samples_class = PairAtSourceSize
+    JUDGE_REQUESTS = (2, 1)  # per pass: SC over [source, edit], PQ over the edit
+
+    @classmethod
+    def judge_requests(cls, config: Any) -> tuple[int, ...]:
+        """SC and PQ of each of the `num_pass` passes."""
+        passes = config.get("num_pass", 1) if hasattr(config, "get") else 1
+        return cls.JUDGE_REQUESTS * (passes if isinstance(passes, int) and passes > 0 else 1)
     judge_column = "ES_overall"  # what `editmeter metaeval judges` compares between edits
     # EditReward-Bench's dimensions -> the column a pair of that dimension is compared on
     dimension_columns: ClassVar[dict[str, str]] = {"prompt_following": "ES_prompt_following",

@@ -5,7 +5,8 @@
   rules. Their text is the authors' (Apache-2.0) and is not in this repository: `make data NAME=gedit` fetches
   `GEdit-Bench/viescore/vie_prompts.py` at a pinned commit with its sha256 (datasets/manifests/gedit.json), and
   `load_prompts` checks that checksum and reads the string assignments with `ast` (the file is never imported).
-- Parsing (`parse_reply`): `viescore/utils.py`'s `mllm_output_to_dict`, step by step; a reply it cannot read is a
+- Parsing (`parse_reply`): `viescore/utils.py`'s `mllm_output_to_dict`, step by step, with its regular expressions
+  run by the `regex` module as officially (its word class matches combining marks); a reply it cannot read is a
   `ReplyError` (the official code retries, then puts an unseeded random integer in its place).
 - Scores (`sample_scores`): SC = min of the SC scores, PQ = min of the PQ scores, O = sqrt(SC x PQ).
 - Aggregation (`official_means`): `calculate_statistics.py`: per language, the mean of SC, PQ and O over each task
@@ -16,11 +17,12 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import regex as re  # the official parsers' module: its \w matches combining marks, `re`'s does not
 
 from benchmark.metrics import pinned_prompts as pinned
 from benchmark.metrics.pinned_prompts import ProtocolError
@@ -74,7 +76,7 @@ def _fix_json(text: str) -> str:
     """`viescore/utils.py`'s `fix_json`: quotes bare keys, wraps bare numbers in a list, quotes other bare values."""
     fixed = re.sub(r"(\w+):", r'"\1":', text)
 
-    def value(m: re.Match[str]) -> str:
+    def value(m: Any) -> str:
         key, v, end = m.groups()
         v = v.strip()
         if re.match(r"^-?\d+(\.\d+)?$", v):

@@ -69,10 +69,11 @@ class GEditSuite(PromptedJudgeSuite):
     COLUMN_INFO, SUMMARY_INFO = COLUMN_INFO, SUMMARY_INFO  # the module's tables, as PromptedJudgeSuite reads them
     check_prompts_identity, load_prompts = staticmethod(check_identity), staticmethod(load_prompts)
     samples_class = PairAtSourceSize
+    JUDGE_REQUESTS = (2, 1)  # SC over [source, edit], PQ over the edit
 
     @property
     def protocol(self) -> str:
-        return f"Step1X-Edit@{self.prompts_commit}|vie_prompts.py sha256={self.prompts_sha256}|tie|parse=viescore-v1"
+        return f"Step1X-Edit@{self.prompts_commit}|vie_prompts.py sha256={self.prompts_sha256}|tie|parse=viescore-v2"
 
     applies_note = "a GEdit-Bench task type with an instruction (queryset=gedit)"
 

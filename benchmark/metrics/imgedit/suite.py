@@ -56,6 +56,7 @@ class ImgEditSuite(PromptedJudgeSuite):
     COLUMN_INFO, SUMMARY_INFO = COLUMN_INFO, SUMMARY_INFO  # the module's tables, as PromptedJudgeSuite reads them
     check_prompts_identity, load_prompts = staticmethod(check_identity), staticmethod(load_prompts)
     samples_class = PairSamples
+    JUDGE_REQUESTS = (2,)  # one prompt over [source, edit]
 
     @property
     def protocol(self) -> str:

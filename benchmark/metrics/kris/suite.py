@@ -102,6 +102,9 @@ class KrisSuite(PromptedJudgeSuite):
     COLUMN_INFO, SUMMARY_INFO = COLUMN_INFO, SUMMARY_INFO
     check_prompts_identity, load_prompts = staticmethod(check_identity), staticmethod(load_prompts)
     samples_class = KrisSamples
+    # VC over [source, edit], IF (or IF + KP) over [source, edit], VQ over the edit; viewpoint_change's IF adds the
+    # ground truth (a third image), which the budget's estimate leaves out
+    JUDGE_REQUESTS = (2, 2, 1)
 
     @property
     def protocol(self) -> str:

@@ -109,6 +109,9 @@ class RiseSuite(PromptedJudgeSuite):
     COLUMN_INFO, SUMMARY_INFO = COLUMN_INFO, SUMMARY_INFO  # the module's tables, as PromptedJudgeSuite reads them
     check_prompts_identity, load_prompts = staticmethod(check_identity), staticmethod(load_prompts)
     samples_class = RiseSamples
+    # at most three per sample (consistency over two images, reasoning over one or two, plausibility over the edit;
+    # logical samples send two, a consistency-free one fewer): the budget's estimate takes the largest
+    JUDGE_REQUESTS = (2, 2, 1)
 
     def __init__(self, *, completion: str = "2026-04", **kwargs: Any) -> None:
         if completion not in COMPLETION_RULES:
