@@ -983,3 +983,22 @@ def test_an_empty_judge_set_exits_nonzero_with_one_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code != 0 and err.startswith("error: ") and "no rows; the set is empty" in err and err.count("\n") == 1
     assert not (tmp_path / "results").exists()
+
+
+def test_a_build_into_the_folder_that_holds_its_download_touches_only_its_own_entries(tmp_path):
+    """`--data datasets/pie/downloads --out datasets/pie`: the release inside --out survives builds and refusals."""
+    from benchmark.querysets.pie import PieFormatError, build
+
+    out = tmp_path / "pie"
+    c = pie_release(out / "downloads", random.Random(0))
+    c.data = out / "downloads" / "data"
+    write_pie(c)
+    build(c.data, out)
+    assert sorted(p.name for p in out.iterdir()) == ["downloads", "edit_masks", "images", "queries.jsonl",
+                                                     "queryset.json", "summary.md"]
+    c.entries[sorted(c.entries)[0]]["image_path"] = "../../x.png"
+    write_pie(c)
+    release = snapshot(out / "downloads")
+    with pytest.raises(PieFormatError):
+        build(c.data, out)
+    assert snapshot(out / "downloads") == release and len(load_queryset(out).queries) == 3
