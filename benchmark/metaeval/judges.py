@@ -243,6 +243,7 @@ def read_tiger(path: Path) -> HumanSet:
     if not files:
         raise JudgeSetError(f"{path}: none of {', '.join(TIGER_FILES.values())} here")
     groups, problems = [], []
+    dirs: dict[str, str] = {}  # each image folder's real path, resolved once per read
     for subtask, f in files.items():
         items = read_json(f, JudgeSetError)
         if not isinstance(items, list):
@@ -265,7 +266,7 @@ def read_tiger(path: Path) -> HumanSet:
                 continue
             try:
                 prompt = _text(prompt, where, "prompt")
-                refs = [release_file(f.parent, p, where, field, JudgeSetError) for field, p in
+                refs = [release_file(f.parent, p, where, field, JudgeSetError, dirs) for field, p in
                         [("path_src", src), *((f"paths_generated[{i}]", g) for i, g in enumerate(gens))]]
             except JudgeSetError as err:
                 problems.append(str(err))

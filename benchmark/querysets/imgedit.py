@@ -98,7 +98,7 @@ def find_image_root(images: str | os.PathLike[str], rel: str, depth: int = 3) ->
     return found[0]
 
 
-def _source(images: Path, root: Path, rel: str, where: str) -> Any:
+def _source(images: Path, root: Path, rel: str, where: str, dirs: dict[str, str] | None = None) -> Any:
     """The entry's source as RGB: a regular file under `root` that stays inside the --images folder `images`
     (symlinks leaving it refused), readable under `load_rgb`'s rules."""
     from benchmark.querysets.release import release_file, release_image
@@ -106,7 +106,7 @@ def _source(images: Path, root: Path, rel: str, where: str) -> Any:
     if not (root / rel).exists():
         raise ImgEditFormatError(f"{where}: source image {root / rel} not found; the unpacked archive is incomplete "
                                  "(unpack Benchmark.tar again)")
-    path = release_file(images, os.path.relpath(root / rel, images), where, "id", ImgEditFormatError)
+    path = release_file(images, os.path.relpath(root / rel, images), where, "id", ImgEditFormatError, dirs)
     return release_image(path, where, f"source image {rel}", ImgEditFormatError)
 
 
@@ -149,8 +149,9 @@ def _write(edits: Path, images: Path, root: Path, entries: dict[str, dict[str, s
         by_source.setdefault(entries[k]["id"], []).append(k)
     sources = sorted(by_source)
     digests: dict[str, str] = {}
+    dirs: dict[str, str] = {}  # each source folder's real path, resolved once
     for rel in sources:
-        rgb = _source(images, root, rel, f"{edits} entries {by_source[rel][:3]}")
+        rgb = _source(images, root, rel, f"{edits} entries {by_source[rel][:3]}", dirs)
         digests[rel] = _pixels_digest(rgb)[:20]
         dest = out / "images" / f"{digests[rel]}.png"
         if not dest.is_file():

@@ -122,12 +122,12 @@ def read_mapping(data: Path) -> dict[str, dict[str, Any]]:
     return raw
 
 
-def _source(data: Path, rel: str, where: str) -> Any:
+def _source(data: Path, rel: str, where: str, dirs: dict[str, str] | None = None) -> Any:
     """The entry's source as RGB, refused unless it is a regular file inside annotation_images/ (symlinks that
     leave it refused) readable under `load_rgb`'s rules, at 512 x 512."""
     from benchmark.querysets.release import release_file, release_image
 
-    path = release_file(data / IMAGES_DIR, rel, where, "image_path", PieFormatError)
+    path = release_file(data / IMAGES_DIR, rel, where, "image_path", PieFormatError, dirs)
     rgb = release_image(path, where, f"image {rel}", PieFormatError)
     if rgb.size != (IMAGE_SIDE, IMAGE_SIDE):
         raise PieFormatError(f"{where}: image {path} is {rgb.size[0]} x {rgb.size[1]}; PIE-Bench's masks are "
@@ -156,11 +156,12 @@ def _write(data: Path, mapping: dict[str, dict[str, Any]], out: Path, name: str)
 
     queries = []
     mask_means: list[float] = []  # one float per entry; the masks themselves are not kept
+    dirs: dict[str, str] = {}  # each source folder's real path, resolved once
     for key in sorted(mapping):
         entry = mapping[key]
         where = f"{data / MAPPING_FILE} entry {key!r}"
         mask = decode_mask(entry["mask"], where)
-        rgb = _source(data, entry["image_path"], where)
+        rgb = _source(data, entry["image_path"], where, dirs)
         save_png(rgb, out / "images" / f"{key}.png")
         save_mask(mask, out / "edit_masks" / f"{key}.png")
         mask_means.append(float(mask.mean()))
