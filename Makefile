@@ -39,11 +39,11 @@ TINY        := queryset=demo profile=tiny
 # them erratic.
 ONE_THREAD  := OMP_NUM_THREADS=1
 
-.PHONY: gpu-check help install demo demo-hatie demo-editval demo-diffusion demo-diffusion-run bench sweep score weights bench-hatie bench-suites bench-targets bench-backbones bench-editors bench-aggregate data test test-all lint clean-results
+.PHONY: gpu-check help install demo demo-hatie demo-editval demo-diffusion demo-diffusion-run bench sweep score weights bench-hatie bench-suites bench-targets bench-backbones bench-editors bench-aggregate bench-judge data test test-all lint clean-results
 
 # Offline by design: the demos and benchmarks use tiny random-weight models and bundled data; tests never touch
 # the network. (Target-specific: `make bench`, `make weights` and `make data` stay online.)
-demo demo-hatie demo-diffusion demo-diffusion-run test bench-hatie bench-suites bench-targets bench-backbones bench-editors gpu-check: export HF_HUB_OFFLINE = 1
+demo demo-hatie demo-diffusion demo-diffusion-run test bench-hatie bench-suites bench-targets bench-backbones bench-editors bench-judge gpu-check: export HF_HUB_OFFLINE = 1
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 16
@@ -108,6 +108,9 @@ bench-backbones: ## per-image forward time of each HATIE model by batch size (wh
 
 bench-aggregate: ## leaderboard rebuild at 50 runs x 50k rows vs adding the 51st with the aggregate cache: make bench-aggregate [ARGS="--resamples 200"]
 	$(PY) scripts/bench_aggregate.py $(ARGS)
+
+bench-judge: ## is the judge the bottleneck? metrics=gedit through the endpoint backbone against a stand-in server answering after 0.2 s: make bench-judge [ARGS="--queries 64 --concurrency 16"]
+	$(PY) scripts/bench_judge.py $(ARGS)
 
 gpu-check: ## self-check of a CUDA machine: every editor in fp16/bf16 with a rerun, every suite, real-size timings (one line and exit 0 without CUDA)
 	$(EDITMETER) gpu-check $(ARGS)

@@ -29,7 +29,7 @@ from typing import Any
 SD_EDITORS = ("ip2p", "magicbrush", "sdedit", "diffedit", "p2p", "imagic", "ledits")
 # DiT instruction editors (benchmark.editing.dit): checked in tiny size like the SD ones; timed at real size only with
 # --dit-timing, since their random real-size weights are built on the CPU first (8-58 GB of memory and disk each).
-DIT_EDITORS = ("flux_kontext", "qwen_image_edit", "flux2", "omnigen")
+DIT_EDITORS = ("flux_kontext", "qwen_image_edit", "flux2", "omnigen", "rf_solver", "fireflow", "rf_inversion")
 DIFFUSION_EDITORS = (*SD_EDITORS, *DIT_EDITORS)
 WEIGHT_FREE_EDITORS = ("identity", "oracle", "overedit")
 SUITES = ("basic", "hatie", "editval_oracle", "conventional", "augclip", "bpm", "judge")
@@ -298,8 +298,9 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
                     help="an override for the real-size editor timings, repeatable (e.g. editor.deterministic=false "
                          "prices deterministic mode); named in the table")
     ap.add_argument("--dit-timing", action="store_true",
-                    help="also time the DiT editors at real size (flux_kontext 34 GB, qwen_image_edit 58 GB, flux2 "
-                         "16 GB, omnigen 8 GB of random bf16 weights built on the CPU and cached on disk first)")
+                    help="also time the DiT editors at real size (flux_kontext 34 GB; rf_solver, fireflow and "
+                         "rf_inversion 34 GB, one FLUX.1 [dev] build for the three; qwen_image_edit 58 GB, flux2 16 GB, "
+                         "omnigen 8 GB of random bf16 weights built on the CPU and cached on disk first)")
     ap.add_argument("--markdown", type=Path, help="also write the table to this file")
     ap.add_argument("--work", type=Path, help="scratch folder (default: a temporary one, removed afterwards)")
     ap.add_argument("--allow-cpu", action="store_true", help="run on the CPU when there is no CUDA (slow; tests)")

@@ -12,7 +12,9 @@ with any sweep in the overrides, through the launcher config `configs/hydra/laun
   `CUDA_VISIBLE_DEVICES` (joblib reuses its workers, and CUDA reads that variable once per process), the GPU picked
   from the shard index and leased with a lock so two jobs never share one; without GPUs, N CPU workers.
 - `slurm` (submitit): one Slurm array task per job, one GPU each (Slurm sets `CUDA_VISIBLE_DEVICES`); partition,
-  time limit, memory and the rest are `hydra.launcher.*` overrides.
+  time limit, memory and the rest are `hydra.launcher.*` overrides. The launch submits and watches the array itself
+  (`benchmark.slurm`: the request checked against the partition's nodes, squeue instead of sacct, cancelled,
+  crashed and requeued tasks, jobs an earlier launch finished left out) rather than through Hydra's plugin.
 - `slurm_local` (submitit's local executor): the Slurm code path on this machine, for tests.
 
 Before any worker starts, the launch refuses `--gpus` beyond the GPUs this machine shows (local launcher), runs the
@@ -215,13 +217,13 @@ def launch_preflight(runs: list[tuple[Any, Any, str, str]]) -> list[str]:
 
 
 def launch(overrides: Sequence[str], *, workers: int, launcher: str = "local", gpus: Sequence[str] = (),
-           **budget_kw: Any) -> int:
+           gpus_flag: str | None = None, **budget_kw: Any) -> int:
     """Run the preflight and check the budget once for the whole launch, run the multirun, then aggregate once;
     returns the exit status (1 when a job failed or left no status). A preflight failure (`PreflightError`, or a
     `SettingError`) or an over-budget launch (`OverBudget`) is raised before any worker starts (`budget_kw`: `ask`,
-    `interactive`, `gpu_name` of `benchmark.budget.check_launch_budget`, for tests)."""
+    `interactive`, `gpu_name` of `benchmark.budget.check_launch_budget`, for tests). `gpus_flag`: the `--gpus`
+    argument as given (Slurm: `none` submits no GPU request; see `benchmark.slurm.plan`)."""
     from benchmark.config import check_keys, check_overrides, compose
-    from benchmark.run import main as run_main
 
     overrides = [o for o in overrides if o not in ("-m", "--multirun")]
     check_overrides(overrides)
@@ -248,10 +250,37 @@ def launch(overrides: Sequence[str], *, workers: int, launcher: str = "local", g
         print(line, flush=True)
     args = [a for a in args if not a.startswith(("budget.accept=", "preflight="))]
     args += ["budget.accept=true", "preflight=false"]
-    n_jobs = len(jobs_of(args[1:]))
+    n_jobs = len(jobs_of(args[1:]))  # the slurm launcher submits only those no earlier launch finished
     pin = launcher == "local" and bool(gpus)
     print(f"[editmeter] launch: {n_jobs} job(s) ({workers} shard(s) per run) via {launcher}"
           + (f", GPUs {','.join(gpus)}" if pin else ", no GPU pinning") + f"; job folders in {sweep_dir}", flush=True)
+    logs: dict[str, str] = {}  # job folder -> its Slurm log, for the failure lines
+    if launcher == "slurm":
+        n_jobs, logs = _slurm_launch(args, sweep_dir, results, gpus_flag)
+    else:
+        _run_multirun(args)
+    records, missing = collect_statuses(sweep_dir, n_jobs)
+    failed = [r for r in records if r.get("status")]
+    for r in failed:
+        log = f"; log: {logs[r['job_dir']]}" if r["job_dir"] in logs else ""
+        print(f"[editmeter] launch: job {r['job_dir']} exited with {r.get('status')} "
+              f"({' '.join(r.get('overrides', []))}){log}", file=sys.stderr)
+    if missing:
+        print(f"[editmeter] launch: {missing} of {n_jobs} job(s) left no status (killed or crashed before the end); "
+              f"see their logs under {sweep_dir}", file=sys.stderr)
+    if "aggregate" in _stages(overrides):
+        from benchmark.stages.aggregate import write_leaderboards
+
+        written = write_leaderboards(results, None, cfg.aggregate.bootstrap_resamples, cfg.aggregate.bootstrap_seed)
+        print(f"[editmeter] aggregate: wrote {', '.join(p.name for p in written.values())} in {results}"
+              + (" (some jobs failed: their rows are marked PARTIAL)" if failed or missing else ""))
+    return 1 if failed or missing else 0
+
+
+def _run_multirun(args: list[str]) -> None:
+    """The multirun through a Hydra launcher plugin, in this process (local, slurm_local)."""
+    from benchmark.run import main as run_main
+
     saved = {k: os.environ.get(k) for k in (ENV_GPUS, ENV_LOCKS)}  # in-process jobs set them here
     try:
         try:
@@ -265,21 +294,45 @@ def launch(overrides: Sequence[str], *, workers: int, launcher: str = "local", g
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-    records, missing = collect_statuses(sweep_dir, n_jobs)
-    failed = [r for r in records if r.get("status")]
-    for r in failed:
-        print(f"[editmeter] launch: job {r['job_dir']} exited with {r.get('status')} ({' '.join(r.get('overrides', []))})",
-              file=sys.stderr)
-    if missing:
-        print(f"[editmeter] launch: {missing} of {n_jobs} job(s) left no status (killed or crashed before the end); "
-              f"see their logs under {sweep_dir}", file=sys.stderr)
-    if "aggregate" in _stages(overrides):
-        from benchmark.stages.aggregate import write_leaderboards
 
-        written = write_leaderboards(results, None, cfg.aggregate.bootstrap_resamples, cfg.aggregate.bootstrap_seed)
-        print(f"[editmeter] aggregate: wrote {', '.join(p.name for p in written.values())} in {results}"
-              + (" (some jobs failed: their rows are marked PARTIAL)" if failed or missing else ""))
-    return 1 if failed or missing else 0
+
+def _slurm_launch(args: list[str], sweep_dir: Path, results: Path, gpus_flag: str | None) -> tuple[int, dict]:
+    """The multirun's jobs as one Slurm array (`benchmark.slurm`): the request checked against the partition,
+    jobs an earlier launch into the same results folder finished left out, then submitted and watched. Returns
+    (the number of jobs submitted, {job folder: log}); a SlurmError (exit 2) when it cannot run as given."""
+    from omegaconf import OmegaConf
+
+    from benchmark import slurm as S
+    from benchmark.config import compose
+
+    jobs = jobs_of(args[1:])
+    explicit = [o.lstrip("+~").split("=", 1)[0].removeprefix("hydra.launcher.") for o in args[1:]
+                if o.lstrip("+~").startswith("hydra.launcher.")]
+    # the launcher's keys as Hydra composes them (its schema refuses a mistyped key), with the user's overrides
+    cfg, _ = compose([o for o in jobs[0] if o.lstrip("+~").startswith(("hydra/launcher", "hydra.launcher."))])
+    params = OmegaConf.to_container(cfg.hydra.launcher, resolve=False)
+    params, lines, partition = S.plan(params, gpus_flag=gpus_flag, explicit=explicit)
+    for line in lines:
+        print(line, flush=True)
+    own = ("hydra/launcher", "hydra.launcher.", "hydra.sweep.dir")
+    tasks = [[o for o in job if not o.lstrip("+~").startswith(own)] for job in jobs]
+    done = S.finished_jobs(results, STATUS_FILE)
+    todo = [i for i, job in enumerate(tasks) if tuple(sorted(o for o in job if not o.lstrip("+~").startswith(
+        "hydra"))) not in done]
+    if len(todo) < len(tasks):
+        print(f"[editmeter] slurm: {len(tasks) - len(todo)} of {len(tasks)} job(s) finished in an earlier launch "
+              f"into {results}: submitting {len(todo)}", flush=True)
+    if not todo:
+        return 0, {}
+    print(S.accounting_note(), flush=True)
+    record, ended = S.run_array([tasks[i] for i in todo], params, sweep_dir, todo, partition)
+    logs = {t["job_dir"]: S.log_of(t) for t in record["tasks"]}
+    for task in record["tasks"]:
+        if task["num"] in ended and not (Path(task["job_dir"]) / STATUS_FILE).exists():
+            print(f"[editmeter] launch: shard {task['shard'][0]}/{task['shard'][1]} (task {task['task_id']}) "
+                  f"{ended[task['num']]}; log: {S.log_of(task)}. The same command again runs only the shards "
+                  "that did not finish", file=sys.stderr)
+    return len(todo), logs
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -293,16 +346,30 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="shards per run (default: the number of GPUs, else 1)")
     ap.add_argument("--launcher", default="local", choices=LAUNCHERS, help="configs/hydra/launcher/<name>.yaml")
     ap.add_argument("--gpus", default=None, help="local launcher: a count (8), ids (0,2,5) or none; default: every "
-                    "visible GPU (more than this machine shows is refused)")
+                    "visible GPU (more than this machine shows is refused). slurm: none submits no GPU request")
+    ap.add_argument("--status", metavar="JOB_FOLDER", default=None,
+                    help="print the state of a Slurm launch's tasks (pending, running, requeued, done, failed) from "
+                    "its job folder (<paths.results>/hydra/launch-...), then exit")
     ap.add_argument("overrides", nargs="*", help="config overrides, as for `editmeter run` (sweeps allowed)")
     args = ap.parse_args(argv)
+    from benchmark.slurm import SlurmError, status_lines
+
     try:
+        if args.status is not None:
+            if args.overrides:
+                raise LaunchError("--status takes a job folder and no overrides")
+            from benchmark.run import STATUS_FILE as status_file
+
+            print("\n".join(status_lines(Path(args.status), status_file)))
+            return 0
         gpus = parse_gpus(args.gpus, check=args.launcher == "local")
         workers = args.workers if args.workers is not None else max(1, len(gpus))
-        return launch(args.overrides, workers=workers, launcher=args.launcher, gpus=gpus)
-    except (LaunchError, UnknownOptionError) as err:
+        return launch(args.overrides, workers=workers, launcher=args.launcher, gpus=gpus, gpus_flag=args.gpus)
+    except (LaunchError, UnknownOptionError, SlurmError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # a Slurm launch said where its tasks stand; local workers end with this process
+        return 130
     except RunError as err:  # the launch's preflight error or budget refusal: no worker started
         print(f"[editmeter] error: {err}", file=sys.stderr)
         return err.exit_code

@@ -6,8 +6,10 @@ Every row says what it covers: `n_total` queries of the full set (those its metr
 ever selected into the run (shards, limit), `n_ok`, `n_failed` (edit failed or unscorable), `n_missing` (not edited
 or not scored yet, selected or not) and `complete` (nothing missing, every score current). `mark` says what a row
 is short of (`coverage_mark`): `PARTIAL <ok+failed>/<total>` (and the quarantined parts' reason), `FAILED
-<failed>/<failed>` when no query succeeded, `STALE <k>/<ok>` when scored edits were replaced since; partial and
-stale rows sort after the complete rows of its section.
+<failed>/<failed>` when no query succeeded, `STALE <k>/<ok>` when scored edits were replaced since, `JUDGE FAILED
+<k>/<ok+failed> (<split by kind>)` when a judged suite's judge call failed, was refused or did not parse for k rows
+(`judge_failure_mark`; those rows are failed rows, never scores); partial and stale rows sort after the complete
+rows of its section.
 
 Failed edits are excluded from every mean and counted in `n_failed`; a metric that is undefined for a sample (NaN,
 e.g. the outside-mask PSNR of a full-image style edit) is excluded from that metric's mean and `<metric>_n` says how
@@ -103,7 +105,25 @@ def completeness(df, n_total: int | None = None, n_stale: int = 0) -> dict[str, 
     n_missing = n_total - n_ok - n_failed
     complete = n_missing == 0 and not n_stale
     return {"n_selected": n_selected, "n_total": n_total, "n_ok": n_ok, "n_failed": n_failed, "n_missing": n_missing,
-            "complete": complete, "mark": coverage_mark(n_total, n_ok, n_failed, n_stale)}
+            "complete": complete, "mark": join_marks(coverage_mark(n_total, n_ok, n_failed, n_stale),
+                                                     judge_failure_mark(df, n_ok + n_failed))}
+
+
+JUDGE_FAILURE_WORDS = {"call_failed": "call failed", "refused": "refused", "unparseable": "unparseable"}
+
+
+def judge_failure_mark(df, done: int) -> str:
+    """`JUDGE FAILED k/done (a call failed, b refused, c unparseable)` for the failure rows of a judged suite whose
+    judge call failed, was refused or did not parse (`judge_failure`), else ''. Those rows are in `n_failed` too:
+    never a score. Rescoring (the same command again) asks the judge again for exactly them."""
+    if "judge_failure" not in df or not done:
+        return ""
+    kinds = df.loc[df["status"] == "failed", "judge_failure"]
+    counts = kinds[kinds.map(lambda k: isinstance(k, str) and bool(k))].value_counts()
+    if not counts.sum():
+        return ""
+    split = ", ".join(f"{int(counts[k])} {w}" for k, w in JUDGE_FAILURE_WORDS.items() if k in counts)
+    return f"JUDGE FAILED {int(counts.sum())}/{done} ({split})"
 
 
 def summarize(df, metric_names: Sequence[str], n_resamples: int, seed: int, key: Any,

@@ -17,7 +17,8 @@ from benchmark.imageio import load_rgb
 from benchmark.models import dit
 
 pytestmark = pytest.mark.usefixtures("single_thread_torch")
-KINDS = ["flux_kontext", "qwen_image_edit", "flux2", "omnigen"]
+KINDS = ["flux_kontext", "flux", "qwen_image_edit", "flux2", "omnigen"]
+INSTRUCTION_EDITORS = ["flux_kontext", "qwen_image_edit", "flux2", "omnigen"]  # "flux" is rf_solver's and fireflow's
 # What the tiny profile may change: sizes only (widths, depths, head counts, rope axes that must sum to the head
 # width, block counts, vocabulary sizes). A switch that is not a size put into `dit.TINY` fails here.
 SIZE_KEYS = {
@@ -106,7 +107,7 @@ def test_tiny_components_are_the_real_classes_with_the_real_switches(kind):
         assert module_switches(real_module) == module_switches(tiny_module), name
     # the written-down real configs are the checkpoints' architecture: the published parameter counts
     counts = dit.parameter_counts(kind)
-    published = {"flux_kontext": ("transformer", 12), "qwen_image_edit": ("transformer", 20),
+    published = {"flux_kontext": ("transformer", 12), "flux": ("transformer", 12), "qwen_image_edit": ("transformer", 20),
                  "flux2": ("transformer", 4), "omnigen": ("transformer", 4)}[kind]
     assert round(counts[published[0]] / 1e9) == published[1]
 
@@ -151,7 +152,7 @@ def _sample(demo_qs, n=2):
     return qs, [load_rgb(demo_qs.path(q.image)) for q in qs], [query_seed(0, q.id) for q in qs]
 
 
-@pytest.mark.parametrize("name", KINDS)
+@pytest.mark.parametrize("name", INSTRUCTION_EDITORS)
 def test_fresh_loads_give_identical_edits_and_the_seed_matters(name, demo_qs):
     queries, images, seeds = _sample(demo_qs)
     first = _editor(name)[0].edit(queries, images, seeds=seeds)
@@ -234,7 +235,7 @@ def test_gpu_check_covers_the_dit_editors_in_tiny_size_and_times_them_only_when_
     assert len(gpucheck.plan(args, gpucheck.Device("cpu"), tmp_path)) == 5  # + flux2 at real size
     args = gpucheck.parse(["--editors", "flux2", "--suites", "basic", "--dtypes", "bf16", "--no-tiny"])
     assert gpucheck.plan(args, gpucheck.Device("cpu"), tmp_path) == []  # DiT timing not asked, no HATIE timing
-    assert set(dit.KINDS) <= set(gpucheck.DIT_EDITORS)
+    assert set(dit.KINDS) - {"flux"} | {"rf_solver", "fireflow", "rf_inversion"} <= set(gpucheck.DIT_EDITORS)
 
 
 @pytest.mark.parametrize("kind", ["qwen_image_edit", "flux2"])

@@ -246,8 +246,12 @@ def test_scripted_replies_give_the_hand_worked_imgedit_figures_and_a_failure_row
     assert failed["status"] == "failed" and failed["ie_reply"] == REPLIES["Make the man wave"]
     assert "2 scores [5, 5], not 3" in failed["reason"] and math.isnan(failed["IE_score"])
     assert rows.loc["imgedit-11", "IE_score"] == 3.33 and rows.loc["imgedit-11", "ie_scores"] == "[3, 3, 4]"
+    # every judged row names its judge; the failure row its kind (docs/judge.md, "Failures and provenance")
+    assert set(rows["judge_model"]) == set(rows["judge_answered_by"]) == {"scripted-replies@test"}
+    assert failed["judge_failure"] == "unparseable" and rows.loc["imgedit-11", "judge_failure"] == ""
     board = pd.read_csv(tmp_path / "results" / "leaderboard.csv").iloc[0]
     assert (board["n_ok"], board["n_failed"]) == (10, 1)
+    assert "JUDGE FAILED 1/11 (1 unparseable)" in board["mark"]
     assert "scripted-replies@test" in board["components"] and FAKE_COMMIT in board["components"]
     want = {"add": 4.0, "adjust": 2.33, "extract": 4.0, "replace": 3.0, "remove": 1.33, "background": 5.0,
             "style": 4.67, "compose": 2.33, "action": 4.33}
@@ -310,4 +314,6 @@ def test_imgedit_through_the_endpoint_equals_the_in_process_judge(built, tmp_pat
     assert [p["type"] for p in srv.payloads[0]["messages"][1]["content"]] == ["text", "image_url", "image_url"]
     local, remote = rows(tmp_path / "local" / "results"), rows(tmp_path / "endpoint" / "results")
     assert len(local) == 2 and local["ie_reply"].str.len().min() > 0
-    pd.testing.assert_frame_equal(local, remote)  # same replies, same rows
+    assert set(remote["judge_model"]) == {"tiny-qwen"} and set(remote["judge_version"]) == {"0.0.test"}
+    same = [c for c in local.columns if not c.startswith("judge_") or c == "judge_failure"]  # who answered differs
+    pd.testing.assert_frame_equal(local[same], remote[same])  # same replies, same rows

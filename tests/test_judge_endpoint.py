@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -108,12 +109,14 @@ def test_429_5xx_and_connection_errors_are_retried_with_exponential_backoff_then
         assert slept == [0.5, 1.0, 2.0] and srv.calls == 5
         slept.clear()
         srv.fail = [502] * 10
-        with pytest.raises(EndpointError, match=r"failed POST .* 3 time\(s\), the last with HTTP 502"):
-            EndpointJudge(base_url=srv.url, model=srv.served, max_retries=2, backoff_s=100).generate(reqs)
+        # still failing after the retries: that request's failure reply (a failure row), not the run's end
+        (failed,) = EndpointJudge(base_url=srv.url, model=srv.served, max_retries=2, backoff_s=100).generate(reqs)
+        assert failed == "" and failed.failure == "call_failed"
+        assert re.search(r"failed POST .* 3 time\(s\), the last with HTTP 502", failed.error)
         assert slept == [60.0, 60.0]  # capped
         calls, srv.fail = srv.calls, [400]
-        with pytest.raises(EndpointError, match=r"refused POST .*HTTP 400.*max-model-len"):
-            _judge(srv, max_retries=5).generate(reqs)
+        (refused,) = _judge(srv, max_retries=5).generate(reqs)
+        assert refused.failure == "refused" and re.search(r"refused POST .*HTTP 400.*max-model-len", refused.error)
         assert srv.calls == calls + 1  # a refusal is not retried
         url, model = srv.url, srv.served
     slept.clear()
@@ -234,7 +237,13 @@ def test_gedit_through_the_endpoint_equals_the_in_process_judge_and_the_key_is_w
     local, remote = rows(tmp_path / "local" / "results"), rows(tmp_path / "endpoint" / "results")
     assert len(local) == 2 and set(local["status"]) == {"failed"}
     assert local["sc_reply"].str.len().min() > 0
-    pd.testing.assert_frame_equal(local, remote)  # same replies, same rows (NaN scores in the same places)
+    # who answered differs (the in-process model and its libraries; the served name and the server's version)
+    assert set(local["judge_model"]) == {"Qwen/Qwen2.5-VL-72B-Instruct-AWQ-tiny"}
+    assert set(local["judge_version"].str.split("|").str[0]) == {"local"}
+    assert set(remote["judge_model"]) == set(remote["judge_answered_by"]) == {"tiny-qwen"}
+    assert set(remote["judge_version"]) == {"0.0.test"} and set(remote["judge_failure"]) == {"unparseable"}
+    same = [c for c in local.columns if not c.startswith("judge_") or c == "judge_failure"]
+    pd.testing.assert_frame_equal(local[same], remote[same])  # same replies, same rows (NaN scores in the same places)
     files = [p for p in (tmp_path / "endpoint").rglob("*") if p.is_file()]
     assert len(list((tmp_path / "endpoint" / "results" / "judge_replies").rglob("*.json"))) == 4
     for path in files:

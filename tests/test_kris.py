@@ -551,3 +551,47 @@ def test_a_task_key_given_twice_is_refused(tmp_path):
     path.write_text(text.replace('"2": {', '"1": {'), encoding="utf-8")
     with pytest.raises(KrisFormatError, match=r"duplicate key\(s\) \['1'\]"):
         build(root, tmp_path / "out")
+
+
+def test_a_refused_or_failed_judge_call_is_a_failure_row_with_its_kind_and_every_row_names_its_judge(built,
+                                                                                                   tmp_path):
+    """metrics=kris through the judged suites' shared reading (`_read_replies`): a refused call and a call that
+    failed after its retries are failure rows naming the kind, never scores; ok rows carry the provenance."""
+    from PIL import Image
+    from scripted_judge import MarkedReplies
+
+    from benchmark.metrics.kris.suite import KrisPair, KrisSuite
+    from benchmark.models.judge_reply import CALL_FAILED, REFUSED, JudgeReply
+    from benchmark.querysets.io import load_queryset
+
+    class Failing(MarkedReplies):
+        """Answers as MarkedReplies (with a snapshot and fingerprint), but every quality request fails."""
+
+        def generate(self, requests):
+            out = []
+            for reply, (_images, text) in zip(super().generate(requests), requests, strict=True):
+                if "KIND=VQ" in text:
+                    out.append(JudgeReply("", model=self.name, failure=CALL_FAILED, error="HTTP 503 after 5 retries"))
+                else:
+                    out.append(JudgeReply(reply, model=self.name, answered_by="snap-1", fingerprint="fp_x"))
+            return out
+
+    prompts, sha = write_prompts(tmp_path)
+    suite = KrisSuite(backbone=Failing(replies=REPLIES), prompts_file=str(prompts), prompts_sha256=sha,
+                      prompts_commit=FAKE_COMMIT)
+    qs = load_queryset(built[0], name="kris")
+    src = Image.open(qs.path(qs.queries[0].image)).convert("RGB")
+    rows = suite._score_chunk([KrisPair(qs.queries[0], src, src)])
+    (row,) = rows
+    assert row["status"] == "failed" and row["judge_failure"] == CALL_FAILED
+    assert "HTTP 503" in row["reason"] and math.isnan(row["K_VC"])
+    assert row["judge_model"] == "marked-replies@test" and row["judge_answered_by"] == "snap-1"
+    assert row["judge_fingerprint"] == "fp_x"
+
+    class Refusing(MarkedReplies):
+        def generate(self, requests):
+            return [JudgeReply("", model=self.name, failure=REFUSED, error="content_filter") for _ in requests]
+
+    suite.backbone = Refusing(replies=REPLIES)
+    (row,) = suite._score_chunk([KrisPair(qs.queries[0], src, src)])
+    assert row["status"] == "failed" and row["judge_failure"] == REFUSED and "content_filter" in row["reason"]

@@ -672,3 +672,41 @@ def test_the_rule_before_the_april_2026_fix_is_a_named_option():
           "device": "cpu"}
     assert "completion=2025-04" in RiseSuite(completion="2025-04", **kw).protocol
     assert "completion=2026-04" in RiseSuite(**kw).protocol
+
+
+def test_a_failed_judge_call_is_a_failure_row_of_its_kind_and_rows_name_their_judge(hub, tmp_path):
+    """metrics=rise through the judged suites' shared reading: a call that failed after its retries is a failure
+    row naming `call_failed` and its error, never a score; an answered row carries the per-reply provenance."""
+    from PIL import Image
+
+    from benchmark.metrics.rise.suite import RisePair, RiseSuite
+    from benchmark.models.judge_reply import CALL_FAILED, JudgeReply
+    from benchmark.querysets.io import load_queryset
+
+    qs = load_queryset(hub[0], name="rise")
+    q = next(q for q in qs.queries if q.edit_type != "rise_logical" and not q.reference_image)
+
+    class Backbone:
+        name = identity = "stub-judge"
+
+        def __init__(self, fail: bool) -> None:
+            self.fail = fail
+
+        def generate(self, requests):
+            if self.fail:
+                return [JudgeReply("", model=self.name, failure=CALL_FAILED, error="HTTP 503 after 5 retries")
+                        for _ in requests]
+            return [JudgeReply("Final Score: 5", model=self.name, answered_by="snap-2", fingerprint="fp_y")
+                    for _ in requests]
+
+    prompts, sha = write_prompts(tmp_path)
+    suite = RiseSuite(backbone=Backbone(True), prompts_file=str(prompts), prompts_commit=FAKE_COMMIT,
+                      prompts_sha256=sha, device="cpu")
+    src = Image.open(qs.path(q.image)).convert("RGB")
+    (row,) = suite._score_chunk([RisePair(q, src, src)])
+    assert row["status"] == "failed" and row["judge_failure"] == CALL_FAILED and "HTTP 503" in row["reason"]
+    assert math.isnan(row["RISE_score"])
+    suite.backbone = Backbone(False)
+    (row,) = suite._score_chunk([RisePair(q, src, src)])
+    assert row["status"] == "ok" and row["judge_failure"] == ""
+    assert (row["judge_model"], row["judge_answered_by"], row["judge_fingerprint"]) == ("stub-judge", "snap-2", "fp_y")

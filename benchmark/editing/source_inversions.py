@@ -1,4 +1,5 @@
-"""One inversion per source for the editors whose inversion depends only on the source (P2P, LEDITS++, DiffEdit).
+"""One inversion per source for the editors whose inversion depends only on the source (P2P, LEDITS++, DiffEdit,
+and the rectified-flow editors rf_solver and fireflow).
 
 The run's `InversionStore` (benchmark.editing.inversion_store) keeps each inversion, so the queries of a source, a
 rerun, another shard and a sweep of an editing-only setting compute it once. P2P's null-text inversion draws
@@ -98,7 +99,7 @@ class SourceInversions:
         return inversion_key(
             self.inversion_kind, image=image_digest(item.image), source_caption=item.query.source_caption,
             seed=int(self.run_seed) if self.seeded_inversion else None, weights={k: v for k, v in self.provenance.items() if k != "device"},
-            device_class=device_class(self.pipe.unet), settings=self._inversion_settings(),
+            device_class=device_class(_denoiser(self.pipe)), settings=self._inversion_settings(),
             deterministic=self.deterministic, versions={"torch": torch.__version__, "diffusers": diffusers.__version__})
 
     def _inversions(self, items: Sequence[Item], count_reuse: bool = True) -> list[dict[str, Any]]:
@@ -123,6 +124,12 @@ class SourceInversions:
 
     def _compute_inversions(self, items: Sequence[Item]) -> list[dict[str, Any]]:
         raise NotImplementedError
+
+
+def _denoiser(pipe: Any) -> Any:
+    """The pipeline's denoising network: its UNet (Stable Diffusion), else its transformer (FLUX.1)."""
+    unet = getattr(pipe, "unet", None)
+    return unet if unet is not None else pipe.transformer
 
 
 def dtype_name(dtype: Any) -> str:

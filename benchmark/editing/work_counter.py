@@ -20,11 +20,15 @@ from typing import Any
 UNET_FORWARD = "unet_forward"
 UNET_FORWARD_BACKWARD = "unet_forward_backward"
 UNET_KEYS = (UNET_FORWARD, UNET_FORWARD_BACKWARD)
+# The same unit for a diffusion transformer (FLUX.1: benchmark.editing.flow_edit): one latent row through it once.
+TRANSFORMER_FORWARD = "transformer_forward"
+TRANSFORMER_FORWARD_BACKWARD = "transformer_forward_backward"
+TRANSFORMER_KEYS = (TRANSFORMER_FORWARD, TRANSFORMER_FORWARD_BACKWARD)
 
 
-def _rows(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
-    """The batch size of a UNet call: rows of its latent input (`sample`, the first argument)."""
-    sample = args[0] if args else kwargs.get("sample")
+def _rows(args: tuple[Any, ...], kwargs: dict[str, Any], name: str = "sample") -> int:
+    """The batch size of a model call: rows of its latent input (the first argument, or the keyword `name`)."""
+    sample = args[0] if args else kwargs.get(name)
     shape = getattr(sample, "shape", None)
     return int(shape[0]) if shape else 0
 
@@ -42,17 +46,28 @@ def _output_tensor(output: Any) -> Any:
 def count_unet_calls(unet: Any, work: Counter[str]) -> Any:
     """Count every call of `unet` into `work` (UNET_KEYS, created at 0); returns the hook's handle (`.remove()`
     stops counting)."""
+    return _count_calls(unet, work, UNET_KEYS, "sample")
+
+
+def count_transformer_calls(transformer: Any, work: Counter[str]) -> Any:
+    """Count every call of a diffusion transformer (its latent input: `hidden_states`) into `work`
+    (TRANSFORMER_KEYS, created at 0); returns the hook's handle."""
+    return _count_calls(transformer, work, TRANSFORMER_KEYS, "hidden_states")
+
+
+def _count_calls(model: Any, work: Counter[str], keys: tuple[str, str], input_name: str) -> Any:
     import torch
 
-    for key in UNET_KEYS:
+    forward, forward_backward = keys
+    for key in keys:
         work.setdefault(key, 0)
 
     def hook(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
         out = _output_tensor(output)
         backward = torch.is_grad_enabled() and bool(getattr(out, "requires_grad", False))
-        work[UNET_FORWARD_BACKWARD if backward else UNET_FORWARD] += _rows(args, kwargs)
+        work[forward_backward if backward else forward] += _rows(args, kwargs, input_name)
 
-    return unet.register_forward_hook(hook, with_kwargs=True)
+    return model.register_forward_hook(hook, with_kwargs=True)
 
 
 def difference(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:

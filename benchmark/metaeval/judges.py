@@ -569,6 +569,7 @@ def score_set(judge: Judge, hset: HumanSet, chunk: int = 16, column: str | None 
              for k in range(len(g.edits))]
     todo = list({key: (g, k, key) for g, k, key in items if key not in cache.rows}.values())  # one per content
     bar = tqdm(total=len(todo), desc=f"{judge.name} on {hset.name}", unit="edit", disable=not progress, leave=False)
+    transient: dict[str, dict[str, Any]] = {}
     for start in range(0, len(todo), chunk):
         part = todo[start : start + chunk]
         batch, unreadable = [], {}
@@ -586,15 +587,19 @@ def score_set(judge: Judge, hset: HumanSet, chunk: int = 16, column: str | None 
             r = by_id[key]
             nums = {c: (None if not math.isfinite(float(v)) else float(v)) for c, v in r.items()
                     if isinstance(v, int | float) and not isinstance(v, bool)}
-            records.append({"signature": judge.signature, "key": key, "status": "ok" if r.get("status") == "ok"
-                            else "failed", "reason": str(r.get("reason", "")), "scores": nums})
+            record = {"signature": judge.signature, "key": key, "status": "ok" if r.get("status") == "ok"
+                      else "failed", "reason": str(r.get("reason", "")), "scores": nums}
+            if r.get("judge_failure") in ("call_failed", "refused"):
+                transient[key] = record  # a failed or refused judge call is asked again next time: not cached
+            else:
+                records.append(record)
         cache.add(records)
         bar.update(len(part))
     bar.close()
     scores: dict[tuple[str, int], float] = {}
     failed: dict[str, str] = {}
     for g, k, key in items:
-        rec = cache.rows[key]
+        rec = cache.rows[key] if key in cache.rows else transient[key]
         value = rec["scores"].get(column) if rec["status"] == "ok" else None
         if rec["status"] == "ok" and value is None:
             raise RuntimeError(f"the judge {judge.name} gave no {column!r} for an ok row; it gives "

@@ -3,19 +3,35 @@ suite that loads (source, edit) pairs chunk by chunk, asks the backbone and turn
 
 A protocol's suite subclasses `PromptedJudgeSuite` and gives its `protocol` string, its protocol module's
 `check_prompts_identity` and `load_prompts`, its `samples_class` (how its edit is loaded), `applies_to()` and
-`_rows(good, prompts)` (its requests, then its parsing, through `_judge`).
+`_rows(good, prompts)` (its requests through `_judge`, then its parsing through `_read_replies`, which also gives
+the row's judge provenance and failure columns).
+
+Failures are data (docs/judge.md, "Failures and provenance"): a request that failed after its retries, that the
+judge refused, or whose reply does not parse makes the row a failure row that keeps the replies, with
+`judge_failure` naming the kind (`call_failed`, `refused`, `unparseable`); never a score. An unparseable reply is
+marked in the backbone's reply cache, so that rescoring (rerunning the same command: failed rows are scored again)
+asks the judge again for exactly the failed requests.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 from benchmark.metrics.chunking import QuerySamples
 from benchmark.metrics.components import LazyComponents
+from benchmark.models.judge_reply import (
+    CALL_FAILED,
+    FAILURE_KINDS,
+    REFUSED,
+    UNPARSEABLE,
+    JudgeReply,
+    as_reply,
+    reply_columns,
+)
 from benchmark.types import MetricInfo, Query
 
 
@@ -173,15 +189,49 @@ class PromptedJudgeSuite(LazyComponents):
     def model_seconds(self) -> dict[str, float]:
         return {k: v for k, v in self.timings.items() if "forward" in k}
 
-    def _judge(self, requests: list[tuple[list[Any], str]]) -> list[str]:
-        """The backbone's replies to `requests`, in order, timed as the judge's forward time."""
+    def _judge(self, requests: list[tuple[list[Any], str]]) -> list[JudgeReply]:
+        """The backbone's replies to `requests`, in order, timed as the judge's forward time (a backbone that
+        returns plain strings is named by its `name`, and its `version` when it has one)."""
         t0 = time.perf_counter()
         replies = self.backbone.generate(requests)
         self.timings["judge forward"] = self.timings.get("judge forward", 0.0) + time.perf_counter() - t0
         if len(replies) != len(requests):
             raise RuntimeError(f"the judge backbone {self.backbone.name} answered {len(replies)} of "
                                f"{len(requests)} prompts")
-        return replies
+        version = str(getattr(self.backbone, "version", "") or "")
+        return [as_reply(r, self.backbone.name, version) for r in replies]
+
+    def _read_replies(self, labelled: Sequence[tuple[str, JudgeReply]],
+                      parse: Callable[[str], Any] | Mapping[str, Callable[[str], Any]],
+                      error: type[Exception] | tuple[type[Exception], ...],
+                      unparseable: Callable[[str, Exception], str]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """One row's replies, parsed: (the parsed value by label, the row's judge columns). `parse`: one parser for
+        every reply, or one per label (a protocol whose prompts are read differently). The columns are the
+        provenance (`reply_columns`) and `judge_failure`; when a reply failed, refused or did not parse (`parse`
+        raised `error`, explained by `unparseable(label, err)`), also `status` failed and the `reason` naming
+        each. An unparseable reply is rejected from the backbone's cache (asked again on rescoring)."""
+        parsed: dict[str, Any] = {}
+        why: list[str] = []
+        kinds: list[str] = []
+        for label, reply in labelled:
+            if reply.failure:
+                kinds.append(reply.failure)
+                verb = {CALL_FAILED: "failed", REFUSED: "was refused"}.get(reply.failure, reply.failure)
+                why.append(f"the judge call for the {label} prompt {verb} ({reply.failure}): {reply.error}")
+                continue
+            try:
+                parsed[label] = (parse[label] if isinstance(parse, Mapping) else parse)(reply)
+            except error as err:
+                kinds.append(UNPARSEABLE)
+                why.append(f"{unparseable(label, err)} ({UNPARSEABLE})")
+                reject = getattr(self.backbone, "reject", None)
+                if reject is not None:
+                    reject(reply, str(err))
+        columns: dict[str, Any] = reply_columns(reply for _, reply in labelled)
+        if not kinds:
+            return parsed, columns | {"judge_failure": ""}
+        kind = next(k for k in FAILURE_KINDS if k in kinds)
+        return parsed, columns | {"judge_failure": kind, "status": "failed", "reason": "; ".join(why)}
 
     def _score_chunk(self, items: list[LoadedPair]) -> list[dict[str, Any]]:
         prompts = self.prompts

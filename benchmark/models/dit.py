@@ -259,6 +259,12 @@ TINY = {
 }
 
 
+# FLUX.1 [dev] (the rectified-flow editors: rf_solver, fireflow): Kontext's tiny sizes, but the real 38 single-stream
+# blocks, because those editors share attention features in single blocks named by their index (RF-Solver: 20-37)
+TINY["flux"] = {**TINY["flux_kontext"],
+                "transformer": {**TINY["flux_kontext"]["transformer"], "num_single_layers": 38}}
+
+
 def _merge(base: dict[str, Any], sizes: dict[str, Any]) -> dict[str, Any]:
     return {**base, **sizes}
 
@@ -280,6 +286,11 @@ class Kind:
 
 KINDS: dict[str, Kind] = {
     "flux_kontext": Kind("FluxKontextPipeline", {
+        "transformer": FLUX_TRANSFORMER, "vae": FLUX_VAE, "text_encoder": CLIP_L_TEXT,
+        "text_encoder_2": T5_XXL_ENCODER, "scheduler": FLUX_SCHEDULER}),
+    # FLUX.1 [dev] itself (black-forest-labs/FLUX.1-dev), text-to-image: what the training-free rectified-flow
+    # editors (benchmark.editing.flow_edit) invert and sample; the components and configs Kontext kept
+    "flux": Kind("FluxPipeline", {
         "transformer": FLUX_TRANSFORMER, "vae": FLUX_VAE, "text_encoder": CLIP_L_TEXT,
         "text_encoder_2": T5_XXL_ENCODER, "scheduler": FLUX_SCHEDULER}),
     "qwen_image_edit": Kind("QwenImageEditPlusPipeline", {
@@ -400,7 +411,7 @@ def _omnigen(c: dict[str, dict[str, Any]], tiny: bool) -> dict[str, Any]:
 
 
 BUILDERS: dict[str, Callable[[dict[str, dict[str, Any]], bool], dict[str, Any]]] = {
-    "flux_kontext": _flux_kontext, "qwen_image_edit": _qwen_image_edit, "flux2": _flux2, "omnigen": _omnigen,
+    "flux_kontext": _flux_kontext, "flux": _flux_kontext, "qwen_image_edit": _qwen_image_edit, "flux2": _flux2, "omnigen": _omnigen,
 }
 
 

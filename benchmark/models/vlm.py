@@ -366,6 +366,15 @@ class TextJudge:
         return (f"{self.name}|dtype={self.dtype}|decode=greedy,max_new_tokens={self.max_new_tokens}"
                 f"|system={self.system!r}|images=qwen_vl_utils{'|text_first' if self.text_first else ''}")
 
+    @property
+    def version(self) -> str:
+        """What besides `name` shapes this local judge's replies: the libraries that run it and the dtype (each
+        judged row records it as `judge_version`)."""
+        import torch
+        import transformers
+
+        return f"local|transformers={transformers.__version__}|torch={torch.__version__}|dtype={self.dtype}"
+
     def _loaded(self) -> tuple[Any, Any]:
         model, processor, name = load_vlm(self.weights, self.model_id, self.revision, self.dtype, self.device)
         if name != self.name:

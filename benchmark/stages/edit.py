@@ -86,6 +86,7 @@ class EditStats:
 
 
 _UNET_LABELS = {"unet_forward": "forward", "unet_forward_backward": "forward+backward"}
+_TRANSFORMER_LABELS = {"transformer_forward": "forward", "transformer_forward_backward": "forward+backward"}
 _INVERSION_LABELS = {"inversions_computed": "computed", "inversions_reused": "reused"}
 
 
@@ -97,15 +98,17 @@ def work_summary(work: dict[str, int], computed: int) -> str:
     """The console's words for an edit stage's counted work: UNet evaluations per query computed (totals when no
     query was), inversions and any other counter as totals; only the keys present ('' for none)."""
     parts = []
-    unet = [(label, work[k]) for k, label in _UNET_LABELS.items() if k in work]
-    if unet:
-        what = "UNet per query" if computed else "UNet"
-        parts.append(f"{what}: " + ", ".join(f"{_number(v / computed if computed else v)} {label}"
-                                            for label, v in unet))
+    for model, labels in (("UNet", _UNET_LABELS), ("transformer", _TRANSFORMER_LABELS)):
+        counted = [(label, work[k]) for k, label in labels.items() if k in work]
+        if counted:
+            what = f"{model} per query" if computed else model
+            parts.append(f"{what}: " + ", ".join(f"{_number(v / computed if computed else v)} {label}"
+                                                for label, v in counted))
     inversions = [(label, work[k]) for k, label in _INVERSION_LABELS.items() if k in work]
     if inversions:
         parts.append("inversions: " + ", ".join(f"{_number(v)} {label}" for label, v in inversions))
-    parts += [f"{k}: {_number(v)}" for k, v in work.items() if k not in _UNET_LABELS and k not in _INVERSION_LABELS]
+    named = {**_UNET_LABELS, **_TRANSFORMER_LABELS, **_INVERSION_LABELS}
+    parts += [f"{k}: {_number(v)}" for k, v in work.items() if k not in named]
     return "; ".join(parts)
 
 

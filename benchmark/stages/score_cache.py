@@ -34,6 +34,8 @@ STRING_COLUMNS |= {"vc_reply", "if_reply", "vq_reply", "k_scores"}
 STRING_COLUMNS |= {"rise_reply_consistency", "rise_reply_reasoning", "rise_reply_plausibility", "rise_subtask"}
 # EditScore's judge replies and the scores read from them, per pass (JSON lists)
 STRING_COLUMNS |= {"es_sc_replies", "es_pq_replies", "es_sc_scores", "es_pq_scores"}
+# a judged suite's provenance per row and the kind of judge failure of a failure row (benchmark.models.judge_reply)
+STRING_COLUMNS |= {"judge_model", "judge_answered_by", "judge_fingerprint", "judge_version", "judge_failure"}
 NOT_NULL = ("query_id", "status")
 STATUSES = frozenset({"ok", "failed", "missing", "excluded"})
 SCORES_DIR = "scores"  # <run dir>/scores/<metric signature>/: the parts and the index below

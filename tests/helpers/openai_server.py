@@ -2,7 +2,11 @@
 GET /version (as vLLM serves them) and POST /v1/chat/completions, whose images (base64 PNG data URLs) are decoded and
 handed with the prompt text to `reply(images, text, system, max_tokens)`. It counts chat requests, records the most
 requests in flight at once and the Authorization headers it saw, and can answer the first requests with error
-statuses (`fail`)."""
+statuses (`fail`). Each answer names `answered_by` as its `model` (default: the served name; a callable gets the
+request's prompt text) and, when set, `fingerprint` as its `system_fingerprint`. `reply` may script a failure for a
+request: `Status(503)` (answered with that HTTP status, every try), `Answer(None, "content_filter")` (a refusal:
+no content, that finish_reason). `asked` lists the prompt text of every chat request in arrival order (retries
+included)."""
 
 from __future__ import annotations
 
@@ -14,6 +18,20 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
+class Status:
+    """A scripted HTTP error for one request (every try of it), e.g. Status(503) or Status(400, "content_policy")."""
+
+    def __init__(self, code, message="scripted"):
+        self.code, self.message = code, message
+
+
+class Answer:
+    """A scripted answer with its finish_reason and content (None: the content is null, as a content filter leaves)."""
+
+    def __init__(self, content, finish_reason="stop"):
+        self.content, self.finish_reason = content, finish_reason
+
+
 class _Handler(BaseHTTPRequestHandler):
     server_version = "editmeter-test"
 
@@ -22,6 +40,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _json(self, status, obj):
         data = json.dumps(obj).encode()
+        self._leave()  # before the reply goes out: a client may send its next request as soon as it has it
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
@@ -46,6 +65,7 @@ class _Handler(BaseHTTPRequestHandler):
             srv.calls += 1
             srv.in_flight += 1
             srv.max_in_flight = max(srv.max_in_flight, srv.in_flight)
+            self._counted = True
             status = srv.fail.pop(0) if srv.fail else 200
         try:
             time.sleep(srv.delay)
@@ -63,21 +83,40 @@ class _Handler(BaseHTTPRequestHandler):
                 images = [Image.open(io.BytesIO(base64.b64decode(p["image_url"]["url"].split(",", 1)[1])))
                           for p in user if p["type"] == "image_url"]
                 text = "".join(p["text"] for p in user if p["type"] == "text")
-                srv.payloads.append(body)
+                with srv.lock:
+                    srv.asked.append(text)
                 reply = srv.reply(images, text, system, body.get("max_tokens"))
-                self._json(200, {"id": "x", "object": "chat.completion", "model": srv.served, "choices": [
-                    {"index": 0, "message": {"role": "assistant", "content": reply}, "finish_reason": "stop"}]})
+                if isinstance(reply, Status):
+                    self._json(reply.code, {"error": {"message": reply.message, "code": reply.message}})
+                    return
+                srv.payloads.append(body)
+                answer = reply if isinstance(reply, Answer) else Answer(reply)
+                by = srv.answered_by(text) if callable(srv.answered_by) else srv.answered_by
+                out = {"id": "x", "object": "chat.completion", "model": by or srv.served, "choices": [
+                    {"index": 0, "message": {"role": "assistant", "content": answer.content},
+                     "finish_reason": answer.finish_reason}]}
+                if srv.fingerprint is not None:
+                    out["system_fingerprint"] = srv.fingerprint
+                self._json(200, out)
         finally:
-            with srv.lock:
-                srv.in_flight -= 1
+            self._leave()
+
+    def _leave(self):
+        if getattr(self, "_counted", False):
+            with self.server.lock:
+                self.server.in_flight -= 1
+            self._counted = False
 
 
 class OpenAIServer(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, reply, *, served="judge", root="org/judge-model", version="0.0.test", fail=(), delay=0.0):
+    def __init__(self, reply, *, served="judge", root="org/judge-model", version="0.0.test", fail=(), delay=0.0,
+                 answered_by=None, fingerprint=None):
         super().__init__(("127.0.0.1", 0), _Handler)
         self.reply, self.served, self.root, self.version = reply, served, root, version
+        self.answered_by, self.fingerprint = answered_by, fingerprint
+        self.asked: list[str] = []
         self.fail, self.delay = list(fail), delay
         self.lock = threading.Lock()
         self.calls = self.in_flight = self.max_in_flight = 0

@@ -92,19 +92,16 @@ class GEditSuite(PromptedJudgeSuite):
             q = it.query
             row: dict[str, Any] = {"query_id": q.id, "language": LANGUAGE_NAMES.get(q.language or "", q.language or ""),
                                    "intersection": "intersection" in (q.subsets or ()),
-                                   "sc_reply": sc_reply, "pq_reply": pq_reply}
-            parsed, why = {}, []
-            for key, reply in (("SC", sc_reply), ("PQ", pq_reply)):
-                try:
-                    parsed[key] = parse_reply(reply)
-                except ReplyError as err:
-                    why.append(f"the {key} reply does not parse as GEdit-Bench's parser reads it ({err})")
-            if why:
-                rows.append(row | {c: math.nan for c in COLUMN_INFO} | {"status": "failed", "reason": "; ".join(why)})
+                                   "sc_reply": str(sc_reply), "pq_reply": str(pq_reply)}
+            parsed, judged = self._read_replies(
+                (("SC", sc_reply), ("PQ", pq_reply)), parse_reply, ReplyError,
+                lambda key, err: f"the {key} reply does not parse as GEdit-Bench's parser reads it ({err})")
+            if judged.get("status") == "failed":
+                rows.append(row | {c: math.nan for c in COLUMN_INFO} | judged)
                 continue
             sc, pq, o = sample_scores(parsed["SC"], parsed["PQ"])
             rows.append(row | {"G_SC": sc, "G_PQ": pq, "G_O": o, "sc_scores": json.dumps(parsed["SC"]),
-                               "pq_scores": json.dumps(parsed["PQ"]), "status": "ok", "reason": ""})
+                               "pq_scores": json.dumps(parsed["PQ"]), "status": "ok", "reason": ""} | judged)
         return rows
 
     judge_column = "G_O"  # what `editmeter metaeval judges` compares between edits

@@ -74,14 +74,15 @@ class ImgEditSuite(PromptedJudgeSuite):
                                                                        it.query.instruction)) for it in good])
         rows: list[dict[str, Any]] = []
         for it, reply in zip(good, replies, strict=True):
-            row: dict[str, Any] = {"query_id": it.query.id, "ie_reply": reply}
-            try:
-                scores = parse_reply(reply)
-            except ReplyError as err:
-                rows.append(row | {"IE_score": math.nan, "status": "failed",
-                                   "reason": f"the reply does not hold three 1..5 scores as ImgEdit-Bench's step 1 "
-                                             f"reads them ({err})"})
+            row: dict[str, Any] = {"query_id": it.query.id, "ie_reply": str(reply)}
+            parsed, judged = self._read_replies(
+                (("edit", reply),), parse_reply, ReplyError,
+                lambda _key, err: f"the reply does not hold three 1..5 scores as ImgEdit-Bench's step 1 reads them "
+                                  f"({err})")
+            if judged.get("status") == "failed":
+                rows.append(row | {"IE_score": math.nan} | judged)
                 continue
+            scores = parsed["edit"]
             rows.append(row | {"IE_score": edit_score(scores), "ie_scores": json.dumps(scores), "status": "ok",
-                               "reason": ""})
+                               "reason": ""} | judged)
         return rows

@@ -30,9 +30,10 @@ class KrisApiJudge(EndpointJudge):
     def identity(self) -> str:
         return super().identity + "|labels=kris-v1|stream=false"
 
-    def payload(self, images: Sequence[Any], text: str) -> dict[str, Any]:
-        body = super().payload(images, text)
-        labels = list(LABELS[len(images)])
+    def _body(self, urls: Sequence[str], text: str) -> dict[str, Any]:
+        # the one place every request body is built (sent, cached, keyed): the labels and `stream` go in here
+        body = super()._body(urls, text)
+        labels = list(LABELS[len(urls)])
         turn = body["messages"][-1]
         content: list[dict[str, Any]] = []
         for part in turn["content"]:

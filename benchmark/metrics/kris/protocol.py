@@ -125,6 +125,14 @@ def check_identity(commit: str, sha256: str) -> None:
     pinned.check_identity(commit, sha256, SOURCE_REPO)
 
 
+def check_identity_if_set(commit: str, sha256: str | None) -> None:
+    """`check_identity` where a checksum is given; a null one passes here, so the shipped config composes and
+    builds (`editmeter run --cfg job`, the config tests), and `load_prompts`, which the preflight calls before the
+    first edit, refuses it with the fix."""
+    if sha256 is not None:
+        check_identity(commit, sha256)
+
+
 def load_prompts(path: str | Path, sha256: str, commit: str) -> Prompts:
     """The templates from `path` (the fetched `utils/prompts.py`), refused unless its bytes have `sha256` and each
     template formats with the fields the scripts give it."""

@@ -9,6 +9,7 @@ every reply. The normalised per-category, meta-category and overall means are th
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from benchmark.metrics.kris.protocol import (
     VIEW_TASK,
     Prompts,
     ReplyError,
-    check_identity,
+    check_identity_if_set,
     load_prompts,
     parse_reply,
     summary_keys,
@@ -100,7 +101,8 @@ class KrisSuite(PromptedJudgeSuite):
                       "scripts, normalised per-category, meta-category and overall means")
 
     COLUMN_INFO, SUMMARY_INFO = COLUMN_INFO, SUMMARY_INFO
-    check_prompts_identity, load_prompts = staticmethod(check_identity), staticmethod(load_prompts)
+    # a null checksum (the shipped config) builds, and stops every run at the preflight (load_prompts)
+    check_prompts_identity, load_prompts = staticmethod(check_identity_if_set), staticmethod(load_prompts)
     samples_class = KrisSamples
     # VC over [source, edit], IF (or IF + KP) over [source, edit], VQ over the edit; viewpoint_change's IF adds the
     # ground truth (a third image), which the budget's estimate leaves out
@@ -134,21 +136,23 @@ class KrisSuite(PromptedJudgeSuite):
         for it, reqs in zip(good, per_query, strict=True):
             task = TASK_OF[it.query.edit_type]
             row: dict[str, Any] = {"query_id": it.query.id}
-            scores: dict[str, int] = {}
-            why = []
-            for name, _req in reqs:
-                reply = replies[n]
-                n += 1
-                row[f"{name.lower()}_reply"] = reply
-                try:
-                    scores |= parse_reply(task, name, reply)
-                except ReplyError as err:
-                    what = "dual (instruction and knowledge)" if name == "IF" and task in KNOWLEDGE_TASKS else name
-                    why.append(f"the {what} reply gives no usable score as KRIS-Bench's {task} script reads it "
-                               f"({err})")
-            if why:
-                rows.append(row | {c: math.nan for c in DIMENSIONS} | {"status": "failed", "reason": "; ".join(why)})
+            mine = [(name, replies[n + k]) for k, (name, _req) in enumerate(reqs)]
+            n += len(reqs)
+            row |= {f"{name.lower()}_reply": str(reply) for name, reply in mine}
+
+            def what(name: str, task: str = task) -> str:
+                return "dual (instruction and knowledge)" if name == "IF" and task in KNOWLEDGE_TASKS else name
+
+            parsed, judged = self._read_replies(
+                mine, {name: functools.partial(parse_reply, task, name) for name, _ in mine}, ReplyError,
+                lambda name, err, task=task: f"the {what(name)} reply gives no usable score as KRIS-Bench's {task} "
+                                             f"script reads it ({err})")
+            if judged.get("status") == "failed":
+                rows.append(row | {c: math.nan for c in DIMENSIONS} | judged)
                 continue
+            scores: dict[str, int] = {}
+            for name, _ in mine:
+                scores |= parsed[name]
             rows.append(row | {c: float(scores[c]) if c in scores else math.nan for c in DIMENSIONS}
-                        | {"k_scores": json.dumps(scores, sort_keys=True), "status": "ok", "reason": ""})
+                        | {"k_scores": json.dumps(scores, sort_keys=True), "status": "ok", "reason": ""} | judged)
         return rows

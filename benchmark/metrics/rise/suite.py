@@ -10,6 +10,7 @@ Accuracy, score and the per-category and per-subtask table are the leaderboard s
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -156,21 +157,19 @@ class RiseSuite(PromptedJudgeSuite):
             row: dict[str, Any] = {"query_id": q.id, "rise_subtask": q.hint("subtask", "") or ""}
             # every reply kept; "" for a dimension the sample is not judged on (consistency-free, logical)
             row |= {f"rise_reply_{d}": "" for d in DIMENSIONS}
-            row |= {f"rise_reply_{r.dimension}": reply for r, reply in zip(plan, mine, strict=True)}
+            row |= {f"rise_reply_{r.dimension}": str(reply) for r, reply in zip(plan, mine, strict=True)}
             scale = BINARY if q.edit_type == "rise_logical" else SCALE
-            parsed, why = {}, []
-            for r, reply in zip(plan, mine, strict=True):
-                try:
-                    parsed[r.dimension] = parse_reply(reply, scale)
-                except ReplyError as err:
-                    why.append(f"the {r.dimension} reply does not hold one {scale[0]}..{scale[1]} score as "
-                               f"RISEBench's parser reads it ({err})")
-            if why:
-                rows.append(row | {c: math.nan for c in COLUMN_INFO} | {"status": "failed", "reason": "; ".join(why)})
+            parsed, judged = self._read_replies(
+                [(r.dimension, reply) for r, reply in zip(plan, mine, strict=True)],
+                functools.partial(parse_reply, scale=scale), ReplyError,
+                lambda dim, err, scale=scale: f"the {dim} reply does not hold one {scale[0]}..{scale[1]} score as "
+                                              f"RISEBench's parser reads it ({err})")
+            if judged.get("status") == "failed":
+                rows.append(row | {c: math.nan for c in COLUMN_INFO} | judged)
                 continue
             s = sample_scores(q.edit_type, dict(q.judge_hints), parsed, self.completion)
             rows.append(row | {"RISE_solved": s["solved"], "RISE_score": s["score"], "RISE_reasoning": s["reasoning"],
                                "RISE_consistency": s["consistency"], "RISE_plausibility": s["plausibility"],
-                               "status": "ok", "reason": ""})
+                               "status": "ok", "reason": ""} | judged)
         return rows
 
