@@ -428,7 +428,7 @@ def test_a_transparent_source_and_an_unreadable_json_are_refused(tmp_path):
     with pytest.raises(RiseFormatError, match="transparent pixels"):
         build(data, tmp_path / "out")
     data.write_text('[{"index": "a", "index": "b"}]')
-    with pytest.raises(RiseFormatError, match=r"key\(s\) \['index'\] twice"):
+    with pytest.raises(RiseFormatError, match=r"key\(s\) \['index'\] in one JSON object"):
         build(data, tmp_path / "out")
     data.write_text('{"index": "a"}')
     with pytest.raises(RiseFormatError, match="non-empty JSON list"):

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import io
 import itertools
 import json
 import math
@@ -112,14 +111,15 @@ def _digest(ref: Path | bytes) -> str:
 
 
 def load_image(ref: Path | bytes) -> Any:
-    """An RGB PIL image from a file or from encoded bytes."""
-    from PIL import Image
-
-    from benchmark.imageio import load_rgb
+    """An RGB PIL image from a file or from encoded bytes, under `load_rgb`'s rules (pixel limit from the header,
+    16-bit scaled, transparency refused); an unusable one raises `ImageInputError` (`score_set` makes it a failure
+    row)."""
+    from benchmark.imageio import ImageInputError, load_rgb
 
     if isinstance(ref, bytes):
-        with Image.open(io.BytesIO(ref)) as im:
-            return im.convert("RGB")
+        if not ref:
+            raise ImageInputError("embedded image: no bytes")
+        return load_rgb("embedded image", ref)
     return load_rgb(ref)
 
 
@@ -145,10 +145,17 @@ def _parquet_rows(path: Path, columns: Sequence[str]) -> tuple[list[dict[str, An
 
 
 def _image_cell(cell: Any, where: str) -> bytes:
-    """A Hugging Face `Image` cell ({bytes, path}) as encoded bytes."""
+    """A Hugging Face `Image` cell ({bytes, path}) as encoded bytes (embedded: a path alone is never read)."""
     if isinstance(cell, dict) and isinstance(cell.get("bytes"), bytes) and cell["bytes"]:
         return cell["bytes"]
-    raise JudgeSetError(f"{where}: not an embedded image ({{bytes, path}} with bytes); got {type(cell).__name__}")
+    raise JudgeSetError(f"{where}: not an embedded image ({{bytes, path}} with bytes); got "
+                        f"{'null' if cell is None else type(cell).__name__}")
+
+
+def _text(value: Any, where: str, field: str) -> str:
+    from benchmark.querysets.release import release_text
+
+    return release_text(value, where, field, JudgeSetError)
 
 
 def read_editscore(path: Path, *, dimension: str = "overall") -> HumanSet:
@@ -159,14 +166,21 @@ def read_editscore(path: Path, *, dimension: str = "overall") -> HumanSet:
     rows, files = _parquet_rows(path, cols)
     groups = []
     for n, r in enumerate(rows):
-        if r["dimension"] != dimension:
+        where = f"{path}: row {n}"
+        if _text(r["dimension"], where, "dimension") != dimension:
             continue
-        where = f"{path}: row {n} (key {r['key']})"
-        outs = r["output_images"] or []
-        if len(outs) != 2:
-            raise JudgeSetError(f"{where}: {len(outs)} output images; a pair has 2, the better first")
-        groups.append(Group(f"{r['key'][0]}|{r['key'][1]}", str(r["task_type"]), str(r["instruction"]),
-                            _image_cell(r["input_image"], where),
+        key = r["key"]
+        if not isinstance(key, list | tuple) or len(key) != 2:
+            raise JudgeSetError(f"{where}: key must be a list of 2 ids (the two edits'), got {str(key)[:60]}")
+        key = [_text(k, where, f"key[{i}]") for i, k in enumerate(key)]
+        where = f"{path}: row {n} (key {key})"
+        outs = r["output_images"]
+        if not isinstance(outs, list | tuple) or len(outs) != 2:
+            got = f"{len(outs)} output images" if isinstance(outs, list | tuple) else \
+                f"output_images is {'null' if outs is None else type(outs).__name__}"
+            raise JudgeSetError(f"{where}: {got}; a pair has 2, the better first")
+        groups.append(Group(f"{key[0]}|{key[1]}", _text(r["task_type"], where, "task_type"),
+                            _text(r["instruction"], where, "instruction"), _image_cell(r["input_image"], where),
                             tuple(_image_cell(o, where) for o in outs), ((0, 1, 1),)))
     if not groups:
         raise JudgeSetError(f"{path}: no rows of dimension {dimension!r}")
@@ -197,38 +211,65 @@ def tiger_order(ranking: str) -> tuple[int, ...] | None:
 
 
 RANKING = re.compile(r"^(A>B|B>A|A<B|A=B=Good|A=B=Bad|[A-D](>[A-D]){1,3})$")
+TWO_EDIT_RANKINGS = ("A>B", "B>A", "A<B", "A=B=Good", "A=B=Bad")
+
+
+def ranking_problem(ranking: Any, n_edits: int) -> str | None:
+    """Why TIGER's `human_vote.ranking` cannot be read for a group of `n_edits` edits, or None: it must be text, the
+    group 2-4 edits, and the ranking name exactly the group's edits, each once ("A>C" with 2 edits, "A>A" and
+    "A>B>D" with 3 are refused; the tie and "B>A" / "A<B" forms only for 2 edits)."""
+    if not isinstance(ranking, str):
+        return f"ranking must be text, got {'null' if ranking is None else type(ranking).__name__}"
+    if not 2 <= n_edits <= 4:
+        return f"{n_edits} edits; a group has 2-4"
+    letters = [chr(ord("A") + i) for i in range(n_edits)]
+    if n_edits == 2 and ranking in TWO_EDIT_RANKINGS:
+        return None
+    if RANKING.match(ranking) and "=" not in ranking and "<" not in ranking and \
+            sorted(ranking.split(">")) == letters:
+        return None
+    return f"ranking {ranking[:40]!r} does not order its {n_edits} edits (it must name each of {', '.join(letters)} " \
+           "exactly once)"
 
 
 def read_tiger(path: Path) -> HumanSet:
     """TIGER-Lab's EditReward-Bench: a folder with EditReward_Bench_{2,3,4}pair.json (or one of them); image
-    paths relative to the file's folder."""
+    paths relative to the file's folder, which they must stay inside (`release.release_file`)."""
+    from benchmark.querysets.release import read_json, release_file
+
     path = Path(path)
     files = {k: path / f for k, f in TIGER_FILES.items() if (path / f).is_file()} if path.is_dir() else \
         {next((k for k, f in TIGER_FILES.items() if f == path.name), path.stem): path}
     if not files:
         raise JudgeSetError(f"{path}: none of {', '.join(TIGER_FILES.values())} here")
     groups, problems = [], []
+    dirs: dict[str, str] = {}  # each image folder's real path, resolved once per read
     for subtask, f in files.items():
-        try:
-            items = json.loads(f.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-            raise JudgeSetError(f"{f}: not a readable JSON list ({type(err).__name__}: {err})") from None
+        items = read_json(f, JudgeSetError)
+        if not isinstance(items, list):
+            raise JudgeSetError(f"{f}: must hold a JSON list of items, got {type(items).__name__}")
         for n, it in enumerate(items):
+            where = f"{f.name} item {n}"
             try:
                 src, gens, ranking = it["path_src"], it["paths_generated"], it["human_vote"]["ranking"]
                 prompt = it["prompt"]
-            except (KeyError, TypeError) as err:
-                problems.append(f"{f.name} item {n}: missing {err}; want prompt, path_src, paths_generated, "
+            except (KeyError, TypeError, IndexError) as err:
+                problems.append(f"{where}: missing {err}; want prompt, path_src, paths_generated, "
                                 "human_vote.ranking")
                 continue
-            if not RANKING.match(ranking) or not 2 <= len(gens) <= 4 or (len(gens) > 2 and "=" in ranking) or \
-                    (len(gens) > 2 and len(set(ranking.replace(">", ""))) != len(gens)):
-                problems.append(f"{f.name} item {n}: ranking {ranking!r} does not order its {len(gens)} edits")
+            if not isinstance(gens, list):
+                problems.append(f"{where}: paths_generated must be a list of paths, got {type(gens).__name__}")
                 continue
-            refs = [(Path(p) if Path(p).is_absolute() else f.parent / p) for p in [src, *gens]]
-            absent = [str(p) for p in refs if not p.is_file()]
-            if absent:
-                problems.append(f"{f.name} item {n}: missing image(s) {', '.join(absent)}")
+            why = ranking_problem(ranking, len(gens))
+            if why:
+                problems.append(f"{where}: {why}")
+                continue
+            try:
+                prompt = _text(prompt, where, "prompt")
+                refs = [release_file(f.parent, p, where, field, JudgeSetError, dirs) for field, p in
+                        [("path_src", src), *((f"paths_generated[{i}]", g) for i, g in enumerate(gens))]]
+            except JudgeSetError as err:
+                problems.append(str(err))
                 continue
             comps = tuple((i, j, tiger_verdict(ranking, i, j)) for i, j in itertools.combinations(range(len(gens)), 2))
             groups.append(Group(f"{f.stem}:{n}", subtask, prompt, refs[0], tuple(refs[1:]), comps,
@@ -236,6 +277,8 @@ def read_tiger(path: Path) -> HumanSet:
     if problems:
         shown = "\n  ".join(problems[:10])
         raise JudgeSetError(f"{path}: {len(problems)} problem(s):\n  {shown}\nFix the items (docs/metaeval.md).")
+    if not groups:
+        raise JudgeSetError(f"{path}: no items; the set is empty")
     return HumanSet("tiger", groups, list(files.values()),
                     {"groups": len(groups), "pairs": sum(len(g.comparisons) for g in groups)})
 
@@ -247,11 +290,15 @@ def read_genai(path: Path) -> HumanSet:
     groups = []
     for n, r in enumerate(rows):
         where = f"{path}: row {n}"
-        if r["vote_type"] not in GENAI_VOTES:
-            raise JudgeSetError(f"{where}: vote_type {r['vote_type']!r}; want one of {', '.join(GENAI_VOTES)}")
-        groups.append(Group(f"genai:{n}", "all", str(r["instruct_prompt"]), _image_cell(r["source_image"], where),
+        vote = r["vote_type"]
+        if not isinstance(vote, str) or vote not in GENAI_VOTES:
+            raise JudgeSetError(f"{where}: vote_type {vote!r}; want one of {', '.join(GENAI_VOTES)}")
+        groups.append(Group(f"genai:{n}", "all", _text(r["instruct_prompt"], where, "instruct_prompt"),
+                            _image_cell(r["source_image"], where),
                             (_image_cell(r["left_output_image"], where), _image_cell(r["right_output_image"], where)),
-                            ((0, 1, GENAI_VOTES[r["vote_type"]]),)))
+                            ((0, 1, GENAI_VOTES[vote]),)))
+    if not groups:
+        raise JudgeSetError(f"{path}: no rows; the set is empty")
     return HumanSet("genai", groups, files, {"votes": len(groups)})
 
 
@@ -512,6 +559,7 @@ def score_set(judge: Judge, hset: HumanSet, chunk: int = 16, column: str | None 
     a bar over the edits still to judge."""
     from tqdm import tqdm
 
+    from benchmark.imageio import ImageInputError
     from benchmark.types import Query
 
     column = column or judge.column
@@ -524,9 +572,16 @@ def score_set(judge: Judge, hset: HumanSet, chunk: int = 16, column: str | None 
     transient: dict[str, dict[str, Any]] = {}
     for start in range(0, len(todo), chunk):
         part = todo[start : start + chunk]
-        batch = [(Query(id=key, image="", edit_type="judged", instruction=g.instruction),
-                  load_image(g.source), load_image(g.edits[k])) for g, k, key in part]
-        by_id = {r["query_id"]: r for r in judge.suite.score_images(batch)}
+        batch, unreadable = [], {}
+        for g, k, key in part:
+            try:
+                images = load_image(g.source), load_image(g.edits[k])
+            except ImageInputError as err:  # an unusable image is a failure row, as in runs
+                unreadable[key] = {"status": "failed", "reason": f"unreadable image: {err}"}
+                continue
+            batch.append((Query(id=key, image="", edit_type="judged", instruction=g.instruction), *images))
+        by_id = {r["query_id"]: r for r in judge.suite.score_images(batch)} if batch else {}
+        by_id |= unreadable
         records = []
         for _, _, key in part:
             r = by_id[key]

@@ -25,7 +25,6 @@ HATIE and EditVal do not apply (no scene graphs, no object annotations): the met
 from __future__ import annotations
 
 import hashlib
-import io
 import os
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -79,24 +78,23 @@ def load_split(dataset: str | os.PathLike[str], split: str, revision: str | None
         "input_image_raw", datasets.Image(decode=False))
 
 
-def _decode(cell: Any, where: str, feature: str) -> Any:
-    """The RGB image of one `Image(decode=False)` cell ({'bytes', 'path'}); GEditFormatError naming the row."""
-    from PIL import Image
+def _decode(cell: Any, where: str, feature: str, folder: Path | None) -> Any:
+    """The RGB image of one `Image(decode=False)` cell ({'bytes', 'path'}) under `load_rgb`'s rules (pixel limit
+    from the header, 16-bit scaled, transparency refused); a cell without bytes names a file, read only when it
+    is a regular file inside the saved dataset `folder`. GEditFormatError naming the row."""
+    from benchmark.querysets.release import cell_bytes, release_image
 
+    fix = "Re-fetch the dataset (make data NAME=gedit) or drop the row from your local copy"
     if not isinstance(cell, dict) or (cell.get("bytes") is None and not cell.get("path")):
-        raise GEditFormatError(f"{where}: {feature} is empty; the row needs an image. Re-fetch the dataset "
-                               "(make data NAME=gedit) or drop the row from your local copy")
+        raise GEditFormatError(f"{where}: {feature} is empty; the row needs an image. {fix}")
     try:
-        raw = cell["bytes"] if cell.get("bytes") is not None else Path(cell["path"]).read_bytes()
-        with Image.open(io.BytesIO(raw)) as im:
-            im.load()
-            rgb = im.convert("RGB")
-    except (OSError, ValueError, Image.DecompressionBombError) as err:
-        raise GEditFormatError(f"{where}: {feature} is not a readable image ({type(err).__name__}: {err}). Re-fetch "
-                               "the dataset (make data NAME=gedit) or drop the row from your local copy") from None
-    if min(rgb.size) < 1:
-        raise GEditFormatError(f"{where}: {feature} has no pixels ({rgb.size})")
-    return rgb
+        raw = cell_bytes(cell, where, feature, GEditFormatError, folder)
+    except GEditFormatError as err:
+        raise GEditFormatError(f"{err}. {fix}") from None
+    try:
+        return release_image(raw, where, feature, GEditFormatError)
+    except GEditFormatError as err:
+        raise GEditFormatError(f"{err}. {fix}") from None
 
 
 def _pixels_digest(im: Any) -> str:
@@ -117,13 +115,23 @@ def build(dataset: str | os.PathLike[str], out_dir: str | os.PathLike[str], *, s
           image: Literal["input_image", "input_image_raw"] = "input_image", revision: str | None = None,
           name: str = "gedit") -> dict[str, Any]:
     """Convert GEdit-Bench into `out_dir` (images/, queries.jsonl, queryset.json): every row, both languages."""
-    from benchmark.imageio import save_png
-    from benchmark.querysets.io import check_id, write_built_queryset
+    from benchmark.querysets.release import staged_output
 
     if image not in IMAGE_FEATURES:
         raise ValueError(f"image must be one of {IMAGE_FEATURES}, got {image!r}")
-    out = Path(out_dir)
     ds = load_split(dataset, split, revision)
+    with staged_output(out_dir, GEditFormatError) as out:
+        return _write(ds, dataset, split, image, revision, name, out)
+
+
+def _write(ds: Any, dataset: str | os.PathLike[str], split: str, image: str, revision: str | None, name: str,
+           out: Path) -> dict[str, Any]:
+    """Every row checked and its source written into the staging folder `out`, then the queries."""
+    from benchmark.imageio import save_png
+    from benchmark.querysets.io import check_id, write_built_queryset
+    from benchmark.querysets.release import release_text
+
+    folder = Path(dataset) if Path(dataset).is_dir() else None
     cols = {f: list(ds[f]) for f in FEATURES if f not in IMAGE_FEATURES}  # small columns; images row by row
     rows: list[dict[str, Any]] = []
     seen: dict[tuple[str, str, str], int] = {}
@@ -141,6 +149,7 @@ def build(dataset: str | os.PathLike[str], out_dir: str | os.PathLike[str], *, s
         if not isinstance(flag, bool):
             raise GEditFormatError(f"{where}: Intersection_exist must be true or false, got {flag!r}")
         qid = f"gedit-{lang}-{TASK_TYPES[task].removeprefix('gedit_')}-{key}"
+        release_text(key, where, "key", GEditFormatError)
         try:
             check_id(str(key), "key", why="keys become query ids and file names")
             check_id(qid)
@@ -150,8 +159,9 @@ def build(dataset: str | os.PathLike[str], out_dir: str | os.PathLike[str], *, s
             raise GEditFormatError(f"{where}: duplicate (language, task_type, key); first on row "
                                    f"{seen[(lang, task, key)]}")
         seen[(lang, task, key)] = i
+        release_text(cols["instruction"][i], where, "instruction", GEditFormatError, allow_empty=True)
         text = _text(cols["instruction"][i], where)
-        rgb = _decode(ds[i][image], where, image)
+        rgb = _decode(ds[i][image], where, image, folder)
         digest = _pixels_digest(rgb)[:20]
         rel = f"images/{digest}.png"
         if not (out / rel).is_file():
@@ -173,7 +183,7 @@ def build(dataset: str | os.PathLike[str], out_dir: str | os.PathLike[str], *, s
     queries.sort(key=lambda q: q.id)
     by_lang = Counter(q.language for q in queries)
     return write_built_queryset(
-        out, queries, name=name,
+        out, queries, name=name, error=GEditFormatError,
         description=f"GEdit-Bench ({split} split, {len(queries)} instructions: {dict(by_lang)}): source image and "
                     "instruction per row, English and Chinese kept, converted by benchmark.querysets.gedit.",
         license="MIT (GEdit-Bench dataset card)",

@@ -48,7 +48,8 @@ class ImgEditFormatError(ValueError):
 
 def read_edits(path: str | os.PathLike[str]) -> dict[str, dict[str, str]]:
     """`basic_edit.json` as {key: entry}, checked for shape (numeric keys, the three fields, known edit types)."""
-    from benchmark.querysets.io import check_relpath, read_keyed_json
+    from benchmark.querysets.io import check_id, check_relpath, read_keyed_json
+    from benchmark.querysets.release import release_text
 
     path = Path(path)
     if not path.is_file():
@@ -56,15 +57,18 @@ def read_edits(path: str | os.PathLike[str]) -> dict[str, dict[str, str]]:
                                  f"(Benchmark/Basic/{EDITS_FILE} of {SOURCE_REPO} at the manifest's commit)")
     raw = read_keyed_json(path, ImgEditFormatError, "edit key")
     for key, entry in raw.items():
-        where = f"{path} entry {key!r}"
+        where = f"{path} entry {key[:40]!r}"
         if not key.isascii() or not key.isdigit():
             raise ImgEditFormatError(f"{where}: keys are decimal numbers in the release (e.g. '1082'); this one "
                                      "becomes a query id and the official edit file name, so it is refused")
+        try:
+            check_id(f"imgedit-{key}", "query id", why="the key becomes a query id and a file name")
+        except ValueError as err:
+            raise ImgEditFormatError(f"{where}: {err}") from None
         if not isinstance(entry, dict) or any(f not in entry for f in FIELDS):
             raise ImgEditFormatError(f"{where}: must be an object with {list(FIELDS)}")
         for f in FIELDS:
-            if not isinstance(entry[f], str) or not entry[f].strip():
-                raise ImgEditFormatError(f"{where}: {f} must be a non-empty string, got {entry[f]!r}")
+            release_text(entry[f], where, f, ImgEditFormatError)
         if entry["edit_type"] not in EDIT_TYPES:
             raise ImgEditFormatError(f"{where}: edit_type {entry['edit_type']!r} is not one of ImgEdit-Bench "
                                      f"Basic's {sorted(EDIT_TYPES)}")
@@ -94,19 +98,22 @@ def find_image_root(images: str | os.PathLike[str], rel: str, depth: int = 3) ->
     return found[0]
 
 
-def _source(root: Path, rel: str, where: str) -> Any:
-    """The entry's source as RGB, refused unless it is a readable image file."""
-    from benchmark.imageio import ImageInputError, load_rgb
+def _source(images: Path, root: Path, rel: str, where: str, dirs: dict[str, str] | None = None) -> Any:
+    """The entry's source as RGB: a regular file under `root` that stays inside the --images folder `images`
+    (symlinks leaving it refused), readable under `load_rgb`'s rules."""
+    from benchmark.querysets.release import release_file, release_image
 
-    path = root / rel
-    if not path.is_file():
-        raise ImgEditFormatError(f"{where}: source image {path} not found; the unpacked archive is incomplete "
+    if not (root / rel).exists():
+        raise ImgEditFormatError(f"{where}: source image {root / rel} not found; the unpacked archive is incomplete "
                                  "(unpack Benchmark.tar again)")
-    try:
-        rgb = load_rgb(path)  # the harness's own source rules: pixel limit from the header, no transparency
-    except ImageInputError as err:
-        raise ImgEditFormatError(f"{where}: source image is not usable: {err}") from None
-    return rgb
+    path = release_file(images, os.path.relpath(root / rel, images), where, "id", ImgEditFormatError, dirs)
+    return release_image(path, where, f"source image {rel}", ImgEditFormatError)
+
+
+def _numeric_order(key: str) -> tuple[int, str, str]:
+    """Sort key of a decimal string in numeric order, without int() (a 5000-digit key would raise)."""
+    digits = key.lstrip("0")
+    return len(digits), digits, key
 
 
 def _pixels_digest(im: Any) -> str:
@@ -118,31 +125,44 @@ def _pixels_digest(im: Any) -> str:
 def build(edits: str | os.PathLike[str], images: str | os.PathLike[str], out_dir: str | os.PathLike[str], *,
           name: str = "imgedit") -> dict[str, Any]:
     """Convert `basic_edit.json` and the sources under `images` into `out_dir` (images/, queries.jsonl,
-    queryset.json)."""
+    queryset.json), built in a staging folder moved into place only when everything passed."""
+    from benchmark.querysets.release import staged_output
+
+    edits = Path(edits)
+    entries = read_edits(edits)
+    keys = sorted(entries, key=_numeric_order)
+    root = find_image_root(images, entries[keys[0]]["id"])
+    with staged_output(out_dir, ImgEditFormatError) as out:
+        return _write(edits, Path(images), root, entries, keys, out, name)
+
+
+def _write(edits: Path, images: Path, root: Path, entries: dict[str, dict[str, str]], keys: list[str], out: Path,
+           name: str) -> dict[str, Any]:
+    """Each distinct source read, checked and written once into the staging folder `out` (linear in entries: the
+    keys naming a source are grouped in one pass), then the queries."""
     from benchmark.filehash import sha256_file
     from benchmark.imageio import save_png
     from benchmark.querysets.io import write_built_queryset
 
-    edits, out = Path(edits), Path(out_dir)
-    entries = read_edits(edits)
-    keys = sorted(entries, key=int)
-    root = find_image_root(images, entries[keys[0]]["id"])
-    sources = sorted({e["id"] for e in entries.values()})
+    by_source: dict[str, list[str]] = {}
+    for k in keys:
+        by_source.setdefault(entries[k]["id"], []).append(k)
+    sources = sorted(by_source)
     digests: dict[str, str] = {}
-    for rel in sources:  # every source checked before anything is written
-        where = f"{edits} entries {sorted(k for k in keys if entries[k]['id'] == rel)[:3]}"
-        digests[rel] = _pixels_digest(_source(root, rel, where))[:20]
+    dirs: dict[str, str] = {}  # each source folder's real path, resolved once
     for rel in sources:
+        rgb = _source(images, root, rel, f"{edits} entries {by_source[rel][:3]}", dirs)
+        digests[rel] = _pixels_digest(rgb)[:20]
         dest = out / "images" / f"{digests[rel]}.png"
         if not dest.is_file():
-            save_png(_source(root, rel, rel), dest)
+            save_png(rgb, dest)
     queries = [Query(id=f"imgedit-{k}", image=f"images/{digests[entries[k]['id']]}.png",
                      image_id=digests[entries[k]["id"]], edit_type=EDIT_TYPES[entries[k]["edit_type"]],
                      instruction=entries[k]["prompt"]) for k in keys]
     by_type = Counter(e["edit_type"] for e in entries.values())
     full = dict(by_type) == RELEASE_COUNTS
     return write_built_queryset(
-        out, queries, name=name,
+        out, queries, name=name, error=ImgEditFormatError,
         description=f"ImgEdit-Bench Basic ({len(queries)} of the release's {sum(RELEASE_COUNTS.values())} edits"
                     f"{'' if full else '; NOT the full release'}): source image and instruction per edit, converted "
                     "by benchmark.querysets.imgedit.",

@@ -73,23 +73,31 @@ def check_text(value: str, what: str) -> str:
 
 def read_keyed_json(path: Path, error: type[Exception], keyed_by: str) -> dict[str, Any]:
     """A release's JSON file holding one non-empty object {key: entry} (PIE-Bench's mapping file, ImgEdit-Bench's
-    edit list), read with a key that appears twice refused (json keeps the last silently). Every problem raises
-    `error` naming the file (and the line of a JSON syntax error); `keyed_by` says what the keys are."""
-    def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        dup = sorted(k for k, n in Counter(k for k, _ in pairs).items() if n > 1)
-        if dup:
-            raise error(f"{path}: duplicate key(s) {dup[:5]} in one JSON object; each {keyed_by} must appear once")
-        return dict(pairs)
+    edit list), read under the release rules (`benchmark.querysets.release.read_json`: bounded numbers and depth,
+    a key that appears twice refused, no lone surrogate). Every problem raises `error` naming the file (and the
+    line of a JSON syntax error); `keyed_by` says what the keys are."""
+    from benchmark.querysets.release import read_json
 
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=no_duplicates)
-    except json.JSONDecodeError as err:
-        raise error(f"{path}:{err.lineno}: not valid JSON ({err.msg})") from None
-    except UnicodeDecodeError as err:
-        raise error(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+    raw = read_json(path, error, what="file")
     if not isinstance(raw, dict) or not raw:
         raise error(f"{path}: must hold a non-empty JSON object keyed by {keyed_by}")
     return raw
+
+
+def check_query(q: Query, where: str = "") -> None:
+    """Refuse `q` unless `read_queries` would load its canonical line: the loader's own rules (line size, UTF-8,
+    NUL, ids, fields), applied when a set is built so that a build that succeeds always loads."""
+    label = where or f"query {q.id!r}"
+    try:
+        raw = canonical_line(q).encode("utf-8")
+    except UnicodeEncodeError:
+        raise QuerySetError(f"{label}: a text field holds a lone UTF-16 surrogate; it cannot be written as UTF-8"
+                            ) from None
+    obj = parse_json_line(raw, label)
+    try:
+        query_from_dict(obj)
+    except (ValueError, TypeError) as err:
+        raise QuerySetError(f"{label}: {err}") from None
 
 
 def check_relpath(value: str, what: str) -> str:
@@ -470,12 +478,25 @@ class QuerySetNotBuiltError(QuerySetError):
 
 
 def write_built_queryset(out: Path, queries: Sequence[Query], *, name: str, counts: dict[str, Any] | None = None,
-                         **fields: Any) -> dict[str, Any]:
+                         error: type[Exception] = QuerySetError, **fields: Any) -> dict[str, Any]:
     """Write a builder's output, queries in the given order: `queries.jsonl`, `summary.md` (queries per type and
     class) and `queryset.json` with name, schema version, content hash, image and query counts (plus `counts`) and
-    the builder's own `fields` (description, license, provenance). Returns the metadata."""
+    the builder's own `fields` (description, license, provenance). Returns the metadata. Every query is first
+    checked with the loader's own rules (`check_query`; ids once each): a refusal raises `error` and writes
+    nothing."""
     from benchmark.fileio import atomic_write_text
 
+    if not queries:
+        raise error(f"{out}: the build made no query")
+    seen: set[str] = set()
+    for q in queries:
+        try:
+            check_query(q)
+        except QuerySetError as err:
+            raise error(str(err)) from None
+        if q.id in seen:
+            raise error(f"query id {q.id!r} is made twice; ids must be unique")
+        seen.add(q.id)
     write_queries(out / QUERIES_FILE, queries)
     atomic_write_text(out / "summary.md", summary_table(queries))
     # A builder may link a top-level folder to data kept elsewhere (the HATIE importer's images/): declare it, so
@@ -483,7 +504,10 @@ def write_built_queryset(out: Path, queries: Sequence[Query], *, name: str, coun
     linked = sorted(p.name for p in out.iterdir() if p.is_symlink() and p.is_dir())
     if linked:
         fields = {"linked_folders": linked, **fields}
-    files = file_digests(out, queries, {"linked_folders": linked})
+    try:
+        files = file_digests(out, queries, {"linked_folders": linked})
+    except QuerySetError as err:
+        raise error(str(err)) from None
     meta = {"name": name, "schema_version": SCHEMA_VERSION, "content_hash": content_hash(queries, files), **fields,
             "counts": {"images": len({q.image_id for q in queries}), "queries": len(queries),
                        "by_type": dict(Counter(q.edit_type for q in queries)), **(counts or {})}}

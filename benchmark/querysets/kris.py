@@ -78,7 +78,7 @@ def _inside(folder: Path, rel: str, field: str, where: str) -> Path:
 def read_task(folder: Path) -> dict[str, dict[str, Any]]:
     """One task's `annotation.json` as {key: entry}, checked for shape (decimal keys, the fields as strings; a list
     `ori_img` only where the task has several inputs)."""
-    from benchmark.querysets.io import read_keyed_json
+    from benchmark.querysets.io import check_id, read_keyed_json
 
     task = folder.name
     raw = read_keyed_json(folder / ANNOTATION, KrisFormatError, "edit key")
@@ -87,6 +87,10 @@ def read_task(folder: Path) -> dict[str, dict[str, Any]]:
         if not key.isascii() or not key.isdigit():
             raise KrisFormatError(f"{where}: keys are decimal numbers in the release (e.g. '12'); this one becomes a "
                                   "query id and the official edit file name, so it is refused")
+        try:
+            check_id(f"kris-{task}-{key}", why="the key becomes a query id and a file name")
+        except ValueError as err:
+            raise KrisFormatError(f"{where}: {err}") from None
         if not isinstance(entry, dict) or "ori_img" not in entry or "ins_en" not in entry:
             raise KrisFormatError(f"{where}: must be an object with 'ori_img' and 'ins_en' (and 'gt_img', "
                                   "'explain_en')")
@@ -144,11 +148,18 @@ def _pixels_digest(im: Any) -> str:
 
 def build(release: str | os.PathLike[str], out_dir: str | os.PathLike[str], *, name: str = "kris") -> dict[str, Any]:
     """Convert the release folder `release` (KRIS_Bench/) into `out_dir` (images/, queries.jsonl, queryset.json).
-    The entries of the several-input tasks are skipped and counted (`counts.skipped`)."""
+    The entries of the several-input tasks are skipped and counted (`counts.skipped`). Built in a staging folder
+    moved into place only when everything passed (`release.staged_output`)."""
+    from benchmark.querysets.release import staged_output
+
+    with staged_output(out_dir, KrisFormatError) as out:
+        return _build(Path(release), out, name)
+
+
+def _build(release: Path, out: Path, name: str) -> dict[str, Any]:
     from benchmark.imageio import save_png
     from benchmark.querysets.io import write_built_queryset
 
-    release, out = Path(release), Path(out_dir)
     planned: list[tuple[str, str, dict[str, Any], Path, Path | None]] = []
     skipped: dict[str, int] = {}
     seen: Counter[str] = Counter()
@@ -183,7 +194,7 @@ def build(release: str | os.PathLike[str], out_dir: str | os.PathLike[str], *, n
     full = total == RELEASE_TOTAL and sorted(seen) == sorted(TASKS)
     reasons = {t: f"{MULTI_INPUT[t]}: an editmeter query holds one source image" for t in skipped}
     return write_built_queryset(
-        out, queries, name=name,
+        out, queries, name=name, error=KrisFormatError,
         description=f"KRIS-Bench ({len(queries)} single-source edits of {total} read"
                     f"{'' if full else '; NOT the full release'}"
                     f"{'; skipped ' + ', '.join(f'{t} ({n})' for t, n in skipped.items()) if skipped else ''}): "

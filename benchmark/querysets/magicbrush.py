@@ -33,6 +33,7 @@ from benchmark.types import Query
 
 WHITE_MIN = 250
 FEATURES = ("img_id", "turn_index", "source_img", "mask_img", "instruction", "target_img")
+IMAGE_FEATURES = ("source_img", "mask_img", "target_img")
 
 
 class MagicBrushFormatError(ValueError):
@@ -50,10 +51,42 @@ def edit_region(mask_img: Any) -> np.ndarray:
 
 
 def load_split(dataset: str | os.PathLike[str], split: str | None) -> Any:
-    """A saved dataset folder (`save_to_disk`, a Dataset or a DatasetDict), or a hub id (needs the network)."""
+    """A saved dataset folder (`save_to_disk`, a Dataset or a DatasetDict), or a hub id (needs the network); the
+    image columns are read as stored bytes and decoded here (`release_image`), so an unreadable one is reported
+    with its row."""
+    import datasets
     from benchmark.querysets.hub_split import load_split as load
 
-    return load(dataset, split, features=FEATURES, what="MagicBrush", error=MagicBrushFormatError)
+    ds = load(dataset, split, features=FEATURES, what="MagicBrush", error=MagicBrushFormatError)
+    for col in IMAGE_FEATURES:
+        try:
+            ds = ds.cast_column(col, datasets.Image(decode=False))
+        except (ValueError, TypeError) as err:
+            raise MagicBrushFormatError(f"{dataset} [{split}]: column {col} is not an image column ({err})") from None
+    return ds
+
+
+def _mask(raw: bytes, where: str) -> Any:
+    """A mask cell's image (any mode: transparency marks the region), its pixel count refused from the header
+    over `load_rgb`'s limit, as a loaded PIL image."""
+    import io
+
+    from PIL import Image, UnidentifiedImageError
+
+    from benchmark.imageio import ImageInputError, _bomb_error, _check_header
+
+    try:
+        with Image.open(io.BytesIO(raw)) as im:
+            _check_header(Path("mask_img"), im, "mask")
+            im.load()
+            return im.copy()
+    except ImageInputError as err:
+        raise MagicBrushFormatError(f"{where}: {err}") from None
+    except Image.DecompressionBombError as err:
+        raise MagicBrushFormatError(f"{where}: {_bomb_error(Path('mask_img'), 'mask', err)}") from None
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError, MemoryError) as err:
+        raise MagicBrushFormatError(f"{where}: mask_img is not a readable image ({type(err).__name__}: {err})"
+                                    ) from None
 
 
 def caption_files(img_id: str, turn: int) -> tuple[str, str]:
@@ -62,17 +95,18 @@ def caption_files(img_id: str, turn: int) -> tuple[str, str]:
 
 
 def load_captions(path: str | os.PathLike[str]) -> dict[str, dict[str, str]]:
-    """MagicBrush's `global_descriptions.json`: {img_id: {file name: caption}}; a malformed file is an error."""
-    import json
+    """MagicBrush's `global_descriptions.json`: {img_id: {file name: caption}}, read under the release rules (a
+    key twice in one object refused, bounded numbers and depth); a malformed file is an error."""
+    from benchmark.querysets.release import read_json, release_text
 
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise MagicBrushFormatError(f"captions file {path}: {err}") from None
-    if not isinstance(data, dict) or not all(
-            isinstance(v, dict) and all(isinstance(c, str) for c in v.values()) for v in data.values()):
+    data = read_json(path, MagicBrushFormatError, what="captions file")
+    if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
         raise MagicBrushFormatError(f"captions file {path}: expected {{img_id: {{file name: caption}}}}, as the "
                                     "test split's global_descriptions.json")
+    for img_id, files in data.items():
+        for name, caption in files.items():
+            release_text(caption, f"captions file {path} [{img_id!r}][{name!r}]", "caption", MagicBrushFormatError,
+                         allow_empty=True)
     return data
 
 
@@ -81,23 +115,36 @@ def build(dataset: str | os.PathLike[str], out_dir: str | os.PathLike[str], *, s
           captions: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     """Convert one MagicBrush split into `out_dir` (images/, edit_masks/, targets/, queries.jsonl); `captions`: the
     split's `global_descriptions.json`, whose captions become each query's source and target captions."""
-    from benchmark.imageio import save_mask, save_png
-    from benchmark.querysets.io import check_id, write_built_queryset
+    from benchmark.querysets.release import release_int, staged_output
 
     if turns not in ("first", "all"):
         raise ValueError(f"turns must be 'first' or 'all', got {turns!r}")
-    out = Path(out_dir)
     ds = load_split(dataset, split)
     descriptions = load_captions(captions) if captions is not None else None
     turn_index = list(ds["turn_index"])  # one small column; images stay on disk until their row is read
-    rows = [i for i, t in enumerate(turn_index) if turns == "all" or int(t) == 1]
+    for i, t in enumerate(turn_index):
+        release_int(t, f"{dataset} [{split}] row {i}", "turn_index", MagicBrushFormatError, minimum=1)
+    rows = [i for i, t in enumerate(turn_index) if turns == "all" or t == 1]
+    with staged_output(out_dir, MagicBrushFormatError) as out:
+        return _write(ds, rows, dataset, split, turns, name, captions, descriptions, out)
+
+
+def _write(ds: Any, rows: list[int], dataset: Any, split: str, turns: str, name: str, captions: Any,
+           descriptions: dict[str, dict[str, str]] | None, out: Path) -> dict[str, Any]:
+    """Each kept row checked and written into the staging folder `out`, then the queries."""
+    from benchmark.imageio import save_mask, save_png
+    from benchmark.querysets.io import check_id, write_built_queryset
+    from benchmark.querysets.release import cell_bytes, release_image, release_text
+
+    folder = Path(dataset) if Path(dataset).is_dir() else None
     queries: list[Query] = []
     seen: set[str] = set()
     empty_masks = 0
     for i in rows:
         row = ds[i]
-        where = f"{dataset} [{split}] row {i} (img_id {row['img_id']!r}, turn {row['turn_index']})"
-        qid = f"mb-{split}-{row['img_id']}-t{int(row['turn_index'])}"
+        where = f"{dataset} [{split}] row {i} (img_id {str(row['img_id'])[:40]!r}, turn {row['turn_index']})"
+        img_id = release_text(row["img_id"], where, "img_id", MagicBrushFormatError)
+        qid = f"mb-{split}-{img_id}-t{row['turn_index']}"
         try:
             check_id(qid)
         except ValueError as err:
@@ -105,33 +152,39 @@ def build(dataset: str | os.PathLike[str], out_dir: str | os.PathLike[str], *, s
         if qid in seen:
             raise MagicBrushFormatError(f"{where}: duplicate (img_id, turn_index)")
         seen.add(qid)
-        src, tgt, mask_img = row["source_img"], row["target_img"], row["mask_img"]
-        if src is None or tgt is None or mask_img is None or not str(row["instruction"] or "").strip():
+        cells = {c: row[c] for c in IMAGE_FEATURES}
+        if any(c is None for c in cells.values()) or row["instruction"] is None or \
+                not release_text(row["instruction"], where, "instruction", MagicBrushFormatError,
+                                 allow_empty=True).strip():
             raise MagicBrushFormatError(f"{where}: needs source_img, target_img, mask_img and an instruction")
+        raw = {c: cell_bytes(cells[c], where, c, MagicBrushFormatError, folder) for c in IMAGE_FEATURES}
+        src = release_image(raw["source_img"], where, "source_img", MagicBrushFormatError)
+        tgt = release_image(raw["target_img"], where, "target_img", MagicBrushFormatError)
+        mask_img = _mask(raw["mask_img"], where)
         if tgt.size != src.size or mask_img.size != src.size:
             raise MagicBrushFormatError(f"{where}: source {src.size}, target {tgt.size} and mask {mask_img.size} "
                                         "differ in size; editmeter does not resize ground truth silently")
         text = {}
         if descriptions is not None:
-            files = caption_files(str(row["img_id"]), int(row["turn_index"]))
-            got = [descriptions.get(str(row["img_id"]), {}).get(f, "") for f in files]
+            files = caption_files(img_id, row["turn_index"])
+            got = [descriptions.get(img_id, {}).get(f, "") for f in files]
             if not all(c.strip() for c in got):
                 missing = [f for f, c in zip(files, got, strict=True) if not c.strip()]
                 raise MagicBrushFormatError(f"{where}: {captions} has no caption for {', '.join(missing)}")
             text = {"source_caption": " ".join(got[0].split()), "target_caption": " ".join(got[1].split())}
         region = edit_region(mask_img)
         empty_masks += int(not region.any())
-        save_png(src.convert("RGB"), out / "images" / f"{qid}.png")
-        save_png(tgt.convert("RGB"), out / "targets" / f"{qid}.png")
+        save_png(src, out / "images" / f"{qid}.png")
+        save_png(tgt, out / "targets" / f"{qid}.png")
         save_mask(region, out / "edit_masks" / f"{qid}.png")
-        queries.append(Query(id=qid, image=f"images/{qid}.png", image_id=str(row["img_id"]), edit_type="free_form",
+        queries.append(Query(id=qid, image=f"images/{qid}.png", image_id=img_id, edit_type="free_form",
                              instruction=" ".join(str(row["instruction"]).split()), edit_mask=f"edit_masks/{qid}.png",
                              target_image=f"targets/{qid}.png", **text))
     if not queries:
         raise MagicBrushFormatError(f"{dataset} [{split}]: no rows with turn_index 1")
     queries.sort(key=lambda q: q.id)
     return write_built_queryset(
-        out, queries, name=name,
+        out, queries, name=name, error=MagicBrushFormatError,
         description=f"MagicBrush ({split} split, {'first turn' if turns == 'first' else 'all turns'}): source "
                     "image, instruction, free-form mask and ground-truth target, converted by "
                     "benchmark.querysets.magicbrush.",

@@ -94,6 +94,7 @@ def decode_mask(encoded: Any, where: str, side: int = IMAGE_SIDE) -> np.ndarray:
 def read_mapping(data: Path) -> dict[str, dict[str, Any]]:
     """`data/mapping_file.json` as {id: entry}, checked for shape (every field present, types right)."""
     from benchmark.querysets.io import read_keyed_json
+    from benchmark.querysets.release import release_text
 
     path = data / MAPPING_FILE
     if not path.is_file():
@@ -111,8 +112,7 @@ def read_mapping(data: Path) -> dict[str, dict[str, Any]]:
         if missing:
             raise PieFormatError(f"{where}: missing field(s) {missing}; an entry has {list(FIELDS)}")
         for f in FIELDS[:-1]:
-            if not isinstance(entry[f], str):
-                raise PieFormatError(f"{where}: {f} must be a string, got {type(entry[f]).__name__}")
+            release_text(entry[f], where, f, PieFormatError, allow_empty=True)
         if entry["editing_type_id"] not in TYPE_IDS:
             raise PieFormatError(f"{where}: editing_type_id {entry['editing_type_id']!r} is not one of "
                                  f"{sorted(TYPE_IDS)}")
@@ -122,23 +122,13 @@ def read_mapping(data: Path) -> dict[str, dict[str, Any]]:
     return raw
 
 
-def _source(data: Path, rel: str, where: str) -> Any:
-    """The entry's source image as RGB, refused unless it is a readable file inside annotation_images/ at 512 x 512."""
-    from benchmark.imageio import ImageInputError, load_rgb
-    from benchmark.querysets.io import check_relpath
+def _source(data: Path, rel: str, where: str, dirs: dict[str, str] | None = None) -> Any:
+    """The entry's source as RGB, refused unless it is a regular file inside annotation_images/ (symlinks that
+    leave it refused) readable under `load_rgb`'s rules, at 512 x 512."""
+    from benchmark.querysets.release import release_file, release_image
 
-    try:
-        check_relpath(rel, "image_path")
-    except ValueError as err:
-        raise PieFormatError(f"{where}: {err}") from None
-    path = data / IMAGES_DIR / rel
-    if not path.is_file():
-        raise PieFormatError(f"{where}: image {path} not found; the release's {IMAGES_DIR}/ folder is incomplete "
-                             "(unpack it again)")
-    try:
-        rgb = load_rgb(path)  # the harness's own source rules: pixel limit from the header, no transparency
-    except ImageInputError as err:
-        raise PieFormatError(f"{where}: image is not usable: {err}") from None
+    path = release_file(data / IMAGES_DIR, rel, where, "image_path", PieFormatError, dirs)
+    rgb = release_image(path, where, f"image {rel}", PieFormatError)
     if rgb.size != (IMAGE_SIDE, IMAGE_SIDE):
         raise PieFormatError(f"{where}: image {path} is {rgb.size[0]} x {rgb.size[1]}; PIE-Bench's masks are "
                              f"decoded at {IMAGE_SIDE} x {IMAGE_SIDE}, so the source must be that size (not resized "
@@ -147,23 +137,34 @@ def _source(data: Path, rel: str, where: str) -> Any:
 
 
 def build(data: str | os.PathLike[str], out_dir: str | os.PathLike[str], *, name: str = "pie") -> dict[str, Any]:
-    """Convert the release folder `data` into `out_dir` (images/, edit_masks/, queries.jsonl, queryset.json)."""
+    """Convert the release folder `data` into `out_dir` (images/, edit_masks/, queries.jsonl, queryset.json),
+    built in a staging folder and moved into place only when every entry passed (`release.staged_output`)."""
+    from benchmark.querysets.release import staged_output
+
+    data = Path(data)
+    mapping = read_mapping(data)
+    with staged_output(out_dir, PieFormatError) as out:
+        return _write(data, mapping, out, name)
+
+
+def _write(data: Path, mapping: dict[str, dict[str, Any]], out: Path, name: str) -> dict[str, Any]:
+    """One pass over the entries into the staging folder `out`: each mask decoded and each source read once, both
+    written at once (nothing held: memory stays one entry's); a bad entry stops the build, whose staging folder is
+    then removed."""
     from benchmark.imageio import save_mask, save_png
     from benchmark.querysets.io import write_built_queryset
 
-    data, out = Path(data), Path(out_dir)
-    mapping = read_mapping(data)
-    where = {key: f"{data / MAPPING_FILE} entry {key!r}" for key in mapping}
-    # every mask and source is checked before any file is written, so a bad entry leaves an earlier build untouched
-    masks = {key: decode_mask(e["mask"], where[key]) for key, e in mapping.items()}
-    for key in sorted(mapping):
-        _source(data, mapping[key]["image_path"], where[key])
     queries = []
+    mask_means: list[float] = []  # one float per entry; the masks themselves are not kept
+    dirs: dict[str, str] = {}  # each source folder's real path, resolved once
     for key in sorted(mapping):
         entry = mapping[key]
-        rgb = _source(data, entry["image_path"], where[key])  # decoded again: 700 sources are too many to hold
+        where = f"{data / MAPPING_FILE} entry {key!r}"
+        mask = decode_mask(entry["mask"], where)
+        rgb = _source(data, entry["image_path"], where, dirs)
         save_png(rgb, out / "images" / f"{key}.png")
-        save_mask(masks[key], out / "edit_masks" / f"{key}.png")
+        save_mask(mask, out / "edit_masks" / f"{key}.png")
+        mask_means.append(float(mask.mean()))
         queries.append(Query(
             id=f"pie-{key}", image=f"images/{key}.png", image_id=key, edit_type=TYPE_IDS[entry["editing_type_id"]],
             instruction=entry["editing_instruction"],
@@ -172,7 +173,7 @@ def build(data: str | os.PathLike[str], out_dir: str | os.PathLike[str], *, name
     by_id = Counter(e["editing_type_id"] for e in mapping.values())
     full = dict(by_id) == RELEASE_COUNTS
     return write_built_queryset(
-        out, queries, name=name,
+        out, queries, name=name, error=PieFormatError,
         description=f"PIE-Bench ({len(queries)} of the release's {sum(RELEASE_COUNTS.values())} entries"
                     f"{'' if full else '; NOT the full release'}): source image, both prompts (brackets removed), "
                     "instruction and edit mask per entry, converted by benchmark.querysets.pie.",
@@ -186,4 +187,4 @@ def build(data: str | os.PathLike[str], out_dir: str | os.PathLike[str], *, name
         counts={"by_type_id": {k: by_id[k] for k in sorted(by_id)},
                 "empty_instructions": sum(not q.instruction.strip() for q in queries),
                 "no_blended_word": sum(q.blended_word is None for q in queries),
-                "mask_pixels_mean": float(np.mean([m.mean() for m in masks.values()]))})
+                "mask_pixels_mean": float(np.mean(mask_means))})

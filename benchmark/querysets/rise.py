@@ -64,24 +64,17 @@ class RiseFormatError(ValueError):
 
 
 def read_samples(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """The release's JSON list of samples (objects), read with a key repeated inside an object refused."""
+    """The release's JSON list of samples (objects), read under the release rules (`release.read_json`: a key
+    repeated inside an object refused, bounded numbers and depth)."""
     path = Path(path)
     if not path.is_file():
         raise RiseFormatError(f"{path}: not found. Fetch it with `make data NAME=rise` (RISEBench-360), or give "
                               f"data/data_total.json of a {SOURCE_REPO} checkout (RISEBench-64)")
 
-    def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        dup = sorted(k for k, n in Counter(k for k, _ in pairs).items() if n > 1)
-        if dup:
-            raise RiseFormatError(f"{path}: key(s) {dup} twice in one sample object")
-        return dict(pairs)
+    from benchmark.querysets.release import read_json
 
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=no_duplicates)
-    except json.JSONDecodeError as err:
-        raise RiseFormatError(f"{path}:{err.lineno}: not valid JSON ({err.msg})") from None
-    except UnicodeDecodeError as err:
-        raise RiseFormatError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+    # the release rules: bounded numbers and depth, a key twice in one object refused, no lone surrogate
+    raw = read_json(path, RiseFormatError)
     if not isinstance(raw, list) or not raw or not all(isinstance(s, dict) for s in raw):
         raise RiseFormatError(f"{path}: must hold a non-empty JSON list of sample objects (RISEBench's "
                               "data_total.json / datav2_total_w_subtask.json)")
@@ -190,12 +183,19 @@ _FORMAT_CHECK = {n: "{instruct}" for n in (
 def build(data: str | os.PathLike[str], out_dir: str | os.PathLike[str], *, images: str | os.PathLike[str] | None = None,
           name: str = "rise") -> dict[str, Any]:
     """Convert a RISEBench release (`data`: its JSON list; `images`: the image root, found beside it by default) into
-    `out_dir` (images/, queries.jsonl, queryset.json)."""
+    `out_dir` (images/, queries.jsonl, queryset.json), built in a staging folder moved into place only when
+    everything passed (`release.staged_output`)."""
+    from benchmark.querysets.release import staged_output
+
+    with staged_output(out_dir, RiseFormatError) as out:
+        return _build(Path(data), out, images, name)
+
+
+def _build(data: Path, out: Path, images: str | os.PathLike[str] | None, name: str) -> dict[str, Any]:
     from benchmark.filehash import sha256_file
     from benchmark.imageio import ImageInputError, load_rgb, save_png
     from benchmark.querysets.io import write_built_queryset
 
-    data, out = Path(data), Path(out_dir)
     samples = read_samples(data)
     columns = {k for s in samples for k in s}
     root = find_image_root(data) if images is None else Path(images)
@@ -243,7 +243,7 @@ def build(data: str | os.PathLike[str], out_dir: str | os.PathLike[str], *, imag
     by_cat = Counter(s["category"] for s in samples)
     release = next((r for r, counts in RELEASE_COUNTS.items() if dict(by_cat) == counts), None)
     return write_built_queryset(
-        out, queries, name=name,
+        out, queries, name=name, error=RiseFormatError,
         description=f"RISEBench ({release or f'{len(queries)} samples, NOT a full release'}): source image, "
                     "instruction and the judge's references per sample, converted by benchmark.querysets.rise.",
         license=f"as stated by {SOURCE_REPO} / {HUB_ID} (fetched, never redistributed)",
