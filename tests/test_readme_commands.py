@@ -30,6 +30,7 @@ NOT_RUN = {
     "editmeter metaeval gt-selection ...": "minutes per metric set (tests/test_metaeval.py)",
     "editmeter data <set>": "a download (network)",
     "editmeter weights --list editor=... metrics=...": "placeholders; `make weights` below is tried offline",
+    "editmeter remove RUN --yes": "deletes a run: tests/test_compare.py removes one from a results folder of its own",
 }
 # Online commands: offline they must fail fast, with a one-line error and no traceback
 ONLINE = ("make data NAME=", "make weights ", "make bench ")
