@@ -311,10 +311,11 @@ def test_editscores_set_compares_the_judges_column_of_the_chosen_dimension_and_r
         plain.column_for(es, "consistency")
 
 
-def test_cli_judges_keeps_each_edits_row_so_a_rerun_judges_nothing_again_and_a_torn_line_is_skipped(
-        tmp_path, monkeypatch, capsys):
+def _scripted_gedit_on_genai(tmp_path, monkeypatch) -> tuple[list, tuple[str, ...]]:
+    """`metaeval judges --judges gedit` on the GenAI fixture with a scripted backbone per judge built: (the
+    backbones, in build order, and the CLI arguments)."""
     build = J.build_judge
-    backbones = []
+    backbones: list = []
 
     def scripted(name, overrides):
         judge = build(name, overrides)
@@ -327,6 +328,12 @@ def test_cli_judges_keeps_each_edits_row_so_a_rerun_judges_nothing_again_and_a_t
     args = ("--judges", "gedit", "--sets", f"genai={genai_fixture(tmp_path)}", "profile=tiny",
             f"paths.results={tmp_path / 'results'}", f"metrics.gedit.prompts_file={prompts}",
             f"metrics.gedit.prompts_sha256={sha}", f"metrics.gedit.prompts_commit={FAKE_COMMIT}", "--resamples", "0")
+    return backbones, args
+
+
+def test_cli_judges_keeps_each_edits_row_so_a_rerun_judges_nothing_again_and_a_torn_line_is_skipped(
+        tmp_path, monkeypatch, capsys):
+    backbones, args = _scripted_gedit_on_genai(tmp_path, monkeypatch)
     assert _cli(*args) == 0
     first, _ = _table(tmp_path)
     # 8 edits, 7 distinct (instruction, source, edit) contents: "genai 4" shows the same blue edit twice
@@ -358,20 +365,7 @@ def test_cli_judges_rejudges_a_cache_line_whose_scores_were_edited_and_clears_a_
     by a killed run (its writer's pid gone) in metaeval/ is removed by the next table write."""
     import json
 
-    build = J.build_judge
-    backbones = []
-
-    def scripted(name, overrides):
-        judge = build(name, overrides)
-        judge.suite.backbone = ScriptedJudge(sc={f"genai {n}": '{"score": [4, 4]}' for n in range(1, 5)}, pq=PQ)
-        backbones.append(judge.suite.backbone)
-        return judge
-
-    monkeypatch.setattr(J, "build_judge", scripted)
-    prompts, sha = write_prompts(tmp_path)
-    args = ("--judges", "gedit", "--sets", f"genai={genai_fixture(tmp_path)}", "profile=tiny",
-            f"paths.results={tmp_path / 'results'}", f"metrics.gedit.prompts_file={prompts}",
-            f"metrics.gedit.prompts_sha256={sha}", f"metrics.gedit.prompts_commit={FAKE_COMMIT}", "--resamples", "0")
+    backbones, args = _scripted_gedit_on_genai(tmp_path, monkeypatch)
     assert _cli(*args) == 0
     first, _ = _table(tmp_path)
     (cache,) = (tmp_path / "results" / "metaeval" / "judge_scores").glob("*.jsonl")
