@@ -46,7 +46,7 @@ def flux_schedule(steps: int, image_seq_len: int, *, base_seq_len: int = 256, ma
 
     if steps < 1:
         raise ValueError(f"steps must be at least 1, got {steps}")
-    times = torch.linspace(1, 0, steps + 1)
+    times = torch.linspace(1, 0, steps + 1)  # CPU on purpose: float32 as the reference, returned as Python floats
     if shift:
         slope = (max_shift - base_shift) / (max_seq_len - base_seq_len)
         mu = slope * image_seq_len + (base_shift - slope * base_seq_len)

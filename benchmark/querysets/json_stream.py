@@ -14,29 +14,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from benchmark.querysets.release import number_hooks
+
 CHUNK_CHARS = 1 << 22
 MAX_ENTRY_CHARS = 1 << 26  # one scene graph is ~10 KB; a 64 M-character entry means a syntax error upstream
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
-# A number literal longer than this is not data (python's int() raises past 4300 digits; a long float is inf):
-# the same bound as the release reader's (`benchmark.querysets.release.MAX_NUMBER_CHARS`).
-MAX_NUMBER_CHARS = 100
-
-
 class _NumberTooLong(ValueError):
-    pass
-
-
-def _bounded(kind: type) -> Any:
-    def parse(text: str) -> Any:
-        if len(text) > MAX_NUMBER_CHARS:
-            raise _NumberTooLong(f"a number of {len(text):,} characters ({text[:20]}...); numbers are at most "
-                                 f"{MAX_NUMBER_CHARS} characters")
-        return kind(text)
-    return parse
-
-
-def _no_constant(name: str) -> Any:
-    raise _NumberTooLong(f"{name} is not a JSON number")
+    """A number literal the release reader's rules refuse (`benchmark.querysets.release.number_hooks`): python's
+    int() raises past 4300 digits and a long float is inf."""
 
 
 def lone_surrogate_in(obj: Any) -> str | None:
@@ -138,7 +123,7 @@ def iter_object_entries(path: str | os.PathLike[str], chunk_chars: int = CHUNK_C
     until the end of the file (a truncated number would decode silently, hence the restriction).
     """
     path = Path(path)
-    decoder = json.JSONDecoder(parse_int=_bounded(int), parse_float=_bounded(float), parse_constant=_no_constant)
+    decoder = json.JSONDecoder(**number_hooks(_NumberTooLong))
     with path.open("r", encoding="utf-8") as fh:
         b = _Buffer(fh, path, chunk_chars)
         if b.peek() != "{":

@@ -52,17 +52,22 @@ class _Refused(Exception):
     """Internal: raised inside json's hooks, turned into the caller's error with the file named."""
 
 
-def _number(kind: type) -> Any:
-    def parse(text: str) -> Any:
-        if len(text) > MAX_NUMBER_CHARS:
-            raise _Refused(f"a number of {len(text):,} characters ({text[:20]}...); numbers are at most "
-                           f"{MAX_NUMBER_CHARS} characters")
-        return kind(text)
-    return parse
+def number_hooks(error: type[Exception]) -> dict[str, Any]:
+    """json's `parse_int`, `parse_float` and `parse_constant` under this module's number rules (at most
+    MAX_NUMBER_CHARS characters, no NaN / Infinity), raising `error`: for `json.loads` and `json.JSONDecoder`
+    (benchmark.querysets.json_stream uses them too)."""
+    def number(kind: type) -> Any:
+        def parse(text: str) -> Any:
+            if len(text) > MAX_NUMBER_CHARS:
+                raise error(f"a number of {len(text):,} characters ({text[:20]}...); numbers are at most "
+                            f"{MAX_NUMBER_CHARS} characters")
+            return kind(text)
+        return parse
 
+    def constant(name: str) -> Any:
+        raise error(f"{name} is not a JSON number (write a finite number)")
 
-def _constant(name: str) -> Any:
-    raise _Refused(f"{name} is not a JSON number (write a finite number)")
+    return {"parse_int": number(int), "parse_float": number(float), "parse_constant": constant}
 
 
 def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -103,8 +108,7 @@ def _is_text(value: str) -> bool:
 def parse_json(text: str, where: str, error: type[Exception] = ReleaseError) -> Any:
     """Decode `text` under the module's JSON rules; `where` (a file name) starts every error."""
     try:
-        obj = json.loads(text, parse_int=_number(int), parse_float=_number(float), parse_constant=_constant,
-                         object_pairs_hook=_pairs)
+        obj = json.loads(text, **number_hooks(_Refused), object_pairs_hook=_pairs)
     except _Refused as err:
         raise error(f"{where}: {err}") from None
     except json.JSONDecodeError as err:
