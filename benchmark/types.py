@@ -223,6 +223,11 @@ class Query:
     # facts of the release that a judged protocol needs and the editor never sees, as (name, value) text pairs sorted
     # by name; on disk a JSON object {name: text} (RISEBench: the reference answer, the subtask, the release's flags)
     judge_hints: tuple[tuple[str, str], ...] = ()
+    # Multi-turn sources (MagicBrush): the edit session this query is one turn of, and its 1-based turn index.
+    # Both or neither; within a query set a session's turns are 1..n, each once. A multi-turn protocol edits turn t
+    # from the editor's own output of turn t-1; the single-turn protocol edits every turn from its own `image`.
+    session: str | None = None
+    turn: int | None = None
 
     def hint(self, name: str, default: str | None = None) -> str | None:
         """The judge hint `name`, or `default` where the query has none."""

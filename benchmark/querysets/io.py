@@ -170,6 +170,7 @@ def query_from_dict(d: dict[str, Any]) -> Query:
         check_id(s, "subset name", why="subset names label result tables")
     kwargs["subsets"] = tuple(subsets)
     kwargs["judge_hints"] = _hints_from(kwargs.get("judge_hints", {}))
+    _check_session(d)
     for key in ("target", "anchor"):
         if kwargs.get(key) is not None:
             kwargs[key] = _object_from_dict(kwargs[key], key)
@@ -200,6 +201,30 @@ def _hints_from(value: Any) -> tuple[tuple[str, str], ...]:
             raise ValueError(f"judge_hints[{name!r}] must be text, got {type(text).__name__}")
         check_text(text, f"judge_hints[{name!r}]")
     return tuple(sorted((str(n), t) for n, t in pairs))
+
+
+def _check_session(d: dict[str, Any]) -> None:
+    """`session` and `turn` come together: a safe id and a 1-based turn index."""
+    session, turn = d.get("session"), d.get("turn")
+    if session is None and turn is None:
+        return
+    if session is None or turn is None:
+        raise ValueError("session and turn come together: a query of a multi-turn session needs both")
+    check_id(session, "session id", why="session ids name result folders")
+    if isinstance(turn, bool) or not isinstance(turn, int) or turn < 1:
+        raise ValueError(f"turn must be a whole number from 1 (the session's first turn), got {turn!r}")
+
+
+def check_sessions(queries: list[Query]) -> None:
+    """Each session's turns are 1..n, each once; raises QuerySetError naming the session."""
+    turns: dict[str, list[int]] = {}
+    for q in queries:
+        if q.session is not None:
+            turns.setdefault(q.session, []).append(int(q.turn or 0))
+    for session, seen in sorted(turns.items()):
+        if sorted(seen) != list(range(1, len(seen) + 1)):
+            raise QuerySetError(
+                f"session {session!r} has turns {sorted(seen)}; a session's turns must be 1..n, each once")
 
 
 def _check_languages(d: dict[str, Any]) -> None:
@@ -301,6 +326,10 @@ def read_queries(path: str | os.PathLike[str]) -> list[Query]:
             queries.append(q)
     if not queries:
         raise QuerySetError(f"{path}: no queries")
+    try:
+        check_sessions(queries)
+    except QuerySetError as err:
+        raise QuerySetError(f"{path}: {err}") from None
     return queries
 
 
