@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from benchmark.hashing import stable_hash
+from benchmark.protocols import meta_protocol
 from benchmark.provenance import PROJECT_ROOT
 from benchmark.stats import bootstrap_mean_ci, holm, sign_flip_p, wilcoxon_p, wilson_interval
 
@@ -58,6 +59,7 @@ class _Folder:
     queryset: str
     queryset_hash: str
     prompt_kind: str
+    protocol: str = "single_turn"  # run.json `protocol`: runs of two protocols are never paired
     runs: dict[str, list[Any]] = field(default_factory=dict)  # metric set -> Runs (one per metric signature)
 
 
@@ -69,9 +71,17 @@ def _folders(all_runs: list[Any], queryset: str | None) -> list[_Folder]:
             continue
         key = f"{run.path.parent.name}/{run.path.name}"
         f = out.setdefault(key, _Folder(key, run.path.name, meta["editor"], meta["queryset"], meta["queryset_hash"],
-                                        meta["prompt_kind"]))
+                                        meta["prompt_kind"], meta_protocol(meta)))
         f.runs.setdefault(meta.get("metric_set") or "", []).append(run)
     return sorted(out.values(), key=lambda f: (f.queryset, f.editor, f.name))
+
+
+def _protocol_mix(folders: Sequence[_Folder]) -> str:
+    """Why runs of several protocols are not compared, naming each run's protocol."""
+    held = "; ".join(f"{f.key}: {f.protocol}" for f in folders)
+    return (f"the runs were edited under different protocols ({held}): a multi-turn edit starts from the editor's "
+            "own previous turn, a single-turn edit from the dataset's input, so their per-query scores are not "
+            "paired measurements of one task")
 
 
 def _hits(folders: list[_Folder], name: str) -> list[_Folder]:
@@ -339,6 +349,8 @@ def compare_runs(results: Path, runs: Sequence[str] | None = None, *, queryset: 
         sets = "; ".join(f"{f.key}: {f.queryset} {f.queryset_hash[:10]}" for f in chosen)
         raise CompareError(f"the runs are of different query sets ({sets}); a paired comparison needs the same "
                            "queries. Name runs of one set, or pass --queryset.")
+    if explicit and len({f.protocol for f in chosen}) > 1:
+        raise CompareError(_protocol_mix(chosen) + "; name runs of one protocol")
     notes: list[str] = []
     have = [set(f.runs) for f in chosen]
     if metric_set is not None:
@@ -394,6 +406,9 @@ def compare_runs(results: Path, runs: Sequence[str] | None = None, *, queryset: 
         universe = universe.sort_values("query_id", kind="stable").reset_index(drop=True)
         pairs = []
         for fa, fb in itertools.combinations(members, 2):
+            if fa.protocol != fb.protocol:  # only reached without named runs: every run of the set
+                notes.append(f"metric set {mset}: pair not compared, {_protocol_mix([fa, fb])}")
+                continue
             if suite and fa.prompt_kind != fb.prompt_kind:
                 why = (f"{fa.key} is {fa.prompt_kind}-based and {fb.key} {fb.prompt_kind}-based: {suite['name']}'s "
                        "scores of the two editor families are not comparable")

@@ -359,11 +359,16 @@ def editor_code(target: str) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(set(out)))
 
 
+# The module that chains a session's turns under protocol=multi_turn: its code makes those edits' inputs
+MULTI_TURN_CODE = "benchmark.stages.turns.run_turns_stage"
+
+
 def editor_signature(editor_cfg: dict[str, Any], info: dict[str, Any], seed: int, profile: str,
-                     rewrites_instruction: bool = False) -> str:
+                     rewrites_instruction: bool = False, protocol: str = "single_turn") -> str:
     """Hash of everything that determines an editor's outputs: full config, provenance info, seed, weight profile,
-    the code that makes the edit (`editor_code` of the config's `_target_`) and, for an editor that rewrites its
-    instructions (`Editor.rewrites_instruction`), that declaration (absent otherwise: other signatures unchanged)."""
+    the code that makes the edit (`editor_code` of the config's `_target_`), for an editor that rewrites its
+    instructions (`Editor.rewrites_instruction`) that declaration, and under protocol=multi_turn the protocol with
+    the code that chains the turns (both absent otherwise: other signatures unchanged)."""
     from benchmark.hashing import stable_hash
 
     target = editor_cfg.get("_target_")
@@ -372,6 +377,8 @@ def editor_signature(editor_cfg: dict[str, Any], info: dict[str, Any], seed: int
              "seed": int(seed), "profile": profile, "code": code}
     if rewrites_instruction:
         keyed["rewrites_instruction"] = True
+    if protocol != "single_turn":
+        keyed["protocol"] = {"name": protocol, "code": [list(item) for item in editor_code(MULTI_TURN_CODE)]}
     return stable_hash(keyed)
 
 

@@ -39,6 +39,7 @@ import numpy as np
 
 from benchmark.hashing import stable_hash
 from benchmark.metrics.base import SUMMARY_NOTE
+from benchmark.protocols import PROTOCOLS, meta_protocol
 from benchmark.provenance import PROJECT_ROOT
 from benchmark.stages.score_cache import SCORES_DIR, BadCacheFile, QueryIndex, warn
 
@@ -52,6 +53,9 @@ PROVENANCE_COLUMNS = ("metric_sig", "git_sha", "versions", "device")
 # True on the rows of an editor that rewrites each instruction before editing (`Editor.rewrites_instruction`): its
 # scores are not those of the instruction as the set gives it; `show` and the report mark the rows
 REWRITE_COLUMN = "rewrites_instruction"
+# single_turn or multi_turn (run.json `protocol`; a run.json written before the field existed: single_turn): how a
+# multi-turn session's turns got their input images (benchmark.protocols)
+PROTOCOL_COLUMN = "protocol"
 SAMPLE_COLUMNS = ("sample_of", "sample_seed")  # a sampled set's rows: the full set's size and the draw's seed
 # run.json fields aggregation uses, with their types (anything else in run.json is informational)
 RUN_FIELDS: dict[str, type | tuple[type, ...]] = {
@@ -178,6 +182,8 @@ def check_run_meta(meta: Any) -> dict[str, Any]:
         problems.append("suite (want null or {name, components})")
     if not isinstance(meta.get("metric_set", ""), str):
         problems.append("metric_set (want str)")
+    if meta.get(PROTOCOL_COLUMN, "single_turn") not in PROTOCOLS:
+        problems.append(f"protocol (want one of {', '.join(PROTOCOLS)})")
     scored = meta.get("scored")
     if scored is not None and not (isinstance(scored, dict) and all(isinstance(k, str) and isinstance(v, dict)
                                                                     for k, v in scored.items())):
@@ -391,7 +397,8 @@ def _run_rows(run: Run, group_cols: tuple[str, ...], fname: str, n_resamples: in
             else:
                 stats["mark"] = join_marks(stats["mark"], f"UNKNOWN SUITE {suite['name']!r}: no summary")
             stats["components"] = json.dumps(suite["components"], sort_keys=True)
-        rows.append(ident | {REWRITE_COLUMN: rewrites_instruction(meta)} | dict(zip(group_cols, key, strict=True))
+        rows.append(ident | {REWRITE_COLUMN: rewrites_instruction(meta), PROTOCOL_COLUMN: meta_protocol(meta)}
+                    | dict(zip(group_cols, key, strict=True))
                     | stats | prov)
     return rows
 

@@ -82,12 +82,15 @@ def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
     from benchmark.leaderboard import RUN_META
     from benchmark.locking import locked
     from benchmark.preflight import load_selection, run_preflight
+    from benchmark.protocols import check_sessions_for, run_protocol
     from benchmark.provenance import provenance
     from benchmark.stages.aggregate import write_leaderboards
-    from benchmark.stages.edit import rewrites_instruction, run_edit_stage
+    from benchmark.stages.edit import rewrites_instruction
     from benchmark.stages.score import is_suite, run_score_stage, run_suite_stage
+    from benchmark.stages.turns import edit_stage
 
     apply_run_checks(cfg, editor_name)  # inputs: refuse an unsafe label, set the input limits, before any work
+    protocol = run_protocol(cfg)  # single_turn | multi_turn: in the signature (multi_turn only), run.json, the rows
     timer = StageTimer()
     started = time.time()
     progress = progress_enabled(cfg.progress)
@@ -96,6 +99,7 @@ def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
     print(f"[editmeter] editor={editor_name} profile={profile} (weights: {cfg.profile.weights}) run_id={run_id}")
     with timer("load queries"):
         full, qs = load_selection(cfg)
+        check_sessions_for(protocol, full)
     if cfg.get("preflight", True):
         with timer("preflight"):
             choices = _choices(cfg)
@@ -111,7 +115,7 @@ def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
         metrics = {name: instantiate(node) for name, node in cfg.metrics.items()}
     editor_cfg = OmegaConf.to_container(cfg.editor, resolve=True)
     rewrites = rewrites_instruction(editor)  # declared by the editor: enters the signature, marks the rows
-    sig = editor_signature(editor_cfg, editor.info(), cfg.seed, profile, rewrites)
+    sig = editor_signature(editor_cfg, editor.info(), cfg.seed, profile, rewrites, protocol)
     warn_coarse_strengths(editor.info())  # a strength the few tiny steps round away: say so before editing
     metric_sets = _metric_sets(OmegaConf.to_container(cfg.metrics, resolve=True), metrics,
                                _choices(cfg).get("metrics", ""), metric_signature, is_suite)
@@ -138,7 +142,7 @@ def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
         "selection": {"shard": [int(cfg.shard.index), int(cfg.shard.count)], "limit": cfg.limit, "n_selected": len(qs)},
         "editor": editor_name, "editor_sig": sig,
         "prompt_kind": editor.prompt_kind, "profile": profile, "seed": int(cfg.seed),
-        "rewrites_instruction": rewrites,
+        "rewrites_instruction": rewrites, "protocol": protocol,
         "editor_config": portable(editor_cfg), "editor_info": portable(editor.info()), "metric_sig": msig,
         # the editor keys set on the command line (a sweep's settings: docs/scale.md), e.g. editor.guidance_scale=5
         "editor_overrides": _editor_overrides(cfg),
@@ -168,9 +172,9 @@ def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
                                "metric_sigs": {label: ms for label, ms, _, _ in metric_sets}}
     if "edit" in cfg.stages:
         with timer("edit"):
-            st = run_edit_stage(qs, editor, run_dir, seed=cfg.seed, batch_size=cfg.batch_size, num_workers=cfg.num_workers,
-                                retry_failed=cfg.retry_failed, run_id=run_id, progress=progress,
-                                fail_fast=bool(cfg.get("fail_fast", False)))
+            st = edit_stage(protocol)(qs, editor, run_dir, seed=cfg.seed, batch_size=cfg.batch_size,
+                                      num_workers=cfg.num_workers, retry_failed=cfg.retry_failed, run_id=run_id,
+                                      progress=progress, fail_fast=bool(cfg.get("fail_fast", False)))
         summary["edit"] = st
         others = f", {st.by_others} by another worker" if st.by_others else ""
         work = f"; {st.work_summary()}" if st.work else ""

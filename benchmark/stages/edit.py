@@ -12,6 +12,7 @@ worker still holds its claim is not lost, it is being logged, so it gets no reco
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import threading
@@ -33,6 +34,7 @@ from benchmark.editor import Editor, query_seed
 from benchmark.fileio import append_jsonl, read_jsonl_tolerant
 from benchmark.imageio import LIMITS, ImageInputError, load_rgb, save_png
 from benchmark.querysets.io import QuerySet
+from benchmark.stages.turn_keys import pixel_sha256, png_input_sha256, save_keyed_png
 from benchmark.types import EditRecord, Query
 
 log = logging.getLogger(__name__)
@@ -204,11 +206,21 @@ def validate_output(image: object, expected_size: tuple[int, int] | None, source
     return image
 
 
+@dataclass(frozen=True)
+class TurnInputs:
+    """Where each query's input comes from when it is not its own `image` (protocol=multi_turn): query id -> the
+    file it is edited from, and query id -> the query whose edit that file is. Its edits are keyed by their input
+    (benchmark.stages.turn_keys)."""
+
+    paths: dict[str, Path]
+    previous: dict[str, str]
+
+
 class _SourceImages:
     """Map-style dataset: index -> (index, image or error message). Errors travel as data, not exceptions."""
 
-    def __init__(self, queryset: QuerySet, queries: Sequence[Query]):
-        self.queryset, self.queries = queryset, queries
+    def __init__(self, queryset: QuerySet, queries: Sequence[Query], sources: dict[str, Path] | None = None):
+        self.queryset, self.queries, self.sources = queryset, queries, sources
         # the run's limits travel with the dataset, so DataLoader workers apply them however they are started
         self.max_pixels, self.min_side = LIMITS.max_pixels, LIMITS.min_source_side
 
@@ -217,7 +229,9 @@ class _SourceImages:
 
     def __getitem__(self, i: int) -> tuple[int, Image.Image | str]:
         try:  # the pixel limit is checked from the header before decoding; tiny sources are refused too
-            return i, load_rgb(self.queryset.path(self.queries[i].image), min_side=self.min_side,
+            q = self.queries[i]
+            path = self.sources.get(q.id) if self.sources is not None else None
+            return i, load_rgb(path or self.queryset.path(q.image), min_side=self.min_side,
                                max_pixels=self.max_pixels)
         except ImageInputError as err:
             return i, str(err)
@@ -282,6 +296,8 @@ class _Unfinished:
     source_all_black: bool = False  # inputs helper: an all-black edit of an all-black source is not a failure
     any_size: bool = False  # the editor's `any_output_size`: an output of another size than the source is kept
     rewritten: str | None = None  # the text it was edited with, by an editor that rewrites instructions
+    input_sha256: str | None = None  # multi_turn: the key of the input it was edited from (turn_keys)
+    input_from: str | None = None  # multi_turn: the query whose edit that input was
 
 
 def run_edit_stage(
@@ -296,6 +312,7 @@ def run_edit_stage(
     run_id: str = "",
     progress: bool = True,
     fail_fast: bool = False,
+    turn_inputs: TurnInputs | None = None,
 ) -> EditStats:
     """Edit every query that has no finished output yet; returns counts, the failures and wall time.
 
@@ -305,7 +322,10 @@ def run_edit_stage(
     Workers running at once on one run folder (two identical runs, shards whose selections overlap) claim each batch
     slot's queries before editing them (`benchmark.locking.Claims`), so no query is edited twice: a slot another
     worker holds is put off, and taken up once its claims are released, when whatever that worker did not finish
-    (it was killed) is edited here. The stage returns when every query of the selection is edited or failed."""
+    (it was killed) is edited here. The stage returns when every query of the selection is edited or failed.
+
+    `turn_inputs` (protocol=multi_turn, benchmark.stages.turns): each query is edited from the file it names, and
+    its PNG and record carry the key of that input."""
     from tqdm import tqdm
 
     from benchmark.editing.work_counter import difference
@@ -334,7 +354,9 @@ def run_edit_stage(
     tail = _LogTail(log_path, offset)
 
     def recovered_record(q: Query) -> EditRecord:
-        return EditRecord(q.id, "ok", query_seed(seed, q.id), run_id=run_id, recovered=True)
+        keyed = {} if turn_inputs is None else {"input_sha256": png_input_sha256(edit_path(run_dir, q.id)),
+                                                "input_from": turn_inputs.previous.get(q.id)}
+        return EditRecord(q.id, "ok", query_seed(seed, q.id), run_id=run_id, recovered=True, **keyed)
 
     # a PNG without its record is either lost (its worker was killed before logging it) or still being logged by a
     # worker that holds its claim: only a worker holding the claim may tell the two apart and record it
@@ -367,7 +389,7 @@ def run_edit_stage(
             plan = _SlotPlan(queryset.queries, slots, todo_ids, retried, run_dir, claims, tail, recovered_record,
                              reused)
             logged += _edit_pass(queryset, editor, run_dir, plan, seed=seed, num_workers=num_workers, run_id=run_id,
-                                 flog=flog, fail_fast=fail_fast, bar=bar)
+                                 flog=flog, fail_fast=fail_fast, bar=bar, turn_inputs=turn_inputs)
             by_others += plan.by_others
             bar.update(plan.by_others)
             if plan.deferred:  # another worker holds them: wait for its first claim to go, then try them all again
@@ -493,7 +515,8 @@ class _SlotPlan:
 
 
 def _edit_pass(queryset: QuerySet, editor: Editor, run_dir: Path, plan: _SlotPlan, *, seed: int, num_workers: int,
-               run_id: str, flog: FailureLog, fail_fast: bool, bar: Any) -> list[EditRecord]:
+               run_id: str, flog: FailureLog, fail_fast: bool, bar: Any,
+               turn_inputs: TurnInputs | None = None) -> list[EditRecord]:
     """Edit the slots `plan` claims; returns the records logged."""
     logged: list[EditRecord] = []
     # The main thread only runs the model. Finishing the outputs (resize, quantise), checking them, encoding and
@@ -501,7 +524,7 @@ def _edit_pass(queryset: QuerySet, editor: Editor, run_dir: Path, plan: _SlotPla
     # writer is at most one batch behind, so memory stays bounded. A record is logged only after its PNG exists:
     # the PNG stays the commit point, and the batch's claims are released only after that.
     work = queryset.queries
-    batches = _batches(_SourceImages(queryset, work), plan, num_workers)
+    batches = _batches(_SourceImages(queryset, work, turn_inputs.paths if turn_inputs else None), plan, num_workers)
     last = len(plan) - 1
     ids = [q.id for q in work]
     passenger = plan.passenger
@@ -522,6 +545,11 @@ def _edit_pass(queryset: QuerySet, editor: Editor, run_dir: Path, plan: _SlotPla
                 failed_here, unfinished = _edit_batch(editor, ready, seed=seed, run_id=run_id, flog=flog,
                                                       fail_fast=fail_fast)
                 failed += failed_here
+                if turn_inputs is not None:  # the key of the pixels each edit was made from (its PNG carries it)
+                    keys = {q.id: pixel_sha256(image) for q, image, _ in ready}
+                    unfinished = [dataclasses.replace(u, input_sha256=keys[u.query.id],
+                                                      input_from=turn_inputs.previous.get(u.query.id))
+                                  for u in unfinished]
             # passengers only keep the batch as the uninterrupted run had it: their outputs exist already
             failed = [r for r in failed if r.query_id not in passenger]
             unfinished = [u for u in unfinished if u.query.id not in passenger]
@@ -623,8 +651,9 @@ def record_json(record: EditRecord) -> dict[str, Any]:
     """One line of edits.jsonl: the record's fields, `rewritten` only where an editor rewrote the instruction (the
     records of every other editor keep their old form)."""
     out = asdict(record)
-    if out.get("rewritten") is None:
-        out.pop("rewritten", None)
+    for key in ("rewritten", "input_sha256", "input_from"):  # absent unless set: other records keep their old form
+        if out.get(key) is None:
+            out.pop(key, None)
     return out
 
 
@@ -646,8 +675,12 @@ def _finish_one(run_dir: Path, u: _Unfinished, *, run_id: str, flog: FailureLog 
             raise
         return _failure(u.query.id, u.seed, err, flog, run_id=run_id, seconds=u.seconds + time.perf_counter() - t0)
     seconds = u.seconds + time.perf_counter() - t0
-    save_png(image, edit_path(run_dir, u.query.id), EDIT_PNG_LEVEL)
-    return EditRecord(u.query.id, "ok", u.seed, seconds=seconds, run_id=run_id, rewritten=u.rewritten)
+    if u.input_sha256 is not None:
+        save_keyed_png(image, edit_path(run_dir, u.query.id), EDIT_PNG_LEVEL, u.input_sha256)
+    else:
+        save_png(image, edit_path(run_dir, u.query.id), EDIT_PNG_LEVEL)
+    return EditRecord(u.query.id, "ok", u.seed, seconds=seconds, run_id=run_id, rewritten=u.rewritten,
+                      input_sha256=u.input_sha256, input_from=u.input_from)
 
 
 def _failure(query_id: str, seed: int, err: BaseException, flog: FailureLog | None, *, run_id: str,
