@@ -53,6 +53,22 @@ def test_all_turns_is_optional(tmp_path):
     assert meta["counts"]["queries"] == 3 and meta["counts"]["turns"] == {"1": 2, "2": 1}
 
 
+def test_all_turns_form_sessions_and_the_first_turn_stays_outside_them(tmp_path):
+    build(mb_dataset(tmp_path), tmp_path / "all", split="dev", turns="all")
+    assert [(q.id, q.session, q.turn) for q in load_queryset(tmp_path / "all")] == [
+        ("mb-dev-242679-t1", "mb-dev-242679", 1), ("mb-dev-327726-t1", "mb-dev-327726", 1),
+        ("mb-dev-327726-t2", "mb-dev-327726", 2)]
+    build(mb_dataset(tmp_path), tmp_path / "first", split="dev")
+    assert {(q.session, q.turn) for q in load_queryset(tmp_path / "first")} == {(None, None)}
+
+
+def test_a_session_with_a_missing_turn_is_refused(tmp_path):
+    img, m = Image.new("RGB", (32, 32), (1, 2, 3)), Image.new("RGB", (32, 32), (255, 255, 255))
+    rows = [("327726", 1, img, m, "a", img), ("327726", 3, img, m, "b", img)]
+    with pytest.raises(MagicBrushFormatError, match=r"session 'mb-dev-327726' has turns \[1, 3\]"):
+        build(mb_dataset(tmp_path, rows), tmp_path / "out", split="dev", turns="all")
+
+
 def test_transparent_mask_marks_the_edit_region():
     m = Image.new("RGBA", (8, 8), (0, 0, 0, 255))
     m.putpixel((2, 3), (0, 0, 0, 0))

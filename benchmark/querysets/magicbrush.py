@@ -12,8 +12,15 @@ own evaluation reads it for CLIP-T) has one per image of each session: `{img_id:
 `source_caption` (`-input.png` for turn 1, else `-output<t-1>.png`) and that of its ground truth as `target_caption`
 (`-output<t>.png`, the text the script's CLIP-T compares with); a caption missing for a kept row is an error.
 
-Turns: by default only turn 1 (the edit of the real COCO image). `turns="all"` keeps every turn as its own query,
-whose source is the dataset's source image for that turn (the previous turn's ground truth).
+Turns: by default only turn 1 (the edit of the real COCO image), queries outside any session. `turns="all"` keeps
+every turn as its own query, whose source is the dataset's source image for that turn (the previous turn's ground
+truth), and groups them into sessions: session `mb-<split>-<img_id>` (one per image, 1-3 turns in the release),
+`turn` its `turn_index`. A session whose turns are not 1..n is refused, naming it. protocol=multi_turn edits turn t
+from the editor's own edit of turn t-1 instead (benchmark.stages.turns).
+
+The authors' edit script (`edit_cli_single_multi_turn.py`) names its outputs `<img_id>/<img_id>_1.png` for turn 1
+(shared by both settings), `<img_id>/<img_id>_iter_<t>.png` for turn t of the multi-turn setting and
+`<img_id>/<img_id>_inde_<t>.png` for turn t of the single-turn one (`script_output_name`).
 
 Mask rule (the card: "free-form mask image (white region)"): an image with transparency marks the edit region by
 its transparent pixels; otherwise the edit region is the white pixels (every channel >= `WHITE_MIN`). The rule used
@@ -89,6 +96,24 @@ def _mask(raw: bytes, where: str) -> Any:
                                     ) from None
 
 
+def session_name(split: str, img_id: str) -> str:
+    """The session id of an image's turns (`turns="all"`)."""
+    return f"mb-{split}-{img_id}"
+
+
+def script_output_name(img_id: str, turn: int, protocol: str) -> str:
+    """The path, under the authors' `--output_path`, of the edit their `edit_cli_single_multi_turn.py` writes for
+    turn `turn` of image `img_id` under `protocol` (single_turn or multi_turn): turn 1 is one file for both
+    settings (each setting skips a file that exists), later turns `_iter_` (multi-turn) or `_inde_` (single-turn)."""
+    if isinstance(turn, bool) or not isinstance(turn, int) or turn < 1:
+        raise ValueError(f"turn must be a whole number from 1, got {turn!r}")
+    if protocol not in ("single_turn", "multi_turn"):
+        raise ValueError(f"protocol must be single_turn or multi_turn, got {protocol!r}")
+    if turn == 1:
+        return f"{img_id}/{img_id}_1.png"
+    return f"{img_id}/{img_id}_{'iter' if protocol == 'multi_turn' else 'inde'}_{turn}.png"
+
+
 def caption_files(img_id: str, turn: int) -> tuple[str, str]:
     """The file names whose `global_descriptions.json` captions are turn `turn`'s source and target captions."""
     return (f"{img_id}-input.png" if turn == 1 else f"{img_id}-output{turn - 1}.png"), f"{img_id}-output{turn}.png"
@@ -133,7 +158,7 @@ def _write(ds: Any, rows: list[int], dataset: Any, split: str, turns: str, name:
            descriptions: dict[str, dict[str, str]] | None, out: Path) -> dict[str, Any]:
     """Each kept row checked and written into the staging folder `out`, then the queries."""
     from benchmark.imageio import save_mask, save_png
-    from benchmark.querysets.io import check_id, write_built_queryset
+    from benchmark.querysets.io import QuerySetError, check_id, check_sessions, write_built_queryset
     from benchmark.querysets.release import cell_bytes, release_image, release_text
 
     folder = Path(dataset) if Path(dataset).is_dir() else None
@@ -177,12 +202,17 @@ def _write(ds: Any, rows: list[int], dataset: Any, split: str, turns: str, name:
         save_png(src, out / "images" / f"{qid}.png")
         save_png(tgt, out / "targets" / f"{qid}.png")
         save_mask(region, out / "edit_masks" / f"{qid}.png")
+        session = {"session": session_name(split, img_id), "turn": row["turn_index"]} if turns == "all" else {}
         queries.append(Query(id=qid, image=f"images/{qid}.png", image_id=img_id, edit_type="free_form",
                              instruction=" ".join(str(row["instruction"]).split()), edit_mask=f"edit_masks/{qid}.png",
-                             target_image=f"targets/{qid}.png", **text))
+                             target_image=f"targets/{qid}.png", **text, **session))
     if not queries:
         raise MagicBrushFormatError(f"{dataset} [{split}]: no rows with turn_index 1")
-    queries.sort(key=lambda q: q.id)
+    queries.sort(key=lambda q: (q.session or "", q.turn or 0, q.id))  # a session's turns in order, then by id
+    try:
+        check_sessions(queries)
+    except QuerySetError as err:
+        raise MagicBrushFormatError(f"{dataset} [{split}]: {err}") from None
     return write_built_queryset(
         out, queries, name=name, error=MagicBrushFormatError,
         description=f"MagicBrush ({split} split, {'first turn' if turns == 'first' else 'all turns'}): source "

@@ -3,7 +3,10 @@ written as small chunk files so the page loads only what it shows.
 
 Queries are ordered by (edit type, object class, id): a type filter, or a type and class filter, is one contiguous
 range, and a class filter is at most one range per type, so a filtered page reads one or two chunks. The page finds
-the ranges in a small index (`ranges`: type, class, first position, count).
+the ranges in a small index (`ranges`: type, class, first position, count). Within that order the turns of a
+multi-turn session (MagicBrush's, whose turns share type and class) follow one another by turn, each row labelled
+with its session and turn (`se`, `tu`), so a session reads down the grid turn after turn; each run's column says
+its protocol, so a multi_turn column shows each turn edited from the cell above it.
 
 Each cell says what is known about that edit: `ok` with one score vector per metric set it was scored with,
 `failed` with the reason, `excluded`, or `missing`; a score row whose edit changed or vanished since it was
@@ -82,6 +85,8 @@ def build_grid(key: str, queryset: str, qhash: str, runs: list[RunData], qs: Any
         for q in qs.queries:
             row = {"id": q.id, "ty": q.edit_type, "cl": q.object_class, "in": q.instruction,
                    "cap": q.target_caption, "src": None, "gt": None}
+            if q.session is not None:
+                row |= {"se": q.session, "tu": q.turn}
             for slot, rel in (("src", q.image), ("gt", q.target_image)):
                 if rel:
                     sha = src_sha[rel]
@@ -93,7 +98,8 @@ def build_grid(key: str, queryset: str, qhash: str, runs: list[RunData], qs: Any
             for qid, _image, etype, oclass, _ex in run.index_rows:
                 queries.setdefault(qid, {"id": qid, "ty": etype or "", "cl": oclass or "", "in": "", "cap": "",
                                          "src": None, "gt": None})
-    order = sorted(queries, key=lambda i: (queries[i]["ty"], queries[i]["cl"], i))
+    order = sorted(queries, key=lambda i: (queries[i]["ty"], queries[i]["cl"], queries[i].get("se", i),
+                                           queries[i].get("tu", 0), i))
     rows = [queries[i] for i in order]
     for row in rows:
         row["c"] = []
@@ -160,6 +166,7 @@ def build_grid(key: str, queryset: str, qhash: str, runs: list[RunData], qs: Any
                                   "tb": run.tracebacks.get(qid, ""), "src": row["src"], "t": cell.get("t")})
         run_meta.append({"label": run.label, "key": run.key, "editor": run.meta["editor"],
                          "sig": run.meta["editor_sig"], "kind": run.meta["prompt_kind"], "edits": edits_href,
+                         "protocol": run.meta.get("protocol", "single_turn"),
                          "scorings": [{"set": s.metric_set, "sig": s.sig, "cols": s.columns} for s in run.scorings],
                          "counts": dict(counts), "notes": run.notes})
         failures.append({"run": run.label, "key": run.key, "n": counts["failed"],

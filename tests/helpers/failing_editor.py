@@ -1,5 +1,7 @@
 """Test-only editors that fail: on every query, on chosen queries, or at chosen steps (prepare / model / finish)."""
 
+import os
+
 from editors.identity import IdentityEditor
 
 
@@ -22,4 +24,16 @@ class FailsEvery(IdentityEditor):
         k, self.seen = self.seen, self.seen + 1
         if k % self.every == 0:
             raise ValueError(f"bad query {queries[0].id}")
+        return super().edit(queries, images, seeds=seeds)
+
+
+class FailsOnInstruction(IdentityEditor):
+    """Identity that fails every query whose instruction contains the word in $EDITMETER_TEST_FAIL_WORD (ValueError
+    naming the query); outside the config, so a rerun with the cause fixed works in the same run folder."""
+
+    def edit(self, queries, images, *, seeds):
+        word = os.environ.get("EDITMETER_TEST_FAIL_WORD", "")
+        bad = [q.id for q in queries if word and word in (q.instruction or "")]
+        if bad:
+            raise ValueError(f"cannot edit {bad[0]}")
         return super().edit(queries, images, seeds=seeds)

@@ -247,6 +247,7 @@
       order.forEach(function (i) {
         var r = g.runs[i];
         var th = el("th", null, r.label);
+        if (r.protocol === "multi_turn") th.appendChild(el("div", { "class": "note" }, "multi_turn: turn t edited from turn t-1's edit"));
         th.appendChild(el("div", { "class": "note" }, Object.keys(r.counts).sort().map(function (k) {
           return k + " " + r.counts[k];
         }).join(" · ")));
@@ -256,8 +257,10 @@
       var body = el("tbody");
       positions.forEach(function (p) {
         var row = EM.chunks[g.key + "/" + Math.floor(p / ps)][p % ps], tr = el("tr", { "data-type": row.ty });
+        if (row.se) { tr.setAttribute("data-session", row.se); if (row.tu === 1) tr.setAttribute("class", "session-start"); }
         var q = el("td", { "class": "q" });
         q.appendChild(el("b", null, row.id));
+        if (row.se) q.appendChild(el("div", { "class": "turn" }, "session " + row.se + " · turn " + row.tu));
         q.appendChild(el("div", null, row.ty + " · " + row.cl));
         if (row.in) q.appendChild(el("div", null, "“" + row.in + "”"));
         if (row.cap) q.appendChild(el("div", { "class": "note" }, row.cap));
