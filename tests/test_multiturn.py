@@ -103,13 +103,18 @@ def test_each_record_and_png_carry_the_key_of_the_pixels_received(both, sessions
     assert png_input_sha256(next((Path(single["run_dir"]) / "edits").glob("*.png"))) is None
 
 
-def test_seed_per_turn_is_the_querys_own():
+def test_seed_per_turn_is_the_querys_own(both, sessions_qs):
     """The script seeds every edit with its one global seed; here each turn keeps the harness's per-query seed
-    (hash of seed and query id), so a multi-turn turn 1 is byte for byte the single-turn turn 1 (the script's shared
-    `_1.png`) and no turn's noise depends on batching."""
-    from benchmark.stages.turns import run_turns_stage  # noqa: F401 (the stage under test exists)
-
-    assert query_seed(0, "demo000-session-t1") != query_seed(0, "demo000-session-t2")
+    (hash of seed and query id), so a multi-turn turn 1 is the single-turn turn 1 (the script's shared `_1.png`)
+    and no turn's noise depends on batching or on the session's other turns."""
+    _, _, multi = both
+    run_dir = Path(multi["run_dir"])
+    recs = {r["query_id"]: r for r in records(run_dir)}
+    assert all(recs[q.id]["seed"] == query_seed(0, q.id) for q in sessions_qs)
+    t1 = load_rgb(run_dir / "edits" / "demo000-session-t1.png")
+    t2 = pixels(run_dir / "edits" / "demo000-session-t2.png")
+    assert np.array_equal(t2, overedit(t1, "demo000-session-t2"))
+    assert not np.array_equal(t2, overedit(t1, "demo000-session-t1"))  # not the session's one seed
 
 
 def test_the_authors_output_names():
@@ -175,7 +180,7 @@ def test_compare_refuses_runs_of_two_protocols(both):
 
     results, single, multi = both
     names = [Path(single["run_dir"]).name, Path(multi["run_dir"]).name]
-    with pytest.raises(CompareError, match="different protocols.*single_turn.*multi_turn"):
+    with pytest.raises(CompareError, match="different protocols.*single_turn.*multi_turn.*name runs of one protocol"):
         compare_runs(results, names, n_resamples=50)
     with pytest.raises(CompareError, match="different protocols"):  # every run of the set: no pair is left
         compare_runs(results, None, queryset="demo_sessions", n_resamples=50)
