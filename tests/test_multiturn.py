@@ -198,6 +198,11 @@ def test_unknown_protocol_and_a_set_without_sessions_are_refused(tmp_path):
     with pytest.raises(ProtocolError, match="demo_mini.*no sessions"):
         run_pipeline(cfg, choices["editor"])
     assert not (tmp_path / "runs").exists()
+    folder = tmp_path / "made-elsewhere"
+    folder.mkdir()
+    with pytest.raises(ProtocolError, match="edits made elsewhere"):
+        run(tmp_path, "protocol=multi_turn", "editor=external", f"editor.folder={folder}", "stages=[edit]",
+            "preflight=false")
 
 
 # -- content addressing, resume, batching, failures --------------------------------------------------------------

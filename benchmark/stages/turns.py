@@ -79,6 +79,12 @@ def run_turns_stage(queryset: QuerySet, editor: Editor, run_dir: Path, *, seed: 
                     fail_fast: bool = False) -> EditStats:
     """Edit every turn of every session of `queryset` from the previous turn's edit, wave by wave (module
     docstring); returns the stage's counts over all waves, as `run_edit_stage` returns them for one."""
+    from benchmark.protocols import ProtocolError
+
+    if getattr(editor, "any_output_size", False):
+        raise ProtocolError(f"protocol=multi_turn: editor {type(editor).__name__} takes edits made elsewhere, so "
+                            "nothing here chose the input of their turns 2..n. Score an editor's own multi-turn "
+                            "outputs with `editmeter score`, or run editor=external under protocol=single_turn")
     start = time.perf_counter()
     chains = sessions(queryset.queries)
     flog = FailureLog(run_dir / FAILURES_LOG, run_id)
