@@ -414,3 +414,36 @@ def test_report_marks_each_runs_protocol(both, tmp_path):
     runs = json.loads(text[len("EM.meta = "):-2])["grids"][0]["runs"]
     assert {r["sig"]: r["protocol"] for r in runs} == {single["editor_sig"]: "single_turn",
                                                        multi["editor_sig"]: "multi_turn"}
+
+
+@pytest.mark.skipif(not (Path("/usr/bin/chromium").is_file() and Path("/usr/bin/chromedriver").is_file()),
+                    reason="needs Debian's chromium and chromium-driver")
+def test_report_page_shows_each_sessions_turns_in_order_with_the_protocol(both, tmp_path):
+    """In a browser: the grid's rows of a session follow one another, labelled 'session <id> · turn <t>', and the
+    multi-turn run's column says how its turns were chained."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from benchmark.report import build_report
+
+    results, *_ = both
+    out = tmp_path / "report"
+    build_report(results, out, page_size=10)
+    options = Options()
+    options.binary_location = "/usr/bin/chromium"
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                "--allow-file-access-from-files"):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(options=options, service=Service("/usr/bin/chromedriver"))
+    try:
+        driver.get((out / "index.html").resolve().as_uri())
+        wait = WebDriverWait(driver, 20)
+        wait.until(lambda d: d.find_elements("css selector", "#grid-table table.grid tbody tr"))
+        labels = [e.text for e in driver.find_elements("css selector", "#grid-table td.q .turn")]
+        assert labels[:3] == [f"session demo000-session · turn {t}" for t in (1, 2, 3)]
+        assert len(driver.find_elements("css selector", "#grid-table tr.session-start")) == 4
+        assert "multi_turn: turn t edited from turn t-1's edit" in driver.find_element("id", "grid-table").text
+    finally:
+        driver.quit()
