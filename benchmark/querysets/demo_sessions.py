@@ -27,6 +27,7 @@ SESSIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
 
 
 def session_id(scene: str) -> str:
+    """The session id of the demo scene `scene`'s session (its queries are `<session id>-t<turn>`)."""
     return f"{scene}-session"
 
 
