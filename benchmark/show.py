@@ -336,7 +336,7 @@ def render(results: Path, queryset: str | None = None, *, by: str | None = None,
             if unscored[qs]:  # once per query set, at its first section
                 lines.append(f"\n{unscored[qs]}")
                 unscored[qs] = ""
-            marked = "mark" in part and part["mark"].fillna("").astype(str).str.strip().ne("").any()
+            marked = "mark" in part and part["mark"].map(lambda m: isinstance(m, str) and bool(m.strip())).any()
             if not valued and not marked:  # a scene-graph suite's empty rows there (a run from before the refusal);
                 continue                   # a failed or partial row is always shown, with its mark
         headline = headline_metric(sinfo, part)

@@ -203,3 +203,31 @@ def test_a_multi_turn_row_is_tagged_in_the_overall_tables():
 
     assert editor_cell({"editor": "ed", "protocol": "multi_turn"}) == "ed [multi-turn]"
     assert editor_cell({"editor": "ed", "protocol": "single_turn"}) == editor_cell({"editor": "ed"}) == "ed"
+
+
+@pytest.mark.parametrize("change, why", [
+    ({"drop": "turn"}, "without 'turn'"), ({"drop": "session"}, "without 'session'"),
+    ({"turn": 0}, "whole turn number from 1"), ({"session": ""}, "empty session id"),
+    ({"session": None}, "a turn on a row of no session")])
+def test_a_score_part_with_a_bad_session_or_turn_is_refused(tmp_path, change, why):
+    from benchmark.stages.score_cache import BadCacheFile, check_part
+
+    row = {"query_id": "s1-t1", "image_id": "s1", "edit_type": "free_form", "object_class": "free-form",
+           "status": "ok", "reason": "", "edit_sha256": SHA, "session": "s1", "turn": 1, "l1_gt": 0.5}
+    row = {k: v for k, v in (row | change).items() if k != change.get("drop") and k != "drop"}
+    path = tmp_path / "part.parquet"
+    pd.DataFrame([row]).to_parquet(path, index=False)
+    with pytest.raises(BadCacheFile, match=why):
+        check_part(path, None)
+
+
+def test_a_score_part_mixing_rows_of_sessions_and_of_none_is_read(tmp_path):
+    from benchmark.stages.score_cache import check_part
+
+    base = {"image_id": "", "edit_type": "free_form", "object_class": "free-form", "status": "ok", "reason": "",
+            "edit_sha256": SHA, "l1_gt": 0.5}
+    frame = pd.DataFrame([base | {"query_id": "s1-t2", "session": "s1", "turn": 2},
+                          base | {"query_id": "plain", "session": None, "turn": None}])
+    frame.astype({"turn": "Int64"}).to_parquet(tmp_path / "part.parquet", index=False)
+    got = check_part(tmp_path / "part.parquet", None)
+    assert got.loc[0, "turn"] == 2 and pd.isna(got.loc[1, "session"])
