@@ -9,7 +9,8 @@ metric over the pairs of each list:
 - `all_turn` (the single-turn setting): every turn of every session, each edited from the dataset's input for that
   turn (`<id>_1.png`, `<id>_inde_<t>.png`), pooled: a three-turn session weighs three times a one-turn one.
 
-In editmeter a run has one protocol (run.json `protocol`, `single_turn` where absent): a `multi_turn` run gets the
+In editmeter a run has one protocol (run.json `protocol`; else the one its editor declares, as the external
+editor does for edits made elsewhere; else `single_turn`): a `multi_turn` run gets the
 `final_turn` figure, a `single_turn` run the `all_turn` one, each over the run's per-query scores (only the
 leaderboard aggregates). Where the script stops on a session whose generated and ground-truth turns differ in
 number, or scores the last generated turn as the final one when the real last turn is missing, editmeter counts the
@@ -36,14 +37,17 @@ class ProtocolError(ValueError):
 
 
 def protocol_of(meta: Mapping[str, Any]) -> str:
-    """A run's protocol from its run.json (`single_turn` where the field is absent or null); ProtocolError for any
-    other value than `single_turn` / `multi_turn`."""
-    value = meta.get("protocol")
-    if value is None:
-        return DEFAULT_PROTOCOL
-    if value not in PROTOCOLS:
-        raise ProtocolError(f"protocol {value!r} is not one of {', '.join(PROTOCOLS)}")
-    return str(value)
+    """A run's protocol from its run.json: its `protocol`, else the one its editor declares (`editor_info`'s
+    `protocol`: edits made elsewhere, read for one protocol), else `single_turn`. ProtocolError for any other value
+    than `single_turn` / `multi_turn`, or when the two disagree."""
+    run, info = meta.get("protocol"), meta.get("editor_info")
+    declared = info.get("protocol") if isinstance(info, Mapping) else None
+    for value in (run, declared):
+        if value is not None and value not in PROTOCOLS:
+            raise ProtocolError(f"protocol {value!r} is not one of {', '.join(PROTOCOLS)}")
+    if run is not None and declared is not None and run != declared:
+        raise ProtocolError(f"protocol {run!r}, but its editor read the edits of protocol {declared!r}")
+    return str(run or declared or DEFAULT_PROTOCOL)
 
 
 def final_turns(sessions: Iterable[tuple[str, str, int]]) -> dict[str, str]:

@@ -172,7 +172,9 @@ class ExternalEdits(Editor):
         if self._rewritten_sha is not None:  # absent otherwise: the signatures of other folders are unchanged
             out["rewritten_sha256"] = self._rewritten_sha
         if self.layout != "flat":  # which files of one folder: each protocol's edits are a run of their own
-            out |= {"layout": self.layout, "protocol": self.protocol}
+            out["layout"] = self.layout
+        if self.layout != "flat" or self.protocol != "single_turn":  # how the edits were made (leaderboard_turns)
+            out["protocol"] = self.protocol
         return out
 
 

@@ -144,7 +144,15 @@ def test_score_runs_both_protocols_of_the_authors_folder_and_counts_missing_turn
     assert (rows.loc["mb-test-300-t2", "session"], rows.loc["mb-test-300-t2", "turn"]) == ("mb-test-300", 2)
     board = pd.read_csv(tmp_path / "r" / "leaderboard.csv").set_index("editor_sig")
     assert board.loc[runs["multi_turn"].name.split("-", 1)[1], "mark"].startswith("PARTIAL 5/6")
-    assert len(pd.read_csv(tmp_path / "r" / "leaderboard_turns.csv")) == 2
+    turns = pd.read_csv(tmp_path / "r" / "leaderboard_turns.csv").set_index("protocol")
+    assert turns.loc["multi_turn", "setting"] == "final_turn" and turns.loc["single_turn", "setting"] == "all_turn"
+    # final_turn: sessions 100 (turn 2), 200 (turn 1), 300 (turn 3: missing, never its turn 2); all_turn: six turns
+    assert (turns.loc["multi_turn", "n_total"], turns.loc["multi_turn", "n_ok"]) == (3, 2)
+    assert (turns.loc["single_turn", "n_total"], turns.loc["single_turn", "n_ok"]) == (6, 6)
+    # L1 against the grey-90 sources, worked out by hand: final_turn (|12-90| + |31-90|) / 2 / 255; all_turn the
+    # six independent turns |11|22|31|41|52|53 - 90| pooled
+    assert turns.loc["multi_turn", "l1"] == pytest.approx((78 + 59) / 2 / 255, abs=1e-6)
+    assert turns.loc["single_turn", "l1"] == pytest.approx((79 + 68 + 59 + 49 + 38 + 37) / 6 / 255, abs=1e-6)
 
 
 def test_score_reads_only_the_protocol_asked_for(tmp_path, edits, capsys):

@@ -149,6 +149,23 @@ def test_an_unknown_protocol_in_run_json_gives_no_figure_and_a_warning(tmp_path)
         assert len(turns_table(tmp_path)) == 0
 
 
+@pytest.mark.parametrize("meta, want", [
+    ({}, "single_turn"), ({"protocol": None}, "single_turn"), ({"protocol": "multi_turn"}, "multi_turn"),
+    ({"editor_info": {"protocol": "multi_turn"}}, "multi_turn"),
+    ({"protocol": "multi_turn", "editor_info": {"protocol": "multi_turn"}}, "multi_turn")])
+def test_the_protocol_is_run_jsons_else_the_one_the_editor_read_the_edits_for(meta, want):
+    from benchmark.turns import protocol_of
+
+    assert protocol_of(meta) == want
+
+
+def test_a_run_json_protocol_that_contradicts_its_editors_is_refused():
+    from benchmark.turns import ProtocolError, protocol_of
+
+    with pytest.raises(ProtocolError, match="read the edits of protocol 'multi_turn'"):
+        protocol_of({"protocol": "single_turn", "editor_info": {"protocol": "multi_turn"}})
+
+
 def test_the_turn_rows_come_back_identical_from_the_aggregate_cache(tmp_path):
     import benchmark.aggregate_cache as ac
 
