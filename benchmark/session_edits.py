@@ -11,7 +11,7 @@ A session folder maps to the query set's session of that id, else to the one ses
 `image_id` (MagicBrush's img_id). Each file maps to one turn of it: `single_turn` reads `_1` and `_inde_<t>`,
 `multi_turn` reads `_1` and `_iter_<t>`. An image file that maps to no turn (a folder of no session, a turn the
 session does not have, a name the script does not write, two files for one turn, an image beside the session
-folders) is refused by name: scoring it as something else would be a silent guess. A turn without its file is
+folders; hidden folders are skipped) is refused by name: scoring it as something else would be a silent guess. A turn without its file is
 missing, never filled in from another turn.
 """
 
@@ -63,8 +63,9 @@ class SessionMapping:
 
 
 def has_session_folders(folder: Path) -> bool:
-    """Whether `folder` holds any subfolder (the per-session layout) rather than only files."""
-    return any(p.is_dir() for p in folder.iterdir())
+    """Whether `folder` holds any subfolder (the per-session layout) rather than only files; hidden folders
+    (`.ipynb_checkpoints`) do not count, and no session id starts with a dot."""
+    return any(p.is_dir() and not p.name.startswith(".") for p in folder.iterdir())
 
 
 def _session_index(queries: Iterable[Query]) -> tuple[dict[str, dict[int, str]], dict[str, list[str]]]:
@@ -105,6 +106,8 @@ def map_session_folder(folder: str | Path, queries: Iterable[Query], protocol: s
         if not entry.is_dir():
             if entry.suffix.lower() in IMAGE_EXTENSIONS:
                 out.refused.append((entry.name, "an image beside the session folders (each goes in <id>/)"))
+            continue
+        if entry.name.startswith("."):  # a tool's hidden folder (.ipynb_checkpoints), never a session
             continue
         session, unmapped = _session_of(entry.name, turns, by_image)
         for path in sorted(entry.iterdir()):

@@ -186,6 +186,18 @@ def test_protocol_both_of_a_flat_folder_is_refused(tmp_path, capsys):
     assert "flat folder" in capsys.readouterr().err
 
 
+def test_a_flat_folder_of_multi_turn_edits_is_one_run_of_that_protocol(tmp_path, capsys):
+    flat = tmp_path / "flat"
+    for q, v in (("100-t1", 11), ("100-t2", 12), ("200-t1", 31)):
+        write(flat, f"mb-test-{q}.png", v)
+    (flat / ".ipynb_checkpoints").mkdir()  # a hidden folder does not make it the session layout
+    assert _score(tmp_path, flat, "--protocol", "multi_turn") == 0
+    assert sorted(_runs(tmp_path / "r")) == ["multi_turn"]
+    final = pd.read_csv(tmp_path / "r" / "leaderboard_turns.csv").iloc[0]
+    assert final["setting"] == "final_turn" and (final["n_total"], final["n_ok"]) == (3, 2)  # 300's turn 3 missing
+    capsys.readouterr()
+
+
 def test_the_protocol_is_given_as_an_option_not_an_override(tmp_path, edits, capsys):
     with pytest.raises(SystemExit):
         _score(tmp_path, edits, "editor.protocol=multi_turn")
