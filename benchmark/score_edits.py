@@ -125,10 +125,11 @@ def main(argv: list[str] | None = None) -> int:
         try:
             editor = instantiate(cfg.editor)
         except Exception as err:  # Hydra wraps the class's error: a bad --rewritten file is the user's, said plainly
+            from benchmark.session_edits import SessionLayoutError
             from editors.external import RewrittenFileError
 
             cause = err.__cause__ or err
-            if isinstance(cause, RewrittenFileError):
+            if isinstance(cause, (RewrittenFileError, SessionLayoutError)):  # a file changed since `_layout` read it
                 print(f"error: {cause}", file=sys.stderr)
                 return 2
             raise

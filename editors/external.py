@@ -57,8 +57,9 @@ class ExternalEdits(Editor):
             the edits were made from the instructions as the set gives them.
         layout: `flat` (files named by query id) or `magicbrush` (one folder per multi-turn session, as MagicBrush's
             multi-turn editing script writes them).
-        protocol: with `layout="magicbrush"`, which of the session's files are the edits: `single_turn` (each turn
-            edited from the dataset's input) or `multi_turn` (each from the model's previous output).
+        protocol: how the edits were made: `single_turn` (each turn of a session edited from the dataset's input)
+            or `multi_turn` (each from the model's previous output); with `layout="magicbrush"` it also picks the
+            session's files (`_inde_` or `_iter_`). Declared in `info()` (leaderboard_turns.csv reads it).
         queries: with `layout="magicbrush"`, the query set's `queries.jsonl`, whose sessions and turns the files
             are mapped to.
     """
