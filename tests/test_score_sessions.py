@@ -202,3 +202,19 @@ def test_the_protocol_is_given_as_an_option_not_an_override(tmp_path, edits, cap
     with pytest.raises(SystemExit):
         _score(tmp_path, edits, "editor.protocol=multi_turn")
     assert "give --protocol instead" in capsys.readouterr().err
+
+
+def test_the_external_editor_maps_the_layout_itself_and_refuses_what_it_cannot_map(tmp_path, edits):
+    from benchmark.session_edits import SessionLayoutError
+    from editors.external import ExternalEdits
+
+    root = make_set(tmp_path / "qs", records())
+    ext = ExternalEdits(str(edits), layout="magicbrush", protocol="multi_turn", queries=str(root / "queries.jsonl"))
+    assert ext.missing([r["id"] for r in records()]) == ["mb-test-300-t3"]
+    assert ext.find("mb-test-100-t2").name == "100_iter_2.png"
+    assert ext.info()["protocol"] == "multi_turn" and ext.info()["layout"] == "magicbrush"
+    with pytest.raises(ValueError, match="needs queries="):
+        ExternalEdits(str(edits), layout="magicbrush")
+    write(edits, "100/100_iter_7.png", 1)
+    with pytest.raises(SessionLayoutError, match="100/100_iter_7.png: session 'mb-test-100' has 2 turn"):
+        ExternalEdits(str(edits), layout="magicbrush", queries=str(root / "queries.jsonl"))
