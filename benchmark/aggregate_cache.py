@@ -159,7 +159,7 @@ def _is_scalar(v: Any) -> bool:
 def check_entry(entry: Any, key: str, run: str, metric_sig: str) -> dict[str, list[dict[str, Any]]]:
     """The rows of a cache entry read back from disk, or ValueError saying why it cannot be used ('stale' when its
     inputs changed: expected, not damage)."""
-    from benchmark.leaderboard import TABLES
+    from benchmark.leaderboard import ROW_TABLES
 
     if not isinstance(entry, dict) or entry.get("format") != FORMAT:
         raise ValueError(f"not an entry of format {FORMAT}")
@@ -168,8 +168,8 @@ def check_entry(entry: Any, key: str, run: str, metric_sig: str) -> dict[str, li
     if entry.get("key") != key:
         raise LookupError("stale")
     rows = entry.get("rows")
-    if not isinstance(rows, dict) or sorted(rows) != sorted(TABLES):
-        raise ValueError(f"rows must be a table name -> rows mapping of {sorted(TABLES)}")
+    if not isinstance(rows, dict) or sorted(rows) != sorted(ROW_TABLES):
+        raise ValueError(f"rows must be a table name -> rows mapping of {sorted(ROW_TABLES)}")
     for name, table in rows.items():
         if not isinstance(table, list) or not all(
                 isinstance(r, dict) and r.get("metric_sig") == metric_sig

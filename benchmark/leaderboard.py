@@ -47,6 +47,10 @@ BOOTSTRAP_CHUNK = 500  # resamples drawn at once (bounds memory at chunk * n ind
 RUN_META = "run.json"
 FLOAT_FORMAT = "%.6g"  # the CSVs' precision
 TABLES = {"leaderboard.csv": (), "leaderboard_by_type.csv": ("edit_type",), "leaderboard_by_class.csv": ("object_class",)}
+# MagicBrush's final_turn / all_turn figures of the runs of sets with multi-turn sessions (`benchmark.turns`)
+TURNS_TABLE = "leaderboard_turns.csv"
+ROW_TABLES = (*TABLES, TURNS_TABLE)  # the tables each run's cached rows hold
+TURN_COLUMNS = ("protocol", "setting", "n_sessions")
 ID_COLUMNS = ("queryset", "queryset_hash", "metric_set", "editor", "editor_sig", "prompt_kind", "profile", "seed")
 COUNT_COLUMNS = ("n_selected", "n_total", "n_ok", "n_failed", "n_missing", "complete", "mark")
 PROVENANCE_COLUMNS = ("metric_sig", "git_sha", "versions", "device")
@@ -327,8 +331,51 @@ def plain(value: Any) -> Any:
 
 def run_rows(run: Run, n_resamples: int, seed: int) -> dict[str, list[dict[str, Any]]]:
     """One run's rows of every table (file name -> rows): what the aggregate cache stores per run and metric set."""
-    return {fname: [{k: plain(v) for k, v in row.items()} for row in _run_rows(run, group_cols, fname, n_resamples, seed)]
+    rows = {fname: [{k: plain(v) for k, v in row.items()} for row in _run_rows(run, group_cols, fname, n_resamples, seed)]
             for fname, group_cols in TABLES.items()}
+    return rows | {TURNS_TABLE: [{k: plain(v) for k, v in row.items()} for row in turn_rows(run, n_resamples, seed)]}
+
+
+def _identity(meta: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(identity columns, provenance columns) of one run's rows."""
+    ident = {c: meta.get(c, "") if c == "metric_set" else meta[c] for c in ID_COLUMNS}
+    prov = {"metric_sig": meta["metric_sig"], "git_sha": meta["git_sha"],
+            "versions": json.dumps(meta["versions"], sort_keys=True), "device": meta["device"]}
+    return ident, prov | sample_columns(meta)
+
+
+def turn_rows(run: Run, n_resamples: int, seed: int) -> list[dict[str, Any]]:
+    """The run's row of `leaderboard_turns.csv`: MagicBrush's figure for its protocol (`final_turn` for a
+    multi_turn run, `all_turn` for a single_turn one; `benchmark.turns`), the per-query metric means over the
+    queries that figure pairs, with their SE, counts and mark; none when its query set has no sessions. `n_total`
+    counts the sessions (final_turn) or the turns (all_turn) the figure owes; `n_sessions` the sessions."""
+    from benchmark.turns import SETTINGS, ProtocolError, owed_queries, protocol_of
+
+    meta = run.meta
+    if not run.index.sessions:
+        return []
+    try:
+        protocol = protocol_of(meta)
+    except ProtocolError as err:
+        warn(f"{run.path / RUN_META}: {err}; no {TURNS_TABLE} row for it (rerun its configuration to rewrite it)")
+        return []
+    setting = SETTINGS[protocol]
+    idx = run.index.frame()
+    in_scope = set(idx.loc[idx["excluded"] == "", "query_id"].to_numpy(dtype=object))
+    owed, n_sessions = owed_queries(run.index.sessions, setting, in_scope)
+    wanted = set(owed)
+    qids = run.scores["query_id"].to_numpy(dtype=object)
+    keep = np.fromiter((q in wanted for q in qids), dtype=bool, count=len(qids))
+    part = run.scores[keep & (run.scores["status"] != "excluded").to_numpy()]
+    n_stale = sum(1 for q in part.loc[part["status"] == "ok", "query_id"] if q in run.stale) if run.stale else 0
+    metric_names = meta.get("metric_order") or list(meta["metrics"])
+    gkey = [meta["editor_sig"], meta["queryset_hash"], TURNS_TABLE, setting]
+    stats = summarize(part, metric_names, n_resamples, seed, gkey, len(owed), n_stale)
+    if stats["n_missing"] and run.quarantined:
+        stats["mark"] = join_marks(stats["mark"], run.quarantined)
+    ident, prov = _identity(meta)
+    return [ident | {REWRITE_COLUMN: rewrites_instruction(meta), "protocol": protocol, "setting": setting,
+                     "n_sessions": n_sessions} | stats | prov]
 
 
 def rewrites_instruction(meta: dict[str, Any]) -> bool:
@@ -362,10 +409,7 @@ def _run_rows(run: Run, group_cols: tuple[str, ...], fname: str, n_resamples: in
     metric_names = meta.get("metric_order") or list(meta["metrics"])
     suite = meta.get("suite")
     summary_fn = suite_summary(suite["name"]) if suite else None
-    ident = {c: meta.get(c, "") if c == "metric_set" else meta[c] for c in ID_COLUMNS}
-    prov = {"metric_sig": meta["metric_sig"], "git_sha": meta["git_sha"],
-            "versions": json.dumps(meta["versions"], sort_keys=True), "device": meta["device"]}
-    prov |= sample_columns(meta)
+    ident, prov = _identity(meta)
     if group_cols:
         totals = idx.groupby(list(group_cols), sort=True).size()
         groups = [(k if isinstance(k, tuple) else (k,), int(n)) for k, n in totals.items()]
@@ -480,6 +524,27 @@ def tables_from_summaries(summaries: Sequence[RunSummary]) -> dict[str, Any]:
     return tables
 
 
+def turns_table(summaries: Sequence[RunSummary]):
+    """`leaderboard_turns.csv`: every run's `turn_rows`, with the same `set.<key>` columns as the other tables,
+    sorted so the order of `summaries` does not matter; the identity and count columns alone when no run has one."""
+    import pandas as pd
+
+    from benchmark.settings import column
+
+    keys, flat, _ = setting_columns(summaries)
+    rows = []
+    for s, settings in zip(summaries, flat, strict=True):
+        for row in s.rows.get(TURNS_TABLE, []):
+            head = {c: row[c] for c in (*ID_COLUMNS, *TURN_COLUMNS[:2])}
+            rows.append(head | {column(k): settings.get(k) for k in keys}
+                        | {k: v for k, v in row.items() if k not in head})
+    if not rows:
+        return pd.DataFrame(columns=[*ID_COLUMNS, *TURN_COLUMNS, *COUNT_COLUMNS, *PROVENANCE_COLUMNS])
+    df = pd.DataFrame(rows)
+    return df.sort_values(["queryset", "metric_set", "prompt_kind", "profile", "editor", "protocol", "editor_sig"],
+                          kind="stable").reset_index(drop=True)
+
+
 def metric_table(runs: Sequence[Run | RunSummary]):
     """Metric metadata (metric_set, version, higher_is_better, description, summary) of every metric in the
     tables, one row per (metric set, column), in each metric set's display order; `summary` marks a suite's
@@ -555,8 +620,13 @@ def format_table(results: Path, queryset: str | None = None, **options: Any) -> 
     SE, arrows for the better direction; partial rows in their own block after the complete ones, each with its
     `PARTIAL done/total` mark."""
     from benchmark.show import render
+    from benchmark.show_turns import render_turns
 
-    return render(results, queryset, **options)
+    text = render(results, queryset, **options)
+    if options.get("by") is None:  # MagicBrush's two settings side by side, where a run of each is there
+        turns = render_turns(results, queryset, columns=options.get("columns"), digits=options.get("digits", 3))
+        text += f"\n{turns}" if turns else ""
+    return text
 
 
 def main(argv: Sequence[str] | None = None) -> int:

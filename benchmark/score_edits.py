@@ -12,6 +12,14 @@ applies its declared rule to it (docs/metrics.md, "An edit of another size").
 Edits made from rewritten instructions declare it with `--rewritten FILE`, a JSONL of `{"query_id", "instruction"}`
 per query (`editors/external.py`): the records keep the text and the rows are marked as rewritten.
 Everything after the options is a Hydra override of the run config (queryset=, profile=, metrics=, limit=, ...).
+
+Multi-turn sessions: for a query set with sessions, a folder of subfolders is read as MagicBrush's
+`edit_cli_single_multi_turn.py` writes its outputs (`<id>/<id>_1.png`, `<id>_iter_<t>.png`, `<id>_inde_<t>.png`;
+`benchmark.session_edits`). Each protocol is a run of its own (`protocol=single_turn` from the `_inde_` files,
+`multi_turn` from the `_iter_` files, turn 1 from `_1` in both): `--protocol` picks one or `both`; the default is
+both when the folder holds any `_iter_` file, else single_turn. A file that maps to no turn of the set's sessions
+stops the command before any work, naming it; a turn without its file is missing (the row is PARTIAL). A flat folder
+of `<query id>.png` edits takes `--protocol single_turn|multi_turn` to say how they were made (default single_turn).
 """
 
 from __future__ import annotations
@@ -25,6 +33,9 @@ from benchmark.config import LabelError, UnknownOptionError, check_keys, check_l
 MAX_LISTED = 20
 # The older spelling `edits=DIR name=LABEL kind=K` (scripts, tests, notebooks) is read as the options.
 LEGACY_KEYS = ("edits", "name", "kind")
+PROTOCOL_CHOICES = ("single_turn", "multi_turn", "both")
+HOW = {"single_turn": "each turn edited from the dataset's input: <id>_1, <id>_inde_<t>",
+       "multi_turn": "each turn edited from the model's previous output: <id>_1, <id>_iter_<t>"}
 
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -39,12 +50,21 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     ap.add_argument("--rewritten", default=None, metavar="FILE",
                     help='the edits were made from rewritten instructions: a JSONL of {"query_id": ..., '
                          '"instruction": <the text used>} per query; the rows are marked as rewritten')
+    ap.add_argument("--protocol", default=None, choices=PROTOCOL_CHOICES,
+                    help="how the edits were made: single_turn (each turn from the dataset's input), multi_turn (from "
+                         "the model's previous output) or both; for a folder of MagicBrush's multi-turn layout the "
+                         "default is both when it holds <id>_iter_<t> files, else single_turn (flat folder: "
+                         "single_turn)")
     ap.add_argument("overrides", nargs="*", metavar="key=value", help="Hydra overrides of the run config")
     argv = [f"--{a}" if a.partition("=")[0] in LEGACY_KEYS else a for a in argv]
     args = ap.parse_intermixed_args(argv)
     bad = [o for o in args.overrides if "=" not in o]
     if bad:
         ap.error(f"not a key=value override: {' '.join(bad)}")
+    own = [o for o in args.overrides if o.lstrip("+~").partition("=")[0] in ("protocol", "editor.protocol",
+                                                                             "editor.layout", "editor.queries")]
+    if own:
+        ap.error(f"{' '.join(own)}: give --protocol instead (the layout and its sessions are read from the folder)")
     return args, list(args.overrides)
 
 
@@ -87,27 +107,64 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     quiet_third_party(progress_enabled(cfg.progress))
     try:  # an unbuilt or bad query set: its message (naming the file and the build command), not a traceback
-        _, qs = load_selection(cfg)  # what the run scores
+        full, qs = load_selection(cfg)  # what the run scores
     except PreflightError as err:
         print(f"[editmeter] error: {err}", file=sys.stderr)
         return err.exit_code
     try:
-        editor = instantiate(cfg.editor)
-    except Exception as err:  # Hydra wraps the class's error: a bad --rewritten file is the user's, said plainly
-        from editors.external import RewrittenFileError
+        layout, protocols = _layout(Path(args.edits), full, args.protocol)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    status = 0
+    for protocol in protocols:
+        # `++`: the run's protocol whether or not the base config declares the key yet
+        extra = [f"editor.layout={layout}", f"editor.protocol={protocol}", f"++protocol={protocol}",
+                 *([f"editor.queries={Path(full.root) / 'queries.jsonl'}"] if layout == "magicbrush" else [])]
+        cfg, _ = compose([*overrides, *extra])
+        try:
+            editor = instantiate(cfg.editor)
+        except Exception as err:  # Hydra wraps the class's error: a bad --rewritten file is the user's, said plainly
+            from benchmark.session_edits import SessionLayoutError
+            from editors.external import RewrittenFileError
 
-        cause = err.__cause__ or err
-        if isinstance(cause, RewrittenFileError):
-            print(f"error: {cause}", file=sys.stderr)
-            return 2
-        raise
-    missing = editor.missing([q.id for q in qs.queries])
-    print(f"[editmeter] {len(qs) - len(missing)} of {len(qs)} queries of {qs.name} have an edit in {args.edits}")
-    if missing:
-        shown = ", ".join(missing[:MAX_LISTED]) + (f", ... ({len(missing) - MAX_LISTED} more)" if len(missing) > MAX_LISTED else "")
-        print(f"[editmeter] MISSING {len(missing)} edits (counted as missing, not failed; the row is PARTIAL): "
-              f"{shown}")
-    return run_and_report(cfg, args.name)
+            cause = err.__cause__ or err
+            if isinstance(cause, (RewrittenFileError, SessionLayoutError)):  # a file changed since `_layout` read it
+                print(f"error: {cause}", file=sys.stderr)
+                return 2
+            raise
+        missing = editor.missing([q.id for q in qs.queries])
+        what = f" ({protocol}: {HOW[protocol]})" if layout == "magicbrush" else ""
+        print(f"[editmeter] {len(qs) - len(missing)} of {len(qs)} queries of {qs.name} have an edit in "
+              f"{args.edits}{what}")
+        if missing:
+            shown = ", ".join(missing[:MAX_LISTED]) + (f", ... ({len(missing) - MAX_LISTED} more)" if len(missing) > MAX_LISTED else "")
+            print(f"[editmeter] MISSING {len(missing)} edits (counted as missing, not failed; the row is PARTIAL): "
+                  f"{shown}")
+        status = max(status, run_and_report(cfg, args.name))
+    return status
+
+
+def _layout(edits: Path, full, protocol: str | None) -> tuple[str, list[str]]:
+    """(the folder's layout, the protocols to score): MagicBrush's session folders for a query set with sessions
+    and a folder of subfolders, else flat. ValueError naming the files of the session layout that map to no turn,
+    or `both` asked of a flat folder."""
+    from benchmark.session_edits import has_session_folders, map_session_folder
+
+    if not (any(q.session is not None for q in full.queries) and has_session_folders(edits)):
+        if protocol == "both":
+            raise ValueError(f"--protocol both: {edits} is a flat folder (one edit per query id), which holds one "
+                             "protocol's edits; give --protocol single_turn or multi_turn")
+        return "flat", [protocol or "single_turn"]
+    mapping = map_session_folder(edits, full.queries, "single_turn")
+    if mapping.refused:
+        raise ValueError(mapping.refusal(edits))
+    if protocol is None:
+        iterated = any(f.kind == "iter" for f in mapping.parsed)
+        protocol = "both" if iterated else "single_turn"
+        print(f"[editmeter] {edits}: MagicBrush's multi-turn layout; scoring "
+              f"{'both protocols (it holds <id>_iter_<t> files)' if iterated else 'single_turn (no <id>_iter_<t> file)'}")
+    return "magicbrush", ["single_turn", "multi_turn"] if protocol == "both" else [protocol]
 
 
 if __name__ == "__main__":

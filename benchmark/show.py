@@ -37,9 +37,19 @@ def rewrites(row: Any) -> bool:
     return str(row.get("rewrites_instruction", False)).strip().lower() == "true"  # True, numpy's True_, 'True'
 
 
+MULTI_TURN_TAG = "[multi-turn]"
+
+
+def multi_turn(row: Any) -> bool:
+    """A leaderboard row's `protocol` is multi_turn (absent, as in tables of runs before protocols: single_turn)."""
+    return str(row.get("protocol", "") or "").strip() == "multi_turn"
+
+
 def editor_cell(row: Any) -> str:
-    """The editor's name, tagged `[rewrites]` when it rewrote the instructions."""
-    return f"{row['editor']} {REWRITE_TAG}" if rewrites(row) else str(row["editor"])
+    """The editor's name, tagged `[rewrites]` when it rewrote the instructions and `[multi-turn]` when each turn of
+    a session was edited from its own previous output."""
+    tags = [t for t, on in ((REWRITE_TAG, rewrites(row)), (MULTI_TURN_TAG, multi_turn(row))) if on]
+    return " ".join([str(row["editor"]), *tags])
 
 
 class ShowError(ValueError):
@@ -326,7 +336,7 @@ def render(results: Path, queryset: str | None = None, *, by: str | None = None,
             if unscored[qs]:  # once per query set, at its first section
                 lines.append(f"\n{unscored[qs]}")
                 unscored[qs] = ""
-            marked = "mark" in part and part["mark"].fillna("").astype(str).str.strip().ne("").any()
+            marked = "mark" in part and part["mark"].map(lambda m: isinstance(m, str) and bool(m.strip())).any()
             if not valued and not marked:  # a scene-graph suite's empty rows there (a run from before the refusal);
                 continue                   # a failed or partial row is always shown, with its mark
         headline = headline_metric(sinfo, part)

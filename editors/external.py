@@ -9,6 +9,12 @@ read with `benchmark.imageio.load_rgb`, the loader of sources (16-bit scaled, tr
 and the signature covers the bytes of every image file in the folder, so
 regenerated edits are rescored even when their names and sizes are unchanged (docs/inputs.md).
 
+Multi-turn sessions (`layout="magicbrush"`): the folder is laid out as MagicBrush's `edit_cli_single_multi_turn.py`
+writes it, one subfolder per session (`<id>/<id>_1.png`, `<id>_iter_<t>.png`, `<id>_inde_<t>.png`), mapped to the
+sessions and turns of the query set's `queries` file (`benchmark.session_edits`); `protocol` says which files are
+the edits (`single_turn`: `_inde_`, `multi_turn`: `_iter_`; turn 1 is `_1` in both). A file that maps to no turn
+stops the editor before any edit, naming it; a turn without its file is missing.
+
 Edits made from rewritten instructions (a prompt enhancer before the model) declare it with `rewritten`: a JSONL
 file, one line per query, `{"query_id": "<id>", "instruction": "<the text the edit was made with>"}`. The editor
 then `rewrites_instruction`: each record keeps its query's text, the file's sha256 enters the signature, and the
@@ -32,6 +38,8 @@ from benchmark.imageio import load_rgb
 from benchmark.types import Query
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".webp", ".bmp")
+LAYOUTS = ("flat", "magicbrush")
+PROTOCOLS = ("single_turn", "multi_turn")
 
 
 class AmbiguousEditError(ValueError):
@@ -47,14 +55,29 @@ class ExternalEdits(Editor):
         label: a name for the leaderboard.
         rewritten: a JSONL of the rewritten instruction each edit was made with (module docstring), or None when
             the edits were made from the instructions as the set gives them.
+        layout: `flat` (files named by query id) or `magicbrush` (one folder per multi-turn session, as MagicBrush's
+            multi-turn editing script writes them).
+        protocol: how the edits were made: `single_turn` (each turn of a session edited from the dataset's input)
+            or `multi_turn` (each from the model's previous output); with `layout="magicbrush"` it also picks the
+            session's files (`_inde_` or `_iter_`). Declared in `info()` (leaderboard_turns.csv reads it).
+        queries: with `layout="magicbrush"`, the query set's `queries.jsonl`, whose sessions and turns the files
+            are mapped to.
     """
 
     any_output_size = True  # a model elsewhere made them at its own size
 
     def __init__(self, folder: str, prompt_kind: str = "instruction", label: str = "external",
-                 rewritten: str | None = None) -> None:
+                 rewritten: str | None = None, layout: str = "flat", protocol: str = "single_turn",
+                 queries: str | None = None) -> None:
         if prompt_kind not in ("instruction", "description"):
             raise ValueError(f"prompt_kind must be instruction or description, not {prompt_kind!r}")
+        if protocol not in PROTOCOLS:
+            raise ValueError(f"protocol must be one of {', '.join(PROTOCOLS)}, not {protocol!r}")
+        if layout not in LAYOUTS:
+            raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, not {layout!r}")
+        if layout == "magicbrush" and not queries:
+            raise ValueError("layout=magicbrush needs queries=<the query set's queries.jsonl>: its sessions and turns "
+                             "are what the files are mapped to")
         self.folder = Path(folder)
         if not self.folder.is_dir():
             raise FileNotFoundError(f"edits folder {self.folder} does not exist (EDITS=<folder of edited images>)")
@@ -64,8 +87,41 @@ class ExternalEdits(Editor):
         self.label = label  # `make score NAME=` is checked by benchmark.score_edits before this is built
         self._rewritten, self._rewritten_sha = read_rewritten(rewritten) if rewritten else ({}, None)
         self.rewrites_instruction = rewritten is not None  # type: ignore[misc]  # per instance: the file declares it
+        self.layout, self.protocol = layout, protocol
         self._exact: dict[str, list[Path]] = {}
         self._suffix: dict[str, list[Path]] = {}
+        if layout == "magicbrush":
+            files = self._map_sessions(str(queries))
+        else:
+            files = self._index_flat()
+        # Content, not names and sizes: every image file's bytes (stat-cached, so a rerun reads only changed files).
+        # The whole folder rather than the files matched to queries, because the editor does not know the query
+        # set: an unrelated extra image also gives a new signature, which costs a rescore, never a stale score.
+        shas = digests(self.folder.resolve(), files)
+        listing = "".join(f"{name}\t{shas[name]}\n" for name, _ in files)
+        self._listing_hash = hashlib.sha256(listing.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+
+    def _map_sessions(self, queries: str) -> list[tuple[str, os.stat_result]]:
+        """Map the session folders' files to query ids (`benchmark.session_edits`); refuse unmappable ones. Returns
+        every image file of the session folders (both settings': one folder's content) with its stat."""
+        from benchmark.querysets.io import read_queries
+        from benchmark.session_edits import SessionLayoutError, map_session_folder
+
+        mapping = map_session_folder(self.folder, read_queries(queries), self.protocol)
+        if mapping.refused:
+            raise SessionLayoutError(mapping.refusal(self.folder))
+        for qid, path in mapping.files.items():
+            self._exact[qid] = [path]
+        out = []
+        for f in mapping.parsed:
+            try:
+                out.append((f.path.relative_to(self.folder).as_posix(), f.path.stat()))
+            except OSError:  # vanished since the scan: its turn reads as missing when edited
+                continue
+        return out
+
+    def _index_flat(self) -> list[tuple[str, os.stat_result]]:
+        """Index `<query id>.<ext>` and `<prefix>_<query id>.<ext>` files; returns every image file with its stat."""
         files: list[tuple[str, os.stat_result]] = []
         for p in sorted(self.folder.iterdir()):
             if p.suffix.lower() not in IMAGE_EXTENSIONS:
@@ -81,12 +137,7 @@ class ExternalEdits(Editor):
             parts = p.stem.split("_")
             for k in range(1, len(parts)):  # every `<prefix>_` split: HATIE's naming
                 self._suffix.setdefault("_".join(parts[k:]), []).append(p)
-        # Content, not names and sizes: every image file's bytes (stat-cached, so a rerun reads only changed files).
-        # The whole folder rather than the files matched to queries, because the editor does not know the query
-        # set: an unrelated extra image also gives a new signature, which costs a rescore, never a stale score.
-        shas = digests(self.folder.resolve(), files)
-        listing = "".join(f"{name}\t{shas[name]}\n" for name, _ in files)
-        self._listing_hash = hashlib.sha256(listing.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+        return files
 
     def find(self, query_id: str) -> Path | None:
         """The file of one query: a unique exact stem match wins, else a unique `<prefix>_<id>` match. Several
@@ -121,6 +172,10 @@ class ExternalEdits(Editor):
                "prompt_kind": self.prompt_kind}
         if self._rewritten_sha is not None:  # absent otherwise: the signatures of other folders are unchanged
             out["rewritten_sha256"] = self._rewritten_sha
+        if self.layout != "flat":  # which files of one folder: each protocol's edits are a run of their own
+            out["layout"] = self.layout
+        if self.layout != "flat" or self.protocol != "single_turn":  # how the edits were made (leaderboard_turns)
+            out["protocol"] = self.protocol
         return out
 
 

@@ -265,3 +265,47 @@ def test_the_documented_endpoint_command_composes_to_the_endpoint_backbone():
     assert node._target_ == "benchmark.models.judge_endpoint.EndpointJudge"
     assert (node.base_url, node.api_key_env) == ("http://gpu-host:8000/v1", "JUDGE_API_KEY")
     assert (node.model, node.max_tokens, node.seed) == ("Qwen/Qwen2.5-VL-72B-Instruct-AWQ", 512, 42)
+
+
+def test_a_served_judge_gets_the_next_rounds_requests_while_the_last_rounds_slowest_is_out(
+        built, tmp_path, monkeypatch):  # noqa: F811
+    """Rounds overlap (`PromptedJudgeSuite._overlapped_rounds`): with chunks of 2 queries (4 requests), concurrency 4
+    and the first request slow, the second round's 4 requests are all answered while it is out (one round at a time:
+    only the first round's other 3); never more than `concurrency` in flight; the rows equal one round at a time's."""
+    import threading
+    import time
+
+    from benchmark.stages.score import read_scores
+
+    def run(name):
+        clock, slow, lock = [], {}, threading.Lock()
+
+        def reply(images, text, system, max_tokens):
+            with lock:
+                first = not clock
+                clock.append(time.perf_counter())
+            if first:
+                slow["start"] = clock[0]
+                time.sleep(1.5)
+                slow["end"] = time.perf_counter()
+            return '{"score": [7, 8], "reasoning": "ok"}'
+
+        (tmp_path / name).mkdir()
+        with serving(OpenAIServer(reply, served="judge")) as srv:
+            backbone = {"_target_": "benchmark.models.judge_endpoint.EndpointJudge", "base_url": srv.url,
+                        "model": "judge", "concurrency": 4, "backoff_s": 0.0}
+            _run(built, tmp_path / name, "queryset.language=en", "limit=6", "metrics.gedit.chunk_size=2",
+                 backbone=backbone)
+        run_dir = next((tmp_path / name / "results" / "runs").glob("gedit-en-*/identity-*"))
+        (sig,) = [p.name for p in (run_dir / "scores").iterdir()]
+        rows = read_scores(run_dir, sig).sort_values("query_id").reset_index(drop=True)
+        during = sum(slow["start"] < t < slow["end"] for t in clock)
+        return rows[[c for c in rows.columns if c not in ("seconds", "timestamp")]], during, srv
+
+    overlapped, during, srv = run("overlapped")
+    assert len(overlapped) >= 5 and srv.calls == 2 * len(overlapped) and srv.max_in_flight <= 4
+    assert during >= 3 + 4, during
+    monkeypatch.setattr(EndpointJudge, "overlapping_calls", False)
+    one_at_a_time, during_serial, _ = run("serial")
+    assert during_serial == 3
+    pd.testing.assert_frame_equal(overlapped, one_at_a_time)

@@ -15,6 +15,7 @@ asks the judge again for exactly the failed requests.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -33,6 +34,29 @@ from benchmark.models.judge_reply import (
     reply_columns,
 )
 from benchmark.types import MetricInfo, Query
+
+
+class _BusyClock:
+    """Seconds during which at least one `with` block was running: the judge's time when rounds overlap
+    (`_overlapped_rounds`), counted once, not once per round."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._active = 0
+        self._since = 0.0
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> None:
+        with self._lock:
+            if self._active == 0:
+                self._since = time.perf_counter()
+            self._active += 1
+
+    def __exit__(self, *exc: Any) -> None:
+        with self._lock:
+            self._active -= 1
+            if self._active == 0:
+                self.seconds += time.perf_counter() - self._since
 
 
 class JudgeBackbone(Protocol):
@@ -113,6 +137,8 @@ class PromptedJudgeSuite(LazyComponents):
     # the images of each judge request one query sends, in order (its length: requests per query); the budget line
     # counts the judge's cost from it (benchmark.judge_budget)
     JUDGE_REQUESTS: ClassVar[tuple[int, ...]] = ()
+    # rounds (chunks) judged at once when the backbone's calls may overlap (`_overlapped_rounds`)
+    ROUNDS_IN_FLIGHT: ClassVar[int] = 2
 
     @classmethod
     def judge_requests(cls, config: Any) -> tuple[int, ...]:
@@ -137,6 +163,7 @@ class PromptedJudgeSuite(LazyComponents):
         self.device = resolve_device(device)
         self._factories, self._models = {}, {}
         self.timings: dict[str, float] = {}
+        self._judge_clock = _BusyClock()
         self.column_info = self.COLUMN_INFO | self.SUMMARY_INFO
         self.columns = tuple(self.COLUMN_INFO)
         cls = type(self)
@@ -192,9 +219,9 @@ class PromptedJudgeSuite(LazyComponents):
     def _judge(self, requests: list[tuple[list[Any], str]]) -> list[JudgeReply]:
         """The backbone's replies to `requests`, in order, timed as the judge's forward time (a backbone that
         returns plain strings is named by its `name`, and its `version` when it has one)."""
-        t0 = time.perf_counter()
-        replies = self.backbone.generate(requests)
-        self.timings["judge forward"] = self.timings.get("judge forward", 0.0) + time.perf_counter() - t0
+        with self._judge_clock:
+            replies = self.backbone.generate(requests)
+        self.timings["judge forward"] = self._judge_clock.seconds
         if len(replies) != len(requests):
             raise RuntimeError(f"the judge backbone {self.backbone.name} answered {len(replies)} of "
                                f"{len(requests)} prompts")
@@ -246,5 +273,33 @@ class PromptedJudgeSuite(LazyComponents):
 
         self.prompts  # noqa: B018 (a missing or altered prompt file stops the run before any judging)
         qs, paths = by_source(queries, edit_paths)
-        yield from self._score_chunks(self._samples(queryset, qs, paths), self._score_chunk, desc=type(self).info.name,
-                                      num_workers=num_workers, progress=progress)
+        samples = self._samples(queryset, qs, paths)
+        desc = type(self).info.name
+        if not getattr(self.backbone, "overlapping_calls", False):
+            yield from self._score_chunks(samples, self._score_chunk, desc=desc, num_workers=num_workers,
+                                          progress=progress)
+            return
+        yield from self._overlapped_rounds(samples, desc, num_workers, progress)
+
+    def _overlapped_rounds(self, samples: Any, desc: str, num_workers: int,
+                           progress: bool) -> Iterator[list[dict[str, Any]]]:
+        """`_score_chunk` over the chunks, ROUNDS_IN_FLIGHT of them judged at once, their rows yielded in chunk
+        order: a served judge (whose `generate` calls may overlap, within its own concurrency) gets the next
+        round's requests while the slowest of the last round are still out, and the next chunk is loaded and
+        encoded meanwhile, so neither waits for the other. Same rows, same order as one round at a time."""
+        from collections import deque
+        from concurrent.futures import ThreadPoolExecutor
+
+        pending: deque[Any] = deque()
+        with ThreadPoolExecutor(self.ROUNDS_IN_FLIGHT, thread_name_prefix="editmeter-judge-round") as pool:
+            try:
+                for future in self._score_chunks(samples, lambda items: pool.submit(self._score_chunk, items),
+                                                 desc=desc, num_workers=num_workers, progress=progress):
+                    pending.append(future)
+                    if len(pending) >= self.ROUNDS_IN_FLIGHT:
+                        yield pending.popleft().result()
+                while pending:
+                    yield pending.popleft().result()
+            finally:  # stopped early (an error, ^C): rounds not yet started are not judged
+                for future in pending:
+                    future.cancel()

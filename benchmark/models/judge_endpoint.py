@@ -201,6 +201,10 @@ class EndpointJudge:
         self._version = ""  # the server's reported version (known with the identity)
         self._legacy: bool | None = None  # whether cache_dir holds entries of the first key layout
         self._lock = threading.Lock()
+        # shared by every `generate` call, so calls that overlap (a suite judging its next round while the last
+        # one's slowest requests are out) keep at most `concurrency` requests in flight and one encoder per core
+        self._in_flight = threading.BoundedSemaphore(concurrency)
+        self._cpu = threading.BoundedSemaphore(max(1, min(concurrency, os.cpu_count() or 1)))
         self.calls = 0       # chat requests sent (retries included)
         self.cache_hits = 0  # replies read from the cache
 
@@ -413,7 +417,8 @@ class EndpointJudge:
             self.calls += 1
         meta = {"model": self.model, "version": self._version}
         try:
-            raw = self._request("POST", f"{self.base_url}/chat/completions", body)
+            with self._in_flight:
+                raw = self._request("POST", f"{self.base_url}/chat/completions", body)
         except CallRefused as err:
             return JudgeReply("", failure=REFUSED, error=str(err), **meta)
         except CallFailed as err:
@@ -443,6 +448,10 @@ class EndpointJudge:
                                       "identity": self.identity})
         return JudgeReply(reply, cache_key=key, **meta)
 
+    # `generate` may be called from several threads at once: the requests of all calls together stay within
+    # `concurrency` (a suite then keeps the next round's requests going while the last round's slowest are out)
+    overlapping_calls = True
+
     def generate(self, requests: Sequence[tuple[Sequence[Any], str]]) -> list[JudgeReply]:
         """The reply to each (PIL images, prompt text) request, in order (a `JudgeReply`: the text and who answered
         it); cached replies are not asked again. A request that still fails after its retries, or that the server
@@ -451,8 +460,7 @@ class EndpointJudge:
         self.identity  # noqa: B018 (the server is checked, and its version known, before the first request)
         if not requests:
             return []
-        memo = _ImageMemo(self._prepared, self.image_format, self.png_compress_level,
-                          threading.BoundedSemaphore(max(1, min(self.concurrency, os.cpu_count() or 1))))  # each distinct image prepared and encoded once
+        memo = _ImageMemo(self._prepared, self.image_format, self.png_compress_level, self._cpu)  # each distinct image prepared and encoded once
         with ThreadPoolExecutor(max_workers=min(self.concurrency, len(requests))) as pool:
             return list(pool.map(lambda r: self._ask(r[0], r[1], memo), requests))
 

@@ -11,7 +11,15 @@ from pathlib import Path
 
 from benchmark.aggregate_cache import describe, summarise
 from benchmark.fileio import atomic_write_text
-from benchmark.leaderboard import FLOAT_FORMAT, SWEEP_FILE, metric_table, sweep_table, tables_from_summaries
+from benchmark.leaderboard import (
+    FLOAT_FORMAT,
+    SWEEP_FILE,
+    TURNS_TABLE,
+    metric_table,
+    sweep_table,
+    tables_from_summaries,
+    turns_table,
+)
 
 
 def write_leaderboards(results: Path, metric_sig: str | None, n_resamples: int, seed: int, *,
@@ -35,5 +43,8 @@ def write_leaderboards(results: Path, metric_sig: str | None, n_resamples: int, 
     path = results / SWEEP_FILE  # always written (header only when no editor has a sweep): never a stale one
     atomic_write_text(path, sweep_table(summaries, tables).to_csv(index=False, float_format=FLOAT_FORMAT))
     written[SWEEP_FILE] = path
+    path = results / TURNS_TABLE  # always written too (header only without multi-turn sessions)
+    atomic_write_text(path, turns_table(summaries).to_csv(index=False, float_format=FLOAT_FORMAT))
+    written[TURNS_TABLE] = path
     print(f"[editmeter] aggregate: {describe(stats, len(summaries), time.perf_counter() - t0)}")
     return written

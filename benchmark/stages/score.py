@@ -39,6 +39,7 @@ from benchmark.stages.edit import (
 from benchmark.stages.score_cache import (
     ROW_KEYS,
     SCORES_DIR,
+    SESSION_COLUMNS,
     QueryIndex,
     read_query_index,
     read_valid_parts,
@@ -197,8 +198,12 @@ def _collate(samples: list[_Sample]) -> ScoreBatch:
 
 
 def _base_row(q: Query, status: str, reason: str = "", edit_sha256: str = "") -> dict[str, Any]:
-    return {"query_id": q.id, "image_id": q.image_id, "edit_type": q.edit_type, "object_class": q.object_class,
-            "status": status, "reason": reason, "edit_sha256": edit_sha256}
+    """The keys of every row of `q`; a query of a multi-turn session adds its `session` and `turn`."""
+    row = {"query_id": q.id, "image_id": q.image_id, "edit_type": q.edit_type, "object_class": q.object_class,
+           "status": status, "reason": reason, "edit_sha256": edit_sha256}
+    if q.session is not None:
+        row |= {"session": q.session, "turn": int(q.turn or 0)}
+    return row
 
 
 Item = tuple[Query, str, str]  # a query with no up-to-date row: (query, status it gets now, reason)
@@ -368,8 +373,14 @@ class _PartWriter:
 
         while self.rows and (final or len(self.rows) >= PART_ROWS):
             chunk, self.rows = self.rows[:PART_ROWS], self.rows[PART_ROWS:]
+            # a part with a session's rows keeps their session and turn (the fixed columns would drop them)
+            columns = ([*self.columns, *[c for c in SESSION_COLUMNS if any(c in r for r in chunk)]]
+                       if self.columns else None)
+            frame = pd.DataFrame(chunk, columns=columns)
+            if "turn" in frame:  # whole numbers, null on a row of no session (a set mixing both)
+                frame["turn"] = frame["turn"].astype("Int64")
             with atomic_path(self.out_dir / part_name(self.parts)) as tmp:
-                pd.DataFrame(chunk, columns=list(self.columns) if self.columns else None).to_parquet(tmp, index=False)
+                frame.to_parquet(tmp, index=False)
             self.parts += 1
 
 

@@ -36,6 +36,9 @@ STRING_COLUMNS |= {"rise_reply_consistency", "rise_reply_reasoning", "rise_reply
 STRING_COLUMNS |= {"es_sc_replies", "es_pq_replies", "es_sc_scores", "es_pq_scores"}
 # a judged suite's provenance per row and the kind of judge failure of a failure row (benchmark.models.judge_reply)
 STRING_COLUMNS |= {"judge_model", "judge_answered_by", "judge_fingerprint", "judge_version", "judge_failure"}
+# a multi-turn session's id; its row's `turn` (1-based) is numeric. Both absent for a query of no session
+STRING_COLUMNS |= {"session"}
+SESSION_COLUMNS = ("session", "turn")
 NOT_NULL = ("query_id", "status")
 STATUSES = frozenset({"ok", "failed", "missing", "excluded"})
 SCORES_DIR = "scores"  # <run dir>/scores/<metric signature>/: the parts and the index below
@@ -68,6 +71,8 @@ class QueryIndex:
     queryset: str
     queryset_hash: str
     rows: tuple[tuple[str, str | None, str | None, str | None, str], ...]
+    # (query id, session, turn) of every query of a multi-turn session (Query.session / turn); () when none has one
+    sessions: tuple[tuple[str, str, int], ...] = ()
 
     @cached_property  # built once: callers test membership per query (a property rebuilt it each time, O(n^2))
     def ids(self) -> frozenset[str]:
@@ -83,10 +88,14 @@ def write_query_index(out_dir: Path, full: Any, excluded: Callable[[Any], str] |
     """Write `out_dir/queries.json` for the full query set `full` (skipped when the bytes would not change)."""
     rows = tuple((q.id, q.image_id, q.edit_type, q.object_class, (excluded(q) if excluded else "") or "")
                  for q in full.queries)
-    index = QueryIndex(full.name, full.hash, rows)
-    text = json.dumps({"format": INDEX_FORMAT, "queryset": full.name, "queryset_hash": full.hash,
-                       "n_total": len(rows), "columns": INDEX_COLUMNS, "rows": [list(r) for r in rows]},
-                      separators=(",", ":")) + "\n"
+    sessions = tuple((q.id, q.session, int(q.turn)) for q in full.queries
+                     if getattr(q, "session", None) is not None)
+    index = QueryIndex(full.name, full.hash, rows, sessions)
+    data = {"format": INDEX_FORMAT, "queryset": full.name, "queryset_hash": full.hash,
+            "n_total": len(rows), "columns": INDEX_COLUMNS, "rows": [list(r) for r in rows]}
+    if sessions:  # only then: the index of a set without sessions keeps its bytes
+        data["sessions"] = [list(s) for s in sessions]
+    text = json.dumps(data, separators=(",", ":")) + "\n"
     path = out_dir / INDEX_FILE
     try:
         same = path.read_text(encoding="utf-8") == text
@@ -118,7 +127,32 @@ def load_query_index(path: Path) -> QueryIndex:
         out.append(tuple(r))
     if len({r[0] for r in out}) != len(out):
         raise BadCacheFile("duplicate query ids")
-    return QueryIndex(name, qhash, tuple(out))
+    return QueryIndex(name, qhash, tuple(out), _index_sessions(data.get("sessions"), {r[0] for r in out}))
+
+
+def _index_sessions(value: Any, ids: set[str]) -> tuple[tuple[str, str, int], ...]:
+    """The index's optional `sessions` ([query id, session, turn] per query of a session), validated: ids of the
+    index, each once, turns whole numbers from 1 and each session's turns 1..n."""
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise BadCacheFile("sessions is not a list of [query id, session, turn]")
+    out: list[tuple[str, str, int]] = []
+    turns: dict[str, list[int]] = {}
+    for i, r in enumerate(value):
+        if (not isinstance(r, list) or len(r) != 3 or not isinstance(r[0], str) or not isinstance(r[1], str)
+                or not r[1] or type(r[2]) is not int or r[2] < 1):
+            raise BadCacheFile(f"sessions row {i} is not [query id, session, turn from 1]")
+        if r[0] not in ids:
+            raise BadCacheFile(f"sessions row {i} names query {r[0]!r}, which is not in the index")
+        out.append((r[0], r[1], r[2]))
+        turns.setdefault(r[1], []).append(r[2])
+    if len({r[0] for r in out}) != len(out):
+        raise BadCacheFile("sessions names a query twice")
+    for session, seen in turns.items():
+        if sorted(seen) != list(range(1, len(seen) + 1)):
+            raise BadCacheFile(f"session {session!r} has turns {sorted(seen)}, not 1..n")
+    return tuple(out)
 
 
 def read_query_index(out_dir: Path) -> QueryIndex | None:
@@ -183,10 +217,35 @@ def check_part(path: Path, valid_ids: frozenset[str] | None, columns: Sequence[s
         foreign = sorted(set(df["query_id"]) - valid_ids)
         if foreign:
             raise BadCacheFile(f"{len(foreign)} query ids not in this run's query set, e.g. {foreign[:3]}")
+    _check_sessions(df, names)
     ok_sha = df.loc[df["status"] == "ok", "edit_sha256"]
     if not ok_sha.map(lambda v: isinstance(v, str) and _SHA256.fullmatch(v) is not None).all():
         raise BadCacheFile("an ok row without the sha256 of the edit it scored (edit_sha256)")
     return df if columns is None else df[[c for c in columns if c in df.columns]]
+
+
+def _check_sessions(df: Any, names: Sequence[str]) -> None:
+    """`session` and `turn` come together, on the same rows: a turn is a whole number from 1 where a session is
+    named, and absent where none is (a query of no session)."""
+    present = [c for c in SESSION_COLUMNS if c in names]
+    if not present:
+        return
+    if len(present) == 1:
+        raise BadCacheFile(f"column {present[0]!r} without {({*SESSION_COLUMNS} - {*present}).pop()!r}: a "
+                           "multi-turn row names its session and its turn")
+    if not all(c in df for c in SESSION_COLUMNS):  # a read of other columns only
+        return
+    import numpy as np
+
+    named = df["session"].map(lambda v: isinstance(v, str) and bool(v)).to_numpy(dtype=bool)
+    turn = df["turn"].to_numpy(dtype=np.float64, na_value=np.nan)
+    if (df["session"].notna().to_numpy() & ~named).any():
+        raise BadCacheFile("an empty session id (a row of no session leaves it null)")
+    whole = np.isfinite(turn) & (turn >= 1) & (turn == np.floor(turn))
+    if (named & ~whole).any():
+        raise BadCacheFile("a row of a session without a whole turn number from 1")
+    if (~named & np.isfinite(turn)).any():
+        raise BadCacheFile("a turn on a row of no session")
 
 
 def quarantine(path: Path, reason: str, then: str = "its rows will be recomputed by the next score run"

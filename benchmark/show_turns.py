@@ -1,0 +1,114 @@
+"""`editmeter show`'s view of MagicBrush's two settings side by side, from `leaderboard_turns.csv`.
+
+For each query set, metric set, editor family and profile whose runs include a multi-turn one, one line per editor
+(and per editor setting that tells its rows apart): the single-turn figure (`all_turn`: every turn edited from the
+dataset's input, all turns pooled) beside the multi-turn one (`final_turn`: each turn edited from the editor's own
+previous output, the sessions' last turns), each with its signature and its coverage mark, as the MagicBrush paper
+sets its two tables side by side. The columns are the script's five (L1, L2, CLIP-I, DINO, CLIP-T as the
+conventional suite names them) where the metric set has them, else its per-query metrics, or `--columns`. An
+editor with several rows of one protocol and the same settings (another code version) gets one line per row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from benchmark.settings import PREFIX
+from benchmark.show import (
+    REWRITE_TAG,
+    ColumnInfo,
+    _header,
+    _metric_info,
+    _read,
+    format_mean_se,
+    format_setting,
+    rewrites,
+)
+from benchmark.turns import PAPER_COLUMNS, PROTOCOLS, SETTINGS
+
+TURNS_FILE = "leaderboard_turns.csv"
+SIDE_TITLES = {"single_turn": "single-turn (all_turn)", "multi_turn": "multi-turn (final_turn)"}
+SEPARATOR = "|"
+
+
+def _metrics(sinfo: dict[str, ColumnInfo], part: Any, columns: Sequence[str] | None) -> list[str]:
+    """The metric columns a section shows: `columns` where they are this set's, else the script's five where the
+    set has them, else its per-query metrics with a value."""
+    own = [m for m, ci in sinfo.items() if not ci.summary and not ci.count and m in part]
+    if columns is not None:
+        return [c for c in columns if c in own]
+    paper = [m for m in PAPER_COLUMNS if m in own and part[m].notna().any()]
+    return paper or [m for m in own if part[m].notna().any()]
+
+
+def _pair_key(row: Any, settings: Sequence[str]) -> tuple:
+    """What an editor's single-turn and multi-turn rows share: its name and its settings, less the protocol."""
+    return (str(row["editor"]), *[format_setting(row.get(c)) for c in settings])
+
+
+def _side(row: Any | None, metrics: Sequence[str], digits: int) -> list[str]:
+    if row is None:
+        return ["-", *["-" for _ in metrics], "no run"]
+    mark = row.get("mark")
+    return [str(row["editor_sig"])[:8], *[format_mean_se(row[m], row.get(f"{m}_se", float("nan")), digits)
+                                          for m in metrics],
+            str(mark) if isinstance(mark, str) and mark else "complete"]
+
+
+def render_turns(results: Path, queryset: str | None = None, *, columns: Sequence[str] | None = None,
+                 digits: int = 3) -> str:
+    """The side-by-side sections ('' when no run of a multi-turn protocol is in the table)."""
+    path = results / TURNS_FILE
+    if not path.is_file():
+        return ""
+    df = _read(path)
+    if not len(df) or "protocol" not in df:
+        return ""
+    if queryset:
+        df = df[df["queryset"].astype(str) == queryset]
+    df = df.assign(metric_set=df["metric_set"].fillna(""))
+    info = _metric_info(results) or {}
+    lines: list[str] = []
+    for (qs, mset, kind, profile), part in df.groupby(["queryset", "metric_set", "prompt_kind", "profile"], sort=True):
+        if not (part["protocol"] == "multi_turn").any():
+            continue  # one protocol only: the overall table above is its figure
+        sinfo = {m: ci for (ms, m), ci in info.items() if ms in (mset, "") and m in part}
+        metrics = _metrics(sinfo, part, columns)
+        if not metrics:
+            continue
+        settings = [c for c in part.columns if c.startswith(PREFIX) and not c.endswith("protocol")
+                    and part[c].astype(str).nunique(dropna=False) > 1]
+        groups: dict[tuple, dict[str, list[Any]]] = {}
+        for _, row in part.iterrows():
+            groups.setdefault(_pair_key(row, settings), {p: [] for p in PROTOCOLS})[str(row["protocol"])].append(row)
+        body = []
+        for key in sorted(groups):
+            sides = groups[key]
+            pairs = ([(sides["single_turn"][0] if sides["single_turn"] else None,
+                       sides["multi_turn"][0] if sides["multi_turn"] else None)]
+                     if max(len(v) for v in sides.values()) == 1 else
+                     [(r, None) for r in sides["single_turn"]] + [(None, r) for r in sides["multi_turn"]])
+            for single, multi in pairs:
+                first = single if single is not None else multi
+                body.append([f"{first['editor']} {REWRITE_TAG}" if rewrites(first) else str(first["editor"]), *key[1:], *_side(single, metrics, digits), SEPARATOR,
+                             *_side(multi, metrics, digits)])
+        side_header = ["sig", *[_header(m, sinfo) for m in metrics], "coverage"]
+        header = ["editor", *settings, *side_header, SEPARATOR, *side_header]
+        widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
+        lead = 1 + len(settings)
+        span = len(side_header)
+        left = sum(widths[:lead]) + 2 * lead
+        first_width = sum(widths[lead:lead + span]) + 2 * (span - 1)
+        lines.append(f"\nqueryset={qs}  metrics={mset or '?'}  {kind}-based editors  profile={profile}  "
+                     "MagicBrush's two settings, side by side")
+        lines.append(f"{'':{left}}{SIDE_TITLES['single_turn']:{first_width}}  {SEPARATOR}  "
+                     f"{SIDE_TITLES['multi_turn']}".rstrip())
+        for cells in [header, *body]:
+            lines.append("  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip())
+    if lines:
+        lines.insert(0, f"\nMagicBrush's settings ({TURNS_FILE}): {SETTINGS['single_turn']} = each turn edited from "
+                        f"the dataset's input, every turn averaged; {SETTINGS['multi_turn']} = each turn edited from "
+                        "the editor's own previous output, the sessions' last turns averaged.")
+    return "\n".join(lines)
