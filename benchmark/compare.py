@@ -30,9 +30,9 @@ from typing import Any
 import numpy as np
 
 from benchmark.hashing import stable_hash
-from benchmark.protocols import meta_protocol
 from benchmark.provenance import PROJECT_ROOT
 from benchmark.stats import bootstrap_mean_ci, holm, sign_flip_p, wilcoxon_p, wilson_interval
+from benchmark.turns import protocol_of
 
 COLUMNS = ["metric_set", "metric", "higher_is_better", "by", "group", "run_a", "run_b", "editor_a", "editor_b",
            "n_shared", "mean_a", "mean_b", "diff", "ci_low", "ci_high", "p_value", "p_adjusted", "test", "win_a",
@@ -71,7 +71,7 @@ def _folders(all_runs: list[Any], queryset: str | None) -> list[_Folder]:
             continue
         key = f"{run.path.parent.name}/{run.path.name}"
         f = out.setdefault(key, _Folder(key, run.path.name, meta["editor"], meta["queryset"], meta["queryset_hash"],
-                                        meta["prompt_kind"], meta_protocol(meta)))
+                                        meta["prompt_kind"], protocol_of(meta)))
         f.runs.setdefault(meta.get("metric_set") or "", []).append(run)
     return sorted(out.values(), key=lambda f: (f.queryset, f.editor, f.name))
 

@@ -39,9 +39,9 @@ import numpy as np
 
 from benchmark.hashing import stable_hash
 from benchmark.metrics.base import SUMMARY_NOTE
-from benchmark.protocols import PROTOCOLS, meta_protocol
 from benchmark.provenance import PROJECT_ROOT
 from benchmark.stages.score_cache import SCORES_DIR, BadCacheFile, QueryIndex, warn
+from benchmark.turns import protocol_of
 
 BOOTSTRAP_CHUNK = 500  # resamples drawn at once (bounds memory at chunk * n indices)
 RUN_META = "run.json"
@@ -186,8 +186,12 @@ def check_run_meta(meta: Any) -> dict[str, Any]:
         problems.append("suite (want null or {name, components})")
     if not isinstance(meta.get("metric_set", ""), str):
         problems.append("metric_set (want str)")
-    if meta.get(PROTOCOL_COLUMN, "single_turn") not in PROTOCOLS:
-        problems.append(f"protocol (want one of {', '.join(PROTOCOLS)})")
+    from benchmark.turns import ProtocolError
+
+    try:
+        protocol_of(meta)
+    except ProtocolError as err:
+        problems.append(f"protocol ({err})")
     scored = meta.get("scored")
     if scored is not None and not (isinstance(scored, dict) and all(isinstance(k, str) and isinstance(v, dict)
                                                                     for k, v in scored.items())):
@@ -441,7 +445,7 @@ def _run_rows(run: Run, group_cols: tuple[str, ...], fname: str, n_resamples: in
             else:
                 stats["mark"] = join_marks(stats["mark"], f"UNKNOWN SUITE {suite['name']!r}: no summary")
             stats["components"] = json.dumps(suite["components"], sort_keys=True)
-        rows.append(ident | {REWRITE_COLUMN: rewrites_instruction(meta), PROTOCOL_COLUMN: meta_protocol(meta)}
+        rows.append(ident | {REWRITE_COLUMN: rewrites_instruction(meta), PROTOCOL_COLUMN: protocol_of(meta)}
                     | dict(zip(group_cols, key, strict=True))
                     | stats | prov)
     return rows

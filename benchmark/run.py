@@ -172,7 +172,7 @@ def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
                                "metric_sigs": {label: ms for label, ms, _, _ in metric_sets}}
     if "edit" in cfg.stages:
         with timer("edit"):
-            st = edit_stage(protocol)(qs, editor, run_dir, seed=cfg.seed, batch_size=cfg.batch_size,
+            st = edit_stage(protocol, editor)(qs, editor, run_dir, seed=cfg.seed, batch_size=cfg.batch_size,
                                       num_workers=cfg.num_workers, retry_failed=cfg.retry_failed, run_id=run_id,
                                       progress=progress, fail_fast=bool(cfg.get("fail_fast", False)))
         summary["edit"] = st

@@ -354,9 +354,7 @@ def render(results: Path, queryset: str | None = None, *, by: str | None = None,
         lines += _sample_note(part)
         if any(rewrites(r) for _, r in part.iterrows()):
             lines.append(REWRITE_NOTE)
-        # the protocol column where a section holds a multi-turn row (single-turn-only tables keep their layout)
-        protocols = ("protocol" in part and part["protocol"].fillna("single_turn").astype(str).ne("single_turn").any())
-        header = ["editor", "sig", *(["protocol"] if protocols else []), *([group] if group else []),
+        header = ["editor", "sig", *([group] if group else []),
                   *[_header(c, sinfo) for c in shown],
                   "coverage"]
         fresh = ~part.index.isin(list(stale))
@@ -369,8 +367,7 @@ def render(results: Path, queryset: str | None = None, *, by: str | None = None,
                 body.append(title)
             for i, r in _sorted(rows, key, descending, group).iterrows():
                 mark = r.get("mark")
-                cells = [editor_cell(r), str(r["editor_sig"])[:8], *([str(r["protocol"])] if protocols else []),
-                         *([str(r[group])] if group else [])]
+                cells = [editor_cell(r), str(r["editor_sig"])[:8], *([str(r[group])] if group else [])]
                 for c in shown:
                     if c in sinfo and sinfo[c].count:
                         cells.append(_count_cell(r[c]))

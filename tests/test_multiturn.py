@@ -187,22 +187,34 @@ def test_compare_refuses_runs_of_two_protocols(both):
 
 
 def test_unknown_protocol_and_a_set_without_sessions_are_refused(tmp_path):
-    from benchmark.protocols import ProtocolError
+    from benchmark.protocols import ProtocolSettingError
 
-    with pytest.raises(ProtocolError, match="protocol='multi'"):
+    with pytest.raises(ProtocolSettingError, match="protocol='multi'"):
         run(tmp_path, "protocol=multi")
     from benchmark.run import compose, run_pipeline
 
     cfg, choices = compose(["editor=identity", "queryset=demo_mini", "profile=tiny", f"paths.results={tmp_path}",
                             "progress=false", "protocol=multi_turn"])
-    with pytest.raises(ProtocolError, match="demo_mini.*no sessions"):
+    with pytest.raises(ProtocolSettingError, match="demo_mini.*no sessions"):
         run_pipeline(cfg, choices["editor"])
     assert not (tmp_path / "runs").exists()
-    folder = tmp_path / "made-elsewhere"
-    folder.mkdir()
-    with pytest.raises(ProtocolError, match="edits made elsewhere"):
-        run(tmp_path, "protocol=multi_turn", "editor=external", f"editor.folder={folder}", "stages=[edit]",
-            "preflight=false")
+
+
+def test_edits_made_elsewhere_are_read_as_they_are_never_chained():
+    """`editmeter score --protocol multi_turn` runs the external editor under protocol=multi_turn: its files were
+    made from their inputs elsewhere, so the ordinary edit stage reads them; only an editor that edits here chains."""
+    from benchmark.protocols import ProtocolSettingError
+    from benchmark.stages.edit import run_edit_stage
+    from benchmark.stages.turns import edit_stage, run_turns_stage
+    from editors.external import ExternalEdits
+    from editors.overedit import OverEditEditor
+
+    elsewhere, here = object.__new__(ExternalEdits), object.__new__(OverEditEditor)
+    assert edit_stage("multi_turn", elsewhere) is run_edit_stage
+    assert edit_stage("multi_turn", here) is run_turns_stage
+    assert edit_stage("single_turn", here) is run_edit_stage
+    with pytest.raises(ProtocolSettingError, match="edits made elsewhere"):
+        run_turns_stage(None, elsewhere, Path("unused"), seed=0)
 
 
 # -- content addressing, resume, batching, failures --------------------------------------------------------------

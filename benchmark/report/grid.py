@@ -26,6 +26,7 @@ from urllib.parse import quote
 from benchmark.console import shorten
 from benchmark.report.collect import RunData, dumps
 from benchmark.report.thumbs import thumb_rel
+from benchmark.turns import protocol_of
 
 FAILURES_SHOWN = 200  # per run, in the failure gallery (the count and the reasons cover all of them)
 
@@ -166,7 +167,7 @@ def build_grid(key: str, queryset: str, qhash: str, runs: list[RunData], qs: Any
                                   "tb": run.tracebacks.get(qid, ""), "src": row["src"], "t": cell.get("t")})
         run_meta.append({"label": run.label, "key": run.key, "editor": run.meta["editor"],
                          "sig": run.meta["editor_sig"], "kind": run.meta["prompt_kind"], "edits": edits_href,
-                         "protocol": run.meta.get("protocol", "single_turn"),
+                         "protocol": protocol_of(run.meta),
                          "scorings": [{"set": s.metric_set, "sig": s.sig, "cols": s.columns} for s in run.scorings],
                          "counts": dict(counts), "notes": run.notes})
         failures.append({"run": run.label, "key": run.key, "n": counts["failed"],

@@ -27,6 +27,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from benchmark.editor import Editor, query_seed
 from benchmark.fileio import append_jsonl
@@ -79,12 +80,12 @@ def run_turns_stage(queryset: QuerySet, editor: Editor, run_dir: Path, *, seed: 
                     fail_fast: bool = False) -> EditStats:
     """Edit every turn of every session of `queryset` from the previous turn's edit, wave by wave (module
     docstring); returns the stage's counts over all waves, as `run_edit_stage` returns them for one."""
-    from benchmark.protocols import ProtocolError
+    from benchmark.protocols import MULTI_TURN, ProtocolSettingError, chains_turns
 
-    if getattr(editor, "any_output_size", False):
-        raise ProtocolError(f"protocol=multi_turn: editor {type(editor).__name__} takes edits made elsewhere, so "
-                            "nothing here chose the input of their turns 2..n. Score an editor's own multi-turn "
-                            "outputs with `editmeter score`, or run editor=external under protocol=single_turn")
+    if not chains_turns(MULTI_TURN, editor):
+        raise ProtocolSettingError(f"editor {type(editor).__name__} takes edits made elsewhere: nothing here gives "
+                                   "its turns their inputs, so its multi-turn files are read as they are (the "
+                                   "ordinary edit stage), never chained here")
     start = time.perf_counter()
     chains = sessions(queryset.queries)
     flog = FailureLog(run_dir / FAILURES_LOG, run_id)
@@ -117,12 +118,12 @@ def run_turns_stage(queryset: QuerySet, editor: Editor, run_dir: Path, *, seed: 
         failed_before=sum(st.failed_before for st in waves) + blocked_before)
 
 
-def edit_stage(protocol: str) -> Callable[..., EditStats]:
-    """The edit stage of a protocol: `run_edit_stage` (single_turn) or `run_turns_stage` (multi_turn); both take
-    the same arguments."""
-    from benchmark.protocols import MULTI_TURN, check_protocol
+def edit_stage(protocol: str, editor: Any) -> Callable[..., EditStats]:
+    """The edit stage of a run: `run_turns_stage` when it chains turns (`benchmark.protocols.chains_turns`: multi_turn
+    with an editor that makes its edits here), else `run_edit_stage`; both take the same arguments."""
+    from benchmark.protocols import chains_turns
 
-    return run_turns_stage if check_protocol(protocol) == MULTI_TURN else run_edit_stage
+    return run_turns_stage if chains_turns(protocol, editor) else run_edit_stage
 
 
 def _inputs(queryset: QuerySet, run_dir: Path, wave: list[Query],
