@@ -222,15 +222,15 @@ def launch(overrides: Sequence[str], *, workers: int, launcher: str = "local", g
     `SettingError`) or an over-budget launch (`OverBudget`) is raised before any worker starts (`budget_kw`: `ask`,
     `interactive`, `gpu_name` of `benchmark.budget.check_launch_budget`, for tests). `gpus_flag`: the `--gpus`
     argument as given (Slurm: `none` submits no GPU request; see `benchmark.slurm.plan`)."""
-    from benchmark.config import check_keys, check_overrides, compose
+    from benchmark.config import check_keys, check_overrides, compose, read_plan
 
     overrides = [o for o in overrides if o not in ("-m", "--multirun")]
     check_overrides(overrides)
     check_keys(overrides)
     # the results folder and the aggregation settings, from the first job's config (they are not swept)
     first = jobs_of(overrides)[0] if overrides else []
-    cfg, _ = compose([o for o in first if not o.startswith("hydra")])
-    results = Path(cfg.paths.results).resolve()
+    plan = read_plan(compose([o for o in first if not o.startswith("hydra")])[0])
+    results = plan.results.resolve()
     sweep_dir = results / "hydra" / f"launch-{time.strftime('%Y-%m-%d_%H-%M-%S')}-{uuid.uuid4().hex[:6]}"
     args = build_multirun(overrides, workers=workers, launcher=launcher, gpus=gpus if launcher == "local" else (),
                           sweep_dir=sweep_dir)
@@ -270,7 +270,7 @@ def launch(overrides: Sequence[str], *, workers: int, launcher: str = "local", g
     if "aggregate" in _stages(overrides):
         from benchmark.stages.aggregate import write_leaderboards
 
-        written = write_leaderboards(results, None, cfg.aggregate.bootstrap_resamples, cfg.aggregate.bootstrap_seed)
+        written = write_leaderboards(results, None, plan.aggregate.bootstrap_resamples, plan.aggregate.bootstrap_seed)
         print(f"[editmeter] aggregate: wrote {', '.join(p.name for p in written.values())} in {results}"
               + (" (some jobs failed: their rows are marked PARTIAL)" if failed or missing else ""))
     return 1 if failed or missing else 0
