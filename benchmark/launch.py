@@ -199,7 +199,7 @@ def launch_selection(plan: RunPlan, full: Any) -> Any:
 
 def launch_preflight(runs: list[tuple[RunPlan, Any, str, str]]) -> list[str]:
     """The launch's one preflight, before any worker starts: for each run of `launch_runs` (one per sweep setting),
-    the checks `editmeter run` makes before its first edit (`apply_run_checks`, `check_applicable`,
+    the checks `editmeter run` makes before its first edit (`check_plan`, `check_applicable`,
     `run_preflight`) over the queries of all its shards. The first failure raises its RunError (one message, exit
     status 1, no job folder); returns the lines to print. The workers then run with preflight=false."""
     from benchmark.config import check_plan
