@@ -98,12 +98,16 @@ def test_the_plan_checks_run_before_any_work_with_their_messages(tmp_path):
 
 
 def test_execute_runs_from_the_plan_alone(tmp_path):
-    """The stages take the plan: once it is read, changing the config object changes nothing."""
-    cfg, choices = _plan(tmp_path, "editor=identity", "limit=3", "stages=[edit]")
+    """The stages take the plan: once it is read, changing the config object (a top-level key, a path, an editor
+    key) changes nothing, so the plan holds values, not views of the config."""
+    cfg, choices = _plan(tmp_path, "editor=overedit", "limit=3", "stages=[edit]")
     plan = plan_run(cfg, choices["editor"])
     assert isinstance(plan, RunPlan)
     cfg.limit = 1
     cfg.paths.results = str(tmp_path / "elsewhere")
+    cfg.editor.noise_std = 99.0
     summary = execute(plan)
     assert summary["edit"].total == 3 and summary["run_dir"].startswith(str(tmp_path / "results"))
     assert not (tmp_path / "elsewhere").exists()
+    meta = json.loads((tmp_path / summary["run_dir"] / "run.json").read_text())
+    assert meta["editor_config"]["noise_std"] == plan.editor.config["noise_std"] == 12.0
