@@ -15,12 +15,13 @@ from __future__ import annotations
 import json
 import math
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from benchmark.errors import PreflightError
+from benchmark.plan import RunPlan
 
 COSTS_FILE = Path(__file__).resolve().parent.parent / "configs" / "costs.yaml"
 DEFAULT_MAX_HOURS = 10.0
@@ -118,10 +119,10 @@ def human_time(seconds: float) -> str:
 
 def load_costs(path: Path = COSTS_FILE) -> dict[str, Any]:
     """The cost table (YAML); a malformed one is a PreflightError naming the file."""
-    from omegaconf import OmegaConf
+    from benchmark.config import read_yaml
 
     try:
-        table = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+        table = read_yaml(path)
     except Exception as err:  # noqa: BLE001 - any parse error becomes one message naming the file
         raise PreflightError(f"budget: cannot read the cost table {path}: {err}") from None
     if not isinstance(table, dict) or not isinstance(table.get("editors"), dict):
@@ -139,20 +140,20 @@ def _row(node: Any, where: str) -> Cost:
                              f"s_per_source ({err})") from None
 
 
-def shares_inversions(editor_cfg: Any) -> bool:
-    """Whether the configured editor inverts each source once for all its queries: its class declares
-    `shares_inversions` and its config does not turn the sharing off (`reuse_inversions: false`). The class is
-    imported, not built (no weights load)."""
-    from hydra.utils import get_class
+def shares_inversions(editor_config: Mapping[str, Any] | None) -> bool:
+    """Whether the configured editor (its `_target_` mapping) inverts each source once for all its queries: its
+    class declares `shares_inversions` and its config does not turn the sharing off (`reuse_inversions: false`).
+    The class is imported, not built (no weights load)."""
+    from benchmark.config import locate_class
 
-    target = editor_cfg.get("_target_") if editor_cfg is not None else None
+    target = editor_config.get("_target_") if editor_config is not None else None
     if not target:
         return False
     try:
-        cls = get_class(str(target))
+        cls = locate_class(str(target))
     except Exception:  # noqa: BLE001 - an unimportable editor is the run's error to report, not the estimate's
         return False
-    return bool(getattr(cls, "shares_inversions", False)) and bool(editor_cfg.get("reuse_inversions", True))
+    return bool(getattr(cls, "shares_inversions", False)) and bool(editor_config.get("reuse_inversions", True))
 
 
 def distinct_sources(queries: Any) -> int:
@@ -231,9 +232,10 @@ def done_ids(results: Path, run_set: str, editor: str, editor_config: Any, seed:
     return best | reusable
 
 
-def sample_pool(cfg: Any, full: Any) -> int | None:
+def sample_pool(sample_types: Any, full: Any) -> int | None:
     """The largest `queryset.sample=N` the configured set allows: its pool (the queries of `sample_types`), less one
-    when the pool is the whole set (a sample of every query is refused: run the set). None when unknown."""
+    when the pool is the whole set (a sample of every query is refused: run the set). None when unknown.
+    `sample_types`: the query set config's `sample_types`."""
     from benchmark.querysets.sample import SampleError, resolve_types
 
     info = full.meta.get("sample")
@@ -241,7 +243,7 @@ def sample_pool(cfg: Any, full: Any) -> int | None:
         pool, size = info.get("pool"), info.get("set_size")
     else:
         try:
-            types = resolve_types(cfg.queryset.get("sample_types"))
+            types = resolve_types(sample_types)
         except SampleError:
             return None  # the sample request itself reports it
         pool = sum(1 for q in full.queries if types is None or q.edit_type in types)
@@ -299,22 +301,21 @@ def _gpu_name() -> str:
     return torch.cuda.get_device_name() if torch.cuda.is_available() else "unknown GPU"
 
 
-def estimate(cfg: Any, full: Any, *, editor: str, metrics: str, gpu_name: Callable[[], str] = _gpu_name,
+def estimate(plan: RunPlan, full: Any, *, editor: str, metrics: str, gpu_name: Callable[[], str] = _gpu_name,
              table: dict[str, Any] | None = None) -> tuple[Estimate | None, str]:
     """(the run's estimate, a note); None with the reason when the table has no row for this editor here."""
-    from omegaconf import OmegaConf
-
     from benchmark.config import portable
     from benchmark.models.diffusion import resolve_device
 
     table = table if table is not None else load_costs()
-    profile = str(cfg.profile.name)
+    profile = plan.profile
     size = str((table.get("profiles") or {}).get(profile, profile))
-    device = cfg.editor.get("device")
+    editor_config = plan.editor.config
+    device = editor_config.get("device")
     cls, note = device_class(resolve_device(str(device)) if device else None, table, gpu_name)
     # edits made elsewhere (`editmeter score --name LABEL`) cost what the `external` row says, whatever their label
-    row = "external" if str(cfg.editor.get("_target_", "")) == EXTERNAL_TARGET else editor
-    cost = lookup(table, "editors", row, size, cls, cfg.editor)
+    row = "external" if str(editor_config.get("_target_", "")) == EXTERNAL_TARGET else editor
+    cost = lookup(table, "editors", row, size, cls, editor_config)
     if cost is None:
         from benchmark.config import options
 
@@ -325,42 +326,39 @@ def estimate(cfg: Any, full: Any, *, editor: str, metrics: str, gpu_name: Callab
                + (f" profile={profile}" if profile != "pretrained" else "") + " (edit seconds / 14, load editor)")
         return None, (f"cost unknown: configs/costs.yaml has no row for editor {row} at {size} size on {cls}; "
                       f"measure it with {how} and add it")
-    count = int(cfg.shard.count)
-    selected = {q.id: q for i in range(count) for q in full.shard(i, count).subset(cfg.limit)}
-    editor_cfg = portable(OmegaConf.to_container(cfg.editor, resolve=True))
-    done = set(selected) & done_ids(Path(cfg.paths.results), f"{full.name}-{full.short_hash}", editor, editor_cfg,
-                                    int(cfg.seed), profile, full.meta.get("sample"))
+    count = int(plan.selection.shard_count)
+    selected = {q.id: q for q in plan.all_shards(full)}
+    done = set(selected) & done_ids(plan.results, f"{full.name}-{full.short_hash}", editor, portable(editor_config),
+                                    int(plan.seed), profile, full.meta.get("sample"))
     score = lookup(table, "metrics", metrics, size, cls)
     # one inversion per source for all shards: they share the inversion store under the results folder
     sources = (distinct_sources(q for qid, q in selected.items() if qid not in done)
-               if cost.s_per_source is not None and shares_inversions(cfg.editor) else None)
-    return Estimate(editor, cls, len(selected) - len(done), len(done), count, cost, score, sample_pool(cfg, full),
-                    sources), note
+               if cost.s_per_source is not None and shares_inversions(editor_config) else None)
+    return Estimate(editor, cls, len(selected) - len(done), len(done), count, cost, score,
+                    sample_pool(plan.queryset.get("sample_types"), full), sources), note
 
 
-def judge_cost(cfg: Any, full: Any) -> list[str]:
+def judge_cost(plan: RunPlan, full: Any) -> list[str]:
     """The judged suites' cost lines (`benchmark.judge_budget`) over the run's selection, all shards; none when the
     run does not score."""
     from benchmark.judge_budget import judge_lines
 
-    if "score" not in (cfg.get("stages") or ()):
+    if "score" not in plan.stages:
         return []
-    count = int(cfg.shard.count)
-    queries = [q for i in range(count) for q in full.shard(i, count).subset(cfg.limit)]
-    return judge_lines(cfg, full, queries)
+    return judge_lines(plan.metrics, full, plan.all_shards(full))
 
 
-def check_budget(cfg: Any, full: Any, *, editor: str, metrics: str, ask: Callable[[str], bool] = _confirm,
+def check_budget(plan: RunPlan, full: Any, *, editor: str, metrics: str, ask: Callable[[str], bool] = _confirm,
                  interactive: Callable[[], bool] = _interactive, **kw: Any) -> str:
     """The preflight's budget line; over budget: ask on a terminal, else raise OverBudget with the sample option."""
-    opts = cfg.get("budget") or {}
-    est, note = estimate(cfg, full, editor=editor, metrics=metrics, **kw)
-    judge = "".join(f"\n[editmeter] {line}" for line in judge_cost(cfg, full))
+    opts = plan.budget
+    est, note = estimate(plan, full, editor=editor, metrics=metrics, **kw)
+    judge = "".join(f"\n[editmeter] {line}" for line in judge_cost(plan, full))
     if est is None:
         return f"[editmeter] budget: {note}{judge}"
     line = f"[editmeter] budget: {est.describe()}" + (f"; {note}" if note else "") + judge
-    max_hours = float(opts.get("max_gpu_hours", DEFAULT_MAX_HOURS))
-    if est.hours <= max_hours or bool(opts.get("accept", False)):
+    max_hours = _max_hours(plan)
+    if est.hours <= max_hours or opts.accept:
         return line
     message = refusal(est, max_hours, full.name)
     if interactive():
@@ -370,7 +368,11 @@ def check_budget(cfg: Any, full: Any, *, editor: str, metrics: str, ask: Callabl
     raise OverBudget(message)
 
 
-def check_launch_budget(runs: list[tuple[Any, Any, str, str]], *, ask: Callable[[str], bool] = _confirm,
+def _max_hours(plan: RunPlan) -> float:
+    return float(DEFAULT_MAX_HOURS if plan.budget.max_gpu_hours is None else plan.budget.max_gpu_hours)
+
+
+def check_launch_budget(runs: list[tuple[RunPlan, Any, str, str]], *, ask: Callable[[str], bool] = _confirm,
                         interactive: Callable[[], bool] = _interactive, **kw: Any) -> list[str]:
     """`editmeter launch`'s one budget check, before any worker starts: `runs` are the launch's runs (config with
     every shard, full query set, editor, metrics; one per sweep setting), their estimates summed (all shards' queries
@@ -379,22 +381,22 @@ def check_launch_budget(runs: list[tuple[Any, Any, str, str]], *, ask: Callable[
     their estimate but never ask or refuse (benchmark.launch)."""
     if not runs:
         return []
-    opts = runs[0][0].get("budget") or {}
+    first = runs[0][0]
     lines, known = [], []
-    for cfg, full, editor, metrics in runs:
-        est, note = estimate(cfg, full, editor=editor, metrics=metrics, **kw)
+    for plan, full, editor, metrics in runs:
+        est, note = estimate(plan, full, editor=editor, metrics=metrics, **kw)
         what = f"{full.name} on {editor}"
         lines.append(f"[editmeter] budget: {what}: {est.describe() if est else note}" + (f"; {note}" if est and note
                                                                                         else ""))
-        lines += [f"[editmeter] budget: {what}: {line.removeprefix('budget: ')}" for line in judge_cost(cfg, full)]
+        lines += [f"[editmeter] budget: {what}: {line.removeprefix('budget: ')}" for line in judge_cost(plan, full)]
         if est is not None:
             known.append(est)
     hours = sum(e.hours for e in known)
-    max_hours = float(opts.get("max_gpu_hours", DEFAULT_MAX_HOURS))
+    max_hours = _max_hours(first)
     if len(runs) > 1:
         lines.append(f"[editmeter] budget: the launch's {len(runs)} runs: ~{hours:,.2f} device hours in all"
                      + (f" ({len(runs) - len(known)} of unknown cost)" if len(known) < len(runs) else ""))
-    if not known or hours <= max_hours or bool(opts.get("accept", False)):
+    if not known or hours <= max_hours or first.budget.accept:
         return lines
     if len(runs) == 1:
         message = refusal(known[0], max_hours, runs[0][1].name)

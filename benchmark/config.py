@@ -1,4 +1,9 @@
-"""Config helpers: the config tree's location, name validation with suggestions, and config signatures."""
+"""The configuration: the config tree's location, name validation with suggestions, composition, the run plan read
+from a composed config (`read_plan`, `plan_run`: benchmark.plan), building its components (`instantiate`,
+`build_editor`), and config signatures.
+
+With the entry points, this is the one module that imports omegaconf and Hydra (docs/architecture.md): below it,
+code takes the plan or plain values."""
 
 from __future__ import annotations
 
@@ -11,6 +16,15 @@ from pathlib import Path
 from typing import Any
 
 from benchmark.errors import RunError
+from benchmark.plan import (
+    AggregateOptions,
+    BudgetOptions,
+    EditorSpec,
+    InputLimits,
+    PreflightOptions,
+    RunPlan,
+    Selection,
+)
 from benchmark.provenance import PROJECT_ROOT
 
 CONFIG_DIR = PROJECT_ROOT / "configs"
@@ -189,66 +203,93 @@ def check_label(name: object, what: str = "editor name") -> str:
 
 def apply_run_checks(cfg: Any, editor_name: str) -> None:
     """Before any work: refuse an unsafe label or an unknown editor dtype, and set the input limits of `cfg.limits`
-    (docs/inputs.md); a bad value raises `SettingError` (a RunError: the entry point prints it without a traceback)."""
+    (docs/inputs.md); a bad value raises `SettingError` (a RunError: the entry point prints it without a traceback).
+    The checks of `plan_run`, for a config."""
+    plan_run(cfg, editor_name)
+
+
+def check_plan(plan: RunPlan) -> None:
+    """`apply_run_checks` on a plan: its label, its editor's `_target_` and dtype, its suites' precisions, then its
+    input limits, set for this process (`benchmark.imageio`, `benchmark.editor`)."""
     from benchmark.editor import set_max_prompt_chars
     from benchmark.imageio import set_limits
     from benchmark.models.diffusion import DtypeError, check_dtype
+    from benchmark.protocols import check_protocol
 
-    check_label(editor_name)
-    check_editor_target(cfg)
-    if "dtype" in (cfg.get("editor") or {}):
+    check_label(plan.editor.label)
+    if not plan.editor.target:
+        _no_target(plan.editor.file)
+    if "dtype" in plan.editor.config:
         try:
-            check_dtype(cfg.editor.dtype, what=f"editor {editor_name!r}")
+            check_dtype(plan.editor.config["dtype"], what=f"editor {plan.editor.label!r}")
         except DtypeError as err:
             raise SettingError(str(err)) from None
-    check_metric_precisions(cfg)
-    limits = cfg.get("limits") or {}
+    check_metric_precisions(plan.metrics)
+    check_protocol(plan.protocol)
+    limits = plan.limits
     try:
-        set_limits(max_pixels=limits.get("max_source_pixels"), min_source_side=limits.get("min_source_side"))
-        if limits.get("max_prompt_chars") is not None:
-            set_max_prompt_chars(limits.get("max_prompt_chars"))
+        set_limits(max_pixels=limits.max_source_pixels, min_source_side=limits.min_source_side)
+        if limits.max_prompt_chars is not None:
+            set_max_prompt_chars(limits.max_prompt_chars)
     except ValueError as err:
         raise SettingError(f"{err}: fix it on the command line or in configs/config.yaml (docs/inputs.md)") from None
 
 
-def editor_file(cfg: Any) -> str:
-    """The YAML file the run's editor config came from (`configs/editor/<choice>.yaml`), for error messages."""
-    choice = cfg.hydra.runtime.choices.get("editor") if "hydra" in cfg else None
-    if choice is None:
-        from hydra.core.hydra_config import HydraConfig
+def group_choices(cfg: Any) -> dict[str, str]:
+    """The config group choices (editor, metrics, ...) of a composed or a Hydra-run config ({} outside both)."""
+    if "hydra" in cfg:
+        return dict(cfg.hydra.runtime.choices)
+    from hydra.core.hydra_config import HydraConfig
 
-        try:
-            choice = HydraConfig.get().runtime.choices.get("editor")
-        except ValueError:  # not inside a Hydra run
-            choice = None
+    try:
+        return dict(HydraConfig.get().runtime.choices)
+    except ValueError:  # not inside a Hydra run
+        return {}
+
+
+def editor_overrides(cfg: Any) -> tuple[str, ...]:
+    """The `editor.<key>=<value>` overrides of this run (sorted), from Hydra's record of the command line."""
+    try:
+        if "hydra" in cfg:
+            task = list(cfg.hydra.overrides.task)
+        else:
+            from hydra.core.hydra_config import HydraConfig
+
+            task = list(HydraConfig.get().overrides.task)
+    except ValueError:  # not inside a Hydra run
+        return ()
+    return tuple(sorted(o for o in task if o.lstrip("+~").startswith("editor.")))
+
+
+def _editor_file(choice: str | None) -> str:
+    """The YAML file the run's editor config came from (`configs/editor/<choice>.yaml`), for error messages."""
     return f"configs/editor/{choice}.yaml" if choice else "the editor config (configs/editor/<name>.yaml)"
 
 
-def check_editor_target(cfg: Any) -> None:
+def _no_target(where: str) -> None:
     """Refuse an editor config without `_target_` (the class Hydra builds), naming its YAML file and the fix."""
-    node = cfg.get("editor")
-    if node is not None and not node.get("_target_"):
-        raise SettingError(f"{editor_file(cfg)} has no `_target_` key: Hydra builds the editor from it. Add the "
-                           "class path as its first key, e.g. `_target_: editors.<name>.<Class>` "
-                           "(docs/editors.md, section 5)")
+    raise SettingError(f"{where} has no `_target_` key: Hydra builds the editor from it. Add the "
+                       "class path as its first key, e.g. `_target_: editors.<name>.<Class>` "
+                       "(docs/editors.md, section 5)")
 
 
-def build_editor(cfg: Any) -> Any:
-    """Instantiate `cfg.editor`. A YAML without `_target_`, with a `_target_` that cannot be imported, or whose keys
-    the class's constructor does not take (a required argument missing, an unknown one) raises `SettingError`
+def build_editor(editor: EditorSpec) -> Any:
+    """Build the plan's editor. A config without `_target_`, with a `_target_` that cannot be imported, or whose
+    keys the class's constructor does not take (a required argument missing, an unknown one) raises `SettingError`
     naming the YAML file and the key, before the class is built."""
     import inspect
 
-    from hydra.utils import get_object, instantiate
+    from hydra.utils import get_object
 
-    check_editor_target(cfg)
-    where, target = editor_file(cfg), str(cfg.editor._target_)
+    where, target = editor.file, editor.target
+    if not target:
+        _no_target(where)
     try:
         cls = get_object(target)
     except (ImportError, ValueError) as err:
         raise SettingError(f"{where}: `_target_: {target}` cannot be imported ({err}); write the class path as "
                            "editors.<module>.<Class>, with the module in editors/ (docs/editors.md)") from None
-    keys = [k for k in cfg.editor if not str(k).startswith("_")]
+    keys = [k for k in editor.config if not str(k).startswith("_")]
     try:
         signature = inspect.signature(cls)
     except (TypeError, ValueError):  # no introspectable signature: the constructor judges its own arguments
@@ -260,18 +301,92 @@ def build_editor(cfg: Any) -> Any:
             raise SettingError(f"{where}: {target} does not take its keys as written ({err}). Add the missing key "
                                "to the YAML (or pass editor.<key>=... on the command line; +editor.<key>=... adds "
                                "one the YAML lacks), or remove the unknown one") from None
-    return instantiate(cfg.editor)
+    return instantiate(editor.config, at="editor")
 
 
-def check_metric_precisions(cfg: Any) -> None:
-    """Refuse, before any work, a suite `precision` that is unknown or that its device cannot run (tf32 off CUDA)."""
+def instantiate(spec: Any, at: str = "") -> Any:
+    """Build a component from its `_target_` mapping (Hydra's `instantiate`: configs call constructors). `at`: the
+    dotted key the mapping sits at in the run config (`editor`, `metrics.hatie`), so Hydra's errors name the key
+    as they do for the composed config (`Missing mandatory value: editor.folder`)."""
+    from hydra.utils import instantiate as hydra_instantiate
+    from omegaconf import DictConfig, OmegaConf
+
+    if not at or isinstance(spec, DictConfig):
+        return hydra_instantiate(spec)
+    root: Any = OmegaConf.create({}, flags={"allow_objects": True})
+    OmegaConf.update(root, at, spec, force_add=True)
+    return hydra_instantiate(OmegaConf.select(root, at))
+
+
+def locate_class(path: str) -> Any:
+    """The class a dotted `_target_` names, imported, not built (Hydra's `get_class`: raises when it is none)."""
+    from hydra.utils import get_class
+
+    return get_class(path)
+
+
+def read_yaml(path: Path) -> Any:
+    """A YAML file of configs/ (e.g. the cost table) as plain containers, interpolations resolved."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+
+
+def read_plan(cfg: Any, editor_name: str | None = None) -> RunPlan:
+    """The run plan of a composed (or Hydra-run) config, read once: `editor_name` labels the run (default: the
+    `editor=` choice). Reads values only; `plan_run` also checks them."""
+    from omegaconf import OmegaConf
+
+    choices = group_choices(cfg)
+    option = choices.get("editor")
+    editor = OmegaConf.to_container(cfg.editor, resolve=True) if cfg.get("editor") is not None else {}
+    metrics = OmegaConf.to_container(cfg.metrics, resolve=True) if cfg.get("metrics") is not None else {}
+    queryset = OmegaConf.to_container(cfg.queryset, resolve=True) if cfg.get("queryset") is not None else {}
+    stages = cfg.get("stages") or ()
+    opts = cfg.get("preflight_opts") or {}
+    budget = cfg.get("budget") or {}
+    limits = cfg.get("limits") or {}
+    return RunPlan(
+        editor=EditorSpec(label=editor_name if editor_name is not None else str(option or ""), option=option,
+                          config=editor, file=_editor_file(option)),
+        queryset=queryset, metrics=metrics, metrics_option=str(choices.get("metrics", "")),
+        profile=str(cfg.profile.name), profile_weights=str(cfg.profile.get("weights")),
+        seed=cfg.seed, results=Path(cfg.paths.results),
+        selection=Selection(cfg.shard.index, cfg.shard.count, cfg.limit),
+        stages=(stages,) if isinstance(stages, str) else tuple(stages), batch_size=cfg.batch_size, num_workers=cfg.num_workers,
+        retry_failed=cfg.retry_failed, fail_fast=bool(cfg.get("fail_fast", False)),
+        max_failed_fraction=cfg.get("max_failed_fraction", 0.1), progress=cfg.progress,
+        device=str(cfg.get("device", "auto")),
+        preflight=PreflightOptions(bool(cfg.get("preflight", True)), opts.get("sample"), opts.get("probe_timeout_s"),
+                                   opts.get("disk_factor")),
+        budget=BudgetOptions(budget.get("max_gpu_hours"), bool(budget.get("accept", False))),
+        limits=InputLimits(limits.get("max_source_pixels"), limits.get("min_source_side"),
+                           limits.get("max_prompt_chars")),
+        aggregate=AggregateOptions(cfg.aggregate.bootstrap_resamples, cfg.aggregate.bootstrap_seed),
+        editor_overrides=editor_overrides(cfg),
+        protocol=str(cfg.get("protocol", "single_turn")),
+    )
+
+
+def plan_run(cfg: Any, editor_name: str) -> RunPlan:
+    """The checked plan of one run, read before any work: the label is checked first (before anything is read),
+    then the plan (`check_plan`, which also sets the process's input limits)."""
+    check_label(editor_name)
+    plan = read_plan(cfg, editor_name)
+    check_plan(plan)
+    return plan
+
+
+def check_metric_precisions(metrics: dict[str, Any]) -> None:
+    """Refuse, before any work, a suite `precision` that is unknown or that its device cannot run (tf32 off CUDA);
+    `metrics`: the plan's metric configs."""
     from benchmark.metrics.precision import PrecisionError, check_precision
     from benchmark.models.common import resolve_device
 
-    for name, node in (cfg.get("metrics") or {}).items():
+    for name, node in metrics.items():
         if hasattr(node, "get") and node.get("precision") is not None:
             try:
-                check_precision(node.precision, resolve_device(str(node.get("device", "auto"))),
+                check_precision(node["precision"], resolve_device(str(node.get("device", "auto"))),
                                 what=f"metrics {name}")
             except PrecisionError as err:
                 raise SettingError(str(err)) from None

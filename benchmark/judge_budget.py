@@ -17,7 +17,7 @@ Nothing is sent and no model is loaded; a suite that declares no requests (or a 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -69,17 +69,18 @@ def _backbone_kind(backbone: Any) -> tuple[str, int | None]:
     return kind, int(limit) if isinstance(limit, int) and not isinstance(limit, bool) else None
 
 
-def judge_lines(cfg: Any, full: Any, queries: Sequence[Any]) -> list[str]:
-    """One budget line per judged suite of `cfg.metrics` over `queries` (the selection to score)."""
-    from hydra.utils import get_class
+def judge_lines(metrics: Mapping[str, Any], full: Any, queries: Sequence[Any]) -> list[str]:
+    """One budget line per judged suite of `metrics` (the run plan's metric configs) over `queries` (the selection
+    to score)."""
+    from benchmark.config import locate_class
 
     lines = []
-    for name, node in (cfg.get("metrics") or {}).items():
+    for name, node in metrics.items():
         backbone = node.get("backbone") if hasattr(node, "get") else None
         if backbone is None or not node.get("_target_"):
             continue
         try:
-            cls = get_class(str(node["_target_"]))
+            cls = locate_class(str(node["_target_"]))
         except Exception:  # noqa: BLE001 - an unimportable suite is the run's error to report, not the estimate's
             continue
         declared = getattr(cls, "judge_requests", None)

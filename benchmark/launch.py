@@ -40,6 +40,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from benchmark.plan import RunPlan
 from benchmark.run import ENV_GPUS, ENV_LOCKS, STATUS_FILE
 
 LAUNCHERS = ("local", "slurm", "slurm_local")
@@ -163,11 +164,11 @@ def collect_statuses(sweep_dir: Path, n_jobs: int) -> tuple[list[dict[str, Any]]
     return records, max(0, n_jobs - len(records))
 
 
-def launch_runs(overrides: Sequence[str], workers: int) -> list[tuple[Any, Any, str, str]]:
-    """The runs of a launch, one per sweep setting (its shards are one run): (config with `shard.count=workers`,
-    the full query set, editor, metrics), for the launch's budget check. Settings whose preflight is off are left
-    out (`preflight=false` skips the preflight and the budget, as in `editmeter run`)."""
-    from benchmark.config import compose
+def launch_runs(overrides: Sequence[str], workers: int) -> list[tuple[RunPlan, Any, str, str]]:
+    """The runs of a launch, one per sweep setting (its shards are one run): (its plan, with `shard.count=workers`,
+    the full query set, editor, metrics), for the launch's preflight and budget check. Settings whose preflight is
+    off are left out (`preflight=false` skips the preflight and the budget, as in `editmeter run`)."""
+    from benchmark.config import compose, read_plan
     from benchmark.preflight import load_queries
 
     runs, seen, sets = [], set(), {}
@@ -178,39 +179,37 @@ def launch_runs(overrides: Sequence[str], workers: int) -> list[tuple[Any, Any, 
             continue
         seen.add(key)
         cfg, choices = compose([*job, f"shard.count={workers}", "shard.index=0"])
-        if not cfg.get("preflight", True):
+        plan = read_plan(cfg, choices["editor"])
+        if not plan.preflight.enabled:
             continue
-        from omegaconf import OmegaConf
-
-        qkey = json.dumps(OmegaConf.to_container(cfg.queryset, resolve=True), sort_keys=True, default=str)
+        qkey = json.dumps(plan.queryset, sort_keys=True, default=str)
         if qkey not in sets:  # a sweep over editor settings loads (and hashes) its query set once
-            sets[qkey] = load_queries(cfg)
-        runs.append((cfg, sets[qkey], choices["editor"], choices.get("metrics", "")))
+            sets[qkey] = load_queries(plan)
+        runs.append((plan, sets[qkey], choices["editor"], choices.get("metrics", "")))
     return runs
 
 
-def launch_selection(cfg: Any, full: Any) -> Any:
+def launch_selection(plan: RunPlan, full: Any) -> Any:
     """The queries of all the shards of a launch's run (each shard's first `limit`), in the set's order."""
     import dataclasses
 
-    count = int(cfg.shard.count)
-    selected = {q.id for i in range(count) for q in full.shard(i, count).subset(cfg.limit)}
+    selected = {q.id for q in plan.all_shards(full)}
     return dataclasses.replace(full, queries=tuple(q for q in full.queries if q.id in selected))
 
 
-def launch_preflight(runs: list[tuple[Any, Any, str, str]]) -> list[str]:
+def launch_preflight(runs: list[tuple[RunPlan, Any, str, str]]) -> list[str]:
     """The launch's one preflight, before any worker starts: for each run of `launch_runs` (one per sweep setting),
-    the checks `editmeter run` makes before its first edit (`apply_run_checks`, `check_applicable`,
+    the checks `editmeter run` makes before its first edit (`check_plan`, `check_applicable`,
     `run_preflight`) over the queries of all its shards. The first failure raises its RunError (one message, exit
     status 1, no job folder); returns the lines to print. The workers then run with preflight=false."""
-    from benchmark.config import apply_run_checks
+    from benchmark.config import check_plan
     from benchmark.preflight import check_applicable, run_preflight
 
     lines = []
-    for cfg, full, editor, metrics in runs:
-        apply_run_checks(cfg, editor)
-        check_applicable(cfg, full)
-        line = run_preflight(cfg, launch_selection(cfg, full), editor=editor, metrics=metrics or "<metrics>")
+    for plan, full, editor, metrics in runs:
+        check_plan(plan)
+        check_applicable(plan, full)
+        line = run_preflight(plan, launch_selection(plan, full), editor=editor, metrics=metrics or "<metrics>")
         lines.append(line.replace("[editmeter] preflight", f"[editmeter] preflight ({full.name} on {editor})", 1)
                      if len(runs) > 1 else line)
     return lines
@@ -223,15 +222,15 @@ def launch(overrides: Sequence[str], *, workers: int, launcher: str = "local", g
     `SettingError`) or an over-budget launch (`OverBudget`) is raised before any worker starts (`budget_kw`: `ask`,
     `interactive`, `gpu_name` of `benchmark.budget.check_launch_budget`, for tests). `gpus_flag`: the `--gpus`
     argument as given (Slurm: `none` submits no GPU request; see `benchmark.slurm.plan`)."""
-    from benchmark.config import check_keys, check_overrides, compose
+    from benchmark.config import check_keys, check_overrides, compose, read_plan
 
     overrides = [o for o in overrides if o not in ("-m", "--multirun")]
     check_overrides(overrides)
     check_keys(overrides)
     # the results folder and the aggregation settings, from the first job's config (they are not swept)
     first = jobs_of(overrides)[0] if overrides else []
-    cfg, _ = compose([o for o in first if not o.startswith("hydra")])
-    results = Path(cfg.paths.results).resolve()
+    plan = read_plan(compose([o for o in first if not o.startswith("hydra")])[0])
+    results = plan.results.resolve()
     sweep_dir = results / "hydra" / f"launch-{time.strftime('%Y-%m-%d_%H-%M-%S')}-{uuid.uuid4().hex[:6]}"
     args = build_multirun(overrides, workers=workers, launcher=launcher, gpus=gpus if launcher == "local" else (),
                           sweep_dir=sweep_dir)
@@ -271,7 +270,7 @@ def launch(overrides: Sequence[str], *, workers: int, launcher: str = "local", g
     if "aggregate" in _stages(overrides):
         from benchmark.stages.aggregate import write_leaderboards
 
-        written = write_leaderboards(results, None, cfg.aggregate.bootstrap_resamples, cfg.aggregate.bootstrap_seed)
+        written = write_leaderboards(results, None, plan.aggregate.bootstrap_resamples, plan.aggregate.bootstrap_seed)
         print(f"[editmeter] aggregate: wrote {', '.join(p.name for p in written.values())} in {results}"
               + (" (some jobs failed: their rows are marked PARTIAL)" if failed or missing else ""))
     return 1 if failed or missing else 0

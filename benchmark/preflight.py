@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from benchmark.errors import PreflightError
+from benchmark.plan import RunPlan
 
 # outputs per query besides the edit PNG (segmentations, score rows): a margin on the PNG estimate
 DEFAULT_DISK_FACTOR = 1.5
@@ -24,15 +25,14 @@ DEFAULT_SAMPLE = 32
 DEFAULT_PROBE_TIMEOUT_S = 5.0
 
 
-def load_queries(cfg: Any) -> Any:
-    """Instantiate the configured query set; a query-set error (not built, bad file) becomes a PreflightError with
-    its own message, which already names the file and the build command."""
-    from hydra.utils import instantiate
-
+def load_queries(plan: RunPlan) -> Any:
+    """Build the plan's query set; a query-set error (not built, bad file) becomes a PreflightError with its own
+    message, which already names the file and the build command."""
+    from benchmark.config import instantiate
     from benchmark.querysets.io import QuerySetError
 
     try:
-        return instantiate(cfg.queryset)
+        return instantiate(plan.queryset, at="queryset")
     except Exception as err:
         cause: BaseException | None = err
         while cause is not None and not isinstance(cause, QuerySetError):
@@ -42,27 +42,27 @@ def load_queries(cfg: Any) -> Any:
         raise PreflightError(f"preflight: query set: {cause}") from err
 
 
-def load_selection(cfg: Any) -> tuple[Any, Any]:
+def load_selection(plan: RunPlan) -> tuple[Any, Any]:
     """(the full configured query set, the queries this run works on: its `shard`, then its first `limit`).
     Raises PreflightError as `load_queries` does, and as `check_applicable` does for a suite that scores none of
     the set's queries (whether or not `preflight` is on: that run could only make edits nobody scores)."""
-    full = load_queries(cfg)
-    check_applicable(cfg, full)
-    return full, full.shard(cfg.shard.index, cfg.shard.count).subset(cfg.limit)
+    full = load_queries(plan)
+    check_applicable(plan, full)
+    return full, plan.selected(full)
 
 
-def check_applicable(cfg: Any, qs: Any) -> None:
+def check_applicable(plan: RunPlan, qs: Any) -> None:
     """Refuse a metrics config holding a suite that applies to none of the set's queries, for either editor family
     (the suites' own `applies_to`, as the score stage uses it): e.g. HATIE or EditVal on GEdit-Bench, which has no
     scene graphs. One line names the suite, the set and the metric configs that do apply (the set's `scored_by`,
     else the suites that score every query). Then the suites' own input files (`_check_suite_inputs`: a judged
     protocol's pinned prompts). A suite whose config cannot be built is left to fail where it is used."""
-    from hydra.utils import instantiate
+    from benchmark.config import instantiate
 
     idle, needs, used = [], [], []
-    for key, node in (cfg.get("metrics") or {}).items():
+    for key, node in plan.metrics.items():
         try:
-            suite = instantiate(node)
+            suite = instantiate(node, at=f"metrics.{key}")
         except Exception:  # noqa: BLE001 (a broken metric config fails later with its own message)
             continue
         applies = getattr(suite, "applies_to", None)
@@ -82,7 +82,7 @@ def check_applicable(cfg: Any, qs: Any) -> None:
     verb, them = ("does", "it scores") if len(idle) == 1 else ("do", "they score")
     scored_by = ", ".join(f"metrics={m}" for m in qs.meta.get("scored_by") or ["conventional", "basic"])
     raise PreflightError(
-        f"preflight: metrics={_metrics_choice(cfg) or '+'.join(idle)}: {names} {verb} not apply to query set "
+        f"preflight: metrics={plan.metrics_option or '+'.join(idle)}: {names} {verb} not apply to query set "
         f"{qs.name}{f' ({why})' if why else ''}: none of its {len(qs)} queries "
         f"{' / '.join(n for n in needs if n) if all(needs) else f'is of an edit type {them}'}. "
         f"Use {scored_by}")
@@ -102,40 +102,33 @@ def _check_suite_inputs(key: Any, suite: Any) -> None:
         raise PreflightError(f"preflight: metrics.{key}: {err}") from None
 
 
-def _metrics_choice(cfg: Any) -> str:
-    """The metrics config group choice of a composed or a Hydra-run config ('' when unknown)."""
-    if "hydra" in cfg:
-        return str(cfg.hydra.runtime.choices.get("metrics", ""))
-    from hydra.core.hydra_config import HydraConfig
-
-    try:
-        return str(HydraConfig.get().runtime.choices.get("metrics", ""))
-    except ValueError:  # not inside a Hydra run
-        return ""
-
-
-def run_preflight(cfg: Any, qs: Any, *, editor: str, metrics: str, editor_option: str | None = None) -> str:
+def run_preflight(plan: RunPlan, qs: Any, *, editor: str, metrics: str, editor_option: str | None = None) -> str:
     """Check the run before its first edit; returns a one-line summary, raises PreflightError naming the first
     missing piece and its fix. `editor`: the run's label; `editor_option`: its `configs/editor/` option when that
     differs (`editmeter score --name blur-make` runs editor=external), so the fix commands name what works."""
     t0 = time.perf_counter()
-    opts = cfg.get("preflight_opts") or {}
-    sample = int(opts.get("sample", DEFAULT_SAMPLE))
-    src = _check_sources(cfg, qs, sample)
-    results = Path(cfg.paths.results)
+    opts = plan.preflight
+    sample = int(_or(opts.sample, DEFAULT_SAMPLE))
+    src = _check_sources(plan, qs, sample)
+    results = plan.results
     _check_writable(results)
-    weights_note, download_bytes = _check_weights(cfg, editor, metrics, float(opts.get("probe_timeout_s",
-                                                                                        DEFAULT_PROBE_TIMEOUT_S)),
+    weights_note, download_bytes = _check_weights(plan, editor, metrics,
+                                                  float(_or(opts.probe_timeout_s, DEFAULT_PROBE_TIMEOUT_S)),
                                                   editor_option or editor)
     disk_note = _check_disk(results, len(qs), src.mean_bytes, src.n_sampled - len(src.unusable),
-                            float(opts.get("disk_factor", DEFAULT_DISK_FACTOR)), download_bytes)
+                            float(_or(opts.disk_factor, DEFAULT_DISK_FACTOR)), download_bytes)
     return (f"[editmeter] preflight ok in {time.perf_counter() - t0:.1f} s: {len(qs)} queries ({_sources_note(src)}), "
             f"results writable, {weights_note}, {disk_note}")
 
 
-def _fix_queryset(cfg: Any, qs: Any) -> str:
+def _or(value: Any, default: Any) -> Any:
+    """A `preflight_opts` value, or its default where the config does not set it."""
+    return default if value is None else value
+
+
+def _fix_queryset(plan: RunPlan, qs: Any) -> str:
     """The configured build command; the demo generator for generated sets; else the data target."""
-    build = cfg.queryset.get("build")
+    build = plan.queryset.get("build")
     if build:
         return str(build)
     if qs.meta.get("generator"):
@@ -151,7 +144,7 @@ class SourceSample(NamedTuple):
     unusable: tuple[str, ...]  # the loader's message per unusable source: each becomes a failure row
 
 
-def _check_sources(cfg: Any, qs: Any, sample: int) -> SourceSample:
+def _check_sources(plan: RunPlan, qs: Any, sample: int) -> SourceSample:
     """Read the first `sample` queries' sources through the edit stage's loader (`load_rgb`, same limits).
 
     A file gone since the set was loaded (and hashed) means the set is incomplete: PreflightError naming the rebuild.
@@ -178,7 +171,7 @@ def _check_sources(cfg: Any, qs: Any, sample: int) -> SourceSample:
         raise PreflightError(
             f"preflight: query set {qs.name}: {len(missing)} source file(s) of its first {len(queries)} queries are "
             f"missing since the set was loaded, e.g. {missing[0]}. The set is incomplete; rebuild it: "
-            f"{_fix_queryset(cfg, qs)}")
+            f"{_fix_queryset(plan, qs)}")
     return SourceSample(sum(sizes) / len(sizes) if sizes else 0.0, len(queries), tuple(unusable))
 
 
@@ -207,19 +200,19 @@ def _check_writable(results: Path) -> None:
                              "Choose another one: paths.results=<writable folder>") from err
 
 
-def _check_weights(cfg: Any, editor: str, metrics: str, timeout: float, editor_option: str) -> tuple[str, int]:
+def _check_weights(plan: RunPlan, editor: str, metrics: str, timeout: float, editor_option: str) -> tuple[str, int]:
     """Every checkpoint cached, or (online) its host reachable. Returns (note, bytes still to download)."""
     from benchmark.weights import fix_command, hub_offline, human, resolve, unreachable_hosts
 
     try:
-        checkpoints = resolve(cfg, editor)
+        checkpoints = resolve(plan, editor)
     except ValueError as err:  # a component that cannot be pinned (benchmark.models.dino_v1.UnpinnedRevisionError)
         raise PreflightError(f"preflight: {err}") from None
     if not checkpoints:
         return "no pretrained weights needed", 0
     unknown = [c for c in checkpoints if not c.fetchable]
     missing = [c for c in checkpoints if c not in unknown and c.location() is None]
-    fix = fix_command(editor_option, metrics, cfg.profile.name)
+    fix = fix_command(editor_option, metrics, plan.profile)
     unknown_note = (f"; {len(unknown)} not checkable ({', '.join(c.component for c in unknown)}: they load on first "
                     "use)") if unknown else ""
     if not missing:

@@ -28,17 +28,13 @@ class ProtocolSettingError(RunError):
 
 
 def check_protocol(value: Any) -> str:
-    """`value` if it names a protocol, else ProtocolSettingError naming it and the choices."""
+    """`value` if it names a protocol, else ProtocolSettingError naming it and the choices (the run plan's check of
+    its `protocol`, benchmark.config.check_plan, before any work)."""
     if value not in PROTOCOLS:
         raise ProtocolSettingError(f"protocol={value!r} is not a protocol; use protocol=single_turn (each turn edited "
                                    "from its own input image) or protocol=multi_turn (turn t edited from the "
                                    "editor's own edit of turn t-1)")
     return str(value)
-
-
-def run_protocol(cfg: Any) -> str:
-    """The run's protocol: the top-level `protocol` key (absent: single_turn), checked. The one place that reads it."""
-    return check_protocol(cfg.get("protocol", SINGLE_TURN) if hasattr(cfg, "get") else SINGLE_TURN)
 
 
 def check_sessions_for(protocol: str, queryset: Any) -> None:
@@ -56,3 +52,12 @@ def chains_turns(protocol: str, editor: Any) -> bool:
     here. An editor of edits made elsewhere (`any_output_size`: the external editor, which `editmeter score` runs
     with the protocol its files were made under) has no input to be given: its files are read as they are."""
     return check_protocol(protocol) == MULTI_TURN and not getattr(editor, "any_output_size", False)
+
+
+def check_editor_protocol(protocol: str, info: dict[str, Any]) -> None:
+    """Refuse a run whose editor declares it read the edits of another protocol (`editor_info`'s `protocol`: the
+    external editor) than the run's: its run.json would contradict itself (benchmark.turns.protocol_of)."""
+    declared = info.get("protocol") if isinstance(info, dict) else None
+    if declared is not None and declared != protocol:
+        raise ProtocolSettingError(f"the editor read the edits of protocol {declared!r} but the run's protocol is "
+                                   f"{protocol!r}: set protocol={declared} (editmeter score --protocol sets both)")

@@ -17,19 +17,19 @@ import traceback
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from benchmark.config import (
     CONFIG_DIR,
     UnknownOptionError,
-    apply_run_checks,
     check_keys,
     check_overrides,
     compose,  # noqa: F401 (re-exported: `from benchmark.run import compose, run_pipeline` in tests and notebooks)
     register_resolvers,
 )
+from benchmark.plan import RunPlan
 
 register_resolvers()
 _NOTED: set[str] = set()  # profiles whose "these numbers do not rank editors" note was printed
@@ -55,100 +55,166 @@ class StageTimer:
         return f"{', '.join(parts)}; total {sum(self.seconds.values()):.2f} s"
 
 
-def _metric_device(cfg: Any) -> str:
-    """The metric models' device (`device`: auto = cuda when available)."""
-    from benchmark.models.diffusion import resolve_device
-
-    return resolve_device(str(cfg.get("device", "auto")))
-
-
 def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
-    """Run the configured stages for one editor on one query set; returns a summary dict.
+    """Run the configured stages for one editor on one query set; returns a summary dict. The config is read once,
+    here (`benchmark.config.plan_run`: the run's checks, its input limits); `execute` runs the plan.
 
     Raises `PreflightError` (benchmark.errors) before any edit when a component is missing, `CorruptRunFile` when
     the run folder's edit log is malformed, and `TooManyFailures` after the last stage when, in the edit stage or in
     one metric set's scoring, the share of failed queries exceeds `max_failed_fraction` or all failed; entry points turn each into its message and exit status 1
     (`run_and_report`)."""
-    from hydra.utils import instantiate
-    from omegaconf import OmegaConf
+    from benchmark.config import plan_run
 
-    from benchmark.budget import check_budget
-    from benchmark.config import build_editor, editor_signature, metric_signature, portable
+    return execute(plan_run(cfg, editor_name))
+
+
+@dataclass
+class Invocation:
+    """One invocation of a plan: what its steps share (its id, start time, progress setting, stage timer)."""
+
+    plan: RunPlan
+    run_id: str
+    started: float
+    progress: bool
+    timer: StageTimer
+
+
+@dataclass
+class RunFolder:
+    """The run folder an invocation writes, with what names it: the editor's and the metric sets' signatures."""
+
+    path: Path
+    editor_sig: str
+    rewrites: bool  # the editor rewrites instructions (it enters the signature and marks the rows)
+    metric_sets: list[tuple[str, str, dict[str, Any], Any]]  # (label, metric signature, metrics, suite or None)
+
+
+def execute(plan: RunPlan) -> dict[str, Any]:
+    """Run a plan's stages, in order, for its editor on its query set; returns the summary dict (`run_pipeline`)."""
+    from benchmark.preflight import load_selection
+    from benchmark.protocols import check_editor_protocol, check_sessions_for
+
+    run = _begin(plan)
+    with run.timer("load queries"):
+        full, qs = load_selection(plan)
+        check_sessions_for(plan.protocol, full)  # multi_turn on a set without sessions: refused before any work
+    if plan.preflight.enabled:
+        with run.timer("preflight"):
+            _preflight(plan, full, qs)
+    with run.timer("load editor"):
+        editor, metrics = _build_components(plan)
+    check_editor_protocol(plan.protocol, editor.info())
+    folder = _open_run_folder(run, full, editor, metrics)
+    reuse = _reuse_nested(run, full, qs, folder) if "edit" in plan.stages and full.meta.get("sample") else None
+    _write_run_meta(run, full, qs, editor, folder)
+    _say_selection(full, qs, folder, reuse)
+    summary: dict[str, Any] = {"run_dir": str(folder.path), "run_id": run.run_id, "editor_sig": folder.editor_sig,
+                               "metric_sig": folder.metric_sets[0][1],
+                               "metric_sigs": {label: ms for label, ms, _, _ in folder.metric_sets}}
+    if "edit" in plan.stages:
+        summary["edit"] = _edit(run, qs, editor, folder)
+    if "score" in plan.stages:
+        summary["scores"] = _score(run, full, qs, editor, folder)
+        summary["score"] = summary["scores"][folder.metric_sets[0][0]]
+    if "aggregate" in plan.stages:
+        summary["tables"] = _aggregate(run)
+    _finish(run, summary, full, folder)
+    return summary
+
+
+def _begin(plan: RunPlan) -> Invocation:
+    """A new invocation of `plan`: its id, and its first line."""
     from benchmark.console import progress_enabled
+
+    run = Invocation(plan, uuid.uuid4().hex[:12], time.time(), progress_enabled(plan.progress), StageTimer())
+    print(f"[editmeter] editor={plan.editor.label} profile={plan.profile} (weights: {plan.profile_weights}) "
+          f"run_id={run.run_id}")
+    return run
+
+
+def _preflight(plan: RunPlan, full: Any, qs: Any) -> None:
+    """The checks before the first edit, then the budget (benchmark.preflight, benchmark.budget)."""
+    from benchmark.budget import check_budget
+    from benchmark.preflight import run_preflight
+
+    print(run_preflight(plan, qs, editor=plan.editor.label, metrics=plan.metrics_option or "<metrics>",
+                        editor_option=plan.editor.option))
+    print(check_budget(plan, full, editor=plan.editor.label, metrics=plan.metrics_option))
+
+
+def _build_components(plan: RunPlan) -> tuple[Any, dict[str, Any]]:
+    """The editor (a config its class cannot take: an error naming the file) and the metrics, built."""
+    from benchmark import config
+
+    editor = config.build_editor(plan.editor)  # looked up at call time: tests wrap it
+    if getattr(editor, "reuse_inversions", False):  # shared by every run under these results (sweeps, shards)
+        from benchmark.editing.inversion_store import INVERSIONS_DIR, InversionStore
+
+        editor.inversion_store = InversionStore(plan.results / INVERSIONS_DIR)
+    metrics = {name: config.instantiate(node, at=f"metrics.{name}") for name, node in plan.metrics.items()}
+    return editor, metrics
+
+
+def _open_run_folder(run: Invocation, full: Any, editor: Any, metrics: dict[str, Any]) -> RunFolder:
+    """The run folder the signatures name, created, with the leftovers of killed writers removed."""
+    from benchmark.config import editor_signature, metric_signature
     from benchmark.editing.base import warn_coarse_strengths
-    from benchmark.errors import TooManyFailures
-    from benchmark.fileio import atomic_write_text, remove_stale_tmp
+    from benchmark.fileio import remove_stale_tmp
+    from benchmark.stages.edit import rewrites_instruction
+    from benchmark.stages.score import is_suite
+
+    plan = run.plan
+    rewrites = rewrites_instruction(editor)  # declared by the editor: enters the signature, marks the rows
+    sig = editor_signature(plan.editor.config, editor.info(), plan.seed, plan.profile, rewrites, plan.protocol)
+    warn_coarse_strengths(editor.info())  # a strength the few tiny steps round away: say so before editing
+    metric_sets = _metric_sets(plan.metrics, metrics, plan.metrics_option, metric_signature, is_suite)
+    run_dir = plan.results / "runs" / f"{full.name}-{full.short_hash}" / f"{plan.editor.label}-{sig}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    # leftovers of writers killed before their rename: in the run folder, and the leaderboards' own
+    remove_stale_tmp(run_dir, run.started)
+    remove_stale_tmp(plan.results, run.started, recursive=False)
+    if getattr(editor, "inversion_store", None) is not None:  # and the shared inversions' (a killed inversion pass)
+        remove_stale_tmp(editor.inversion_store.root, run.started)
+    return RunFolder(run_dir, sig, rewrites, metric_sets)
+
+
+def _reuse_nested(run: Invocation, full: Any, qs: Any, folder: RunFolder) -> Any:
+    """A sample: bring in the edits of smaller nested samples (benchmark.stages.reuse)."""
+    from benchmark.stages.reuse import reuse_nested_edits
+
+    with run.timer("reuse"):
+        return reuse_nested_edits(qs, full, run.plan.results, folder.path, seed=int(run.plan.seed), run_id=run.run_id)
+
+
+def _write_run_meta(run: Invocation, full: Any, qs: Any, editor: Any, folder: RunFolder) -> None:
+    """run.json: what the run folder holds and how it was made (docs/results.md)."""
+    from datetime import datetime, timezone
+
+    from benchmark.config import portable
+    from benchmark.fileio import atomic_write_text
     from benchmark.hashing import canonical_json
     from benchmark.leaderboard import RUN_META
     from benchmark.locking import locked
-    from benchmark.preflight import load_selection, run_preflight
-    from benchmark.protocols import check_sessions_for, run_protocol
     from benchmark.provenance import provenance
-    from benchmark.stages.aggregate import write_leaderboards
-    from benchmark.stages.edit import rewrites_instruction
-    from benchmark.stages.score import is_suite, run_score_stage, run_suite_stage
-    from benchmark.stages.turns import edit_stage
 
-    apply_run_checks(cfg, editor_name)  # inputs: refuse an unsafe label, set the input limits, before any work
-    protocol = run_protocol(cfg)  # single_turn | multi_turn: in the signature (multi_turn only), run.json, the rows
-    timer = StageTimer()
-    started = time.time()
-    progress = progress_enabled(cfg.progress)
-    run_id = uuid.uuid4().hex[:12]
-    profile = cfg.profile.name
-    print(f"[editmeter] editor={editor_name} profile={profile} (weights: {cfg.profile.weights}) run_id={run_id}")
-    with timer("load queries"):
-        full, qs = load_selection(cfg)
-        check_sessions_for(protocol, full)
-    if cfg.get("preflight", True):
-        with timer("preflight"):
-            choices = _choices(cfg)
-            print(run_preflight(cfg, qs, editor=editor_name, metrics=choices.get("metrics", "<metrics>"),
-                                editor_option=choices.get("editor")))
-            print(check_budget(cfg, full, editor=editor_name, metrics=_choices(cfg).get("metrics", "")))  # the budget
-    with timer("load editor"):
-        editor = build_editor(cfg)  # a YAML the class cannot take: an error naming the file
-        if getattr(editor, "reuse_inversions", False):  # shared by every run under these results (sweeps, shards)
-            from benchmark.editing.inversion_store import INVERSIONS_DIR, InversionStore
-
-            editor.inversion_store = InversionStore(Path(cfg.paths.results) / INVERSIONS_DIR)
-        metrics = {name: instantiate(node) for name, node in cfg.metrics.items()}
-    editor_cfg = OmegaConf.to_container(cfg.editor, resolve=True)
-    rewrites = rewrites_instruction(editor)  # declared by the editor: enters the signature, marks the rows
-    sig = editor_signature(editor_cfg, editor.info(), cfg.seed, profile, rewrites, protocol)
-    warn_coarse_strengths(editor.info())  # a strength the few tiny steps round away: say so before editing
-    metric_sets = _metric_sets(OmegaConf.to_container(cfg.metrics, resolve=True), metrics,
-                               _choices(cfg).get("metrics", ""), metric_signature, is_suite)
-    msig = metric_sets[0][1]
-    results = Path(cfg.paths.results)
-    run_dir = results / "runs" / f"{full.name}-{full.short_hash}" / f"{editor_name}-{sig}"
-    run_dir.mkdir(parents=True, exist_ok=True)
-    # leftovers of writers killed before their rename: in the run folder, and the leaderboards' own
-    remove_stale_tmp(run_dir, started)
-    remove_stale_tmp(results, started, recursive=False)
-    if getattr(editor, "inversion_store", None) is not None:  # and the shared inversions' (a killed inversion pass)
-        remove_stale_tmp(editor.inversion_store.root, started)
-    reuse = None
-    if "edit" in cfg.stages and full.meta.get("sample"):  # a sample: bring in the edits of smaller nested samples
-        from benchmark.stages.reuse import reuse_nested_edits
-
-        with timer("reuse"):
-            reuse = reuse_nested_edits(qs, full, results, run_dir, seed=int(cfg.seed), run_id=run_id)
-    scorings = {ms: _scoring(label, group, suite) for label, ms, group, suite in metric_sets}
-    scoring = scorings[msig]  # run.json's top-level fields: the first set's (`scored` lists every set)
+    plan, run_dir = run.plan, folder.path
+    scorings = {ms: _scoring(label, group, suite) for label, ms, group, suite in folder.metric_sets}
+    scoring = scorings[folder.metric_sets[0][1]]  # run.json's top-level fields: the first set's (`scored` lists every set)
     meta = {
         "queryset": full.name, "queryset_hash": full.hash, "queryset_size": len(full),
         "sample": full.meta.get("sample"),  # a sampled set (queryset.sample): its draw and the set it came from
-        "selection": {"shard": [int(cfg.shard.index), int(cfg.shard.count)], "limit": cfg.limit, "n_selected": len(qs)},
-        "editor": editor_name, "editor_sig": sig,
-        "prompt_kind": editor.prompt_kind, "profile": profile, "seed": int(cfg.seed),
-        "rewrites_instruction": rewrites, "protocol": protocol,
-        "editor_config": portable(editor_cfg), "editor_info": portable(editor.info()), "metric_sig": msig,
+        "selection": {"shard": [int(plan.selection.shard_index), int(plan.selection.shard_count)],
+                      "limit": plan.selection.limit, "n_selected": len(qs)},
+        "editor": plan.editor.label, "editor_sig": folder.editor_sig,
+        "prompt_kind": editor.prompt_kind, "profile": plan.profile, "seed": int(plan.seed),
+        "rewrites_instruction": folder.rewrites, "protocol": plan.protocol,
+        "editor_config": portable(plan.editor.config), "editor_info": portable(editor.info()),
+        "metric_sig": folder.metric_sets[0][1],
         # the editor keys set on the command line (a sweep's settings: docs/scale.md), e.g. editor.guidance_scale=5
-        "editor_overrides": _editor_overrides(cfg),
+        "editor_overrides": list(plan.editor_overrides),
         **scoring,
         # the device the models ran on: the editor's when it has a model, else the metric models' (`device`)
-        **provenance(str(editor.info().get("device") or _metric_device(cfg))),
+        **provenance(str(editor.info().get("device") or _metric_device(plan.device))),
         "updated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
     # shards of one run (benchmark.launch) update run.json concurrently: read and write under one lock
@@ -162,65 +228,101 @@ def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
         if full.meta.get("sample") and (reused_from := _reuse_summary(run_dir)):
             meta["reused_from"] = reused_from
         atomic_write_text(run_dir / RUN_META, canonical_json(meta) + "\n")
-    print(f"[editmeter] {len(qs)} queries of {full.name} (hash {full.short_hash}) -> {run_dir}")
+
+
+def _metric_device(device: str) -> str:
+    """The metric models' device (`device`: auto = cuda when available)."""
+    from benchmark.models.diffusion import resolve_device
+
+    return resolve_device(device)
+
+
+def _say_selection(full: Any, qs: Any, folder: RunFolder, reuse: Any) -> None:
+    print(f"[editmeter] {len(qs)} queries of {full.name} (hash {full.short_hash}) -> {folder.path}")
     if reuse is not None and (reuse.reused or reuse.skipped):
         used = ", ".join(f"{n['edits']} from {rel}" for rel, n in reuse.sources.items()) or "none"
         skipped = f"; not used: {'; '.join(reuse.skipped)}" if reuse.skipped else ""
         print(f"[editmeter] reuse: {reuse.reused} edits of smaller nested samples ({used}){skipped}")
 
-    summary: dict[str, Any] = {"run_dir": str(run_dir), "run_id": run_id, "editor_sig": sig, "metric_sig": msig,
-                               "metric_sigs": {label: ms for label, ms, _, _ in metric_sets}}
-    if "edit" in cfg.stages:
-        with timer("edit"):
-            st = edit_stage(protocol, editor)(qs, editor, run_dir, seed=cfg.seed, batch_size=cfg.batch_size,
-                                      num_workers=cfg.num_workers, retry_failed=cfg.retry_failed, run_id=run_id,
-                                      progress=progress, fail_fast=bool(cfg.get("fail_fast", False)))
-        summary["edit"] = st
-        others = f", {st.by_others} by another worker" if st.by_others else ""
-        work = f"; {st.work_summary()}" if st.work else ""
-        # `computed` counts the failed queries too: "edited" counts only the edits made
-        earlier = (f", {st.failed_before} failed earlier (retry_failed=true edits them again)" if st.failed_before
-                   else "")
-        missing = f", {st.missing} missing (no edit in the folder)" if st.missing else ""
-        print(f"[editmeter] edit: {st.computed - st.failed} edited, {st.failed} failed, {st.skipped} already done"
-              f"{earlier}{missing}{others}{work}")
-        if st.work:
-            _record_edit_work(run_dir / RUN_META, run_id, st)
-        if st.failed_total:
-            print(f"[editmeter] {st.failure_summary()}")
-    if "score" in cfg.stages:
-        summary["scores"] = {}
-        for label, ms, group, suite in metric_sets:  # several suites: one edit, scored by each (models and features shared)
-            common = {"num_workers": cfg.num_workers, "progress": progress, "full_set": full, "run_id": run_id,
-                      "label": label, "fail_fast": bool(cfg.get("fail_fast", False))}
-            with timer("score" if len(metric_sets) == 1 else f"score {label}"):
-                if suite is not None:
-                    sc = run_suite_stage(qs, run_dir, suite, ms, prompt_kind=editor.prompt_kind, **common)
-                else:
-                    sc = run_score_stage(qs, run_dir, group, ms, batch_size=cfg.batch_size, **common)
-            summary["scores"][label] = sc
-            others = f", {sc.by_others} by another worker" if sc.by_others else ""
-            print(f"[editmeter] score {label}: {sc.computed - sc.failed} scored, {sc.failed} failed, {sc.reused} reused{others} "
-                  f"({sc.model_seconds:.2f} s in metrics)")
-            if sc.failed_total:
-                print(f"[editmeter] score {label}: {sc.failure_summary()}")
-        summary["score"] = summary["scores"][metric_sets[0][0]]
-    if "aggregate" in cfg.stages:
-        with timer("aggregate"):
-            written = write_leaderboards(results, None, cfg.aggregate.bootstrap_resamples, cfg.aggregate.bootstrap_seed)
-        summary["tables"] = {k: str(v) for k, v in written.items()}
-        print(f"[editmeter] aggregate: wrote {', '.join(p.name for p in written.values())} in {results}")
-    print(f"[editmeter] timings ({editor_name}): {timer.table()}")
-    if profile != "pretrained" and profile not in _NOTED:  # once per process, not once per sweep job
-        _NOTED.add(profile)
-        print(f"[editmeter] NOTE: profile={profile}: weights are {cfg.profile.weights}; "
+
+def _edit(run: Invocation, qs: Any, editor: Any, folder: RunFolder) -> Any:
+    """The edit stage of the run's protocol (benchmark.stages.edit, or benchmark.stages.turns for multi_turn);
+    returns its stats."""
+    from benchmark.leaderboard import RUN_META
+    from benchmark.stages.turns import edit_stage
+
+    plan = run.plan
+    with run.timer("edit"):  # multi_turn: turn t edited from turn t-1's edit (benchmark.stages.turns)
+        st = edit_stage(plan.protocol, editor)(qs, editor, folder.path, seed=plan.seed, batch_size=plan.batch_size,
+                                               num_workers=plan.num_workers, retry_failed=plan.retry_failed,
+                                               run_id=run.run_id, progress=run.progress, fail_fast=plan.fail_fast)
+    others = f", {st.by_others} by another worker" if st.by_others else ""
+    work = f"; {st.work_summary()}" if st.work else ""
+    # `computed` counts the failed queries too: "edited" counts only the edits made
+    earlier = (f", {st.failed_before} failed earlier (retry_failed=true edits them again)" if st.failed_before
+               else "")
+    missing = f", {st.missing} missing (no edit in the folder)" if st.missing else ""
+    print(f"[editmeter] edit: {st.computed - st.failed} edited, {st.failed} failed, {st.skipped} already done"
+          f"{earlier}{missing}{others}{work}")
+    if st.work:
+        _record_edit_work(folder.path / RUN_META, run.run_id, st)
+    if st.failed_total:
+        print(f"[editmeter] {st.failure_summary()}")
+    return st
+
+
+def _score(run: Invocation, full: Any, qs: Any, editor: Any, folder: RunFolder) -> dict[str, Any]:
+    """The score stage, once per metric set (several suites: one edit, scored by each, models and features
+    shared); returns each set's stats by label."""
+    from benchmark.stages.score import run_score_stage, run_suite_stage
+
+    plan, scores = run.plan, {}
+    for label, ms, group, suite in folder.metric_sets:
+        common = {"num_workers": plan.num_workers, "progress": run.progress, "full_set": full, "run_id": run.run_id,
+                  "label": label, "fail_fast": plan.fail_fast}
+        with run.timer("score" if len(folder.metric_sets) == 1 else f"score {label}"):
+            if suite is not None:
+                sc = run_suite_stage(qs, folder.path, suite, ms, prompt_kind=editor.prompt_kind, **common)
+            else:
+                sc = run_score_stage(qs, folder.path, group, ms, batch_size=plan.batch_size, **common)
+        scores[label] = sc
+        others = f", {sc.by_others} by another worker" if sc.by_others else ""
+        print(f"[editmeter] score {label}: {sc.computed - sc.failed} scored, {sc.failed} failed, {sc.reused} reused{others} "
+              f"({sc.model_seconds:.2f} s in metrics)")
+        if sc.failed_total:
+            print(f"[editmeter] score {label}: {sc.failure_summary()}")
+    return scores
+
+
+def _aggregate(run: Invocation) -> dict[str, str]:
+    """The leaderboards, rebuilt from every run folder under the results (benchmark.stages.aggregate)."""
+    from benchmark.stages.aggregate import write_leaderboards
+
+    plan = run.plan
+    with run.timer("aggregate"):
+        written = write_leaderboards(plan.results, None, plan.aggregate.bootstrap_resamples,
+                                     plan.aggregate.bootstrap_seed)
+    print(f"[editmeter] aggregate: wrote {', '.join(p.name for p in written.values())} in {plan.results}")
+    return {k: str(v) for k, v in written.items()}
+
+
+def _finish(run: Invocation, summary: dict[str, Any], full: Any, folder: RunFolder) -> None:
+    """The closing lines (timings, the tiny profile's note, a partial run's word), then the verdict: raise
+    TooManyFailures when the run must not exit 0."""
+    from benchmark.errors import TooManyFailures
+
+    plan = run.plan
+    print(f"[editmeter] timings ({plan.editor.label}): {run.timer.table()}")
+    if plan.profile != "pretrained" and plan.profile not in _NOTED:  # once per process, not once per sweep job
+        _NOTED.add(plan.profile)
+        print(f"[editmeter] NOTE: profile={plan.profile}: weights are {plan.profile_weights}; "
               "these numbers test the pipeline, they do not rank real editors.")
-    summary["timings"] = dict(timer.seconds)
+    summary["timings"] = dict(run.timer.seconds)
     judged = [("edit", summary["edit"])] if "edit" in summary else []
     judged += [(f"score {label}", sc) for label, sc in summary.get("scores", {}).items()]
-    verdict = _failure_verdict(judged, float(cfg.get("max_failed_fraction", 0.1)))
-    if not verdict and "tables" in summary and "score" not in cfg.stages:  # no scoring judged: the rows themselves
-        verdict = _aggregate_verdict(Path(summary["tables"]["leaderboard.csv"]), full.hash, sig,
+    verdict = _failure_verdict(judged, float(plan.max_failed_fraction))
+    if not verdict and "tables" in summary and "score" not in plan.stages:  # no scoring judged: the rows themselves
+        verdict = _aggregate_verdict(Path(summary["tables"]["leaderboard.csv"]), full.hash, folder.editor_sig,
                                      summary["metric_sigs"])
     if verdict:
         raise TooManyFailures(verdict)
@@ -228,7 +330,6 @@ def run_pipeline(cfg: Any, editor_name: str) -> dict[str, Any]:
         st = summary["edit"]
         print(f"[editmeter] PARTIAL: {st.missing} of {st.total} queries have no edit (not attempted, not failed); "
               "the leaderboard counts them in n_missing and marks the rows PARTIAL")
-    return summary
 
 
 def _aggregate_verdict(leaderboard: Path, queryset_hash: str, editor_sig: str, metric_sigs: dict[str, str]) -> str:
@@ -369,32 +470,6 @@ def _too_many(st: Any, max_fraction: float) -> str:
     if st.failed_total < total and share <= max_fraction:
         return ""
     return "every query failed" if st.failed_total == total else f"{share:.0%} > max_failed_fraction={max_fraction:g}"
-
-
-def _editor_overrides(cfg: Any) -> list[str]:
-    """The `editor.<key>=<value>` overrides of this run (sorted), from Hydra's record of the command line."""
-    try:
-        if "hydra" in cfg:
-            task = list(cfg.hydra.overrides.task)
-        else:
-            from hydra.core.hydra_config import HydraConfig
-
-            task = list(HydraConfig.get().overrides.task)
-    except ValueError:  # not inside a Hydra run
-        return []
-    return sorted(o for o in task if o.lstrip("+~").startswith("editor."))
-
-
-def _choices(cfg: Any) -> dict[str, str]:
-    """The config group choices (editor, metrics, ...) of a composed or a Hydra-run config."""
-    if "hydra" in cfg:
-        return dict(cfg.hydra.runtime.choices)
-    from hydra.core.hydra_config import HydraConfig
-
-    try:
-        return dict(HydraConfig.get().runtime.choices)
-    except ValueError:  # not inside a Hydra run
-        return {}
 
 
 def run_and_report(cfg: Any, editor_name: str) -> int:

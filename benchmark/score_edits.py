@@ -89,8 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --edits {args.edits}: no such folder (give the folder of edited images, EDITS=<folder> for "
               "make score)", file=sys.stderr)
         return 2
-    from hydra.utils import instantiate
-
+    from benchmark.config import instantiate, read_plan
     from benchmark.console import progress_enabled, quiet_third_party
     from benchmark.errors import PreflightError
     from benchmark.preflight import load_selection
@@ -105,9 +104,10 @@ def main(argv: list[str] | None = None) -> int:
     except UnknownOptionError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    quiet_third_party(progress_enabled(cfg.progress))
+    plan = read_plan(cfg, args.name)
+    quiet_third_party(progress_enabled(plan.progress))
     try:  # an unbuilt or bad query set: its message (naming the file and the build command), not a traceback
-        full, qs = load_selection(cfg)  # what the run scores
+        full, qs = load_selection(plan)  # what the run scores
     except PreflightError as err:
         print(f"[editmeter] error: {err}", file=sys.stderr)
         return err.exit_code
@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
                  *([f"editor.queries={Path(full.root) / 'queries.jsonl'}"] if layout == "magicbrush" else [])]
         cfg, _ = compose([*overrides, *extra])
         try:
-            editor = instantiate(cfg.editor)
+            editor = instantiate(read_plan(cfg, args.name).editor.config, at="editor")
         except Exception as err:  # Hydra wraps the class's error: a bad --rewritten file is the user's, said plainly
             from benchmark.session_edits import SessionLayoutError
             from editors.external import RewrittenFileError

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmark.plan import RunPlan
+
 HF_KINDS = ("hf-pipeline", "hf-model", "hf-file")
 _COMMIT = re.compile(r"[0-9a-f]{40}")
 # transformers' from_pretrained reads configs, processor/tokenizer files and one weights format (safetensors first)
@@ -355,15 +357,13 @@ def _walk(node: Any, path: str) -> Iterator[tuple[str, dict[str, Any]]]:
             yield from _walk(v, f"{path}[{i}]")
 
 
-def resolve(cfg: Any, editor_name: str = "") -> list[Checkpoint]:
-    """The checkpoints of the editor and of every metric model that the config loads with pretrained weights,
+def resolve(plan: RunPlan, editor_name: str = "") -> list[Checkpoint]:
+    """The checkpoints of the editor and of every metric model that the plan loads with pretrained weights,
     deduplicated, without loading anything."""
     from dataclasses import replace
 
-    from omegaconf import OmegaConf
-
     found: list[Checkpoint] = []
-    editor = OmegaConf.to_container(cfg.editor, resolve=True)
+    editor = plan.editor.config
     label = f"editor {editor_name}".strip()
     if isinstance(editor, dict) and editor.get("weights") == "pretrained":
         if editor.get("checkpoint") == "single_file" and isinstance(editor.get("single_file"), dict):
@@ -378,8 +378,7 @@ def resolve(cfg: Any, editor_name: str = "") -> list[Checkpoint]:
         else:
             found.append(Checkpoint(label, "unknown", str(editor.get("_target_")),
                                     note="editor wants pretrained weights but names no model_id"))
-    metrics = OmegaConf.to_container(cfg.metrics, resolve=True)
-    for path, node in _walk(metrics, ""):
+    for path, node in _walk(plan.metrics, ""):
         if node.get("weights") != "pretrained":
             continue
         target = str(node["_target_"])
@@ -555,7 +554,7 @@ Example: editmeter weights editor=ip2p metrics=hatie"""
 
 def main(argv: list[str] | None = None) -> int:
     """`editmeter weights`: returns the exit status (0 ok, 1 a download failed or is impossible, 2 usage)."""
-    from benchmark.config import UnknownOptionError, compose
+    from benchmark.config import UnknownOptionError, compose, read_plan
 
     argv = list(sys.argv[1:] if argv is None else argv)
     if any(a in ("-h", "--help") for a in argv):
@@ -572,9 +571,11 @@ def main(argv: list[str] | None = None) -> int:
     except UnknownOptionError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    editor, metrics, profile = choices.get("editor", "?"), choices.get("metrics", "?"), cfg.profile.name
+    editor, metrics = choices.get("editor", "?"), choices.get("metrics", "?")
+    plan = read_plan(cfg, editor)
+    profile = plan.profile
     try:
-        checkpoints = resolve(cfg, editor)
+        checkpoints = resolve(plan, editor)
     except ValueError as err:  # a component that cannot be pinned (benchmark.models.dino_v1.UnpinnedRevisionError)
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 from conftest import run_demo
 
+from benchmark.config import read_plan
 from benchmark.metrics.bpm.locate import OracleLocator, box_of
 from benchmark.metrics.bpm.suite import BpmSuite, _Loaded
 from benchmark.metrics.bpm.summary import summarize
@@ -316,7 +317,7 @@ def test_weights_resolves_every_checkpoint_pinned(metrics):
     from benchmark.run import compose
 
     cfg, _ = compose(["editor=identity", f"metrics={metrics}", "profile=pretrained"])
-    found = W.resolve(cfg, "identity")
+    found = W.resolve(read_plan(cfg), "identity")
     nodes = {f"metrics {p}" for p, n in W._walk(OmegaConf.to_container(cfg.metrics, resolve=True), "")
              if n.get("weights") == "pretrained"}
     assert {c.component for c in found} == nodes and all(c.kind != "unknown" for c in found)

@@ -4,7 +4,7 @@ before editing with the estimate and the sample option; under budget, tiny runs 
 import pytest
 
 from benchmark import budget as B
-from benchmark.config import options
+from benchmark.config import options, read_plan
 from benchmark.run import compose, run_pipeline
 
 BASE = ("queryset=demo", "progress=false", "aggregate.bootstrap_resamples=200", "stages=[edit]")
@@ -18,7 +18,7 @@ def _cfg(tmp_path, *extra):
 def _full(cfg):
     from benchmark.preflight import load_selection
 
-    return load_selection(cfg)[0]
+    return load_selection(read_plan(cfg))[0]
 
 
 def test_every_cost_row_says_where_it_was_measured():
@@ -49,7 +49,7 @@ def test_the_p2p_split_follows_the_unet_evaluations(size):
 def test_over_budget_refuses_non_interactively_with_the_estimate_and_the_sample_option(tmp_path):
     cfg, _ = _cfg(tmp_path, "editor=p2p", "profile=random", "editor.device=cuda", "budget.max_gpu_hours=0.25")
     with pytest.raises(B.OverBudget) as info:
-        B.check_budget(cfg, _full(cfg), editor="p2p", metrics="hatie", gpu_name=lambda: "NVIDIA H100 80GB HBM3",
+        B.check_budget(read_plan(cfg), _full(cfg), editor="p2p", metrics="hatie", gpu_name=lambda: "NVIDIA H100 80GB HBM3",
                        interactive=lambda: False)
     msg = str(info.value)
     # 133 x (4.86 + 0.09) s + 16 sources x 41.34 s + 44 s = 0.38 h > 0.25
@@ -61,15 +61,15 @@ def test_over_budget_refuses_non_interactively_with_the_estimate_and_the_sample_
 def test_over_budget_on_a_terminal_asks(tmp_path):
     cfg, _ = _cfg(tmp_path, "editor=p2p", "profile=random", "editor.device=cuda", "budget.max_gpu_hours=0.25")
     kw = {"gpu_name": lambda: "NVIDIA H100", "interactive": lambda: True}
-    line = B.check_budget(cfg, _full(cfg), editor="p2p", metrics="hatie", ask=lambda q: True, **kw)
+    line = B.check_budget(read_plan(cfg), _full(cfg), editor="p2p", metrics="hatie", ask=lambda q: True, **kw)
     assert "confirmed" in line
     with pytest.raises(B.OverBudget):
-        B.check_budget(cfg, _full(cfg), editor="p2p", metrics="hatie", ask=lambda q: False, **kw)
+        B.check_budget(read_plan(cfg), _full(cfg), editor="p2p", metrics="hatie", ask=lambda q: False, **kw)
 
 
 def test_the_suggested_sample_fits_the_budget(tmp_path):
     cfg, _ = _cfg(tmp_path, "editor=p2p", "profile=random", "editor.device=cuda", "budget.max_gpu_hours=1")
-    est, _ = B.estimate(cfg, _full(cfg), editor="p2p", metrics="hatie", gpu_name=lambda: "H100")
+    est, _ = B.estimate(read_plan(cfg), _full(cfg), editor="p2p", metrics="hatie", gpu_name=lambda: "H100")
     n = B.largest_sample(est, 1.0)
     assert 0 < n < 133 and (n * est.per_query + est.cost.load_s) / 3600 <= 1.0
     assert f"queryset.sample={n} " in B.refusal(est, 1.0, "demo")
@@ -79,26 +79,26 @@ def test_the_suggested_sample_fits_the_budget(tmp_path):
 def test_allowed_or_sampled_runs_proceed(tmp_path, extra):
     # the whole set is over 0.25 h (above); a sample of 28 queries on 14 sources is 0.21 h
     cfg, _ = _cfg(tmp_path, "editor=p2p", "profile=random", "editor.device=cuda", "budget.max_gpu_hours=0.25", *extra)
-    line = B.check_budget(cfg, _full(cfg), editor="p2p", metrics="hatie", gpu_name=lambda: "NVIDIA H100",
+    line = B.check_budget(read_plan(cfg), _full(cfg), editor="p2p", metrics="hatie", gpu_name=lambda: "NVIDIA H100",
                           interactive=lambda: False)
     assert line.startswith("[editmeter] budget: ~")
 
 
 def test_an_unlisted_gpu_borrows_the_h100_rows_and_says_so(tmp_path):
     cfg, _ = _cfg(tmp_path, "editor=ip2p", "profile=random", "editor.device=cuda")
-    line = B.check_budget(cfg, _full(cfg), editor="ip2p", metrics="basic", gpu_name=lambda: "NVIDIA A100-SXM4-40GB")
+    line = B.check_budget(read_plan(cfg), _full(cfg), editor="ip2p", metrics="basic", gpu_name=lambda: "NVIDIA A100-SXM4-40GB")
     assert "A100" in line and "h100 rows" in line
 
 
 def test_unknown_cost_is_reported_not_blocked_with_how_to_measure_it_there(tmp_path):
     cfg, _ = _cfg(tmp_path, "editor=overedit", "profile=tiny", "budget.max_gpu_hours=0")
-    line = B.check_budget(cfg, _full(cfg), editor="overedit", metrics="basic", interactive=lambda: False)
+    line = B.check_budget(read_plan(cfg), _full(cfg), editor="overedit", metrics="basic", interactive=lambda: False)
     # on a CPU the measurement is a small run (gpu-check measures nothing without CUDA)
     assert "cost unknown" in line and "editmeter run editor=overedit" in line and "gpu-check" not in line
     # the suggested command runs the same profile: without profile=tiny it would load the real weights
     assert "editmeter run editor=overedit queryset=demo queryset.sample=14 profile=tiny " in line
     cfg, _ = _cfg(tmp_path, "editor=omnigen", "profile=random", "editor.device=cuda", "budget.max_gpu_hours=0")
-    line = B.check_budget(cfg, _full(cfg), editor="omnigen", metrics="basic", gpu_name=lambda: "NVIDIA H100",
+    line = B.check_budget(read_plan(cfg), _full(cfg), editor="omnigen", metrics="basic", gpu_name=lambda: "NVIDIA H100",
                           interactive=lambda: False)
     assert "cost unknown" in line and "on h100" in line and "gpu-check" in line
 
@@ -107,7 +107,7 @@ def test_done_queries_are_not_counted_again(tmp_path, capsys):
     cfg, editor = _cfg(tmp_path, "editor=identity", "profile=tiny", "limit=5")
     run_pipeline(cfg, editor)
     cfg, _ = _cfg(tmp_path, "editor=identity", "profile=tiny", "limit=8")
-    est, _ = B.estimate(cfg, _full(cfg), editor="identity", metrics="basic")
+    est, _ = B.estimate(read_plan(cfg), _full(cfg), editor="identity", metrics="basic")
     assert (est.todo, est.done) == (3, 5)
 
 
@@ -133,7 +133,7 @@ def test_the_suggested_sample_never_exceeds_the_pool_it_is_drawn_from(tmp_path, 
     hatie), or the 16 of a restricted pool; demo_mini draws from all its 14, and a sample of all is refused: 13."""
     cfg, _ = _cfg(tmp_path, "editor=p2p", "profile=random", "editor.device=cuda", "budget.max_gpu_hours=3", *extra)
     full = _full(cfg)
-    est, _ = B.estimate(cfg, full, editor="p2p", metrics="hatie", gpu_name=lambda: "H100")
+    est, _ = B.estimate(read_plan(cfg), full, editor="p2p", metrics="hatie", gpu_name=lambda: "H100")
     n = B.largest_sample(est, 3.0)
     assert est.pool == pool and n == min(pool, int((3 * 3600 - 44) / est.per_query))
     if est.hours > 3:
@@ -153,10 +153,10 @@ def test_an_extended_sample_counts_the_smaller_samples_edits_as_done(tmp_path):
     cfg, editor = _cfg(tmp_path, "editor=identity", "profile=tiny", "queryset.sample=28")
     run_pipeline(cfg, editor)
     cfg, _ = _cfg(tmp_path, "editor=identity", "profile=tiny", "queryset.sample=56")
-    est, _ = B.estimate(cfg, _full(cfg), editor="identity", metrics="basic")
+    est, _ = B.estimate(read_plan(cfg), _full(cfg), editor="identity", metrics="basic")
     assert (est.todo, est.done) == (28, 28)
     cfg, _ = _cfg(tmp_path, "editor=identity", "profile=tiny", "queryset.sample=56", "seed=1")  # another seed: none
-    est, _ = B.estimate(cfg, _full(cfg), editor="identity", metrics="basic")
+    est, _ = B.estimate(read_plan(cfg), _full(cfg), editor="identity", metrics="basic")
     assert (est.todo, est.done) == (56, 0)
 
 
@@ -177,7 +177,7 @@ def test_every_editor_gets_its_tiny_cost_row_or_runs_unblocked_saying_how_to_mea
     device = ("editor.device=cpu",) if _declares_device(editor) else ()
     cfg, _ = _cfg(tmp_path, f"editor={editor}", "profile=tiny", *device, "budget.max_gpu_hours=0")
     table = B.load_costs()
-    est, note = B.estimate(cfg, _full(cfg), editor=editor, metrics="basic", table=table)
+    est, note = B.estimate(read_plan(cfg), _full(cfg), editor=editor, metrics="basic", table=table)
     row = B.lookup(table, "editors", editor, "tiny", "cpu")
     if row is not None:
         assert est is not None and est.cost == row, note
@@ -185,7 +185,7 @@ def test_every_editor_gets_its_tiny_cost_row_or_runs_unblocked_saying_how_to_mea
     else:
         assert est is None and note.startswith(f"cost unknown: configs/costs.yaml has no row for editor {editor} ")
         assert f"editmeter run editor={editor} queryset=demo" in note and note.endswith("and add it")
-        line = B.check_budget(cfg, _full(cfg), editor=editor, metrics="basic", interactive=lambda: False)
+        line = B.check_budget(read_plan(cfg), _full(cfg), editor=editor, metrics="basic", interactive=lambda: False)
         assert line == f"[editmeter] budget: {note}"
 
 
@@ -202,8 +202,8 @@ def test_an_inversion_sharing_editor_pays_one_inversion_per_source(tmp_path, ext
     from benchmark.preflight import load_selection
 
     cfg, _ = _cfg(tmp_path, "editor=p2p", "profile=random", "editor.device=cuda", *extra)
-    full, _ = load_selection(cfg)
-    est, _ = B.estimate(cfg, full, editor="p2p", metrics="hatie", gpu_name=lambda: "H100")
+    full, _ = load_selection(read_plan(cfg))
+    est, _ = B.estimate(read_plan(cfg), full, editor="p2p", metrics="hatie", gpu_name=lambda: "H100")
     count = int(cfg.shard.count)
     queries = [q for i in range(count) for q in full.shard(i, count).subset(cfg.limit)]
     assert est.todo == len(queries) and est.sources == _sources(queries) < len(queries)
@@ -220,11 +220,11 @@ def test_without_sharing_every_query_pays_the_whole_row(tmp_path):
     per-query cost on every query."""
     cfg, _ = _cfg(tmp_path, "editor=p2p", "profile=random", "editor.device=cuda", "queryset=demo_mini",
                   "editor.reuse_inversions=false")
-    est, _ = B.estimate(cfg, _full(cfg), editor="p2p", metrics="hatie", gpu_name=lambda: "H100")
+    est, _ = B.estimate(read_plan(cfg), _full(cfg), editor="p2p", metrics="hatie", gpu_name=lambda: "H100")
     assert est.sources is None and est.hours * 3600 == pytest.approx(14 * est.per_query + est.cost.load_s)
     assert est.per_query == pytest.approx(46.2 + est.score.s_per_query)
     cfg, _ = _cfg(tmp_path, "editor=ip2p", "profile=random", "editor.device=cuda", "queryset=demo_mini")
-    est, _ = B.estimate(cfg, _full(cfg), editor="ip2p", metrics="hatie", gpu_name=lambda: "H100")
+    est, _ = B.estimate(read_plan(cfg), _full(cfg), editor="ip2p", metrics="hatie", gpu_name=lambda: "H100")
     assert est.sources is None and "inversion" not in est.describe()
 
 
@@ -243,7 +243,7 @@ def test_p2p_inversion_setting_picks_its_row_scaled_by_unet_work(tmp_path, size,
         assert ("ESTIMATED" in row.source) == (inversion != "null_text")
     cfg, _ = _cfg(tmp_path, "editor=p2p", "profile=random", "editor.device=cuda", "queryset=demo_mini",
                   "editor.inversion=direct")
-    est, _ = B.estimate(cfg, _full(cfg), editor="p2p", metrics="hatie", gpu_name=lambda: "H100")
+    est, _ = B.estimate(read_plan(cfg), _full(cfg), editor="p2p", metrics="hatie", gpu_name=lambda: "H100")
     assert f"{est.sources} sources x 3.65 s inversion" in est.describe()
 
 
@@ -268,7 +268,7 @@ def _demo():
 
 def _judge_lines(tmp_path, *extra):
     cfg, editor = _cfg(tmp_path, "editor=identity", "profile=tiny", "stages=[edit,score]", "limit=5", *extra)
-    line = B.check_budget(cfg, _demo(), editor=editor, metrics="x", interactive=lambda: False)
+    line = B.check_budget(read_plan(cfg), _demo(), editor=editor, metrics="x", interactive=lambda: False)
     return [ln for ln in line.splitlines() if "budget: judge" in ln], cfg
 
 
@@ -298,7 +298,7 @@ def test_the_budget_line_gives_the_judge_requests_and_tokens_per_query(tmp_path,
 def test_no_judge_line_without_a_judged_suite_or_without_scoring(tmp_path):
     assert _judge_lines(tmp_path, "metrics=basic")[0] == []
     cfg, editor = _cfg(tmp_path, "editor=identity", "profile=tiny", "metrics=gedit", "limit=5")  # stages=[edit]
-    assert "judge" not in B.check_budget(cfg, _demo(), editor=editor, metrics="gedit")
+    assert "judge" not in B.check_budget(read_plan(cfg), _demo(), editor=editor, metrics="gedit")
 
 
 def test_the_prompt_text_is_bounded_by_the_pinned_file_when_it_is_there(tmp_path):
@@ -312,7 +312,7 @@ def test_the_prompt_text_is_bounded_by_the_pinned_file_when_it_is_there(tmp_path
 
 def test_a_launch_prints_the_judge_cost_of_each_run(tmp_path):
     cfg, editor = _cfg(tmp_path, "editor=identity", "profile=tiny", "stages=[edit,score]", "limit=5", "metrics=gedit")
-    lines = B.check_launch_budget([(cfg, _demo(), editor, "gedit")], interactive=lambda: False)
+    lines = B.check_launch_budget([(read_plan(cfg), _demo(), editor, "gedit")], interactive=lambda: False)
     judge = [ln for ln in lines if "judge gedit" in ln]
     assert len(judge) == 1 and judge[0].startswith("[editmeter] budget: demo on identity: judge gedit")
     assert "2 request(s) per query, 10 for the 5 selected queries" in judge[0]

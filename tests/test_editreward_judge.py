@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmark.config import read_plan
 from benchmark.metrics.editreward.protocol import ProtocolError, load_prompts
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -441,7 +442,7 @@ def test_the_weights_command_lists_the_base_and_the_checkpoint():
     from benchmark.run import compose
 
     cfg, _ = compose(["editor=identity", "metrics=editreward", "profile=pretrained"])
-    found = {(c.source, c.revision): c for c in W.resolve(cfg, "identity")}
+    found = {(c.source, c.revision): c for c in W.resolve(read_plan(cfg), "identity")}
     assert ("Qwen/Qwen2.5-VL-7B-Instruct", "cc594898137f460bfe9f0759e9844b3ce807cfb5") in found
     ck = found[("TIGER-Lab/EditReward-Qwen2.5-VL-7B", "51b92ab5246295637c4ab3bd71e54a26f0a5189d")]
     assert ck.kind == "hf-file" and set(ck.files) == {"model.safetensors", "model.pth"}

@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 from omegaconf import open_dict
 
+from benchmark.config import read_plan
 from benchmark.metrics.editscore.protocol import (
     ProtocolError,
     ReplyError,
@@ -183,7 +184,7 @@ def test_weights_lists_the_base_and_the_adapter_and_finds_a_cached_adapter(tmp_p
     from benchmark.run import compose
 
     cfg, _ = compose(["editor=identity", "metrics=editscore"])
-    cks = [c for c in weights.resolve(cfg, "identity") if c.component.startswith("metrics")]
+    cks = [c for c in weights.resolve(read_plan(cfg), "identity") if c.component.startswith("metrics")]
     assert [(c.source, c.revision) for c in cks] == [
         ("Qwen/Qwen2.5-VL-7B-Instruct", "cc594898137f460bfe9f0759e9844b3ce807cfb5"),
         ("EditScore/EditScore-7B", "dcce052accfc75f2d48279c889a71755ecdf737b")]

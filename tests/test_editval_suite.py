@@ -11,6 +11,7 @@ import torch
 from conftest import ROOT
 from test_model_pairs import config_diff, meta, switch_diff
 
+from benchmark.config import read_plan
 from benchmark.metrics.editval import rules as R
 from benchmark.metrics.editval.suite import BOX_PREFIX, COLUMN_INFO, FID_EDIT, FID_SOURCE, EditValSuite
 from benchmark.querysets.demo import EDITVAL_DEMO_TYPES, load_editval_demo
@@ -273,7 +274,7 @@ def test_configs_compose_and_weights_lists_owlvit():
     from benchmark.weights import resolve
 
     cfg, _ = compose(["metrics=editval", "profile=pretrained", "queryset=demo_editval"])
-    ids = {c.source: c.revision for c in resolve(cfg)}
+    ids = {c.source: c.revision for c in resolve(read_plan(cfg))}
     assert ids["google/owlvit-base-patch32"] == "cbc355fb364588351c5d51c7f74465e8e7ec6f72"
     assert "facebook/dino-vitb16" in ids
     cfg, _ = compose(["metrics=editval_oracle", "profile=tiny"])

@@ -11,6 +11,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from benchmark.config import read_plan
+
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
 
@@ -166,12 +168,12 @@ def test_budget_of_external_edits_uses_the_external_row_not_a_run_of_their_label
     (tmp_path / "edits").mkdir()
     base = ["queryset=demo_mini", "profile=tiny", f"paths.results={tmp_path / 'r'}", "progress=false"]
     cfg, _ = compose([*base, "editor=external", f"editor.folder={tmp_path / 'edits'}", "editor.label=their-model"])
-    line = B.check_budget(cfg, load_selection(cfg)[0], editor="their-model", metrics="basic",
+    line = B.check_budget(read_plan(cfg), load_selection(read_plan(cfg))[0], editor="their-model", metrics="basic",
                           interactive=lambda: False)
     assert "cost unknown" not in line and "editor=their-model" not in line, line
     # a label that no `editor=` names (a meta-evaluation candidate) gets no command that cannot run
     cfg, _ = compose([*base, "editor=identity"])
-    line = B.check_budget(cfg, load_selection(cfg)[0], editor="metaeval-gt", metrics="basic",
+    line = B.check_budget(read_plan(cfg), load_selection(read_plan(cfg))[0], editor="metaeval-gt", metrics="basic",
                           interactive=lambda: False)
     assert "cost unknown" in line and "editor=metaeval-gt" not in line, line
 

@@ -1,13 +1,16 @@
-"""No import circles among benchmark/ modules: every module imports only downward.
+"""No import circles among benchmark/ and editors/ modules, and every module imports only its own layer or the
+layers below it (docs/architecture.md): entry points, plan, stages, suites and editors, models, I/O.
 
 The graph counts every import statement, top-level or inside a function (heavy libraries and some
 siblings are imported lazily; a circle through a lazy import is still a circle in the design)."""
 
 import ast
 
+import pytest
 from conftest import ROOT
 
 PACKAGE = "benchmark"
+PACKAGES = (PACKAGE, "editors")
 
 
 def _module_name(path, root):
@@ -18,8 +21,9 @@ def _module_name(path, root):
 
 
 def _sources(root=ROOT):
-    """{module name: (path, is_package)} for every benchmark/**/*.py."""
-    return {_module_name(p, root): (p, p.name == "__init__.py") for p in sorted((root / PACKAGE).rglob("*.py"))}
+    """{module name: (path, is_package)} for every benchmark/**/*.py and editors/**/*.py."""
+    return {_module_name(p, root): (p, p.name == "__init__.py")
+            for package in PACKAGES for p in sorted((root / package).rglob("*.py"))}
 
 
 def _imported(name, is_package, tree, modules):
@@ -105,7 +109,7 @@ def _describe(cycle, graph):
 def test_no_import_cycles_among_benchmark_modules():
     graph = import_graph()
     cycles = import_cycles(graph)
-    assert not cycles, ("import circles among benchmark/ modules (move the shared code below both sides):\n"
+    assert not cycles, ("import circles among benchmark/ and editors/ modules (move the shared code below both sides):\n"
                         + "\n".join(_describe(c, graph) for c in cycles))
 
 
@@ -126,3 +130,143 @@ def test_graph_sees_lazy_relative_and_submodule_imports(tmp_path):
     assert import_cycles(graph) == [["benchmark.a", "benchmark.b", "benchmark.sub.c"]]
     (pkg / "sub" / "c.py").write_text("x = 1\n")
     assert import_cycles(import_graph(tmp_path)) == []
+
+
+# -- layers ----------------------------------------------------------------------------------------------------------
+# docs/architecture.md, top to bottom. A module belongs to the layer of the longest prefix naming it (a package
+# prefix covers its submodules); a module may import its own layer and the layers below, never one above.
+LAYERS = (
+    ("entry points", ("benchmark.cli", "benchmark.run", "benchmark.launch", "benchmark.slurm", "benchmark.score_edits",
+                      "benchmark.remove", "benchmark.compare", "benchmark.gpucheck", "benchmark.metaeval",
+                      "benchmark.report")),
+    ("plan", ("benchmark.config", "benchmark.plan", "benchmark.preflight", "benchmark.budget",
+              "benchmark.judge_budget", "benchmark.weights")),
+    ("stages", ("benchmark.stages", "benchmark.leaderboard", "benchmark.aggregate_cache", "benchmark.show",
+                "benchmark.summaries")),
+    ("suites and editors", ("benchmark.metrics", "benchmark.editing", "benchmark.editor", "editors")),
+    # the locator interface the grounding models implement, and the box geometry it speaks
+    ("models", ("benchmark.models", "benchmark.metrics.bpm.locate", "benchmark.metrics.bpm.rules")),
+    ("I/O", ("benchmark", "benchmark.querysets", "benchmark.imageio", "benchmark.fileio", "benchmark.locking",
+             "benchmark.hashing", "benchmark.filehash", "benchmark.npy_header", "benchmark.safe_pickle",
+             "benchmark.download", "benchmark.provenance", "benchmark.errors", "benchmark.types",
+             "benchmark.console", "benchmark.settings", "benchmark.stats",
+             "benchmark.protocols",  # the protocol setting's values and checks (single_turn, multi_turn)
+             "benchmark.stages.score_cache",  # the score cache's file format (editing and suites read it)
+             "benchmark.models.common",  # the model cache folder and device names, no model
+             # definitions that query sets share with the suites: EditVal's rules, pinned prompt files
+             "benchmark.metrics.editval.rules", "benchmark.metrics.rise.protocol",
+             "benchmark.metrics.pinned_prompts")),
+)
+# Only these read the configuration object with omegaconf / Hydra: the entry points, and the module that composes
+# the config and builds the plan from it.
+CONFIG_READERS = ("benchmark.config",)
+# Hydra used below the entry points, with why it stays: a query-set config's `loader` (load_sampled) is resolved
+# with Hydra's get_method, and editors' signatures hash this module (editors/oracle imports benchmark.querysets),
+# so changing it would re-edit existing runs.
+HYDRA_BELOW = {"benchmark.querysets.io": "load_sampled resolves its `loader` with hydra.utils.get_method"}
+CONFIG_LIBRARIES = ("omegaconf", "hydra", "hydra_plugins")
+
+
+def layer_of(module):
+    """(index, name) of `module`'s layer (0 = entry points), or None when no prefix names it."""
+    best = None
+    for index, (name, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and (best is None or len(prefix) > best[2]):
+                best = (index, name, len(prefix))
+    return None if best is None else best[:2]
+
+
+def upward_imports(graph):
+    """['a (layer) -> b (layer above)'] for every import of a layer above the importer's own."""
+    out = []
+    for module in sorted(graph):
+        mine = layer_of(module)
+        for target in sorted(graph[module]):
+            theirs = layer_of(target)
+            if mine and theirs and theirs[0] < mine[0]:
+                out.append(f"{module} ({mine[1]}) -> {target} ({theirs[1]})")
+    return out
+
+
+def config_imports(root=ROOT):
+    """{module: sorted omegaconf / Hydra modules it imports} for every module that imports one."""
+    found = {}
+    for name, (path, _) in _sources(root).items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        names = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                names.add(node.module)
+        hits = sorted(n for n in names if n.split(".")[0] in CONFIG_LIBRARIES)
+        if hits:
+            found[name] = hits
+    return found
+
+
+def test_every_module_has_a_layer():
+    missing = sorted(m for m in import_graph() if layer_of(m) is None)
+    assert not missing, f"modules in no layer: {missing}; add each to LAYERS here and to docs/architecture.md"
+
+
+def test_no_module_imports_a_layer_above_its_own():
+    bad = upward_imports(import_graph())
+    assert not bad, ("imports of a layer above the importer's (docs/architecture.md; pass the value down instead, or "
+                     "move the shared code down):\n  " + "\n  ".join(bad))
+
+
+def test_only_the_entry_points_and_the_config_module_import_omegaconf_or_hydra():
+    found = config_imports()
+    bad = {m: libs for m, libs in found.items()
+           if layer_of(m)[0] != 0 and m not in CONFIG_READERS
+           and not (m in HYDRA_BELOW and all(lib.split(".")[0] == "hydra" for lib in libs))}
+    assert not bad, (f"omegaconf / Hydra imported below the entry points: {bad}. Read the value into the run plan "
+                     "(benchmark.config.read_plan, benchmark.plan.RunPlan) and pass it down")
+    assert set(HYDRA_BELOW) <= set(found), "a HYDRA_BELOW entry no longer imports Hydra: remove it"
+
+
+def test_no_config_object_parameter_below_the_entry_points():
+    """Below the entry points (and the config module), no function takes the config object: no parameter named
+    `cfg` or `*_cfg` typed Any or untyped."""
+    bad = []
+    for name, (path, _) in _sources().items():
+        if layer_of(name)[0] == 0 or name in CONFIG_READERS:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                args = node.args.posonlyargs + node.args.args + node.args.kwonlyargs
+                bad += [f"{name}.{node.name}({a.arg})" for a in args
+                        if (a.arg == "cfg" or a.arg.endswith("_cfg"))
+                        and (a.annotation is None or ast.unparse(a.annotation) == "Any")]
+    assert not bad, f"functions below the entry points that take the config object: {bad}; take the plan instead"
+
+
+@pytest.mark.parametrize("importer, imported, upward", [
+    ("benchmark/stages/x.py", "from benchmark.run import main", True),        # a stage reaching up to an entry point
+    ("benchmark/querysets/x.py", "from benchmark.models import y", True),    # I/O reaching up to models
+    ("benchmark/run.py", "from benchmark.stages import x", False),           # down: fine
+    ("benchmark/stages/x.py", "from benchmark.stages import y", False),      # its own layer: fine
+])
+def test_the_layer_check_sees_an_upward_import(tmp_path, importer, imported, upward):
+    for package in PACKAGES:
+        (tmp_path / package).mkdir()
+        (tmp_path / package / "__init__.py").write_text("")
+    for sub in ("stages", "querysets", "models"):
+        (tmp_path / PACKAGE / sub).mkdir()
+        (tmp_path / PACKAGE / sub / "__init__.py").write_text("")
+        (tmp_path / PACKAGE / sub / "y.py").write_text("")
+        (tmp_path / PACKAGE / sub / "x.py").write_text("")
+    (tmp_path / PACKAGE / "run.py").write_text("")
+    (tmp_path / importer).write_text(f"def f():\n    {imported}\n")
+    assert bool(upward_imports(import_graph(tmp_path))) is upward
+
+
+def test_the_config_import_check_sees_omegaconf_below_the_entry_points(tmp_path):
+    for package in PACKAGES:
+        (tmp_path / package).mkdir()
+        (tmp_path / package / "__init__.py").write_text("")
+    (tmp_path / PACKAGE / "budget.py").write_text("def f():\n    from omegaconf import OmegaConf\n")
+    (tmp_path / PACKAGE / "run.py").write_text("import hydra\n")
+    assert config_imports(tmp_path) == {"benchmark.budget": ["omegaconf"], "benchmark.run": ["hydra"]}

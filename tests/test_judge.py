@@ -13,6 +13,7 @@ import pytest
 import torch
 from PIL import Image
 
+from benchmark.config import read_plan
 from benchmark.metrics.judge import prompts as judge_prompts
 from benchmark.metrics.judge.suite import N_SCORES, JudgeSuite, _Loaded, to_judge_input
 from benchmark.models.vlm import (
@@ -240,7 +241,7 @@ def test_weights_lists_the_pinned_judge_checkpoint():
                                 "metrics.judge.vlm.revision=null"],
                                ("Qwen/Qwen2.5-VL-3B-Instruct", PINNED_REVISIONS["Qwen/Qwen2.5-VL-3B-Instruct"]))):
         cfg, _ = compose(["editor=identity", "metrics=judge", "profile=pretrained", *extra])
-        cks = [c for c in resolve(cfg, "identity") if c.component.startswith("metrics judge")]
+        cks = [c for c in resolve(read_plan(cfg), "identity") if c.component.startswith("metrics judge")]
         assert [(c.kind, c.source, c.revision) for c in cks] == [("hf-model", mid, rev)]
 
 

@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from benchmark.config import read_plan
 from benchmark.metrics.pie.formulas import clip_score, mse, psnr, self_similarity, ssim, structure_distance
 from benchmark.metrics.pie.suite import BACKGROUND, COLUMN_INFO, NO_BACKGROUND, NO_CAPTION, PieSuite, _Loaded
 from benchmark.types import Query
@@ -231,7 +232,7 @@ def test_a_set_without_masks_is_refused_up_front():
     cfg, _ = compose(["metrics=pie", "profile=tiny", "device=cpu"])
     with pytest.raises(PreflightError, match=r"metrics=pie: pie does not apply to query set nomask: none of its 1 "
                                              r"queries has an edit mask"):
-        check_applicable(cfg, NoMasks())
+        check_applicable(read_plan(cfg), NoMasks())
     assert PieSuite(device="cpu").applies_to(item().query, "description")
 
 

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image, ImageOps
 
+from benchmark.config import read_plan
 from benchmark.editor import query_seed
 from benchmark.run import compose
 
@@ -246,7 +247,7 @@ def test_weights_lists_the_single_file_for_the_preflight():
     from benchmark import weights as W
 
     cfg, _ = _pretrained_magicbrush("editor.checkpoint=single_file")
-    (ck,) = [c for c in W.resolve(cfg, "magicbrush") if c.component.startswith("editor")]
+    (ck,) = [c for c in W.resolve(read_plan(cfg), "magicbrush") if c.component.startswith("editor")]
     assert (ck.kind, ck.source, ck.files) == ("hf-file", "osunlp/InstructPix2Pix-MagicBrush",
                                               ("MagicBrush-epoch-52-step-4999.ckpt",))
 

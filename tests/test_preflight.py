@@ -11,6 +11,7 @@ from local_servers import FileServer, serving
 
 from benchmark import preflight as P
 from benchmark import weights as W
+from benchmark.config import read_plan
 from benchmark.errors import PreflightError
 from benchmark.run import compose, run_pipeline
 
@@ -55,7 +56,7 @@ def test_preflight_false_skips_the_checks(tmp_path, empty_caches, monkeypatch):
 
 def test_tiny_profile_passes_and_says_what_it_checked(tmp_path, capsys):
     cfg, editor = _cfg(tmp_path, "editor=identity", "metrics=hatie", "profile=tiny", "limit=4")
-    line = P.run_preflight(cfg, P.load_queries(cfg).subset(4), editor=editor, metrics="hatie")
+    line = P.run_preflight(read_plan(cfg), P.load_queries(read_plan(cfg)).subset(4), editor=editor, metrics="hatie")
     assert line.startswith("[editmeter] preflight ok in ") and "no pretrained weights needed" in line
     assert "4 queries x " in line and "free" in line
 
@@ -64,10 +65,10 @@ def test_missing_source_file_names_it_and_the_rebuild(tmp_path):
     root = tmp_path / "demo"
     shutil.copytree(ROOT / "datasets" / "demo", root)
     cfg, editor = _cfg(tmp_path, "editor=identity", "profile=tiny", f"queryset.root={root}")
-    qs = P.load_queries(cfg)
+    qs = P.load_queries(read_plan(cfg))
     (root / qs.queries[3].image).unlink()
     with pytest.raises(PreflightError, match=rf"query set demo: .*e\.g\. {root / qs.queries[3].image}\. .*make_demo"):
-        P.run_preflight(cfg, qs, editor=editor, metrics="basic")
+        P.run_preflight(read_plan(cfg), qs, editor=editor, metrics="basic")
 
 
 def test_unwritable_results_folder(tmp_path):
@@ -75,37 +76,37 @@ def test_unwritable_results_folder(tmp_path):
     blocker.write_text("not a folder")
     cfg, editor = _cfg(tmp_path, "editor=identity", "profile=tiny", f"paths.results={blocker / 'results'}")
     with pytest.raises(PreflightError, match=r"results folder .* is not writable .* paths.results="):
-        P.run_preflight(cfg, P.load_queries(cfg), editor=editor, metrics="basic")
+        P.run_preflight(read_plan(cfg), P.load_queries(read_plan(cfg)), editor=editor, metrics="basic")
 
 
 def test_disk_space_estimate_scales_with_the_set(tmp_path, monkeypatch):
     cfg, editor = _cfg(tmp_path, "editor=identity", "profile=tiny")
-    qs = P.load_queries(cfg)
-    mean, n, unusable = P._check_sources(cfg, qs, 32)
+    qs = P.load_queries(read_plan(cfg))
+    mean, n, unusable = P._check_sources(read_plan(cfg), qs, 32)
     assert mean == 256 * 256 * 3 and n == 32 and unusable == ()  # the demo's sources are 256 px RGB
     Usage = namedtuple("Usage", "total used free")
     need = len(qs) * mean * 1.5
     monkeypatch.setattr(P.shutil, "disk_usage", lambda p: Usage(0, 0, int(need) + 1))
-    assert "need ~" in P.run_preflight(cfg, qs, editor=editor, metrics="basic")
+    assert "need ~" in P.run_preflight(read_plan(cfg), qs, editor=editor, metrics="basic")
     monkeypatch.setattr(P.shutil, "disk_usage", lambda p: Usage(0, 0, int(need) - 1))
     with pytest.raises(PreflightError, match=rf"not enough disk space .*{len(qs)} queries x 196.6 kB"):
-        P.run_preflight(cfg, qs, editor=editor, metrics="basic")
+        P.run_preflight(read_plan(cfg), qs, editor=editor, metrics="basic")
     # half the queries need half the space
-    assert "need ~" in P.run_preflight(cfg, qs.subset(len(qs) // 2), editor=editor, metrics="basic")
+    assert "need ~" in P.run_preflight(read_plan(cfg), qs.subset(len(qs) // 2), editor=editor, metrics="basic")
 
 
 def test_online_missing_weights_pass_when_their_host_answers_else_fail(tmp_path, empty_caches, monkeypatch):
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     only_fid = ["editor=identity", "metrics=hatie", "profile=tiny", "metrics.hatie.fid.weights=pretrained"]
     cfg, editor = _cfg(tmp_path, *only_fid)
-    qs = P.load_queries(cfg).subset(2)
+    qs = P.load_queries(read_plan(cfg)).subset(2)
     with serving(FileServer({})) as srv:
         monkeypatch.setattr("benchmark.weights.host_of", lambda ck: srv.url + "/")
-        line = P.run_preflight(cfg, qs, editor=editor, metrics="hatie")
+        line = P.run_preflight(read_plan(cfg), qs, editor=editor, metrics="hatie")
     assert "0 checkpoints cached, 1 to download on first use" in line and "editmeter weights" in line
     monkeypatch.setattr("benchmark.weights.host_of", lambda ck: "http://127.0.0.1:9/")  # nothing listens
     with pytest.raises(PreflightError, match=r"cannot be reached: http://127.0.0.1:9/ .*\n  - metrics hatie.fid: "):
-        P.run_preflight(cfg, qs, editor=editor, metrics="hatie")
+        P.run_preflight(read_plan(cfg), qs, editor=editor, metrics="hatie")
 
 
 def _png_claiming(width: int, height: int) -> bytes:
@@ -127,7 +128,7 @@ def _run_with_bad_source(tmp_path, capsys, data: bytes):
     shutil.copytree(ROOT / "datasets" / "demo", root)
     cfg, editor = _cfg(tmp_path, "editor=identity", "profile=tiny", f"queryset.root={root}", "limit=9",
                        "stages=[edit]", "max_failed_fraction=1.0")
-    bad = root / P.load_queries(cfg).queries[0].image
+    bad = root / P.load_queries(read_plan(cfg)).queries[0].image
     bad.write_bytes(data)
     summary = run_pipeline(cfg, editor)
     line = next(ln for ln in capsys.readouterr().out.splitlines() if "preflight ok" in ln)
@@ -163,8 +164,8 @@ def test_a_source_too_small_to_edit_is_reported_too(tmp_path):
     root = tmp_path / "demo"
     shutil.copytree(ROOT / "datasets" / "demo", root)
     cfg, _ = _cfg(tmp_path, "editor=identity", "profile=tiny", f"queryset.root={root}")
-    qs = P.load_queries(cfg).subset(9)
+    qs = P.load_queries(read_plan(cfg)).subset(9)
     (root / qs.queries[0].image).write_bytes(buf.getvalue())
-    src = P._check_sources(cfg, qs, 32)
+    src = P._check_sources(read_plan(cfg), qs, 32)
     assert src.n_sampled == 9 and len(src.unusable) == 7 and "minimum side" in src.unusable[0]
     assert src.mean_bytes == 256 * 256 * 3  # the estimate uses the usable sources only

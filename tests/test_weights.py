@@ -12,6 +12,7 @@ from local_servers import FakeHub, FileServer, serving
 from omegaconf import OmegaConf
 
 from benchmark import weights as W
+from benchmark.config import read_plan
 from benchmark.run import compose
 
 
@@ -33,7 +34,7 @@ def _pretrained_nodes(cfg):
 @pytest.mark.parametrize("editor", ["ip2p", "sdedit"])
 def test_every_pretrained_component_is_resolved_once(editor):
     cfg, _ = compose([f"editor={editor}", "metrics=hatie_vqa", "profile=pretrained"])
-    found = W.resolve(cfg, editor)
+    found = W.resolve(read_plan(cfg), editor)
     assert len({c.key for c in found}) == len(found)
     assert {c.component for c in found} == {f"editor {editor}"} | _pretrained_nodes(cfg)
     assert {c.kind for c in found} <= {"hf-pipeline", "hf-model", "hf-file", "url"}
@@ -46,15 +47,16 @@ def test_every_pretrained_component_is_resolved_once(editor):
 @pytest.mark.parametrize("editor", ["ip2p", "identity"])
 def test_tiny_profile_needs_nothing(editor, capsys):
     cfg, _ = compose([f"editor={editor}", "metrics=hatie_vqa", "profile=tiny"])
-    assert W.resolve(cfg, editor) == []
+    assert W.resolve(read_plan(cfg), editor) == []
     assert W.main([f"editor={editor}", "metrics=hatie", "profile=tiny"]) == 0
     assert "nothing to download" in capsys.readouterr().out
 
 
 def test_unknown_pretrained_component_is_reported_not_dropped():
-    cfg = OmegaConf.create({"editor": {"_target_": "x.Editor", "weights": "pretrained"},
-                            "metrics": {"m": {"_target_": "some.loader", "weights": "pretrained"}}})
-    found = W.resolve(cfg, "x")
+    cfg, _ = compose(["profile=pretrained"])
+    cfg.editor = OmegaConf.create({"_target_": "x.Editor", "weights": "pretrained"})
+    cfg.metrics = OmegaConf.create({"m": {"_target_": "some.loader", "weights": "pretrained"}})
+    found = W.resolve(read_plan(cfg), "x")
     assert {c.component: c.kind for c in found} == {"editor x": "unknown", "metrics m": "unknown"}
     assert {r["status"] for r in W.table_rows(found)} == {"unknown"}  # never claimed present, nor missing
 

@@ -23,6 +23,7 @@ def _settings(settings: list[str]) -> Any:
 
 
 def _imagenhub(args: argparse.Namespace, overrides: list[str]) -> Any:
+    from benchmark.config import read_plan
     from benchmark.errors import PreflightError
     from benchmark.metaeval.human import query_id_mapper, ratings_to_pairs, read_ratings
     from benchmark.metaeval.judges import JudgeSetError, imagenhub_set
@@ -35,7 +36,7 @@ def _imagenhub(args: argparse.Namespace, overrides: list[str]) -> Any:
     raters = [read_ratings(p) for p in args.ratings]
     pairs, _ = ratings_to_pairs(raters, args.images, query_ids=query_id_mapper(args.query_ids))
     try:
-        qs = load_queries(compose(overrides)[0])
+        qs = load_queries(read_plan(compose(overrides)[0]))
     except PreflightError as err:
         raise MetaevalError(str(err)) from None
     return imagenhub_set(pairs, {q.id: q for q in qs}, Path(qs.root), list(args.ratings))

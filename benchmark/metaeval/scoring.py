@@ -136,19 +136,20 @@ class Session:
     def _leave_out_inapplicable(self) -> None:
         """Record in `left_out`, with the preflight's reason, every set holding a suite that scores none of the
         query set's queries (the runs would refuse it)."""
+        from benchmark.config import read_plan
         from benchmark.errors import PreflightError
         from benchmark.preflight import check_applicable, load_queries
         from benchmark.run import compose
 
         try:
-            full = load_queries(self.cfg)
+            full = load_queries(read_plan(self.cfg))
         except PreflightError as err:
             raise MetaevalError(str(err)) from None
         for m in self.metric_sets:
             if m in self.left_out:
                 continue
             try:  # what would refuse its runs: no query it scores, or a judge's prompt file not fetched
-                check_applicable(compose([*self.overrides, f"metrics={m}"])[0], full)
+                check_applicable(read_plan(compose([*self.overrides, f"metrics={m}"])[0]), full)
             except PreflightError as err:
                 self.left_out[m] = str(err).removeprefix("preflight: ").removeprefix(f"metrics={m}: ")
 
@@ -191,11 +192,12 @@ class Session:
 
     def queryset(self) -> Any:
         """(full set, selection) as the runs will load them; a bad or unbuilt set raises MetaevalError."""
+        from benchmark.config import read_plan
         from benchmark.errors import PreflightError
         from benchmark.preflight import load_selection
 
         try:
-            return load_selection(self.cfg)
+            return load_selection(read_plan(self.cfg))
         except PreflightError as err:
             raise MetaevalError(str(err)) from None
 
