@@ -142,7 +142,7 @@ LAYERS = (
     ("plan", ("benchmark.config", "benchmark.plan", "benchmark.preflight", "benchmark.budget",
               "benchmark.judge_budget", "benchmark.weights")),
     ("stages", ("benchmark.stages", "benchmark.leaderboard", "benchmark.aggregate_cache", "benchmark.show",
-                "benchmark.summaries")),
+                "benchmark.show_turns", "benchmark.summaries")),
     ("suites and editors", ("benchmark.metrics", "benchmark.editing", "benchmark.editor", "editors")),
     # the locator interface the grounding models implement, and the box geometry it speaks
     ("models", ("benchmark.models", "benchmark.metrics.bpm.locate", "benchmark.metrics.bpm.rules")),
@@ -150,6 +150,7 @@ LAYERS = (
              "benchmark.hashing", "benchmark.filehash", "benchmark.npy_header", "benchmark.safe_pickle",
              "benchmark.download", "benchmark.provenance", "benchmark.errors", "benchmark.types",
              "benchmark.console", "benchmark.settings", "benchmark.stats",
+             "benchmark.turns", "benchmark.session_edits",  # MagicBrush's turn settings and output folder names
              "benchmark.protocols",  # the protocol setting's values and checks (single_turn, multi_turn)
              "benchmark.stages.score_cache",  # the score cache's file format (editing and suites read it)
              "benchmark.models.common",  # the model cache folder and device names, no model
