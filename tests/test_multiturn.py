@@ -217,6 +217,17 @@ def test_edits_made_elsewhere_are_read_as_they_are_never_chained():
         run_turns_stage(None, elsewhere, Path("unused"), seed=0)
 
 
+
+def test_a_run_whose_external_editor_read_another_protocols_files_is_refused(tmp_path):
+    from benchmark.protocols import ProtocolSettingError
+
+    folder = tmp_path / "made-elsewhere"
+    folder.mkdir()
+    with pytest.raises(ProtocolSettingError, match="read the edits of protocol 'multi_turn'.*protocol=multi_turn"):
+        run(tmp_path, "editor=external", f"editor.folder={folder}", "editor.protocol=multi_turn", "preflight=false")
+    assert not (tmp_path / "runs").exists()
+
+
 # -- content addressing, resume, batching, failures --------------------------------------------------------------
 
 
