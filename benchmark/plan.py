@@ -107,10 +107,16 @@ class RunPlan:
     protocol: str = "single_turn"  # `protocol`: single_turn | multi_turn
 
     def selected(self, full: Any) -> Any:
-        """The queries of `full` this invocation works on (its shard, then the shard's first `limit`)."""
-        return full.shard(self.selection.shard_index, self.selection.shard_count).subset(self.selection.limit)
+        """The queries of `full` this invocation works on (its shard, then the shard's first `limit`); a multi-turn
+        session stays in one shard (`benchmark.querysets.sessions.shard_whole_sessions`)."""
+        from benchmark.querysets.sessions import shard_whole_sessions
+
+        return shard_whole_sessions(full, self.selection.shard_index, self.selection.shard_count).subset(
+            self.selection.limit)
 
     def all_shards(self, full: Any) -> list[Any]:
         """The queries every shard of this run works on (each shard's first `limit`), shard by shard."""
+        from benchmark.querysets.sessions import shard_whole_sessions
+
         count = int(self.selection.shard_count)
-        return [q for i in range(count) for q in full.shard(i, count).subset(self.selection.limit)]
+        return [q for i in range(count) for q in shard_whole_sessions(full, i, count).subset(self.selection.limit)]

@@ -269,10 +269,6 @@ class EditRecord:
     # the text the query was edited with, by an editor that rewrites instructions (`Editor.rewrites_instruction`);
     # None (and absent from edits.jsonl) for every other editor
     rewritten: str | None = None
-    # protocol=multi_turn only (None, and absent from edits.jsonl, otherwise): the sha256 of the pixels the editor
-    # received (benchmark.stages.turn_keys) and the query whose edit that input was (None for a session's turn 1)
-    input_sha256: str | None = None
-    input_from: str | None = None
 
 
 @dataclass(frozen=True)

@@ -306,27 +306,42 @@ def test_a_selection_that_cuts_a_session_is_refused(sessions_qs):
 
 
 def test_shards_keep_sessions_whole_and_other_sets_shard_as_before(sessions_qs, demo_qs):
-    shards = [sessions_qs.shard(i, 3) for i in range(3)]
+    from benchmark.plan import RunPlan
+    from benchmark.querysets.sessions import shard_whole_sessions
+
+    shards = [shard_whole_sessions(sessions_qs, i, 3) for i in range(3)]
     assert sorted(q.id for s in shards for q in s) == sorted(q.id for q in sessions_qs)
     for s in shards:
         held = {q.session for q in s}
         assert all({q.id for q in sessions_qs if q.session == h} <= {q.id for q in s} for h in held)
     assert sum(1 for s in shards if len(s)) == 3
     ordered = sorted(demo_qs.queries, key=lambda q: q.id)
-    assert [q.id for q in demo_qs.shard(1, 4)] == [q.id for i, q in enumerate(ordered) if i % 4 == 1]
+    assert [q.id for q in shard_whole_sessions(demo_qs, 1, 4)] == [q.id for i, q in enumerate(ordered) if i % 4 == 1]
+    # the run plan's selection is this one (runs, launches)
+    plan = object.__new__(RunPlan)
+    object.__setattr__(plan, "selection", type("S", (), {"shard_index": 1, "shard_count": 3, "limit": None})())
+    assert plan.selected(sessions_qs).queries == shards[1].queries
+    assert plan.all_shards(sessions_qs) == [q for s in shards for q in s.queries]
 
 
-def test_samples_draw_whole_sessions_nested(sessions_qs):
-    from benchmark.querysets.io import QuerySetError, sample_set
+def test_samples_draw_whole_sessions_nested(sessions_qs, demo_qs):
+    from benchmark.querysets.io import QuerySetError, load_queryset, sample_set
+    from benchmark.querysets.sessions import load_session_set, sample_sessions
 
-    two, three = sample_set(sessions_qs, 2), sample_set(sessions_qs, 3)
+    two, three = sample_sessions(sessions_qs, 2), sample_sessions(sessions_qs, 3)
     for s in (two, three):
         got = {q.session for q in s}
         assert {q.id for q in s} == {q.id for q in sessions_qs if q.session in got}
     assert len({q.session for q in two}) == 2 and {q.id for q in two} <= {q.id for q in three}
     assert two.meta["sample"]["unit"] == "sessions" and two.name == "demo_sessions-sample2-seed0"
     with pytest.raises(QuerySetError, match="all 4 sessions"):
-        sample_set(sessions_qs, 4)
+        sample_sessions(sessions_qs, 4)
+    # the configs of sets with sessions load through load_session_set: the same set, samples of whole sessions
+    loaded = load_session_set(SESSIONS_ROOT, name="demo_sessions", sample=2)
+    assert (loaded.name, loaded.hash) == (two.name, two.hash)
+    assert load_session_set(SESSIONS_ROOT).hash == load_queryset(SESSIONS_ROOT).hash
+    # a set without sessions is sampled by queries, as load_queryset samples it
+    assert sample_sessions(demo_qs, 7).hash == sample_set(demo_qs, 7).hash
 
 
 def test_ip2p_tiny_runs_the_sessions_in_both_protocols(tmp_path):

@@ -84,7 +84,7 @@ def test_the_plan_reads_each_key_once_into_typed_values(tmp_path):
 def test_the_protocol_is_single_turn_unless_the_config_says_otherwise(tmp_path):
     cfg, _ = _plan(tmp_path)
     assert read_plan(cfg).protocol == "single_turn"
-    cfg, _ = _plan(tmp_path, "+protocol=multi_turn")
+    cfg, _ = _plan(tmp_path, "protocol=multi_turn")
     assert read_plan(cfg).protocol == "multi_turn"
 
 

@@ -471,20 +471,13 @@ class QuerySet:
         return self.hash[:10]
 
     def shard(self, index: int, count: int) -> QuerySet:
-        """Deterministic slice: queries whose position in id order is congruent to `index` mod `count`. A session
-        (multi-turn) counts as one position, that of its first query in id order, so its turns stay in one shard
-        (under protocol=multi_turn a turn is edited from the previous turn's edit); sets without sessions are
-        sliced exactly as before sessions existed."""
+        """Deterministic slice: queries whose position in id order is congruent to `index` mod `count`."""
         if count < 1 or not 0 <= index < count:
             raise ValueError(f"shard index {index} / count {count}: need count >= 1 and 0 <= index < count")
         if count == 1:
             return self
         ordered = sorted(self.queries, key=lambda q: q.id)
-        units: dict[str, int] = {}  # session (or lone query) -> its position
-        for q in ordered:
-            units.setdefault(q.session if q.session is not None else f"\0{q.id}", len(units))
-        picked = tuple(q for q in ordered
-                       if units[q.session if q.session is not None else f"\0{q.id}"] % count == index)
+        picked = tuple(q for i, q in enumerate(ordered) if i % count == index)
         return dataclasses.replace(self, queries=picked)
 
     def subset(self, limit: int | None) -> QuerySet:

@@ -123,8 +123,6 @@ def draw_sample(queries: Sequence[Query], request: Any, *, seed: int = 0,
     set (run the set itself), no query of `types`."""
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise SampleError(f"sample_seed={seed!r}: must be an integer")
-    if any(q.session is not None for q in queries):
-        return _draw_sessions(queries, request, seed=seed, types=types)
     wanted = resolve_types(types)
     pool = [q for q in queries if wanted is None or q.edit_type in wanted]
     if not pool:
@@ -136,31 +134,4 @@ def draw_sample(queries: Sequence[Query], request: Any, *, seed: int = 0,
     picked = [q for q in queries if q.id in chosen]
     meta = {"n": n, "seed": seed, "pool": len(pool), "set_size": len(queries),
             "types": list(wanted) if wanted is not None else None, "strata": list(STRATA)}
-    return picked, meta
-
-
-def _unit(q: Query) -> str:
-    """The sampling unit of a query: its session, or itself when it belongs to none."""
-    return q.session if q.session is not None else f"\0{q.id}"
-
-
-def _draw_sessions(queries: Sequence[Query], request: Any, *, seed: int,
-                   types: Any) -> tuple[list[Query], dict[str, Any]]:
-    """`draw_sample` for a set with multi-turn sessions: N (or the fraction) counts sessions, drawn whole, in the
-    stratified order of their first turns (a query outside any session is a session of one). A session is never
-    split: under protocol=multi_turn a turn without the turns before it has nothing to be edited from."""
-    wanted = resolve_types(types)
-    firsts: dict[str, Query] = {}
-    for q in sorted(queries, key=lambda q: q.turn or 1):
-        firsts.setdefault(_unit(q), q)
-    pool = [q for q in firsts.values() if wanted is None or q.edit_type in wanted]
-    if not pool:
-        raise SampleError(f"sample_types={types!r}: the set has no session whose first turn is of these edit types")
-    n = sample_size(request, len(pool))
-    if n == len(firsts):
-        raise SampleError(f"sample={request!r} takes all {n} sessions: that is the whole set; drop queryset.sample")
-    chosen = {_unit(q) for q in sample_order(pool, seed)[:n]}
-    picked = [q for q in queries if _unit(q) in chosen]
-    meta = {"n": n, "unit": "sessions", "queries": len(picked), "seed": seed, "pool": len(pool),
-            "set_size": len(queries), "types": list(wanted) if wanted is not None else None, "strata": list(STRATA)}
     return picked, meta

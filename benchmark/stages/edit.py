@@ -34,7 +34,7 @@ from benchmark.editor import Editor, query_seed
 from benchmark.fileio import append_jsonl, read_jsonl_tolerant
 from benchmark.imageio import LIMITS, ImageInputError, load_rgb, save_png
 from benchmark.querysets.io import QuerySet
-from benchmark.stages.turn_keys import pixel_sha256, png_input_sha256, save_keyed_png
+from benchmark.stages.turn_keys import TurnEditRecord, pixel_sha256, png_input_sha256, save_keyed_png
 from benchmark.types import EditRecord, Query
 
 log = logging.getLogger(__name__)
@@ -354,9 +354,11 @@ def run_edit_stage(
     tail = _LogTail(log_path, offset)
 
     def recovered_record(q: Query) -> EditRecord:
-        keyed = {} if turn_inputs is None else {"input_sha256": png_input_sha256(edit_path(run_dir, q.id)),
-                                                "input_from": turn_inputs.previous.get(q.id)}
-        return EditRecord(q.id, "ok", query_seed(seed, q.id), run_id=run_id, recovered=True, **keyed)
+        if turn_inputs is not None:  # its PNG carries the key of the input it was made from
+            return TurnEditRecord(q.id, "ok", query_seed(seed, q.id), run_id=run_id, recovered=True,
+                                  input_sha256=png_input_sha256(edit_path(run_dir, q.id)),
+                                  input_from=turn_inputs.previous.get(q.id))
+        return EditRecord(q.id, "ok", query_seed(seed, q.id), run_id=run_id, recovered=True)
 
     # a PNG without its record is either lost (its worker was killed before logging it) or still being logged by a
     # worker that holds its claim: only a worker holding the claim may tell the two apart and record it
@@ -675,12 +677,12 @@ def _finish_one(run_dir: Path, u: _Unfinished, *, run_id: str, flog: FailureLog 
             raise
         return _failure(u.query.id, u.seed, err, flog, run_id=run_id, seconds=u.seconds + time.perf_counter() - t0)
     seconds = u.seconds + time.perf_counter() - t0
-    if u.input_sha256 is not None:
+    if u.input_sha256 is not None:  # multi_turn: the PNG and the record carry the key of the input
         save_keyed_png(image, edit_path(run_dir, u.query.id), EDIT_PNG_LEVEL, u.input_sha256)
-    else:
-        save_png(image, edit_path(run_dir, u.query.id), EDIT_PNG_LEVEL)
-    return EditRecord(u.query.id, "ok", u.seed, seconds=seconds, run_id=run_id, rewritten=u.rewritten,
-                      input_sha256=u.input_sha256, input_from=u.input_from)
+        return TurnEditRecord(u.query.id, "ok", u.seed, seconds=seconds, run_id=run_id, rewritten=u.rewritten,
+                              input_sha256=u.input_sha256, input_from=u.input_from)
+    save_png(image, edit_path(run_dir, u.query.id), EDIT_PNG_LEVEL)
+    return EditRecord(u.query.id, "ok", u.seed, seconds=seconds, run_id=run_id, rewritten=u.rewritten)
 
 
 def _failure(query_id: str, seed: int, err: BaseException, flog: FailureLog | None, *, run_id: str,

@@ -9,11 +9,24 @@ a kill lost the record. The editor signature and the seed need no place in the k
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 from pathlib import Path
 
 from PIL import Image
 
+from benchmark.types import EditRecord
+
 KEY_CHUNK = "editmeter:input_sha256"
+
+
+@dataclass(frozen=True)
+class TurnEditRecord(EditRecord):
+    """The edit record of a multi-turn edit: an `EditRecord` with the sha256 of the pixels the editor received and
+    the query whose edit that input was (None for a session's turn 1). Kept here, not in `benchmark.types`, whose
+    source editors' signatures hash."""
+
+    input_sha256: str | None = None
+    input_from: str | None = None
 
 
 def pixel_sha256(image: Image.Image) -> str:

@@ -44,8 +44,8 @@ from benchmark.stages.edit import (
     record_json,
     run_edit_stage,
 )
-from benchmark.stages.turn_keys import pixel_sha256, png_input_sha256
-from benchmark.types import EditRecord, Query
+from benchmark.stages.turn_keys import TurnEditRecord, pixel_sha256, png_input_sha256
+from benchmark.types import Query
 
 PREVIOUS_TURN_FAILED = "PreviousTurnFailed"
 
@@ -164,7 +164,7 @@ def _fail_blocked(blocked: list[tuple[Query, Query]], run_dir: Path, flog: Failu
     if not blocked:
         return 0, 0
     records = latest_records(run_dir)
-    out: list[EditRecord] = []
+    out: list[TurnEditRecord] = []
     before = 0
     for q, prev in blocked:
         rec = records.get(q.id)
@@ -180,7 +180,7 @@ def _fail_blocked(blocked: list[tuple[Query, Query]], run_dir: Path, flog: Failu
         if fail_fast:
             raise RuntimeError(f"{q.id}: {reason}")
         flog.add(q.id, None, reason)
-        out.append(EditRecord(q.id, "failed", query_seed(seed, q.id), reason=reason,
-                              error_type=PREVIOUS_TURN_FAILED, run_id=run_id, input_from=prev.id))
+        out.append(TurnEditRecord(q.id, "failed", query_seed(seed, q.id), reason=reason,
+                                  error_type=PREVIOUS_TURN_FAILED, run_id=run_id, input_from=prev.id))
     append_jsonl(run_dir / EDITS_LOG, [record_json(r) for r in out])
     return len(out), before
