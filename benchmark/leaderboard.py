@@ -41,7 +41,7 @@ from benchmark.hashing import stable_hash
 from benchmark.metrics.base import SUMMARY_NOTE
 from benchmark.provenance import PROJECT_ROOT
 from benchmark.stages.score_cache import SCORES_DIR, BadCacheFile, QueryIndex, warn
-from benchmark.turns import protocol_of
+from benchmark.turns import ProtocolError, protocol_of
 
 BOOTSTRAP_CHUNK = 500  # resamples drawn at once (bounds memory at chunk * n indices)
 RUN_META = "run.json"
@@ -57,8 +57,8 @@ PROVENANCE_COLUMNS = ("metric_sig", "git_sha", "versions", "device")
 # True on the rows of an editor that rewrites each instruction before editing (`Editor.rewrites_instruction`): its
 # scores are not those of the instruction as the set gives it; `show` and the report mark the rows
 REWRITE_COLUMN = "rewrites_instruction"
-# single_turn or multi_turn (run.json `protocol`; a run.json written before the field existed: single_turn): how a
-# multi-turn session's turns got their input images (benchmark.protocols)
+# single_turn or multi_turn (`benchmark.turns.protocol_of`: run.json's `protocol`, else the one its editor declares,
+# else single_turn): how a multi-turn session's turns got their input images (benchmark.protocols)
 PROTOCOL_COLUMN = "protocol"
 SAMPLE_COLUMNS = ("sample_of", "sample_seed")  # a sampled set's rows: the full set's size and the draw's seed
 # run.json fields aggregation uses, with their types (anything else in run.json is informational)
@@ -186,8 +186,6 @@ def check_run_meta(meta: Any) -> dict[str, Any]:
         problems.append("suite (want null or {name, components})")
     if not isinstance(meta.get("metric_set", ""), str):
         problems.append("metric_set (want str)")
-    from benchmark.turns import ProtocolError
-
     try:
         protocol_of(meta)
     except ProtocolError as err:
