@@ -196,10 +196,10 @@ def lookup(table: dict[str, Any], group: str, name: str, size: str, cls: str,
 
 
 def done_ids(results: Path, run_set: str, editor: str, editor_config: Any, seed: int, profile: str,
-             sample: dict[str, Any] | None = None) -> set[str]:
+             sample: dict[str, Any] | None = None, protocol: str = "single_turn") -> set[str]:
     """Query ids already edited (or failed) in this run's folder: the folder under results/runs/<set>-<hash> whose
-    run.json records this editor config, seed and profile (the editor signature needs the loaded editor, so this
-    matches by what determines it). For a sample (`sample`: the set's draw), also the ids edited ok by runs of
+    run.json records this editor config, seed, profile and protocol (the editor signature needs the loaded editor,
+    so this matches by what determines it; the two protocols' edits are never the same). For a sample (`sample`: the set's draw), also the ids edited ok by runs of
     smaller nested samples of the same draw, which the run reuses (benchmark.stages.reuse; checked there, counted
     here)."""
     from benchmark.stages.reuse import SAME_DRAW
@@ -213,6 +213,8 @@ def done_ids(results: Path, run_set: str, editor: str, editor_config: Any, seed:
         except (OSError, ValueError):
             continue  # unreadable: the run itself quarantines or rewrites it; the estimate just counts its work
         if (meta.get("editor_config"), meta.get("seed"), meta.get("profile")) != (editor_config, seed, profile):
+            continue
+        if meta.get("protocol", "single_turn") != protocol:  # run.json without it: a run from before protocols
             continue
         other = meta.get("sample")
         nested = (not own and isinstance(sample, dict) and isinstance(other, dict) and isinstance(other.get("n"), int)
@@ -329,7 +331,7 @@ def estimate(plan: RunPlan, full: Any, *, editor: str, metrics: str, gpu_name: C
     count = int(plan.selection.shard_count)
     selected = {q.id: q for q in plan.all_shards(full)}
     done = set(selected) & done_ids(plan.results, f"{full.name}-{full.short_hash}", editor, portable(editor_config),
-                                    int(plan.seed), profile, full.meta.get("sample"))
+                                    int(plan.seed), profile, full.meta.get("sample"), plan.protocol)
     score = lookup(table, "metrics", metrics, size, cls)
     # one inversion per source for all shards: they share the inversion store under the results folder
     sources = (distinct_sources(q for qid, q in selected.items() if qid not in done)

@@ -485,3 +485,19 @@ def test_report_page_shows_each_sessions_turns_in_order_with_the_protocol(both, 
         assert "multi_turn: turn t edited from turn t-1's edit" in driver.find_element("id", "grid-table").text
     finally:
         driver.quit()
+
+
+def test_the_budget_counts_a_protocols_own_edits_as_done(both):
+    """A finished single-turn run of the same editor is not the multi-turn run's work: its estimate still counts
+    every turn to do (and the other way round)."""
+    from benchmark.budget import done_ids
+
+    results, single, multi = both
+    meta = json.loads((Path(single["run_dir"]) / "run.json").read_text())
+    args = (results, Path(single["run_dir"]).parent.name, "overedit", meta["editor_config"], 0, "tiny", None)
+    assert len(done_ids(*args, "single_turn")) == len(done_ids(*args, "multi_turn")) == 10
+    (Path(multi["run_dir"]) / "run.json").rename(Path(multi["run_dir"]) / "run.json.aside")
+    try:
+        assert done_ids(*args, "multi_turn") == set() and len(done_ids(*args, "single_turn")) == 10
+    finally:
+        (Path(multi["run_dir"]) / "run.json.aside").rename(Path(multi["run_dir"]) / "run.json")
