@@ -345,7 +345,7 @@ def test_samples_draw_whole_sessions_nested(sessions_qs, demo_qs):
 
 
 def test_ip2p_tiny_runs_the_sessions_in_both_protocols(tmp_path):
-    """The issue's bar, in-process (what `editmeter run` runs): ip2p tiny edits every turn under both protocols, the
+    """In-process (what `editmeter run` runs): ip2p tiny edits every turn under both protocols, the
     multi-turn turns 2.. from its own edits (other pixels than the single-turn ones), turn 1 alike up to the one
     level a batched diffusion editor may move with its batch (wave 1 batches the sessions' first turns together)."""
     single = run(tmp_path, "stages=[edit]", "batch_size=4", editor="ip2p")
