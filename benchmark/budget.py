@@ -62,6 +62,9 @@ class Estimate:
     # distinct (source image, source caption) among the queries to do, when the editor shares one inversion among
     # them and the row splits the inversion off (None: every query pays the whole row)
     sources: int | None = None
+    # a set with multi-turn sessions draws its samples in whole sessions: the turns of its longest session, which
+    # bounds the queries one sampled session brings (1: a set without sessions, sampled in queries)
+    unit_queries: int = 1
 
     @property
     def shared(self) -> bool:
@@ -235,30 +238,34 @@ def done_ids(results: Path, run_set: str, editor: str, editor_config: Any, seed:
 
 
 def sample_pool(sample_types: Any, full: Any) -> int | None:
-    """The largest `queryset.sample=N` the configured set allows: its pool (the queries of `sample_types`), less one
-    when the pool is the whole set (a sample of every query is refused: run the set). None when unknown.
+    """The largest `queryset.sample=N` the configured set allows: its pool (the queries of `sample_types`; for a set
+    with sessions, the sessions whose first turn is of those types, as samples of it count sessions), less one when
+    the pool is the whole set (a sample of every query or session is refused: run the set). None when unknown.
     `sample_types`: the query set config's `sample_types`."""
     from benchmark.querysets.sample import SampleError, resolve_types
+    from benchmark.querysets.sessions import first_turns
 
     info = full.meta.get("sample")
     if isinstance(info, dict):  # already a sample: a smaller one draws from the same pool
-        pool, size = info.get("pool"), info.get("set_size")
+        pool, size = info.get("pool"), info.get("sessions" if info.get("unit") == "sessions" else "set_size")
     else:
         try:
             types = resolve_types(sample_types)
         except SampleError:
             return None  # the sample request itself reports it
-        pool = sum(1 for q in full.queries if types is None or q.edit_type in types)
-        size = len(full)
+        units = first_turns(full.queries) if any(q.session is not None for q in full.queries) else full.queries
+        pool = sum(1 for q in units if types is None or q.edit_type in types)
+        size = len(units)
     if not isinstance(pool, int) or not isinstance(size, int):
         return None
     return pool if pool < size else size - 1
 
 
 def largest_sample(est: Estimate | list[Estimate], max_hours: float) -> int:
-    """The number of queries whose estimate fits `max_hours` (0 when even the load does not), never more than the
-    pool the sample is drawn from (`Estimate.pool`). Several estimates (a launch's sweep settings): the N each of
-    them runs, all of them together within `max_hours`."""
+    """The `queryset.sample=N` whose estimate fits `max_hours` (0 when even the load does not), never more than the
+    pool the sample is drawn from (`Estimate.pool`): N queries, or for a set with sessions N whole sessions, counted
+    at its longest session's turns so that any N sessions fit. Several estimates (a launch's sweep settings): the N
+    each of them runs, all of them together within `max_hours`."""
     ests = est if isinstance(est, list) else [est]
     per_query = sum(e.per_query for e in ests)
     pools = [e.pool for e in ests if e.pool is not None]
@@ -267,6 +274,7 @@ def largest_sample(est: Estimate | list[Estimate], max_hours: float) -> int:
         n = max(e.todo for e in ests)
     else:
         n = max(0, int((max_hours * 3600 - sum(e.shards * e.cost.load_s for e in ests)) / per_query))
+        n //= max(e.unit_queries for e in ests)
     return n if cap is None else max(0, min(n, cap))
 
 
@@ -308,6 +316,7 @@ def estimate(plan: RunPlan, full: Any, *, editor: str, metrics: str, gpu_name: C
     """(the run's estimate, a note); None with the reason when the table has no row for this editor here."""
     from benchmark.config import portable
     from benchmark.models.diffusion import resolve_device
+    from benchmark.querysets.sessions import longest_session
 
     table = table if table is not None else load_costs()
     profile = plan.profile
@@ -337,7 +346,7 @@ def estimate(plan: RunPlan, full: Any, *, editor: str, metrics: str, gpu_name: C
     sources = (distinct_sources(q for qid, q in selected.items() if qid not in done)
                if cost.s_per_source is not None and shares_inversions(editor_config) else None)
     return Estimate(editor, cls, len(selected) - len(done), len(done), count, cost, score,
-                    sample_pool(plan.queryset.get("sample_types"), full), sources), note
+                    sample_pool(plan.queryset.get("sample_types"), full), sources, longest_session(full.queries)), note
 
 
 def judge_cost(plan: RunPlan, full: Any) -> list[str]:

@@ -316,3 +316,22 @@ def test_a_launch_prints_the_judge_cost_of_each_run(tmp_path):
     judge = [ln for ln in lines if "judge gedit" in ln]
     assert len(judge) == 1 and judge[0].startswith("[editmeter] budget: demo on identity: judge gedit")
     assert "2 request(s) per query, 10 for the 5 selected queries" in judge[0]
+
+
+def test_the_suggested_sample_of_a_session_set_counts_whole_sessions_that_fit(tmp_path):
+    """demo_sessions (4 sessions of 2-3 turns) samples in sessions: the pool is its sessions, and the suggested N is
+    counted at the longest session's turns, so that any N sessions fit; the suggested sample loads."""
+    cfg, _ = _cfg(tmp_path, "queryset=demo_sessions", "editor=p2p", "profile=random", "editor.device=cuda",
+                  "budget.max_gpu_hours=1")
+    full = _full(cfg)
+    est, _ = B.estimate(read_plan(cfg), full, editor="p2p", metrics="hatie", gpu_name=lambda: "H100")
+    assert (est.pool, est.unit_queries, est.todo) == (3, 3, 10)  # 4 sessions, less the whole set; 3 turns at most
+    assert est.per_query > 1
+    hours = (2 * 3 * est.per_query + est.cost.load_s + 1) / 3600  # two sessions of 3 turns, and a second to spare
+    n = B.largest_sample(est, hours)
+    assert n == 2 and f"queryset.sample={n} " in B.refusal(est, hours, "demo_sessions")
+    assert B.largest_sample(est, hours - 2 / 3600) == 1  # 6 queries' worth no longer fits two whole 3-turn sessions
+    sampled, _ = _cfg(tmp_path, "queryset=demo_sessions", f"queryset.sample={n}")
+    picked = _full(sampled)
+    assert len({q.session for q in picked.queries}) == n and len(picked.queries) <= n * 3
+    assert B.sample_pool(None, picked) == 3  # a smaller sample draws from the same 3

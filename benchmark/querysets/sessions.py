@@ -29,6 +29,22 @@ def unit(q: Query) -> str:
     return q.session if q.session is not None else f"\0{q.id}"
 
 
+def first_turns(queries: Sequence[Query]) -> list[Query]:
+    """The first query of each selection unit (a session's turn 1; a query outside any session itself), in the
+    order of those first queries in `queries`."""
+    firsts: dict[str, Query] = {}
+    for q in sorted(queries, key=lambda q: q.turn or 1):  # stable: first turns keep their order in `queries`
+        firsts.setdefault(unit(q), q)
+    return list(firsts.values())
+
+
+def longest_session(queries: Sequence[Query]) -> int:
+    """The most queries one selection unit holds: the longest session's turns (1 for a set without sessions)."""
+    from collections import Counter
+
+    return max(Counter(unit(q) for q in queries).values(), default=1)
+
+
 def shard_whole_sessions(queryset: Any, index: int, count: int) -> Any:
     """`queryset.shard(index, count)` with each session kept in one shard (module docstring)."""
     if not any(q.session is not None for q in queryset.queries):
@@ -55,10 +71,8 @@ def draw_sessions(queries: Sequence[Query], request: Any, *, seed: int = 0,
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise SampleError(f"sample_seed={seed!r}: must be an integer")
     wanted = resolve_types(types)
-    firsts: dict[str, Query] = {}
-    for q in sorted(queries, key=lambda q: q.turn or 1):
-        firsts.setdefault(unit(q), q)
-    pool = [q for q in firsts.values() if wanted is None or q.edit_type in wanted]
+    firsts = first_turns(queries)
+    pool = [q for q in firsts if wanted is None or q.edit_type in wanted]
     if not pool:
         raise SampleError(f"sample_types={types!r}: the set has no session whose first turn is of these edit types")
     n = sample_size(request, len(pool))
@@ -67,7 +81,7 @@ def draw_sessions(queries: Sequence[Query], request: Any, *, seed: int = 0,
     chosen = {unit(q) for q in sample_order(pool, seed)[:n]}
     picked = [q for q in queries if unit(q) in chosen]
     meta = {"n": n, "unit": "sessions", "queries": len(picked), "seed": seed, "pool": len(pool),
-            "set_size": len(queries), "types": list(wanted) if wanted is not None else None, "strata": list(STRATA)}
+            "set_size": len(queries), "sessions": len(firsts), "types": list(wanted) if wanted is not None else None, "strata": list(STRATA)}
     return picked, meta
 
 
