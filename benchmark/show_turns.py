@@ -12,6 +12,7 @@ editor with several rows of one protocol and the same settings (another code ver
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -57,20 +58,40 @@ def _side(row: Any | None, metrics: Sequence[str], digits: int) -> list[str]:
             str(mark) if isinstance(mark, str) and mark else "complete"]
 
 
-def render_turns(results: Path, queryset: str | None = None, *, columns: Sequence[str] | None = None,
-                 digits: int = 3) -> str:
-    """The side-by-side sections ('' when no run of a multi-turn protocol is in the table)."""
+@dataclass(frozen=True)
+class TurnsSection:
+    """One side-by-side table: a query set, metric set, prompt kind and profile with a multi-turn run. `rows` hold
+    the editor, its telling settings, then each side's cells (`side_header`: sig, metrics, coverage), single-turn
+    first."""
+
+    queryset: str
+    metric_set: str
+    prompt_kind: str
+    profile: str
+    settings: list[str]
+    side_header: list[str]
+    rows: list[list[str]]
+
+    @property
+    def title(self) -> str:
+        return (f"queryset={self.queryset}  metrics={self.metric_set or '?'}  {self.prompt_kind}-based editors  "
+                f"profile={self.profile}  MagicBrush's two settings, side by side")
+
+
+def turns_sections(results: Path, queryset: str | None = None, *, columns: Sequence[str] | None = None,
+                   digits: int = 3) -> list[TurnsSection]:
+    """The side-by-side tables of `leaderboard_turns.csv` (none when no run of a multi-turn protocol is in it)."""
     path = results / TURNS_FILE
     if not path.is_file():
-        return ""
+        return []
     df = _read(path)
     if not len(df) or "protocol" not in df:
-        return ""
+        return []
     if queryset:
         df = df[df["queryset"].astype(str) == queryset]
     df = df.assign(metric_set=df["metric_set"].fillna(""))
     info = _metric_info(results) or {}
-    lines: list[str] = []
+    sections: list[TurnsSection] = []
     for (qs, mset, kind, profile), part in df.groupby(["queryset", "metric_set", "prompt_kind", "profile"], sort=True):
         if not (part["protocol"] == "multi_turn").any():
             continue  # one protocol only: the overall table above is its figure
@@ -92,23 +113,34 @@ def render_turns(results: Path, queryset: str | None = None, *, columns: Sequenc
                      [(r, None) for r in sides["single_turn"]] + [(None, r) for r in sides["multi_turn"]])
             for single, multi in pairs:
                 first = single if single is not None else multi
-                body.append([f"{first['editor']} {REWRITE_TAG}" if rewrites(first) else str(first["editor"]), *key[1:], *_side(single, metrics, digits), SEPARATOR,
-                             *_side(multi, metrics, digits)])
-        side_header = ["sig", *[_header(m, sinfo) for m in metrics], "coverage"]
-        header = ["editor", *settings, *side_header, SEPARATOR, *side_header]
+                name = f"{first['editor']} {REWRITE_TAG}" if rewrites(first) else str(first["editor"])
+                body.append([name, *key[1:], *_side(single, metrics, digits), *_side(multi, metrics, digits)])
+        sections.append(TurnsSection(str(qs), str(mset), str(kind), str(profile), settings,
+                                     ["sig", *[_header(m, sinfo) for m in metrics], "coverage"], body))
+    return sections
+
+
+INTRO = (f"MagicBrush's settings ({TURNS_FILE}): {SETTINGS['single_turn']} = each turn edited from the dataset's "
+         f"input, every turn averaged; {SETTINGS['multi_turn']} = each turn edited from the editor's own previous "
+         "output, the sessions' last turns averaged.")
+
+
+def render_turns(results: Path, queryset: str | None = None, *, columns: Sequence[str] | None = None,
+                 digits: int = 3) -> str:
+    """The side-by-side sections as text ('' when no run of a multi-turn protocol is in the table)."""
+    lines: list[str] = []
+    for sec in turns_sections(results, queryset, columns=columns, digits=digits):
+        lead, span = 1 + len(sec.settings), len(sec.side_header)
+        header = ["editor", *sec.settings, *sec.side_header, SEPARATOR, *sec.side_header]
+        body = [[*r[:lead + span], SEPARATOR, *r[lead + span:]] for r in sec.rows]
         widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
-        lead = 1 + len(settings)
-        span = len(side_header)
         left = sum(widths[:lead]) + 2 * lead
         first_width = sum(widths[lead:lead + span]) + 2 * (span - 1)
-        lines.append(f"\nqueryset={qs}  metrics={mset or '?'}  {kind}-based editors  profile={profile}  "
-                     "MagicBrush's two settings, side by side")
+        lines.append(f"\n{sec.title}")
         lines.append(f"{'':{left}}{SIDE_TITLES['single_turn']:{first_width}}  {SEPARATOR}  "
                      f"{SIDE_TITLES['multi_turn']}".rstrip())
         for cells in [header, *body]:
             lines.append("  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip())
     if lines:
-        lines.insert(0, f"\nMagicBrush's settings ({TURNS_FILE}): {SETTINGS['single_turn']} = each turn edited from "
-                        f"the dataset's input, every turn averaged; {SETTINGS['multi_turn']} = each turn edited from "
-                        "the editor's own previous output, the sessions' last turns averaged.")
+        lines.insert(0, f"\n{INTRO}")
     return "\n".join(lines)

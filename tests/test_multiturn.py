@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -452,6 +453,14 @@ def test_report_marks_each_runs_protocol(both, tmp_path):
     runs = json.loads(text[len("EM.meta = "):-2])["grids"][0]["runs"]
     assert {r["sig"]: r["protocol"] for r in runs} == {single["editor_sig"]: "single_turn",
                                                        multi["editor_sig"]: "multi_turn"}
+    # the page sets the editor's two settings side by side: one row, its single-turn run left, multi-turn right
+    page = (out / "index.html").read_text(encoding="utf-8")
+    table = re.search(r'<h2 id="turns">.*?<table class="lb turns">(.*?)</table>', page, re.S).group(1)
+    assert "single-turn (all_turn)" in table and "multi-turn (final_turn)" in table
+    (row,) = re.findall(r"<tbody>(.*?)</tbody>", table, re.S)[0].split("</tr>")[:-1]
+    cells = re.findall(r"<td>(.*?)</td>", row)
+    assert cells[0] == "overedit"
+    assert cells.index(single["editor_sig"][:8]) < cells.index(multi["editor_sig"][:8])
 
 
 @pytest.mark.skipif(not (Path("/usr/bin/chromium").is_file() and Path("/usr/bin/chromedriver").is_file()),

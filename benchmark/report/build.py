@@ -37,10 +37,13 @@ from benchmark.report.html import (
     criteria_html,
     leaderboards_html,
     provenance_html,
+    turns_html,
 )
 from benchmark.report.metaeval import metaeval_html, read_metaeval
 from benchmark.report.sweeps import read_sweeps, sweeps_html
 from benchmark.report.thumbs import ensure_thumbnails
+from benchmark.show_turns import INTRO as TURNS_INTRO
+from benchmark.show_turns import turns_sections
 
 ASSETS = Path(__file__).parent / "assets"
 MARKER = ".editmeter-report"  # a folder with this file was written by this command and may be rewritten
@@ -191,6 +194,8 @@ def render_page(results: Path, out: Path, lb: Any, runs: list[Any], grids: list[
         ("sweeps", "Sweeps"), ("metaeval", "Meta-evaluation"), ("grid", "Image grid"), ("failures", "Failures"),
         ("provenance", "Provenance")))
     sweep_df, sweep_notes = read_sweeps(results, queryset)
+    turns = turns_html(turns_sections(results, queryset), TURNS_INTRO)
+    turns_section = f'\n<h2 id="turns">Multi-turn: MagicBrush\'s two settings</h2>\n{turns}' if turns else ""
     meta_tables, _ = read_metaeval(results, queryset)
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
@@ -208,7 +213,7 @@ leaderboard's own.</p>{note_html}</header>
 <section id="leaderboards"><h2>Leaderboards</h2>
 <p class="note">Mean ± bootstrap standard error per metric (hover a cell for the number of values behind it); ↑/↓
 marks the better direction. Complete rows first, PARTIAL rows after them.</p>
-{leaderboards_html(lb)}</section>
+{leaderboards_html(lb)}{turns_section}</section>
 <section id="charts"><h2>Per type and per class</h2>
 <div class="controls"><label>chart <select id="chart-select"></select></label></div>
 <div id="chart" class="chart"></div></section>

@@ -380,3 +380,20 @@ def _info_list(info: Any) -> str:
     items = "".join(f"<dt>{escape(k)}</dt><dd>{escape(json.dumps(v) if not isinstance(v, str) else v)}</dd>"
                     for k, v in flat_settings(info).items())
     return f'<dl class="info">{items}</dl>'
+
+
+def turns_html(sections: list[Any], intro: str) -> str:
+    """MagicBrush's two settings side by side per editor (`benchmark.show_turns.turns_sections`): one table per
+    query set, metric set, prompt kind and profile with a multi-turn run; '' when there is none."""
+    if not sections:
+        return ""
+    out = [f'<p class="note">{escape(intro)}</p>']
+    for sec in sections:
+        lead, span = 1 + len(sec.settings), len(sec.side_header)
+        top = (f'<tr><th colspan="{lead}"></th><th colspan="{span}">single-turn (all_turn)</th>'
+               f'<th colspan="{span}">multi-turn (final_turn)</th></tr>')
+        head = "".join(f"<th>{escape(h)}</th>" for h in ["editor", *sec.settings, *sec.side_header, *sec.side_header])
+        body = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>" for row in sec.rows)
+        out.append(f"<h3>{escape(sec.title)}</h3>")
+        out.append(scroll(f'<table class="lb turns"><thead>{top}<tr>{head}</tr></thead><tbody>{body}</tbody></table>'))
+    return "\n".join(out)
