@@ -347,10 +347,12 @@ def _identity(meta: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def turn_rows(run: Run, n_resamples: int, seed: int) -> list[dict[str, Any]]:
-    """The run's row of `leaderboard_turns.csv`: MagicBrush's figure for its protocol (`final_turn` for a
-    multi_turn run, `all_turn` for a single_turn one; `benchmark.turns`), the per-query metric means over the
-    queries that figure pairs, with their SE, counts and mark; none when its query set has no sessions. `n_total`
-    counts the sessions (final_turn) or the turns (all_turn) the figure owes; `n_sessions` the sessions."""
+    """The run's rows of `leaderboard_turns.csv`; none when its query set has no sessions. First MagicBrush's figure
+    for its protocol (`final_turn` for a multi_turn run, `all_turn` for a single_turn one; `benchmark.turns`): the
+    per-query metric means over the queries that figure pairs, with their SE, counts and mark; `n_total` counts the
+    sessions (final_turn) or the turns (all_turn) the figure owes, `n_sessions` the sessions. Then one row per turn
+    index (`turn_1`, `turn_2`, ...: that turn of every session that has it; editmeter's own breakdown, which the
+    script does not report), where a multi-turn run's errors show as they accumulate."""
     from benchmark.turns import SETTINGS, ProtocolError, owed_queries, protocol_of
 
     meta = run.meta
@@ -361,10 +363,24 @@ def turn_rows(run: Run, n_resamples: int, seed: int) -> list[dict[str, Any]]:
     except ProtocolError as err:
         warn(f"{run.path / RUN_META}: {err}; no {TURNS_TABLE} row for it (rerun its configuration to rewrite it)")
         return []
-    setting = SETTINGS[protocol]
     idx = run.index.frame()
     in_scope = set(idx.loc[idx["excluded"] == "", "query_id"].to_numpy(dtype=object))
+    setting = SETTINGS[protocol]
     owed, n_sessions = owed_queries(run.index.sessions, setting, in_scope)
+    rows = [_turns_row(run, protocol, setting, owed, n_sessions, n_resamples, seed)]
+    by_turn: dict[int, list[str]] = {}
+    for qid, _, turn in run.index.sessions:
+        if qid in in_scope:
+            by_turn.setdefault(int(turn), []).append(qid)
+    for turn, qids in sorted(by_turn.items()):
+        rows.append(_turns_row(run, protocol, f"turn_{turn}", sorted(qids), len(qids), n_resamples, seed))
+    return rows
+
+
+def _turns_row(run: Run, protocol: str, setting: str, owed: list[str], n_sessions: int, n_resamples: int,
+               seed: int) -> dict[str, Any]:
+    """One row of `leaderboard_turns.csv`: the run's per-query metric means over the `owed` queries."""
+    meta = run.meta
     wanted = set(owed)
     qids = run.scores["query_id"].to_numpy(dtype=object)
     keep = np.fromiter((q in wanted for q in qids), dtype=bool, count=len(qids))
@@ -376,8 +392,8 @@ def turn_rows(run: Run, n_resamples: int, seed: int) -> list[dict[str, Any]]:
     if stats["n_missing"] and run.quarantined:
         stats["mark"] = join_marks(stats["mark"], run.quarantined)
     ident, prov = _identity(meta)
-    return [ident | {REWRITE_COLUMN: rewrites_instruction(meta), "protocol": protocol, "setting": setting,
-                     "n_sessions": n_sessions} | stats | prov]
+    return (ident | {REWRITE_COLUMN: rewrites_instruction(meta), "protocol": protocol, "setting": setting,
+                     "n_sessions": n_sessions} | stats | prov)
 
 
 def rewrites_instruction(meta: dict[str, Any]) -> bool:

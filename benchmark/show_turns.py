@@ -12,7 +12,7 @@ editor with several rows of one protocol and the same settings (another code ver
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +71,10 @@ class TurnsSection:
     settings: list[str]
     side_header: list[str]
     rows: list[list[str]]
+    # the first metric at each turn index (`turn_<t>` rows): header ('editor', settings, 'protocol', metric @ turn
+    # t, ...) and one row per run
+    by_turn_header: list[str] = field(default_factory=list)
+    by_turn_rows: list[list[str]] = field(default_factory=list)
 
     @property
     def title(self) -> str:
@@ -90,6 +94,11 @@ def turns_sections(results: Path, queryset: str | None = None, *, columns: Seque
     if queryset:
         df = df[df["queryset"].astype(str) == queryset]
     df = df.assign(metric_set=df["metric_set"].fillna(""))
+    if "setting" in df:  # the per-turn rows (`turn_<t>`) are the breakdown below each table, not a side
+        turn_df = df[df["setting"].astype(str).str.startswith("turn_")]
+        df = df[df["setting"].isin(list(SETTINGS.values()))]
+    else:
+        turn_df = df.iloc[:0]
     info = _metric_info(results) or {}
     sections: list[TurnsSection] = []
     for (qs, mset, kind, profile), part in df.groupby(["queryset", "metric_set", "prompt_kind", "profile"], sort=True):
@@ -115,9 +124,32 @@ def turns_sections(results: Path, queryset: str | None = None, *, columns: Seque
                 first = single if single is not None else multi
                 name = f"{first['editor']} {REWRITE_TAG}" if rewrites(first) else str(first["editor"])
                 body.append([name, *key[1:], *_side(single, metrics, digits), *_side(multi, metrics, digits)])
+        head, turn_body = _by_turn(turn_df, (qs, mset, kind, profile), metrics[0], sinfo, settings, digits)
         sections.append(TurnsSection(str(qs), str(mset), str(kind), str(profile), settings,
-                                     ["sig", *[_header(m, sinfo) for m in metrics], "coverage"], body))
+                                     ["sig", *[_header(m, sinfo) for m in metrics], "coverage"], body, head,
+                                     turn_body))
     return sections
+
+
+def _by_turn(turn_df: Any, group: tuple, metric: str, sinfo: dict[str, ColumnInfo], settings: Sequence[str],
+             digits: int) -> tuple[list[str], list[list[str]]]:
+    """(header, rows) of `metric` at each turn index, one row per run of the section (both protocols)."""
+    keys = ("queryset", "metric_set", "prompt_kind", "profile")
+    part = turn_df
+    for k, v in zip(keys, group, strict=True):
+        part = part[part[k] == v]
+    if not len(part) or metric not in part:
+        return [], []
+    turns = sorted({int(str(t)[len("turn_"):]) for t in part["setting"]})
+    rows = []
+    for (sig, protocol), run in part.groupby(["editor_sig", "protocol"], sort=False):
+        first = run.iloc[0]
+        at = {int(str(r["setting"])[len("turn_"):]): r for _, r in run.iterrows()}
+        rows.append([str(first["editor"]), *[format_setting(first.get(c)) for c in settings], str(protocol),
+                     str(sig)[:8], *[format_mean_se(at[t][metric], at[t].get(f"{metric}_se", float("nan")), digits)
+                                     if t in at else "-" for t in turns]])
+    rows.sort(key=lambda r: (r[0], *r[1:len(settings) + 1], r[len(settings) + 1] != "single_turn"))
+    return ["editor", *settings, "protocol", "sig", *[f"{_header(metric, sinfo)} turn {t}" for t in turns]], rows
 
 
 INTRO = (f"MagicBrush's settings ({TURNS_FILE}): {SETTINGS['single_turn']} = each turn edited from the dataset's "
@@ -141,6 +173,12 @@ def render_turns(results: Path, queryset: str | None = None, *, columns: Sequenc
                      f"{SIDE_TITLES['multi_turn']}".rstrip())
         for cells in [header, *body]:
             lines.append("  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip())
+        if sec.by_turn_rows:
+            widths = [max(len(r[i]) for r in [sec.by_turn_header, *sec.by_turn_rows])
+                      for i in range(len(sec.by_turn_header))]
+            lines.append("by turn (each turn index over the sessions that have it):")
+            for cells in [sec.by_turn_header, *sec.by_turn_rows]:
+                lines.append("  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip())
     if lines:
         lines.insert(0, f"\n{INTRO}")
     return "\n".join(lines)

@@ -461,6 +461,8 @@ def test_report_marks_each_runs_protocol(both, tmp_path):
     cells = re.findall(r"<td>(.*?)</td>", row)
     assert cells[0] == "overedit"
     assert cells.index(single["editor_sig"][:8]) < cells.index(multi["editor_sig"][:8])
+    by_turn = re.search(r'<table class="lb by-turn">(.*?)</table>', page, re.S).group(1)
+    assert "turn 3" in by_turn and by_turn.count("<tr>") == 3  # the header and one row per protocol
 
 
 @pytest.mark.skipif(not (Path("/usr/bin/chromium").is_file() and Path("/usr/bin/chromedriver").is_file()),

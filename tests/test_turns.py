@@ -75,9 +75,11 @@ SPEC = {"s1": 1, "s2": 3}
 VALUES = {"s1-t1": 0.1, "s2-t1": 0.2, "s2-t2": 0.4, "s2-t3": 0.6}
 
 
-def turns_table(results: Path) -> pd.DataFrame:
+def turns_table(results: Path, by_turn: bool = False) -> pd.DataFrame:
+    """leaderboard_turns.csv's rows of MagicBrush's figures (`by_turn`: its per-turn rows instead)."""
     write_leaderboards(results, None, 50, 0)
-    return pd.read_csv(results / "leaderboard_turns.csv", keep_default_na=False, na_values=["", "nan"])
+    t = pd.read_csv(results / "leaderboard_turns.csv", keep_default_na=False, na_values=["", "nan"])
+    return t[t["setting"].str.startswith("turn_") == by_turn].reset_index(drop=True)
 
 
 def test_final_turn_is_one_pair_per_session_and_all_turn_pools_every_turn(tmp_path):
@@ -116,6 +118,17 @@ def test_a_session_missing_its_last_turn_is_missing_not_scored_at_an_earlier_tur
     assert final["l1_gt"] == pytest.approx(0.1) and (final["n_ok"], final["n_missing"]) == (1, 1)
     assert not final["complete"] and final["mark"].startswith("PARTIAL 1/2")
     assert every["l1_gt"] == pytest.approx((0.1 + 0.2 + 0.4) / 3, abs=1e-6) and every["mark"].startswith("PARTIAL 3/4")
+
+
+def test_each_turn_index_has_its_own_row_over_the_sessions_that_have_it(tmp_path):
+    # turn 1: s1 and s2, (0.1 + 0.2) / 2; turn 2: s2 only, 0.4; turn 3: s2's, missing here, so PARTIAL 0/1
+    make_run(tmp_path, "ed", "multi_turn", VALUES, SPEC, missing=("s2-t3",))
+    t = turns_table(tmp_path, by_turn=True).set_index("setting")
+    assert list(t.index) == ["turn_1", "turn_2", "turn_3"] and set(t["protocol"]) == {"multi_turn"}
+    assert t.loc["turn_1", "l1_gt"] == pytest.approx(0.15) and t.loc["turn_1", "n_sessions"] == 2
+    assert t.loc["turn_2", "l1_gt"] == pytest.approx(0.4) and t.loc["turn_2", "complete"]
+    assert (t.loc["turn_3", "n_total"], t.loc["turn_3", "n_missing"]) == (1, 1)
+    assert t.loc["turn_3", "mark"].startswith("PARTIAL 0/1")
 
 
 def test_a_failed_final_turn_is_counted_failed_and_left_out_of_the_mean(tmp_path):
@@ -206,6 +219,10 @@ def test_show_sets_the_two_settings_side_by_side_per_editor(tmp_path, capsys):
     assert "0.325" in left and "complete" in left and "0.350" in right and "complete" in right
     other = next(line for line in side if line.startswith("other "))
     assert "PARTIAL 3/4" in other.split("|")[0] and "no run" in other.split("|")[1]
+    by_turn = side[side.index(next(line for line in side if line.startswith("by turn"))) + 1:]
+    assert by_turn[0].split()[:3] == ["editor", "protocol", "sig"] and "turn 3" in by_turn[0]
+    multi = next(line for line in by_turn if line.split()[:2] == ["ed", "multi_turn"])
+    assert [cell.split("±")[0] for cell in multi.split()[3:]] == ["0.150", "0.400", "0.600"]
 
 
 def test_show_has_no_side_by_side_view_without_a_multi_turn_run(tmp_path, capsys):

@@ -396,4 +396,10 @@ def turns_html(sections: list[Any], intro: str) -> str:
         body = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>" for row in sec.rows)
         out.append(f"<h3>{escape(sec.title)}</h3>")
         out.append(scroll(f'<table class="lb turns"><thead>{top}<tr>{head}</tr></thead><tbody>{body}</tbody></table>'))
+        if sec.by_turn_rows:
+            head = "".join(f"<th>{escape(h)}</th>" for h in sec.by_turn_header)
+            body = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>"
+                           for row in sec.by_turn_rows)
+            table = f'<table class="lb by-turn"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+            out.append(f"<details><summary>by turn ({len(sec.by_turn_rows)} rows)</summary>{scroll(table)}</details>")
     return "\n".join(out)
