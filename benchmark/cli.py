@@ -6,6 +6,7 @@ the library; heavy modules are imported only by the subcommand that needs them.
     editmeter show [--queryset demo]                           # print the leaderboard
     editmeter compare identity overedit [--by type]            # paired differences, CIs, tests, win rates
     editmeter remove overedit --yes                            # delete a run, rebuild the tables
+    editmeter verify results/runs/<set>/<editor>-<sig>        # re-edit a sample, compare pixels (exit 1: differ)
     editmeter data NAME                                        # download a query-set source
     editmeter weights ...                                      # prefetch the checkpoints a run needs
     editmeter launch --workers 8 editor=ip2p queryset=hatie    # shard a run across local GPUs or Slurm
@@ -52,6 +53,12 @@ def _compare(argv: list[str]) -> int:
 
 def _remove(argv: list[str]) -> int:
     from benchmark.remove import main
+
+    return main(argv)
+
+
+def _verify(argv: list[str]) -> int:
+    from benchmark.verify import main
 
     return main(argv)
 
@@ -121,6 +128,7 @@ COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "show": (_show, "print the leaderboard (means ± bootstrap SE, arrows for the better direction)"),
     "compare": (_compare, "paired comparison of runs on their shared queries: differences, CIs, tests, win rates"),
     "remove": (_remove, "delete run folders from a results folder and rebuild the leaderboard tables"),
+    "verify": (_verify, "re-edit a sample of a finished run with today's code, weights and device; compare pixels"),
     "data": (_data, "download one query-set source (resumable, verified)"),
     "weights": (_weights, "prefetch every checkpoint a run will touch (editor and metric models)"),
     "launch": (_launch, "shard a run (or a sweep) across N workers: local GPUs/CPUs or Slurm; then aggregate"),

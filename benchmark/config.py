@@ -7,9 +7,7 @@ code takes the plan or plain values."""
 
 from __future__ import annotations
 
-import ast
 import difflib
-import hashlib
 import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -19,6 +17,7 @@ from benchmark.errors import RunError
 from benchmark.plan import (
     AggregateOptions,
     BudgetOptions,
+    CarryOptions,
     EditorSpec,
     InputLimits,
     PreflightOptions,
@@ -226,6 +225,7 @@ def check_plan(plan: RunPlan) -> None:
             raise SettingError(str(err)) from None
     check_metric_precisions(plan.metrics)
     check_protocol(plan.protocol)
+    check_carry(plan.carry)
     limits = plan.limits
     try:
         set_limits(max_pixels=limits.max_source_pixels, min_source_side=limits.min_source_side)
@@ -233,6 +233,20 @@ def check_plan(plan: RunPlan) -> None:
             set_max_prompt_chars(limits.max_prompt_chars)
     except ValueError as err:
         raise SettingError(f"{err}: fix it on the command line or in configs/config.yaml (docs/inputs.md)") from None
+
+
+REUSE_MODES = ("carry", "strict")
+
+
+def check_carry(carry: CarryOptions) -> None:
+    """`reuse` is carry or strict; `carry.sample` a positive whole number; `carry.tolerance` a level in 0-255."""
+    if carry.mode not in REUSE_MODES:
+        raise SettingError(f"reuse={carry.mode!r} is not a reuse mode: use reuse=carry (adopt an earlier run's edits "
+                           "after a verified sample when only the code changed) or reuse=strict (edit everything)")
+    for key, value, low, high in (("carry.sample", carry.sample, 1, None), ("carry.tolerance", carry.tolerance, 0, 255)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
+            bound = f"from {low} to {high}" if high is not None else f"of at least {low}"
+            raise SettingError(f"{key}={value!r}: use a whole number {bound} (docs/results.md#carry-over)")
 
 
 def group_choices(cfg: Any) -> dict[str, str]:
@@ -365,6 +379,8 @@ def read_plan(cfg: Any, editor_name: str | None = None) -> RunPlan:
         aggregate=AggregateOptions(cfg.aggregate.bootstrap_resamples, cfg.aggregate.bootstrap_seed),
         editor_overrides=editor_overrides(cfg),
         protocol=str(cfg.get("protocol", "single_turn")),
+        carry=CarryOptions(str(cfg.get("reuse", "carry")), (cfg.get("carry") or {}).get("sample", 16),
+                           (cfg.get("carry") or {}).get("tolerance", 0)),
     )
 
 
@@ -392,109 +408,68 @@ def check_metric_precisions(metrics: dict[str, Any]) -> None:
                 raise SettingError(str(err)) from None
 
 
-# Benchmark modules every edit depends on besides the editor's own import closure: the source decoder (the editor
-# sees `load_rgb`'s pixels) and the Editor base class.
-EDIT_CODE_ALWAYS = ("benchmark.imageio", "benchmark.editor")
-_CODE_PACKAGES = ("benchmark", "editors")
+# The key scheme: 1 hashed the file of every project module an editor imports (by path); 2 hashes the content of
+# the definitions that make pixels (benchmark.code_identity). run.json records the parts (`editor_key`).
+KEY_SCHEME = 2
 
 
-def _module_file(name: str) -> Path | None:
-    """The source file of a project module (`benchmark.*`, `editors.*`), or None when it is not one."""
-    if name.split(".")[0] not in _CODE_PACKAGES:
-        return None
-    base = PROJECT_ROOT.joinpath(*name.split("."))
-    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
-        if candidate.is_file():
-            return candidate
-    return None
+def editor_setting(editor_cfg: dict[str, Any], info: dict[str, Any], seed: int, profile: str,
+                   rewrites_instruction: bool = False, protocol: str = "single_turn") -> str:
+    """The hash of what an editor's edits depend on besides its code: full config, provenance info (weights,
+    revision, dtype), seed, weight profile, the declaration that it rewrites instructions, and a protocol other
+    than single_turn. Two runs with one setting and one query set differ only by code: carry-over compares them."""
+    from benchmark.hashing import stable_hash
+
+    keyed: dict[str, Any] = {"config": _same_numbers(portable(editor_cfg)), "info": _same_numbers(portable(info)),
+                             "seed": int(seed), "profile": profile}
+    if rewrites_instruction:
+        keyed["rewrites_instruction"] = True
+    if protocol != "single_turn":
+        keyed["protocol"] = protocol
+    return stable_hash(keyed)
 
 
-def _imports(tree: ast.AST, module: str, is_package: bool) -> set[str]:
-    """Module names imported anywhere in `tree` (function-level imports too: editors import lazily)."""
-    found: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = module.split(".")[: len(module.split(".")) - node.level + (1 if is_package else 0)]
-                base = ".".join([*parts, base] if base else parts)
-            found.add(base)
-            found.update(f"{base}.{a.name}" for a in node.names)  # `from pkg import submodule`
-    return found
+def editor_code_digest(target: Any, protocol: str = "single_turn") -> str:
+    """The content digest of the definitions that make an editor's pixels (benchmark.code_identity); "" without
+    a `_target_`."""
+    from benchmark.code_identity import code_identity
+
+    if not isinstance(target, str):
+        return ""
+    return code_identity(target, multi_turn=protocol == "multi_turn").digest
 
 
-def _normalised_source(path: Path) -> str:
-    """The module's syntax tree without docstrings: comments, docstrings and formatting do not change behaviour,
-    so they do not change the signature."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    for node in ast.walk(tree):
-        body = getattr(node, "body", None)
-        if (isinstance(body, list) and body and isinstance(body[0], ast.Expr)
-                and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str)):
-            body[0] = ast.Pass()
-    return ast.dump(tree)
+def editor_key(editor_cfg: dict[str, Any], info: dict[str, Any], seed: int, profile: str,
+               rewrites_instruction: bool = False, protocol: str = "single_turn") -> dict[str, Any]:
+    """The parts of an editor signature: the setting, the code, the stored format and the scheme."""
+    from benchmark.code_identity import EDIT_FORMAT
 
-
-def editor_code(target: str) -> tuple[tuple[str, str], ...]:
-    """(file relative to the checkout, sha256 of its normalised source) for every file of the code that makes an
-    edit: the module of `target` (the editor config's `_target_`), every `benchmark.*` / `editors.*` module it
-    imports, transitively (including imports inside functions), their packages' `__init__.py`, and
-    `EDIT_CODE_ALWAYS`. For a diffusion editor this is e.g. editors/ip2p.py, benchmark/editing/*.py it uses,
-    benchmark/models/diffusion.py, common.py, tokenizer.py."""
-    module = target.rpartition(".")[0]
-    todo = [module, *EDIT_CODE_ALWAYS]
-    seen: dict[str, Path] = {}
-    while todo:
-        name = todo.pop()
-        if name in seen:
-            continue
-        path = _module_file(name)
-        if path is None:
-            continue
-        seen[name] = path
-        parts = name.split(".")
-        todo.extend(".".join(parts[:k]) for k in range(1, len(parts)))  # packages run their __init__ on import
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        todo.extend(_imports(tree, name, path.name == "__init__.py"))
-    if _module_file(module) is None:  # an editor outside this checkout: hash its file at least
-        import importlib.util
-
-        try:
-            spec = importlib.util.find_spec(module) if module else None
-        except (ImportError, ValueError):  # the editor could not be built either; nothing to hash
-            spec = None
-        if spec is not None and spec.origin and spec.origin.endswith(".py"):
-            seen[module] = Path(spec.origin)
-    out = []
-    for path in seen.values():
-        rel = str(path.relative_to(PROJECT_ROOT)) if path.is_relative_to(PROJECT_ROOT) else str(path)
-        out.append((rel, hashlib.sha256(_normalised_source(path).encode("utf-8")).hexdigest()))
-    return tuple(sorted(set(out)))
-
-
-# The module that chains a session's turns under protocol=multi_turn: its code makes those edits' inputs
-MULTI_TURN_CODE = "benchmark.stages.turns.run_turns_stage"
+    return {"scheme": KEY_SCHEME, "edit_format": EDIT_FORMAT,
+            "setting": editor_setting(editor_cfg, info, seed, profile, rewrites_instruction, protocol),
+            "code": editor_code_digest(editor_cfg.get("_target_"), protocol)}
 
 
 def editor_signature(editor_cfg: dict[str, Any], info: dict[str, Any], seed: int, profile: str,
                      rewrites_instruction: bool = False, protocol: str = "single_turn") -> str:
-    """Hash of everything that determines an editor's outputs: full config, provenance info, seed, weight profile,
-    the code that makes the edit (`editor_code` of the config's `_target_`), for an editor that rewrites its
-    instructions (`Editor.rewrites_instruction`) that declaration, and under protocol=multi_turn the protocol with
-    the code that chains the turns (both absent otherwise: other signatures unchanged)."""
+    """The key of an editor's edits: a hash of `editor_key` (its setting, the content of the code that makes its
+    pixels, the edit format). Moving a module or changing code no pixel depends on changes no signature."""
     from benchmark.hashing import stable_hash
 
-    target = editor_cfg.get("_target_")
-    code = [list(item) for item in editor_code(target)] if isinstance(target, str) else []
-    keyed = {"config": _same_numbers(portable(editor_cfg)), "info": _same_numbers(portable(info)),
-             "seed": int(seed), "profile": profile, "code": code}
-    if rewrites_instruction:
-        keyed["rewrites_instruction"] = True
-    if protocol != "single_turn":
-        keyed["protocol"] = {"name": protocol, "code": [list(item) for item in editor_code(MULTI_TURN_CODE)]}
-    return stable_hash(keyed)
+    return stable_hash(editor_key(editor_cfg, info, seed, profile, rewrites_instruction, protocol))
+
+
+def setting_of_run(meta: dict[str, Any]) -> str | None:
+    """The editor setting (`editor_setting`) of an earlier run, from its run.json: recorded by scheme 2, computed
+    from the recorded config, info, seed and profile for a run of scheme 1; None when run.json lacks them."""
+    key = meta.get("editor_key")
+    if isinstance(key, dict) and isinstance(key.get("setting"), str):
+        return key["setting"]
+    try:
+        return editor_setting(meta["editor_config"], meta["editor_info"], int(meta["seed"]), str(meta["profile"]),
+                              bool(meta.get("rewrites_instruction", False)),
+                              str(meta.get("protocol") or "single_turn"))
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def _same_numbers(obj: Any) -> Any:

@@ -343,7 +343,7 @@ def _identity(meta: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     ident = {c: meta.get(c, "") if c == "metric_set" else meta[c] for c in ID_COLUMNS}
     prov = {"metric_sig": meta["metric_sig"], "git_sha": meta["git_sha"],
             "versions": json.dumps(meta["versions"], sort_keys=True), "device": meta["device"]}
-    return ident, prov | sample_columns(meta)
+    return ident, prov | sample_columns(meta) | carried_columns(meta)
 
 
 def turn_rows(run: Run, n_resamples: int, seed: int) -> list[dict[str, Any]]:
@@ -400,6 +400,27 @@ def rewrites_instruction(meta: dict[str, Any]) -> bool:
     """Whether the run's editor rewrote each instruction before editing (run.json `rewrites_instruction`; a run.json
     written before the declaration existed: False)."""
     return meta.get(REWRITE_COLUMN) is True
+
+
+CARRIED_COLUMN = "carried_from"
+
+
+def carried_columns(meta: dict[str, Any]) -> dict[str, Any]:
+    """`carried_from` of a run holding edits carried over from an earlier run of its setting after a verified sample
+    (benchmark.stages.carry; run.json `carried_from`): per earlier run, its folder, the edits, the check's verdict
+    and the git sha that checked it, e.g. `identity-2819345737d0: 6 edits, verified 8/8 identical at 38c7b69398a3`;
+    {} for a run that carried nothing."""
+    carried = meta.get("carried_from")
+    if not isinstance(carried, dict) or not carried:
+        return {}
+    parts = []
+    for run, entry in sorted(carried.items()):
+        if not isinstance(entry, dict):
+            continue
+        tol = f" (tolerance {entry.get('tolerance')} level(s))" if entry.get("tolerance") else ""
+        parts.append(f"{str(run).rsplit('/', 1)[-1]}: {entry.get('edits')} edits, verified {entry.get('verified')}"
+                     f"{tol} at {str(entry.get('git_sha'))[:12]}")
+    return {CARRIED_COLUMN: "; ".join(parts)} if parts else {}
 
 
 def sample_columns(meta: dict[str, Any]) -> dict[str, Any]:

@@ -69,6 +69,15 @@ class InputLimits:
 
 
 @dataclass(frozen=True)
+class CarryOptions:
+    """`reuse` and `carry`: adopting an earlier run's edits when only the code changed (docs/results.md#carry-over)."""
+
+    mode: str = "carry"  # carry | strict
+    sample: int = 16  # queries re-edited and compared before adopting
+    tolerance: int = 0  # levels (of 255) a re-edit may differ by and count as the same; 0 = identical
+
+
+@dataclass(frozen=True)
 class AggregateOptions:
     """`aggregate`: the leaderboards' bootstrap."""
 
@@ -105,6 +114,7 @@ class RunPlan:
     aggregate: AggregateOptions
     editor_overrides: tuple[str, ...] = ()  # the `editor.<key>=<value>` overrides on the command line, sorted
     protocol: str = "single_turn"  # `protocol`: single_turn | multi_turn
+    carry: CarryOptions = CarryOptions()
 
     def selected(self, full: Any) -> Any:
         """The queries of `full` this invocation works on (its shard, then the shard's first `limit`); a multi-turn

@@ -86,6 +86,7 @@ class RunFolder:
     path: Path
     editor_sig: str
     rewrites: bool  # the editor rewrites instructions (it enters the signature and marks the rows)
+    editor_key: dict[str, Any]  # the signature's parts (benchmark.config.editor_key): setting, code, edit format
     metric_sets: list[tuple[str, str, dict[str, Any], Any]]  # (label, metric signature, metrics, suite or None)
 
 
@@ -157,15 +158,17 @@ def _build_components(plan: RunPlan) -> tuple[Any, dict[str, Any]]:
 
 def _open_run_folder(run: Invocation, full: Any, editor: Any, metrics: dict[str, Any]) -> RunFolder:
     """The run folder the signatures name, created, with the leftovers of killed writers removed."""
-    from benchmark.config import editor_signature, metric_signature
+    from benchmark.config import editor_key, metric_signature
     from benchmark.editing.base import warn_coarse_strengths
     from benchmark.fileio import remove_stale_tmp
+    from benchmark.hashing import stable_hash
     from benchmark.stages.edit import rewrites_instruction
     from benchmark.stages.score import is_suite
 
     plan = run.plan
     rewrites = rewrites_instruction(editor)  # declared by the editor: enters the signature, marks the rows
-    sig = editor_signature(plan.editor.config, editor.info(), plan.seed, plan.profile, rewrites, plan.protocol)
+    key = editor_key(plan.editor.config, editor.info(), plan.seed, plan.profile, rewrites, plan.protocol)
+    sig = stable_hash(key)  # benchmark.config.editor_signature
     warn_coarse_strengths(editor.info())  # a strength the few tiny steps round away: say so before editing
     metric_sets = _metric_sets(plan.metrics, metrics, plan.metrics_option, metric_signature, is_suite)
     run_dir = plan.results / "runs" / f"{full.name}-{full.short_hash}" / f"{plan.editor.label}-{sig}"
@@ -175,7 +178,7 @@ def _open_run_folder(run: Invocation, full: Any, editor: Any, metrics: dict[str,
     remove_stale_tmp(plan.results, run.started, recursive=False)
     if getattr(editor, "inversion_store", None) is not None:  # and the shared inversions' (a killed inversion pass)
         remove_stale_tmp(editor.inversion_store.root, run.started)
-    return RunFolder(run_dir, sig, rewrites, metric_sets)
+    return RunFolder(run_dir, sig, rewrites, key, metric_sets)
 
 
 def _reuse_nested(run: Invocation, full: Any, qs: Any, folder: RunFolder) -> Any:
@@ -204,8 +207,11 @@ def _write_run_meta(run: Invocation, full: Any, qs: Any, editor: Any, folder: Ru
         "queryset": full.name, "queryset_hash": full.hash, "queryset_size": len(full),
         "sample": full.meta.get("sample"),  # a sampled set (queryset.sample): its draw and the set it came from
         "selection": {"shard": [int(plan.selection.shard_index), int(plan.selection.shard_count)],
-                      "limit": plan.selection.limit, "n_selected": len(qs)},
-        "editor": plan.editor.label, "editor_sig": folder.editor_sig,
+                      "limit": plan.selection.limit, "n_selected": len(qs),
+                      # the edit batches (benchmark.stages.edit.fixed_batches): `editmeter verify` re-edits in them
+                      "batch_size": int(plan.batch_size)},
+        "editor": plan.editor.label, "editor_sig": folder.editor_sig, "editor_key": folder.editor_key,
+        "editor_option": plan.editor.option,  # the editor config file's name (configs/editor/<option>.yaml)
         "prompt_kind": editor.prompt_kind, "profile": plan.profile, "seed": int(plan.seed),
         "rewrites_instruction": folder.rewrites, "protocol": plan.protocol,
         "editor_config": portable(plan.editor.config), "editor_info": portable(editor.info()),
@@ -227,6 +233,9 @@ def _write_run_meta(run: Invocation, full: Any, qs: Any, editor: Any, folder: Ru
         # a sample's edits reused from smaller samples, per source run (each reused edit's record names its source)
         if full.meta.get("sample") and (reused_from := _reuse_summary(run_dir)):
             meta["reused_from"] = reused_from
+        # edits adopted from an earlier run of this setting after a verified sample (benchmark.stages.carry)
+        if carried_from := _carry_summary(run_dir):
+            meta["carried_from"] = carried_from
         atomic_write_text(run_dir / RUN_META, canonical_json(meta) + "\n")
 
 
@@ -252,6 +261,8 @@ def _edit(run: Invocation, qs: Any, editor: Any, folder: RunFolder) -> Any:
     from benchmark.stages.turns import edit_stage
 
     plan = run.plan
+    if plan.protocol == "single_turn" and plan.carry.mode == "carry":
+        _carry(run, qs, editor, folder)
     with run.timer("edit"):  # multi_turn: turn t edited from turn t-1's edit (benchmark.stages.turns)
         st = edit_stage(plan.protocol, editor)(qs, editor, folder.path, seed=plan.seed, batch_size=plan.batch_size,
                                                num_workers=plan.num_workers, retry_failed=plan.retry_failed,
@@ -269,6 +280,60 @@ def _edit(run: Invocation, qs: Any, editor: Any, folder: RunFolder) -> Any:
     if st.failed_total:
         print(f"[editmeter] {st.failure_summary()}")
     return st
+
+
+def _carry(run: Invocation, qs: Any, editor: Any, folder: RunFolder) -> None:
+    """Carry-over (benchmark.stages.carry): an earlier run of this setting whose code differs gives its edits once a
+    re-edited sample is identical; its line, and run.json's `carried_from` and `edit_work` updated."""
+    from benchmark.config import setting_of_run
+    from benchmark.leaderboard import RUN_META
+    from benchmark.provenance import git_sha
+    from benchmark.stages.carry import carry_over
+    from benchmark.stages.edit import run_edit_stage
+
+    plan = run.plan
+
+    def edit(sample: Any) -> Any:
+        return run_edit_stage(sample, editor, folder.path, seed=plan.seed, batch_size=plan.batch_size,
+                              num_workers=plan.num_workers, retry_failed=plan.retry_failed, run_id=run.run_id,
+                              progress=run.progress, fail_fast=plan.fail_fast)
+
+    with run.timer("carry-over"):
+        st = carry_over(qs, folder.path, plan.results, setting=folder.editor_key["setting"],
+                        setting_of_run=setting_of_run, seed=int(plan.seed), batch_size=int(plan.batch_size), sample=int(plan.carry.sample),
+                        tolerance=int(plan.carry.tolerance), run_id=run.run_id, edit=edit, git_sha=git_sha())
+    if line := st.line():
+        print(line)
+    if st.edit_stats is not None and st.edit_stats.work:
+        _record_edit_work(folder.path / RUN_META, run.run_id, st.edit_stats)
+    if st.adopted:
+        _write_carry_meta(folder.path / RUN_META)
+
+
+def _write_carry_meta(path: Path) -> None:
+    """run.json's `carried_from`, after carry-over adopted edits, under the run folder's lock."""
+    from benchmark.fileio import atomic_write_text
+    from benchmark.hashing import canonical_json
+    from benchmark.locking import locked
+
+    with locked(path):
+        try:
+            meta = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+            return  # the next invocation rewrites it
+        if isinstance(meta, dict):
+            meta["carried_from"] = _carry_summary(path.parent)
+            atomic_write_text(path, canonical_json(meta) + "\n")
+
+
+def _carry_summary(run_dir: Path) -> dict[str, Any]:
+    """run.json's `carried_from` (benchmark.stages.carry.carry_summary); {} when the log is unreadable."""
+    from benchmark.stages.carry import carry_summary
+
+    try:
+        return carry_summary(run_dir)
+    except Exception:  # noqa: BLE001 - a corrupt log is the edit stage's error to report
+        return {}
 
 
 def _score(run: Invocation, full: Any, qs: Any, editor: Any, folder: RunFolder) -> dict[str, Any]:

@@ -413,6 +413,20 @@ def test_external_edit_regenerated_with_same_names_and_sizes_is_rescored(tmp_pat
     capsys.readouterr()
 
 
+def insert_statement(path: Path, names: list[str], statement: str) -> None:
+    """Put `statement` first in the body of the first top-level function or class of `names` in the file at
+    `path`."""
+    import ast
+
+    lines = path.read_text().splitlines(keepends=True)
+    wanted = {n.split(".")[0] for n in names}
+    node = next(n for n in ast.parse("".join(lines)).body
+                if isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n.name in wanted)
+    first = node.body[0]
+    lines.insert(first.lineno - 1, " " * first.col_offset + statement + "\n")
+    path.write_text("".join(lines))
+
+
 def _project_copy(tmp_path: Path, monkeypatch) -> Path:
     import benchmark.config as config
 
@@ -423,20 +437,25 @@ def _project_copy(tmp_path: Path, monkeypatch) -> Path:
 
 
 def test_editor_signature_covers_the_code_that_makes_the_edit(tmp_path, monkeypatch):
-    from benchmark.config import editor_code, editor_signature
+    from benchmark import code_identity
+    from benchmark.config import editor_signature
 
     cfg = {"_target_": "editors.ip2p.InstructPix2PixEditor", "steps": 3}
-    files = [f for f, _ in editor_code(cfg["_target_"])]
-    for needed in ("editors/ip2p.py", "benchmark/editing/ip2p.py", "benchmark/editing/base.py",
-                   "benchmark/models/diffusion.py", "benchmark/editor.py", "benchmark/imageio.py"):
-        assert needed in files, files
-    assert "benchmark/metrics/pixel.py" not in files and "benchmark/leaderboard.py" not in files
+    modules = code_identity.code_identity(cfg["_target_"]).modules
+    for needed in ("editors.ip2p", "benchmark.editing.ip2p", "benchmark.editing.base", "benchmark.models.diffusion",
+                   "benchmark.editor", "benchmark.imageio"):
+        assert needed in modules, modules
+    assert "benchmark.metrics.pixel" not in modules and "benchmark.leaderboard" not in modules
     root = _project_copy(tmp_path, monkeypatch)
+    monkeypatch.setattr(code_identity, "PROJECT_ROOT", root)
     sig = editor_signature(cfg, {}, 0, "tiny")
     base = root / "benchmark" / "editing" / "base.py"
-    base.write_text(base.read_text() + "\n# a comment does not change behaviour\n")
-    assert editor_signature(cfg, {}, 0, "tiny") == sig
-    base.write_text(base.read_text() + "\nEXTRA_CONSTANT = 1\n")
+    base.write_text(base.read_text() + "\n# a comment does not change behaviour\nUNUSED_CONSTANT = 1\n")
+    assert editor_signature(cfg, {}, 0, "tiny") == sig  # nothing the edit runs changed
+    reached = sorted(k.split(":")[1] for k in code_identity.code_identity(cfg["_target_"]).digests
+                     if k.startswith("benchmark.editing.ip2p:"))
+    assert reached, "the ip2p editing module enters the key"
+    insert_statement(root / "benchmark" / "editing" / "ip2p.py", reached, "_changed = 1")
     changed = editor_signature(cfg, {}, 0, "tiny")
     assert changed != sig
     identity = {"_target_": "editors.identity.IdentityEditor"}

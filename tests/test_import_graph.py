@@ -137,9 +137,9 @@ def test_graph_sees_lazy_relative_and_submodule_imports(tmp_path):
 # prefix covers its submodules); a module may import its own layer and the layers below, never one above.
 LAYERS = (
     ("entry points", ("benchmark.cli", "benchmark.run", "benchmark.launch", "benchmark.slurm", "benchmark.score_edits",
-                      "benchmark.remove", "benchmark.compare", "benchmark.gpucheck", "benchmark.metaeval",
+                      "benchmark.remove", "benchmark.compare", "benchmark.gpucheck", "benchmark.metaeval", "benchmark.verify",
                       "benchmark.report")),
-    ("plan", ("benchmark.config", "benchmark.plan", "benchmark.preflight", "benchmark.budget",
+    ("plan", ("benchmark.config", "benchmark.code_identity", "benchmark.plan", "benchmark.preflight", "benchmark.budget",
               "benchmark.judge_budget", "benchmark.weights")),
     ("stages", ("benchmark.stages", "benchmark.leaderboard", "benchmark.aggregate_cache", "benchmark.show",
                 "benchmark.show_turns", "benchmark.summaries")),

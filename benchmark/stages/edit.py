@@ -369,7 +369,8 @@ def run_edit_stage(
     retried = frozenset(q.id for q in todo if q.id in records and records[q.id]["status"] == "failed")
     # edits brought in from a smaller nested sample (benchmark.stages.reuse) never ride along as passengers: they
     # ran in another run's batches, and re-editing them would undo the reuse
-    reused = frozenset(qid for qid, rec in records.items() if rec.get("reused_from"))
+    # (edits carried over from an earlier run after a verified sample, benchmark.stages.carry, likewise)
+    reused = frozenset(qid for qid, rec in records.items() if rec.get("reused_from") or rec.get("carried_from"))
     todo_ids = {q.id for q in todo}
     n = len(queryset.queries)
     slots = [list(range(k, min(k + batch_size, n))) for k in range(0, n, batch_size)

@@ -1,0 +1,352 @@
+"""Carry-over: an upgrade whose code changes no pixel re-edits a sample, not the whole run (docs/results.md#carry-over).
+
+An edit's key (`benchmark.config.editor_signature`) is a hash of the editor's setting (config, weights, seed,
+profile) and of the content of the code that makes its pixels. When the code part changes, the run folder is new and
+empty. Before editing, `carry_over` looks for an earlier run in the same query-set folder whose setting is this
+run's (scheme 1 runs included: their setting is computed from their run.json), and then:
+
+1. draws a stratified sample of the queries that run edited (`stratified_sample`: both ends of this selection,
+   every edit type, every source-size class, the first and last turn of sessions, then filled up to `sample`),
+2. edits the sample here, with the new code, in the batch slots an uninterrupted run would use (its batch
+   companions ride along and are compared too): these are this run's own edits, whatever the verdict,
+3. compares each with the earlier run's PNG, pixel by pixel. When every one is identical (or within `tolerance`
+   levels, an option recorded wherever it was used), the earlier run's other edits are adopted: hard-linked here and
+   logged with `carried_from`. When one differs, nothing is adopted and the edit stage edits everything; the console
+   names the query and the difference.
+
+`carry.json` in the run folder keeps the verdict with a content digest (checked on read), so a resumed run neither
+verifies twice nor adopts after a difference. `reuse=strict` turns carry-over off.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from PIL import Image
+
+from benchmark.editor import query_seed
+from benchmark.fileio import append_jsonl, atomic_write_text
+from benchmark.hashing import canonical_json
+from benchmark.imageio import LIMITS, ImageInputError, load_rgb
+from benchmark.stages.edit import EDITS_LOG, edit_path, is_all_black, latest_records, record_json
+from benchmark.stages.reuse import _place, _same_file, _valid_png
+from benchmark.types import EditRecord
+
+CARRY_FILE = "carry.json"
+CARRIED_KEY = "carried_from"  # the edit record's field naming the run an adopted edit came from
+CARRY_FORMAT = "editmeter-carry/1"
+# the longer side of a source, in pixels: the size classes a sample covers (an editor's sizing differs by class)
+SIZE_EDGES = (384, 640, 1024)
+
+
+@dataclass(frozen=True)
+class PixelDiff:
+    """How one re-edit differs from the stored edit: levels of 255 and the share of pixels that differ."""
+
+    query: str
+    identical: bool
+    max_level: int
+    mean_level: float
+    share: float
+    note: str = ""
+
+    def line(self) -> str:
+        if self.note:
+            return f"{self.query}: {self.note}"
+        return (f"{self.query}: max {self.max_level} level(s), mean {self.mean_level:.4f}, "
+                f"{self.share:.2%} of pixels differ")
+
+
+def compare_pngs(query: str, stored: Path, new: Path) -> PixelDiff:
+    """The pixel difference of two edits of one query (decoded RGB, uint8)."""
+    try:
+        with Image.open(stored) as a, Image.open(new) as b:
+            x = np.asarray(a.convert("RGB"), dtype=np.int16)
+            y = np.asarray(b.convert("RGB"), dtype=np.int16)
+    except (OSError, ValueError, Image.DecompressionBombError) as err:
+        return PixelDiff(query, False, 255, float("nan"), 1.0, f"unreadable ({type(err).__name__}: {err})")
+    if x.shape != y.shape:
+        return PixelDiff(query, False, 255, float("nan"), 1.0, f"size {y.shape[1]}x{y.shape[0]}, stored "
+                                                                f"{x.shape[1]}x{x.shape[0]}")
+    d = np.abs(x - y)
+    differs = d.max(axis=-1) > 0
+    return PixelDiff(query, not differs.any(), int(d.max()), float(d.mean()), float(differs.mean()))
+
+
+def size_class(width: int, height: int) -> str:
+    """A source's size class: the bucket of its longer side (`SIZE_EDGES`) and its orientation."""
+    side = max(width, height)
+    bucket = sum(side > e for e in SIZE_EDGES)
+    shape = "square" if width == height else ("landscape" if width > height else "portrait")
+    return f"{bucket}-{shape}"
+
+
+def _spread(query_id: str) -> str:
+    """A deterministic order that spreads a sample over the selection (not the first N)."""
+    return hashlib.sha256(query_id.encode("utf-8")).hexdigest()
+
+
+def stratified_sample(queries: Sequence[Any], candidates: set[str], n: int,
+                      sizes: dict[str, tuple[int, int]]) -> list[str]:
+    """Ids of a sample of `candidates` (in `queries`' order): both ends of the selection, one query of every edit
+    type, of every source-size class and (sets with sessions) a first and a last turn, then more in a fixed spread
+    order up to `n`. The strata come first, so a sample can exceed `n` when they need it."""
+    pool = [q for q in queries if q.id in candidates]
+    if not pool or n <= 0:
+        return []
+    chosen: list[str] = []
+
+    def take(q: Any) -> None:
+        if q.id not in chosen:
+            chosen.append(q.id)
+
+    take(pool[0])
+    take(pool[-1])
+    spread = sorted(pool, key=lambda q: _spread(q.id))
+    strata: dict[str, Any] = {}
+    for q in spread:
+        keys = [f"type:{q.edit_type}"]
+        if q.id in sizes:
+            keys.append(f"size:{size_class(*sizes[q.id])}")
+        if q.session is not None and q.turn is not None:
+            keys.append("turn:first" if q.turn == 1 else "turn:later")
+        for k in keys:
+            strata.setdefault(k, q)
+    last_turns = {}
+    for q in pool:
+        if q.session is not None and q.turn is not None and q.turn >= last_turns.get(q.session, (0, None))[0]:
+            last_turns[q.session] = (q.turn, q)
+    if last_turns:
+        strata.setdefault("turn:last", sorted(last_turns.values(), key=lambda t: _spread(t[1].id))[0][1])
+    for k in sorted(strata):
+        take(strata[k])
+    for q in spread:
+        if len(chosen) >= n:
+            break
+        take(q)
+    order = {q.id: i for i, q in enumerate(queries)}
+    return sorted(chosen, key=order.__getitem__)
+
+
+def slots_of(queries: Sequence[Any], ids: set[str], batch_size: int) -> list[Any]:
+    """The queries of every batch slot (`[k * batch_size, (k + 1) * batch_size)` of the selection, as the edit stage
+    batches) holding one of `ids`, in selection order: edited together, they run in the batches of an uninterrupted
+    run, so a batch-dependent editor's re-edits are comparable."""
+    out = []
+    for start in range(0, len(queries), batch_size):
+        slot = queries[start:start + batch_size]
+        if any(q.id in ids for q in slot):
+            out.extend(slot)
+    return out
+
+
+@dataclass
+class CarryStats:
+    """What carry-over did: the earlier run, the re-edited sample and its verdict, the edits adopted."""
+
+    source: str = ""  # the earlier run folder, relative to the results folder ("" when there is none)
+    source_sig: str = ""
+    sample: list[str] = field(default_factory=list)
+    diffs: list[PixelDiff] = field(default_factory=list)
+    verdict: str = "none"  # none | identical | within_tolerance | different | strict
+    adopted: int = 0
+    tolerance: int = 0
+    resumed: bool = False  # the verdict came from carry.json (an earlier invocation of this run)
+    edit_stats: Any = None  # the sample's EditStats (its edits are this run's own)
+
+    @property
+    def compared(self) -> int:
+        return len(self.diffs)
+
+    @property
+    def identical(self) -> int:
+        return sum(d.identical for d in self.diffs)
+
+    def verified(self) -> str:
+        """"k/k identical" (or "k/n identical, m within t levels")."""
+        within = sum(not d.identical and not d.note and d.max_level <= self.tolerance for d in self.diffs)
+        text = f"{self.identical}/{self.compared} identical"
+        return text + (f", {within} within {self.tolerance} level(s)" if within else "")
+
+    def line(self) -> str:
+        """The console line."""
+        if self.verdict in ("none", "strict"):
+            return ""
+        head = f"[editmeter] carry-over from {self.source}: the code changed, the setting did not; "
+        if self.verdict == "different":
+            worst = sorted((d for d in self.diffs if not d.identical), key=lambda d: (-d.max_level, d.query))
+            shown = "; ".join(d.line() for d in worst[:3]) + (f"; {len(worst) - 3} more" if len(worst) > 3 else "")
+            return (head + f"re-edited a sample of {self.compared}: {len(worst)} differ ({shown}), so every query is "
+                    "edited again (carry.json lists them)")
+        again = " (verified earlier in this run folder)" if self.resumed else ""
+        return (head + f"verified {self.verified()} on a re-edited sample{again}; adopted {self.adopted} edits "
+                "(reuse=strict edits everything)")
+
+
+def _digest(payload: dict[str, Any]) -> str:
+    return hashlib.sha256(canonical_json(payload).encode("utf-8")).hexdigest()
+
+
+def write_verdict(run_dir: Path, payload: dict[str, Any]) -> None:
+    """carry.json: the verdict, with a digest of its content."""
+    body = {"format": CARRY_FORMAT, **payload}
+    atomic_write_text(run_dir / CARRY_FILE, canonical_json({**body, "digest": _digest(body)}) + "\n")
+
+
+def read_verdict(run_dir: Path) -> dict[str, Any] | None:
+    """carry.json's content when it is well formed and its digest matches; None otherwise (absent, edited, torn):
+    the sample is then verified again."""
+    path = run_dir / CARRY_FILE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        return None
+    if not isinstance(data, dict) or data.get("format") != CARRY_FORMAT:
+        return None
+    digest = data.pop("digest", None)
+    return data if digest == _digest(data) else None
+
+
+def find_source(run_dir: Path, setting: str, queryset_hash: str,
+                setting_of_run: Callable[[dict[str, Any]], str | None]) -> tuple[Path, dict[str, Any]] | None:
+    """The earlier run of this setting on this query set (another folder beside `run_dir`) with the most ok edits,
+    or None; `setting_of_run(run.json)` is the setting an earlier run recorded (benchmark.config.setting_of_run).
+    Only run.json is read here; the edits are checked one by one when adopted."""
+    best: tuple[int, str, Path, dict[str, Any]] | None = None
+    for meta_path in sorted(run_dir.parent.glob("*/run.json")):
+        if meta_path.parent.resolve() == run_dir.resolve():
+            continue
+        try:
+            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+            continue  # unreadable: not a source; its own run reports it
+        if not isinstance(meta, dict) or meta.get("queryset_hash") != queryset_hash:
+            continue
+        if setting_of_run(meta) != setting:
+            continue
+        try:
+            ok = sum(r.get("status") == "ok" for r in latest_records(meta_path.parent).values())
+        except Exception:  # noqa: BLE001 - a corrupt log: that run's error to report; here it is no source
+            continue
+        rank = (ok, str(meta.get("updated_at", "")), meta_path.parent, meta)
+        if ok and (best is None or rank[:2] > best[:2]):
+            best = rank
+    return None if best is None else (best[2], best[3])
+
+
+def _usable(queryset: Any, src: Path, records: dict[str, dict], q: Any, seed: int) -> bool:
+    """The earlier run's edit of `q` is ok, of this seed, and its PNG passes the edit stage's output check."""
+    rec = records.get(q.id)
+    png = edit_path(src, q.id)
+    if rec is None or rec.get("status") != "ok" or rec.get("seed") != query_seed(seed, q.id) or not png.is_file():
+        return False
+    try:
+        image = load_rgb(queryset.path(q.image), min_side=LIMITS.min_source_side, max_pixels=LIMITS.max_pixels)
+    except ImageInputError:
+        return False
+    return _valid_png(png, image.size, is_all_black(image))
+
+
+def _source_sizes(queryset: Any, queries: Sequence[Any]) -> dict[str, tuple[int, int]]:
+    """Each query's source size from its header (nothing decoded); unreadable ones are left out."""
+    sizes = {}
+    for q in queries:
+        try:
+            with Image.open(queryset.path(q.image)) as im:
+                sizes[q.id] = im.size
+        except (OSError, ValueError, Image.DecompressionBombError):
+            continue
+    return sizes
+
+
+def carry_over(queryset: Any, run_dir: Path, results: Path, *, setting: str,
+               setting_of_run: Callable[[dict[str, Any]], str | None], seed: int, batch_size: int, sample: int,
+               tolerance: int, run_id: str, edit: Callable[[Any], Any], git_sha: str) -> CarryStats:
+    """Carry an earlier run's edits into `run_dir` when a re-edited sample shows the new code makes the same pixels
+    (module docstring). `edit(sub_queryset)` runs the edit stage on a selection and returns its EditStats."""
+    stats = CarryStats(tolerance=int(tolerance))
+    here = latest_records(run_dir) if (run_dir / EDITS_LOG).is_file() else {}
+    wanted = [q for q in queryset.queries if q.id not in here]
+    if not wanted:  # every query has its record here: nothing to carry
+        return stats
+    verdict = read_verdict(run_dir)
+    found = find_source(run_dir, setting, queryset.hash, setting_of_run)
+    if found is None:
+        return stats
+    src, meta = found
+    stats.source = src.relative_to(results).as_posix()
+    stats.source_sig = str(meta.get("editor_sig", ""))
+    records = latest_records(src)
+    if verdict is not None and verdict.get("source") == stats.source:
+        stats.resumed = True
+        stats.sample = list(verdict.get("sample", []))
+        stats.diffs = [PixelDiff(**d) for d in verdict.get("compared", [])]
+        stats.verdict = str(verdict.get("verdict"))
+        stats.tolerance = int(verdict.get("tolerance", 0))
+    else:
+        ok_ids = {q.id for q in wanted if (r := records.get(q.id)) is not None and r.get("status") == "ok"}
+        stats.sample = stratified_sample(queryset.queries, ok_ids, sample, _source_sizes(queryset, wanted))
+        if not stats.sample:
+            return stats
+        checked = slots_of(queryset.queries, set(stats.sample), batch_size)
+        stats.edit_stats = edit(dataclasses.replace(queryset, queries=tuple(checked)))
+        new = latest_records(run_dir)
+        for q in checked:
+            rec, png = new.get(q.id), edit_path(run_dir, q.id)
+            if rec is None or rec.get("status") != "ok" or not _usable(queryset, src, records, q, seed):
+                continue  # failed here, or nothing to compare with there
+            stats.diffs.append(compare_pngs(q.id, edit_path(src, q.id), png))
+        bad = [d for d in stats.diffs if not d.identical and (d.note or d.max_level > tolerance)]
+        stats.verdict = ("different" if bad or not stats.diffs else
+                         "identical" if stats.identical == stats.compared else "within_tolerance")
+        write_verdict(run_dir, {"source": stats.source, "source_editor_sig": stats.source_sig,
+                                "sample": stats.sample, "tolerance": stats.tolerance, "verdict": stats.verdict,
+                                "compared": [dataclasses.asdict(d) for d in stats.diffs], "run_id": run_id,
+                                "git_sha": git_sha,
+                                "checked_at": datetime.now(timezone.utc).isoformat(timespec="seconds")})
+    if stats.verdict not in ("identical", "within_tolerance"):
+        return stats
+    where = {"run": stats.source, "editor_sig": stats.source_sig, "verified": stats.verified(),
+             "sample": len(stats.sample), "tolerance": stats.tolerance, "git_sha": git_sha, "check": CARRY_FILE}
+    here = latest_records(run_dir) if (run_dir / EDITS_LOG).is_file() else {}
+    adopted = []
+    for q in queryset.queries:
+        if q.id in here or not _usable(queryset, src, records, q, seed):
+            continue
+        png, mine = edit_path(src, q.id), edit_path(run_dir, q.id)
+        if mine.is_file():
+            if not _same_file(png, mine):
+                continue  # this run's own edit without its record: the edit stage recovers it
+        else:
+            _place(png, mine)
+        rec = records[q.id]
+        carried = EditRecord(q.id, "ok", rec["seed"], seconds=rec.get("seconds"), run_id=run_id,
+                             rewritten=rec.get("rewritten") if isinstance(rec.get("rewritten"), str) else None)
+        adopted.append({**record_json(carried), CARRIED_KEY: {**where, "run_id": rec.get("run_id", "")}})
+    append_jsonl(run_dir / EDITS_LOG, adopted)  # after the PNGs: the PNG stays the commit point
+    stats.adopted = len(adopted)
+    return stats
+
+
+def carry_summary(run_dir: Path) -> dict[str, dict[str, Any]]:
+    """run.json's `carried_from`: per earlier run folder, its signature, the check and how many of this run's
+    current edits came from it (read from the edit log, so shards and reruns add up); {} when none."""
+    out: dict[str, dict[str, Any]] = {}
+    if not (run_dir / EDITS_LOG).is_file():
+        return out
+    for rec in latest_records(run_dir).values():
+        where = rec.get(CARRIED_KEY)
+        if rec.get("status") == "ok" and isinstance(where, dict) and isinstance(where.get("run"), str):
+            entry = out.setdefault(where["run"], {k: where.get(k) for k in
+                                                  ("editor_sig", "verified", "sample", "tolerance", "git_sha")}
+                                   | {"edits": 0})
+            entry["edits"] += 1
+    return out
