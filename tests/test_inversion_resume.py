@@ -129,9 +129,12 @@ def _fifo(path: Path) -> None:
 
 PLANTS = {"zeroed tensors under a valid header": _zeroed, "bad header": _bad_header, "truncated": _truncated,
           "directory": _directory, "symlink": _symlink, "fifo": _fifo}
+FAST_PLANTS = ("zeroed tensors under a valid header", "directory")  # the rest: ~6 s each, with --run-slow (the
+# store-level test below covers every non-regular kind fast)
 
 
-@pytest.mark.parametrize("plant", PLANTS)
+@pytest.mark.parametrize("plant", [p if p in FAST_PLANTS else pytest.param(p, marks=pytest.mark.slow)
+                                   for p in PLANTS])
 def test_a_planted_inversion_is_quarantined_and_recomputed_once_with_the_uninterrupted_runs_pngs(
         tmp_path, clean, plant):
     """The uninterrupted run's store, one of its two inversions spoiled: a fresh run over it quarantines that path
@@ -148,6 +151,41 @@ def test_a_planted_inversion_is_quarantined_and_recomputed_once_with_the_uninter
     assert spoiled.is_file() and not spoiled.is_symlink()
     assert list((spoiled.parent / "quarantine").glob("*.reason.txt"))
     assert _snapshot(tmp_path) == snapshot
+
+
+@pytest.mark.parametrize("kind", ["directory", "symlink to a good file", "dangling symlink", "fifo", "socket"])
+def test_whatever_is_not_a_regular_file_at_an_inversion_path_is_quarantined_and_computed_once(tmp_path, kind):
+    """The store's read refuses anything but a regular file (a FIFO is never opened: reading one blocks), moves it
+    to quarantine/ with its reason, and the key is computed once for all the queries that ask for it."""
+    import socket
+
+    store = InversionStore(tmp_path)
+    store.put("a", "k", {"x": torch.ones(2)})
+    path = store.path("a")
+    good = tmp_path / "good.safetensors"
+    os.replace(path, good)
+    if kind == "directory":
+        path.mkdir()
+    elif kind == "symlink to a good file":
+        path.symlink_to(good)
+    elif kind == "dangling symlink":
+        path.symlink_to(tmp_path / "nothing")
+    elif kind == "fifo":
+        os.mkfifo(path)
+    else:
+        sock = socket.socket(socket.AF_UNIX)
+        sock.bind(str(path))
+        sock.close()
+    expected = {"x": ((2,), "float32")}
+    assert store.missing(["a"], "k", expected) == ["a"]
+    calls = []
+    with pytest.warns(UserWarning, match="not a regular file"):
+        out, computed, reused = store.get_or_compute(["a", "a", "a"], "k", expected,
+                                                     lambda idx: calls.append(idx) or [{"x": torch.ones(2)}])
+    assert calls == [[0]] and (computed, reused) == (1, 2) and torch.equal(out[2]["x"], torch.ones(2))
+    assert path.is_file() and not path.is_symlink()
+    reasons = list((path.parent / "quarantine").glob("*.reason.txt"))
+    assert len(reasons) == 1 and "not a regular file" in reasons[0].read_text()
 
 
 def test_the_key_says_inversions_are_made_one_source_at_a_time():
