@@ -8,6 +8,7 @@ has set wins, e.g. `DIFFUSERS_VERBOSITY=warning editmeter run ...` brings diffus
 from __future__ import annotations
 
 import os
+import re
 import sys
 import warnings
 from typing import Any, TextIO
@@ -101,6 +102,18 @@ def _loading_bars_off() -> None:
             continue
     if not hub_off:
         enable_progress_bars()  # transformers' switch also turns the Hub's bars off
+
+
+# What makes one failure's message differ from another's of the same cause: temporary file names (benchmark.fileio's
+# atomic writes: ".<name>.<host>-<pid>.<8 random>.tmp"; tempfile's "tmp<8 random>") and object addresses (0x7f...)
+_TEMP_NAME = re.compile(r"\.[^/\s'\"]+?\.(?:[A-Za-z0-9-]+-[0-9]+\.)?[a-z0-9_]{8}\.tmp\b|\btmp[a-z0-9_]{8}\b")
+_ADDRESS = re.compile(r"\b0x[0-9a-fA-F]{6,}\b")
+
+
+def reason_group(text: str) -> str:
+    """A failure's message as a summary groups it: temporary file names become "<temporary file>" and object
+    addresses "0x…", so one cause hit by many queries is counted once (the full message stays in the log)."""
+    return _ADDRESS.sub("0x…", _TEMP_NAME.sub("<temporary file>", text))
 
 
 def shorten(text: str, limit: int = 200) -> str:

@@ -84,6 +84,41 @@ class Claims:
             held = list(self._held)
         self.release(held)
 
+    def remove_stale(self) -> list[str]:
+        """Remove the claim files no process holds (left by a killed worker: harmless, a stale file claims nothing,
+        but a person looking for a stuck run should not find them). Each is locked without blocking and removed
+        while locked, as a holder removes its own; a file a live worker holds is left alone. Returns their ids."""
+        import fcntl
+
+        removed = []
+        try:
+            names = sorted(p.name for p in self.folder.glob("*.claim"))
+        except OSError:
+            return removed
+        for name in names:
+            qid = name.removesuffix(".claim")
+            with self._lock:
+                if qid in self._held:
+                    continue
+            try:
+                fd = os.open(self.folder / name, os.O_RDWR)
+            except OSError:  # gone meanwhile, or not a file this process may lock
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            try:
+                if os.stat(self.folder / name).st_ino == os.fstat(fd).st_ino:
+                    os.unlink(self.folder / name)
+                    removed.append(qid)
+            except FileNotFoundError:
+                pass
+            finally:
+                os.close(fd)
+        return removed
+
     def _path(self, qid: str) -> Path:
         return self.folder / f"{qid}.claim"
 

@@ -6,13 +6,17 @@ and every sweep of an editing-only setting (P2P's tau, cross_replace_steps, mode
 
 - Key: a hash of everything that determines the inversion (`inversion_key`): the caller passes the image's pixel
   digest, the caption, the weights' provenance, scheduler, steps, guidance, every optimisation setting, dtype, device
-  class and library versions. Nothing outside the key may change the stored tensors.
+  class and library versions. Nothing outside the key may change the stored tensors: inversions are computed one
+  source at a time (benchmark.editing.source_inversions), never beside other sources, and the key says so
+  (`BATCHING`), so inversions an earlier editmeter computed in batches (values that depended on the batch) are
+  never read under the same key.
 - Files: `<root>/<key[:2]>/<key>.safetensors` (never a pickle), written atomically (temp file, fsync, rename); the
   metadata repeats the key and the kind.
 - Content digest: the metadata holds a sha256 of every tensor's name, dtype, shape and bytes (`tensor_digest`), so
   a file whose values were changed after writing (zeroed, rescaled, swapped) is caught although its key, header
   and shapes are right.
-- Reading validates: safetensors' header (no code runs), the key in the metadata, the tensor names, shapes and
+- Reading validates: the path holds a regular file (a directory, FIFO, socket or symlink there is quarantined like
+  a corrupt file; a FIFO is never opened), safetensors' header (no code runs), the key in the metadata, the tensor names, shapes and
   dtypes the caller expects, the content digest, every value finite. A file that fails (a malformed header
   included) is moved to `quarantine/` with its reason and the inversion is computed again; the other sources of
   the batch are untouched.
@@ -30,6 +34,9 @@ from typing import Any
 from benchmark.hashing import stable_hash
 
 FORMAT = "editmeter-inversion/1"  # part of every key: inversions of one setting keep their key across file formats
+# part of every key: how an inversion's batch was composed. Before it, the inversion pass inverted up to batch_size
+# sources together, and a source's values depended on its batch-mates (x_T up to 2e-5, null-text embeddings 1e-3)
+BATCHING = "one-source"
 FILE_FORMAT = "editmeter-inversion-file/2"  # the file's metadata: /2 added the content digest
 INVERSIONS_DIR = "inversions"  # under the results folder: every run there (sweeps, shards, reruns) shares it
 log = logging.getLogger(__name__)
@@ -37,7 +44,7 @@ log = logging.getLogger(__name__)
 
 def inversion_key(kind: str, **parts: Any) -> str:
     """The store key of one inversion: a hash of its kind and of every part that determines it (JSON-able)."""
-    return stable_hash({"format": FORMAT, "kind": kind, **parts}, length=40)
+    return stable_hash({"format": FORMAT, "batching": BATCHING, "kind": kind, **parts}, length=40)
 
 
 class BadInversionFile(ValueError):
@@ -63,15 +70,19 @@ class InversionStore:
 
         `expected`: {tensor name: (shape, dtype name)}; a file with other names, shapes or dtypes is invalid."""
         path = self.path(key)
-        if not path.is_file():
-            return None
         try:
-            return _read(path, key, kind, expected)
-        except BadInversionFile as err:
-            from benchmark.stages.score_cache import quarantine
-
-            quarantine(path, str(err), then="the inversion will be computed again")
+            irregular = not_a_regular_file(path)
+            if irregular is None:
+                return _read(path, key, kind, expected)
+            reason = irregular
+        except FileNotFoundError:
             return None
+        except BadInversionFile as err:
+            reason = str(err)
+        from benchmark.stages.score_cache import quarantine
+
+        quarantine(path, reason, then="the inversion will be computed again")
+        return None
 
     def missing(self, keys: Sequence[str], kind: str, expected: Mapping[str, tuple[tuple[int, ...], str]]
                 ) -> list[str]:
@@ -81,7 +92,7 @@ class InversionStore:
         for key in keys:
             path = self.path(key)
             try:
-                ok = path.is_file() and _header_ok(path, key, kind, expected)
+                ok = not_a_regular_file(path) is None and _header_ok(path, key, kind, expected)
             except (OSError, ValueError):  # _header_ok turns a malformed header into False; this is the read itself
                 ok = False
             if not ok:
@@ -148,6 +159,21 @@ class InversionStore:
         if tensors is not None:
             found[key] = tensors
         return tensors is not None
+
+
+def not_a_regular_file(path: Path) -> str | None:
+    """None when `path` is a regular file (not a symlink to one), else why it is not a usable cache file ('a
+    directory', 'a FIFO', ...). Raises FileNotFoundError when nothing is there."""
+    import os
+    import stat
+
+    mode = os.lstat(path).st_mode
+    if stat.S_ISREG(mode):
+        return None
+    kinds = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
+             (stat.S_ISSOCK, "a socket"), (stat.S_ISBLK, "a block device"), (stat.S_ISCHR, "a character device"))
+    what = next((name for test, name in kinds if test(mode)), f"a file of mode {stat.filemode(mode)}")
+    return f"not a regular file ({what}; a cache file is only ever written as one)"
 
 
 def tensor_digest(tensors: Mapping[str, Any]) -> str:

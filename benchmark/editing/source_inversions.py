@@ -8,6 +8,13 @@ drawn from each query's generator, the inversion of one source would differ from
 shared, so these draw it from a generator seeded from the source instead (`source_seed`: the run's seed, the
 source's pixels as the model sees them, its caption; `seeded_inversion` puts the run's seed in the key). What is
 drawn per query (DiffEdit's mask) still comes from the query's own generator.
+
+Every inversion is computed one source at a time (`_compute_each`: batch 1), whatever batch the inversion pass or
+the edit pass hands over: batched kernels sum in another order, so a source inverted beside another came out up to
+1e-3 away from the same source inverted alone, and a resume that recomputed one missing inversion of a batch gave
+PNGs one level off the uninterrupted run's. Alone, an inversion depends only on its key's parts; the edits stay
+batched (their batches are fixed by the plan: benchmark.stages.edit.fixed_batches). The store's key says so
+(`inversion_store.BATCHING`), so inversions stored batched by an earlier editmeter are never read.
 """
 
 from __future__ import annotations
@@ -107,14 +114,26 @@ class SourceInversions:
         store). `work` counts the inversions computed and, with `count_reuse`, the items served from the store."""
         if self.inversion_store is None:
             self.work["inversions_computed"] += len(items)
-            return self._compute_inversions(items)
+            return self._compute_each(items)
         per_item, computed, reused = self.inversion_store.get_or_compute(
             [self.inversion_key(it) for it in items], self.inversion_kind, self._inversion_tensors(),
-            lambda idx: self._compute_inversions([items[i] for i in idx]))
+            lambda idx: self._compute_each([items[i] for i in idx]))
         self.work["inversions_computed"] += computed
         if count_reuse:
             self.work["inversions_reused"] += reused
         return per_item
+
+    def _compute_each(self, items: Sequence[Item]) -> list[dict[str, Any]]:
+        """`_compute_inversions` on one source at a time (batch 1), so an inversion never depends on the sources it
+        was handed with: a resume, a shard or an OOM-halved batch recomputes it bit for bit (module docstring)."""
+        out: list[dict[str, Any]] = []
+        for it in items:
+            one = self._compute_inversions([it])
+            if len(one) != 1:
+                raise ValueError(f"{type(self).__name__}._compute_inversions returned {len(one)} inversions for 1 "
+                                 "source")
+            out += one
+        return out
 
     def _inversion_settings(self) -> dict[str, Any]:
         raise NotImplementedError

@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 import numpy as np
 from PIL import Image
 
-from benchmark.console import shorten
+from benchmark.console import reason_group, shorten
 from benchmark.editor import Editor, query_seed
 from benchmark.fileio import append_jsonl, read_jsonl_tolerant
 from benchmark.imageio import LIMITS, ImageInputError, load_rgb, save_png
@@ -351,6 +351,7 @@ def run_edit_stage(
             continue
         todo.append(q)
     claims = Claims(claims_dir(run_dir, "edit"))
+    claims.remove_stale()  # a killed worker's files: they claim nothing, and a person would think the run stuck
     tail = _LogTail(log_path, offset)
 
     def recovered_record(q: Query) -> EditRecord:
@@ -630,7 +631,8 @@ def _failures(queryset: QuerySet, run_dir: Path) -> tuple[int, tuple[tuple[str, 
     for q in queryset.queries:
         rec = records.get(q.id)
         if rec is not None and rec["status"] == "failed" and not edit_path(run_dir, q.id).is_file():
-            reasons[shorten(rec.get("reason") or rec.get("error_type") or "unknown")] += 1
+            # grouped by cause: temporary names and addresses out (the full message is in failures.log)
+            reasons[shorten(reason_group(rec.get("reason") or rec.get("error_type") or "unknown"))] += 1
     return sum(reasons.values()), tuple(reasons.most_common())
 
 

@@ -42,6 +42,9 @@ def run_inversion_pass(queryset: QuerySet, editor: Editor, queries: Sequence[Que
 
     if not shares_inversions(editor):
         return 0
+    claims = getattr(editor.inversion_store, "claims", None)
+    if claims is not None:  # a killed worker's claim files: they claim nothing, and a person would think it stuck
+        claims.remove_stale()
     sources = [q for q in distinct_sources(queries) if q.source_caption]
     bar = tqdm(total=len(sources), desc=f"invert sources {type(editor).__name__}", unit="src", disable=not progress,
                leave=False)

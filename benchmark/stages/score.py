@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmark.console import shorten
+from benchmark.console import reason_group, shorten
 from benchmark.fileio import atomic_path, atomic_write_text
 from benchmark.hashing import canonical_json
 from benchmark.imageio import ImageInputError, load_mask, load_rgb, to_float_tensor
@@ -288,6 +288,7 @@ def _claimed(run_dir: Path, metric_sig: str, items: list[Item], hashes: dict[str
     from benchmark.stages.edit import claims_dir
 
     claims = Claims(claims_dir(run_dir, f"score-{metric_sig}"))
+    claims.remove_stale()  # a killed worker's files: they claim nothing, and a person would think the run stuck
     size = max(1, PART_ROWS)
     pending = [items[k:k + size] for k in range(0, len(items), size)]
     fresh: dict[str, tuple[str, str, str]] = {}  # rows of the parts written since `_begin` read them
@@ -350,7 +351,8 @@ def _score_stats(queryset: QuerySet, run_dir: Path, metric_sig: str, *, computed
             continue
         no_edit = not isinstance(sha, str) or not sha
         edit_failed += no_edit
-        reasons[shorten((EDIT_FAILED if no_edit else "") + (reason if isinstance(reason, str) and reason else "unknown"))] += 1
+        text = (EDIT_FAILED if no_edit else "") + (reason if isinstance(reason, str) and reason else "unknown")
+        reasons[shorten(reason_group(text))] += 1  # grouped by cause: temporary names and addresses out
     total = len(ids) - int((rows["status"] == "excluded").sum())
     return ScoreStats(total, computed, reused, time.perf_counter() - start, model_seconds, failed=failed,
                       failed_total=sum(reasons.values()), edit_failed=edit_failed, reasons=tuple(reasons.most_common()),

@@ -256,7 +256,7 @@ def quarantine(path: Path, reason: str, then: str = "its rows will be recomputed
     try:
         qdir.mkdir(exist_ok=True)
         n = 1
-        while dest.exists():
+        while os.path.lexists(dest):  # a dangling symlink quarantined before counts too
             dest, n = qdir / f"{path.name}.{n}", n + 1
         os.replace(path, dest)
         (qdir / f"{dest.name}.reason.txt").write_text(reason + "\n", encoding="utf-8")
