@@ -136,7 +136,8 @@ def download_file(url: str, dest: Path, *, size: int | None = None, sha256: str 
         part.unlink(missing_ok=True)
         raise DownloadError(
             f"{url}: downloaded file does not verify ({problem}); it was deleted and not used. Run the same command "
-            "again; if it fails again the source changed or a proxy alters it: check the URL and the manifest"
+            "again; if it fails again the source changed or a proxy alters it: check the URL, and if the file is the "
+            "right one, the manifest's expected size or sha256 (a wrong value there is fixed in the manifest)"
         )
     os.replace(part, dest)
     return dest
@@ -273,14 +274,15 @@ def fetch_huggingface(spec: dict[str, Any], dest_dir: Path) -> list[Path]:
 def fetch_manifest(manifest: Manifest, dest_dir: Path, *, only: Sequence[str] = (), progress: bool = True) -> list[Path]:
     """Download (and extract where marked) every file of `manifest` into `dest_dir`; returns the local paths."""
     out = fetch_huggingface(manifest.huggingface, dest_dir) if manifest.huggingface else []
+    absent: list[Path] = []  # files placed by hand that are not there yet: said once the others are fetched
     for f in manifest.files:
         if only and f.name not in only:
             continue
         if f.url is None:
             path = dest_dir / f.name
             if not path.exists():
-                raise DownloadError(f"{manifest.name}: {f.name} has no public download link; {manifest.manual} "
-                                    f"Put it at {path} and run the same command again.")
+                absent.append(path)
+                continue
             if f.extract:
                 extract(path, dest_dir)
             out.append(path)
@@ -292,4 +294,10 @@ def fetch_manifest(manifest: Manifest, dest_dir: Path, *, only: Sequence[str] = 
         if f.extract:
             extract(path, dest_dir)
         out.append(path)
+    if absent:
+        arrived = (f"Arrived: {', '.join(str(p) for p in out)}. " if out else "")
+        raise DownloadError(f"{manifest.name}: {arrived}Not there: {', '.join(str(p) for p in absent)}, which has no "
+                            f"public download link; {manifest.manual} Put it at {absent[0] if len(absent) == 1 else 'those paths'} "
+                            "and run the same command again" + (" (what arrived is kept and not fetched again)"
+                                                                  if out else "") + ".")
     return out

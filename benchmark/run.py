@@ -206,6 +206,9 @@ def _write_run_meta(run: Invocation, full: Any, qs: Any, editor: Any, folder: Ru
     meta = {
         "queryset": full.name, "queryset_hash": full.hash, "queryset_size": len(full),
         "sample": full.meta.get("sample"),  # a sampled set (queryset.sample): its draw and the set it came from
+        # the config that loaded the set (a sample, a language split, a build under another root): what the report
+        # loads to show the set's sources and ground truth
+        "queryset_config": portable(plan.queryset),
         "selection": {"shard": [int(plan.selection.shard_index), int(plan.selection.shard_count)],
                       "limit": plan.selection.limit, "n_selected": len(qs),
                       # the edit batches (benchmark.stages.edit.fixed_batches): `editmeter verify` re-edits in them

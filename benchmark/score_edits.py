@@ -151,7 +151,15 @@ def _layout(edits: Path, full, protocol: str | None) -> tuple[str, list[str]]:
     or `both` asked of a flat folder."""
     from benchmark.session_edits import has_session_folders, map_session_folder
 
-    if not (any(q.session is not None for q in full.queries) and has_session_folders(edits)):
+    sessions = any(q.session is not None for q in full.queries)
+    if not sessions and has_session_folders(edits) and (example := looks_multi_turn(edits)):
+        raise ValueError(
+            f"{edits} looks like MagicBrush's multi-turn layout (e.g. {example}: <id>/<id>_1.png, <id>_iter_<t>.png, "
+            f"<id>_inde_<t>.png), but query set {full.name} at {full.root} has no sessions: it was built with the "
+            "first turn only (the default --turns first). Build the set with every turn, e.g. python "
+            "scripts/build_magicbrush.py --dataset <split folder> --split <split> --out datasets/magicbrush_turns "
+            "--turns all, then score against it with queryset.root=datasets/magicbrush_turns")
+    if not (sessions and has_session_folders(edits)):
         if protocol == "both":
             raise ValueError(f"--protocol both: {edits} is a flat folder (one edit per query id), which holds one "
                              "protocol's edits; give --protocol single_turn or multi_turn")
@@ -165,6 +173,20 @@ def _layout(edits: Path, full, protocol: str | None) -> tuple[str, list[str]]:
         print(f"[editmeter] {edits}: MagicBrush's multi-turn layout; scoring "
               f"{'both protocols (it holds <id>_iter_<t> files)' if iterated else 'single_turn (no <id>_iter_<t> file)'}")
     return "magicbrush", ["single_turn", "multi_turn"] if protocol == "both" else [protocol]
+
+
+def looks_multi_turn(edits: Path) -> str:
+    """A file of `edits` named as MagicBrush's multi-turn script names its outputs (`<id>/<id>_1.png`,
+    `<id>/<id>_iter_<t>.png`, `<id>/<id>_inde_<t>.png`), as a relative path; '' when there is none."""
+    from benchmark.session_edits import _TURN, IMAGE_EXTENSIONS
+
+    for entry in sorted(p for p in edits.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        for path in sorted(entry.iterdir()):
+            stem, prefix = path.name[: -len(path.suffix)] if path.suffix else path.name, f"{entry.name}_"
+            if (path.suffix.lower() in IMAGE_EXTENSIONS and stem.startswith(prefix)
+                    and _TURN.fullmatch(stem[len(prefix):])):
+                return f"{entry.name}/{path.name}"
+    return ""
 
 
 if __name__ == "__main__":

@@ -29,6 +29,18 @@ from benchmark.editing.flow_edit import FluxInversionEditor
 from benchmark.editing.source_inversions import dtype_name, scheduler_settings
 
 
+def eta_schedule(eta: float, window: range, steps: int, decay_eta: bool, eta_decay_power: float) -> list[float]:
+    """The reverse controller's strength at each of the `steps` sampling steps, as the pipeline's `__call__`: eta
+    inside the window, 0 outside; with `decay_eta`, times (1 - i / steps) ** eta_decay_power at step i."""
+    out = []
+    for i in range(steps):
+        eta_t = eta if i in window else 0.0
+        if decay_eta:
+            eta_t = eta_t * (1 - i / steps) ** eta_decay_power
+        out.append(eta_t)
+    return out
+
+
 def controller_window(steps: int, start_timestep: float, stop_timestep: float) -> range:
     """The sampling steps the controller guides: int(start * n) <= i < min(int(stop * n), n), as the pipeline."""
     if not 0 <= start_timestep <= stop_timestep:
@@ -40,14 +52,18 @@ class RFInversionEditor(FluxInversionEditor):
     """Args (besides FluxInversionEditor's): guidance (distilled guidance of the edit: the pipeline's 3.5),
     inversion_guidance (of the inversion: its `source_guidance_scale` 0), inversion_prompt ('empty': the pipeline's
     default source prompt "" | 'source_caption'), gamma (forward controller, 0.5), eta (reverse controller, 0.9),
-    start_timestep, stop_timestep (fractions of the steps the reverse controller guides: 0 and 7/28)."""
+    start_timestep, stop_timestep (fractions of the steps the reverse controller guides: 0 and 7/28), decay_eta,
+    eta_decay_power (the pipeline's decay of eta over the steps: off, power 1), inversion_max_sequence_length (T5
+    tokens of the inversion prompt: the pipeline's `invert` encodes it at encode_prompt's default 512, whatever
+    max_sequence_length the edit uses)."""
 
     name: ClassVar[str] = "rf_inversion"
     inversion_kind: ClassVar[str] = "rf-inversion"
     seeded_inversion: ClassVar[bool] = True  # the VAE posterior sample and y1 are drawn per source
 
     def __init__(self, *, guidance: float, inversion_guidance: float, inversion_prompt: str, gamma: float,
-                 eta: float, start_timestep: float, stop_timestep: float, **common: Any) -> None:
+                 eta: float, start_timestep: float, stop_timestep: float, decay_eta: bool = False,
+                 eta_decay_power: float = 1.0, inversion_max_sequence_length: int = 512, **common: Any) -> None:
         if inversion_prompt not in ("empty", "source_caption"):
             raise ValueError(f"editor 'rf_inversion': inversion_prompt must be empty (the pipeline's default \"\") or "
                              f"source_caption, got {inversion_prompt!r}")
@@ -56,6 +72,10 @@ class RFInversionEditor(FluxInversionEditor):
         self.inversion_prompt, self.gamma, self.eta = inversion_prompt, float(gamma), float(eta)
         self.start_timestep, self.stop_timestep = float(start_timestep), float(stop_timestep)
         self.window = controller_window(self.steps, self.start_timestep, self.stop_timestep)
+        if not isinstance(decay_eta, bool):
+            raise ValueError(f"editor 'rf_inversion': decay_eta must be true or false, got {decay_eta!r}")
+        self.decay_eta, self.eta_decay_power = decay_eta, float(eta_decay_power)
+        self.inversion_max_sequence_length = int(inversion_max_sequence_length)
 
     def prepare(self, image: Image.Image) -> Image.Image:
         """The source at `resolution` x `resolution`, resized with Lanczos as diffusers' VaeImageProcessor does."""
@@ -93,7 +113,7 @@ class RFInversionEditor(FluxInversionEditor):
             y0 = self._encode_images(items, generators=gens)  # the posterior sample, drawn first as the pipeline
             y1 = torch.cat([torch.randn(y0.shape[1:], generator=g)[None] for g in gens]).to(y0.device, y0.dtype)
             prompts = ["" if self.inversion_prompt == "empty" else it.query.source_caption for it in items]
-            text = self._encode_text(prompts)
+            text = self._encode_text(prompts, max_sequence_length=self.inversion_max_sequence_length)
             _, sigmas = self._schedule()
             x, count = y0, len(sigmas)
             for i in range(count - 1):
@@ -114,12 +134,13 @@ class RFInversionEditor(FluxInversionEditor):
         with torch.inference_mode():
             text = self._encode_text([it.query.target_caption for it in items])
             timesteps, sigmas = self._schedule()
+            etas = eta_schedule(self.eta, self.window, len(timesteps), self.decay_eta, self.eta_decay_power)
             for i, step_t in enumerate(timesteps):
                 t_i = 1 - step_t / 1000
                 timestep = step_t.expand(x.shape[0]).to(x.dtype)
                 v = -self._model(x, timestep / 1000, self.guidance, text)
-                if i in self.window:
-                    v = v + self.eta * ((y0 - x) / (1 - t_i) - v)
+                if i in self.window:  # outside it eta_t is 0: v itself, as v + 0 (v_cond - v) is
+                    v = v + etas[i] * ((y0 - x) / (1 - t_i) - v)
                 x = x + v * (sigmas[i] - sigmas[i + 1])
             return self._decode(x)
 
@@ -127,7 +148,8 @@ class RFInversionEditor(FluxInversionEditor):
         """Every setting of the inversion (never `guidance`, `eta` or the controller window of the edit)."""
         return {"steps": self.steps, "schedule": scheduler_settings(self.pipe.scheduler.config),
                 "inversion_guidance": self.inversion_guidance, "inversion_prompt": self.inversion_prompt,
-                "gamma": self.gamma, "max_sequence_length": self.max_sequence_length, "resolution": self.resolution,
+                "gamma": self.gamma, "max_sequence_length": self.inversion_max_sequence_length,
+                "resolution": self.resolution,
                 "vae_fp32": self.vae_fp32, "resize": "lanczos"}
 
     def _inversion_tensors(self) -> dict[str, tuple[tuple[int, ...], str]]:
@@ -139,7 +161,8 @@ class RFInversionEditor(FluxInversionEditor):
         return {"steps": self.steps, "guidance": self.guidance, "inversion_guidance": self.inversion_guidance,
                 "inversion_prompt": self.inversion_prompt, "gamma": self.gamma, "eta": self.eta,
                 "start_timestep": self.start_timestep, "stop_timestep": self.stop_timestep,
-                "controlled_steps": [self.window.start, self.window.stop],
-                "max_sequence_length": self.max_sequence_length, "reuse_inversions": self.reuse_inversions,
+                "controlled_steps": [self.window.start, self.window.stop], "decay_eta": self.decay_eta,
+                "eta_decay_power": self.eta_decay_power, "max_sequence_length": self.max_sequence_length,
+                "inversion_max_sequence_length": self.inversion_max_sequence_length, "reuse_inversions": self.reuse_inversions,
                 "vae_fp32": self.vae_fp32, "schedule": "diffusers FlowMatchEulerDiscreteScheduler, sigmas "
                 "linspace(1, 1/n, n) shifted by mu", "resize": "lanczos"}

@@ -143,6 +143,29 @@ def test_manifest_fetch_and_extract(server, tmp_path):
         load_manifest("nope", manifest_dir=mdir)
 
 
+def test_a_manifest_whose_hand_placed_part_is_absent_says_what_arrived_and_what_next(server, tmp_path):
+    """KRIS-Bench's shape: a prompt file fetched by URL and a release folder placed by hand. Listed after it or
+    before it, the file is fetched, and the error names it as arrived, the folder as not there, and the next step."""
+    _, base = server
+    _Handler.files["/prompts.txt"] = b"prompt = 'x'\n"
+    mdir = tmp_path / "manifests"
+    mdir.mkdir()
+    for order in (1, -1):
+        files = [{"name": "prompts.txt", "url": f"{base}/prompts.txt", "sha256": sha(b"prompt = 'x'\n")},
+                 {"name": "RELEASE", "url": None}][::order]
+        (mdir / "toy.json").write_text(json.dumps({"name": "toy", "description": "d", "license": "l",
+                                                   "manual": "Download the release by hand.", "files": files}))
+        dest = tmp_path / f"dl{order}"
+        with pytest.raises(DownloadError) as err:
+            fetch_manifest(load_manifest("toy", manifest_dir=mdir), dest, progress=False)
+        msg = str(err.value)
+        assert f"Arrived: {dest / 'prompts.txt'}" in msg and f"Not there: {dest / 'RELEASE'}" in msg
+        assert "Download the release by hand." in msg and "run the same command again" in msg
+        assert (dest / "prompts.txt").is_file()  # kept
+        (dest / "RELEASE").mkdir()
+        assert fetch_manifest(load_manifest("toy", manifest_dir=mdir), dest, progress=False)
+
+
 def test_zip_slip_is_refused(tmp_path):
     zpath = tmp_path / "evil.zip"
     with zipfile.ZipFile(zpath, "w") as zf:

@@ -138,7 +138,8 @@ def test_bad_settings_are_refused_by_name(name, kwargs, match):
 @pytest.mark.parametrize("name", ["fireflow", "rf_inversion"])
 @pytest.mark.parametrize("dtype", ["bf16"])
 def test_batch_of_four_equals_one_by_one(single_thread_torch, demo, dtype, name):
-    ff = _editor(name, f"editor.dtype={dtype}")
+    ff = _editor(name, f"editor.dtype={dtype}",
+                 *(["editor.inversion_max_sequence_length=16"] if name == "rf_inversion" else []))
     qs, ims = demo
     together = ff.edit(qs, ims, seeds=[1, 2, 3, 4])
     alone = [ff.edit([q], [im], seeds=[s])[0] for q, im, s in zip(qs, ims, [1, 2, 3, 4], strict=True)]
@@ -241,6 +242,22 @@ def test_rf_inversion_settings_are_the_pipelines_and_readmes():
     e = cfg.editor
     assert (e.steps, e.guidance, e.inversion_guidance, e.inversion_prompt, e.gamma, e.eta, e.start_timestep,
             e.stop_timestep, e.resolution, e.vae_fp32) == (28, 3.5, 0.0, "empty", 0.5, 0.9, 0.0, 0.25, 1024, False)
+    # the community pipeline's __call__ defaults (decay_eta=False, eta_decay_power=1.0, since diffusers cef0e36), and
+    # its invert(), which encodes the source prompt at encode_prompt's default 512 T5 tokens
+    assert (e.decay_eta, e.eta_decay_power, e.inversion_max_sequence_length) == (False, 1.0, 512)
+    tiny, _ = compose(["editor=rf_inversion", "profile=tiny"])
+    assert (tiny.editor.max_sequence_length, tiny.editor.inversion_max_sequence_length) == (128, 512)
+
+
+def test_rf_inversion_eta_schedule_by_hand():
+    """The pipeline's eta_t: eta inside the window, 0 outside; with decay_eta, eta (1 - i / n) ** power."""
+    from editors.rf_inversion import eta_schedule
+
+    assert eta_schedule(0.9, range(0, 2), 4, False, 1.0) == [0.9, 0.9, 0.0, 0.0]
+    assert eta_schedule(0.9, range(0, 3), 4, True, 1.0) == pytest.approx([0.9, 0.9 * 3 / 4, 0.9 * 2 / 4, 0.0])
+    assert eta_schedule(0.8, range(1, 4), 4, True, 2.0) == pytest.approx([0.0, 0.8 * 9 / 16, 0.8 * 4 / 16,
+                                                                          0.8 / 16])
+    assert eta_schedule(0.9, range(0, 7), 28, True, 0.0) == eta_schedule(0.9, range(0, 7), 28, False, 1.0)
 
 
 def test_rf_inversion_controller_window_by_hand():
@@ -256,7 +273,8 @@ def test_rf_inversion_controller_window_by_hand():
 
 @pytest.fixture(scope="module")
 def rfi(single_thread_torch):
-    return _editor("rf_inversion", "editor.steps=4", "editor.stop_timestep=0.5")
+    return _editor("rf_inversion", "editor.steps=4", "editor.stop_timestep=0.5",
+                   "editor.inversion_max_sequence_length=24")  # its own key (default 512), small to stay fast
 
 
 def test_rf_inversion_times_guidance_and_prompts(rfi, demo):
@@ -268,10 +286,11 @@ def test_rf_inversion_times_guidance_and_prompts(rfi, demo):
 
     def clock(module, args, kwargs):
         seen.append((float(kwargs["timestep"][0]), float(kwargs["guidance"][0])))
+        tokens.append(kwargs["encoder_hidden_states"].shape[1])
 
-    prompts = []
+    prompts, tokens = [], []
     original = rfi._encode_text
-    rfi._encode_text = lambda p: (prompts.append(list(p)), original(p))[1]
+    rfi._encode_text = lambda p, **kw: (prompts.append(list(p)), original(p, **kw))[1]
     handle = rfi.pipe.transformer.register_forward_pre_hook(clock, with_kwargs=True)
     try:
         rfi.edit(qs[:1], ims[:1], seeds=[0])
@@ -280,6 +299,9 @@ def test_rf_inversion_times_guidance_and_prompts(rfi, demo):
         del rfi._encode_text
     n = 4
     assert prompts == [[""], [qs[0].target_caption]]
+    # the inversion's prompt at inversion_max_sequence_length (the pipeline's invert: 512), the edit's at
+    # max_sequence_length
+    assert tokens == [24] * n + [16] * n
     assert [g for _, g in seen] == [0.0] * n + [3.5] * n
     assert [t for t, _ in seen[:n]] == pytest.approx([i / (n + 1) for i in range(n)])
     timesteps, sigmas = rfi._schedule()
@@ -303,6 +325,25 @@ def test_rf_inversion_eta_acts_only_inside_the_window(rfi, demo):
         assert not np.array_equal(edit(0.9, range(0, 2)), edit(0.1, range(0, 2)))
     finally:
         rfi.eta, rfi.window = saved
+
+
+def test_rf_inversion_decay_eta_scales_the_controller_after_the_first_step(rfi, demo):
+    """decay_eta leaves step 0 as it is ((1 - 0 / n) ** power = 1) and weakens the later controlled steps; power 0
+    is no decay at all."""
+    qs, ims = demo
+    saved = (rfi.window, rfi.decay_eta, rfi.eta_decay_power)
+
+    def edit(window, decay, power=1.0):
+        rfi.window, rfi.decay_eta, rfi.eta_decay_power = window, decay, power
+        return np.asarray(rfi.edit(qs[:1], ims[:1], seeds=[0])[0])
+
+    try:
+        assert np.array_equal(edit(range(0, 1), True), edit(range(0, 1), False))
+        plain = edit(range(0, 2), False)
+        assert not np.array_equal(edit(range(0, 2), True), plain)
+        assert np.array_equal(edit(range(0, 2), True, 0.0), plain)
+    finally:
+        rfi.window, rfi.decay_eta, rfi.eta_decay_power = saved
 
 
 def test_rf_inversion_draws_from_the_source_not_the_query(rfi, demo):

@@ -55,11 +55,12 @@ def judge(sc: dict, pq: dict, version: str) -> dict:
             "pq": {c: FAIL if v is None else s(v) for c, v in pq.items()}}
 
 
-def score_all(root: Path, prompts: Path, sha: str, results: Path, backbone: dict) -> None:
+def score_all(root: Path, prompts: Path, sha: str, results: Path, backbone: dict, *extra: str,
+              editors: tuple[str, ...] = tuple(EDITORS)) -> None:
     from benchmark.run import compose, run_pipeline
 
-    for editor in EDITORS.values():
-        cfg, choices = compose([*editor, "queryset=gedit", f"queryset.root={root}", "queryset.language=en",
+    for editor in (EDITORS[e] for e in editors):
+        cfg, choices = compose([*editor, *extra, "queryset=gedit", f"queryset.root={root}", "queryset.language=en",
                                 "metrics=gedit", "profile=tiny", f"paths.results={results}", "progress=false",
                                 "aggregate.bootstrap_resamples=20", "max_failed_fraction=1.0",
                                 f"metrics.gedit.prompts_file={prompts}", f"metrics.gedit.prompts_sha256={sha}",
@@ -93,7 +94,8 @@ def folders(tmp_path_factory):
         meta = json.loads((run / "run.json").read_text())
         sigs |= {entry["suite"]["components"]["judge"].split("-")[2].split("@")[0]: sig
                  for sig, entry in meta["scored"].items()}
-    return SimpleNamespace(two=tmp / "two", three=tmp / "three", sig=sigs)
+    return SimpleNamespace(two=tmp / "two", three=tmp / "three", sig=sigs, root=tmp / "gedit", prompts=prompts,
+                           sha=sha)
 
 
 def drift(capsys, *argv: str) -> tuple[int, str, str]:
@@ -432,3 +434,50 @@ def test_kris_drift_pairs_its_knowledge_dimension_only_where_it_is_defined(tmp_p
     assert (kp["n_paired"], kp["n_undefined"], kp["shift"], kp["exact"]) == (2, 5, 1.0, 0.5)
     figures = tables(out)["ranks"].set_index("dimension")
     assert (figures.loc["KRIS_natural_KP", "mean_a"], figures.loc["KRIS_natural_KP", "mean_b"]) == (50.0, 100.0)
+
+
+def test_float_noise_is_a_tie_in_the_ranks_kendalls_tau_and_the_order_table():
+    """Two editors whose figures differ by float noise (4.666666666666666 vs 4.666666666666667) are tied everywhere:
+    one rank, tau-b counting the pair as tied (7 / sqrt(9 x 10) = 0.738, not (8 - 2) / 10 = 0.600) and `tied under
+    A` in the order table; the same as for exactly equal figures."""
+    import numpy as np
+
+    from benchmark.metaeval.drift_stats import order_table
+
+    runs = ["e1", "e2", "e3", "e4", "e5"]
+    b = np.array([2.0, 1.0, 3.0, 5.0, 4.0])
+    noisy = order_table("d", runs, np.array([1.0, 2.0, 3.0, 4.666666666666666, 4.666666666666667]), b, True)
+    exact = order_table("d", runs, np.array([1.0, 2.0, 3.0, 4.666666666666667, 4.666666666666667]), b, True)
+    for t in (noisy, exact):
+        assert [(r["rank_a"], r["rank_b"]) for r in t["ranks"]] == [(5, 4), (4, 5), (3, 3), (1, 1), (1, 2)]
+        assert t["kendall_tau"] == pytest.approx(7 / math.sqrt(90), abs=1e-12)
+        assert [(c["run_x"], c["run_y"], c["change"]) for c in t["changes"]] == [
+            ("e1", "e2", "reversed"), ("e4", "e5", "tied under A")]
+    # lower is better: the mirror image (every figure negated) ranks the same
+    mirror = order_table("d", runs, -np.array([1.0, 2.0, 3.0, 4.666666666666666, 4.666666666666667]), -b, False)
+    assert [(r["rank_a"], r["rank_b"]) for r in mirror["ranks"]] == [(5, 4), (4, 5), (3, 3), (1, 1), (1, 2)]
+    assert mirror["kendall_tau"] == noisy["kendall_tau"]
+    # a difference the tolerance does not cover stays an order
+    apart = order_table("d", runs, np.array([1.0, 2.0, 3.0, 4.6666, 4.6667]), b, True)
+    assert apart["kendall_tau"] == pytest.approx(0.6) and [r["rank_a"] for r in apart["ranks"]] == [5, 4, 3, 2, 1]
+
+
+def test_a_run_that_scored_nothing_is_no_judge_and_the_csvs_keep_full_precision(folders, capsys, tmp_path,
+                                                                                 restore_logging):
+    """An edit-only run (stages=[edit]) under a third judge's config records its signature in run.json without
+    scoring: drift still finds two judges and picks A and B by default. The CSVs read back the exact means."""
+    import numpy as np
+
+    results = Path(shutil.copytree(folders.two, tmp_path / "results"))
+    score_all(folders.root, folders.prompts, folders.sha, results, judge(SC_A, PQ_A, "A3"), "stages=[edit]",
+              editors=("identity",))
+    meta = json.loads(next(results.glob("runs/gedit-en-*/identity-*/run.json")).read_text())
+    assert len(meta["scored"]) == 3  # the third signature is recorded, its score stage never ran
+    rc, out, err = drift(capsys, f"paths.results={results}", "--resamples", "20")
+    assert rc == 0, err
+    assert "A is the one scored first" in out and "3 judges" not in out + err
+    ranks = pd.read_csv(Path(next(line for line in out.splitlines() if line.startswith("[metaeval] wrote "))
+                             .split()[2].replace(".csv", "-ranks.csv")))
+    o_a = {e: np.mean([v[2] for v in paired_values(SC_A, PQ_A, e)]) for e in EDITS}
+    got = ranks[(ranks["dimension"] == "G_O") & (ranks["run"] == "identity")].iloc[0]
+    assert got["mean_a"] == pytest.approx(o_a["identity"], rel=1e-12)  # 6 significant digits were 1e-6 off

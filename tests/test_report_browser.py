@@ -200,3 +200,42 @@ def test_each_metric_set_is_one_headline_line_under_an_image_with_the_detail_on_
     line.click()
     assert hidden.is_displayed() and len(hidden.find_elements("tag name", "span")) > 1
     assert _errors(browser) == []
+
+
+@pytest.fixture(scope="module")
+def sampled_report(tmp_path_factory) -> Path:
+    """The report of one run on a sample (`queryset=demo_mini queryset.sample=7`), a set no config is named after."""
+    import sys
+
+    from benchmark.report import build_report
+    from benchmark.run import compose, run_pipeline
+
+    results = tmp_path_factory.mktemp("sampled") / "results"
+    cfg, choices = compose(["queryset=demo_mini", "queryset.sample=7", "profile=tiny", "editor=identity",
+                            "metrics=basic", f"paths.results={results}", "progress=false",
+                            "aggregate.bootstrap_resamples=20"])
+    run_pipeline(cfg, choices["editor"])
+    out = results.parent / "report"
+    saved = sys.modules.get("benchmark.compare", False)
+    sys.modules["benchmark.compare"] = None  # type: ignore[assignment]
+    try:
+        build_report(results, out, page_size=PAGE_SIZE)
+    finally:
+        if saved is False:
+            del sys.modules["benchmark.compare"]
+        else:
+            sys.modules["benchmark.compare"] = saved
+    return out
+
+
+def test_the_report_of_a_sampled_set_shows_its_sources_and_ground_truth(browser, sampled_report):
+    wait = _open(browser, sampled_report)
+    heads = [th.text for th in browser.find_elements("css selector", "#grid-table table.grid thead th")]
+    assert heads[:3] == ["query", "source", "ground truth"], heads
+    assert "could not be loaded" not in browser.find_element("tag name", "body").text
+    wait.until(lambda d: _all_images_loaded(d))
+    for what in ("source", "ground truth"):
+        imgs = browser.find_elements("css selector", f'#grid-table img[alt^="{what} "]')
+        assert len(imgs) == PAGE_SIZE and all(i.get_attribute("naturalWidth") != "0" for i in imgs), what
+    assert browser.find_element("id", "grid-page").text == "page 1 of 2 (7 queries)"
+    assert _errors(browser) == []

@@ -219,3 +219,18 @@ def test_the_external_editor_maps_the_layout_itself_and_refuses_what_it_cannot_m
     write(edits, "100/100_iter_7.png", 1)
     with pytest.raises(SessionLayoutError, match="100/100_iter_7.png: session 'mb-test-100' has 2 turn"):
         ExternalEdits(str(edits), layout="magicbrush", queries=str(root / "queries.jsonl"))
+
+
+def test_a_multi_turn_folder_against_a_first_turn_set_says_the_set_needs_every_turn(tmp_path, edits, capsys):
+    """A set built with the default `--turns first` (no sessions: turn-1 queries only) and the authors' multi-turn
+    folder: not 'no query has an edit', but what the folder is and how to build the set it needs."""
+    from benchmark.score_edits import main
+
+    firsts = [{k: v for k, v in r.items() if k not in ("session", "turn")} for r in records() if r["turn"] == 1]
+    root = make_set(tmp_path / "qs", firsts)
+    rc = main(["queryset=demo", f"queryset.root={root}", f"edits={edits}", "name=theirs", "profile=tiny",
+               "metrics=basic", f"paths.results={tmp_path / 'r'}", "progress=false"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "looks like MagicBrush's multi-turn layout (e.g. 100/100_1.png" in err
+    assert "has no sessions" in err and "--turns all" in err and "no query has an edit" not in err
+    assert not (tmp_path / "r" / "runs").exists()  # refused before any work

@@ -122,10 +122,11 @@ class FluxInversionEditor(SourceInversions, DiTEditor):
         """Packed tokens per side: the latent side (resolution / VAE factor) over the 2x2 packing."""
         return self.resolution // self.pipe.vae_scale_factor // 2
 
-    def _encode_text(self, prompts: list[str]) -> tuple[Any, Any, Any]:
+    def _encode_text(self, prompts: list[str], max_sequence_length: int | None = None) -> tuple[Any, Any, Any]:
+        """The T5 and CLIP embeddings of `prompts`, T5 at `max_sequence_length` tokens (default the editor's)."""
         p = self.pipe
         embeds, pooled, text_ids = p.encode_prompt(prompt=prompts, prompt_2=None, device=p.transformer.device,
-                                                   max_sequence_length=self.max_sequence_length)
+                                                   max_sequence_length=max_sequence_length or self.max_sequence_length)
         return embeds, pooled, text_ids
 
     def _encode_images(self, items: Sequence[Item], generators: Sequence[Any] | None = None) -> Any:

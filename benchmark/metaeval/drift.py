@@ -103,6 +103,9 @@ def read_groups(results: Path) -> list[Group]:
 
     groups: dict[tuple[str, str, str], Group] = {}
     for meta_path, view in iter_scorings(results):
+        if not _first_part_ns(meta_path.parent, view["metric_sig"]):
+            # run.json records a metric set it has not scored (an earlier stages=[edit] run): no judge of it
+            continue
         key = (view.get("metric_set") or "", view["queryset"], view["queryset_hash"])
         g = groups.setdefault(key, Group(*key, {}))
         sig = view["metric_sig"]

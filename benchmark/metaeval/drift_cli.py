@@ -54,7 +54,8 @@ def _write_csv(path: Path, rows: list[dict[str, Any]], columns: list[str]) -> No
 
     from benchmark.fileio import atomic_write_text
 
-    atomic_write_text(path, pd.DataFrame(rows, columns=columns).to_csv(index=False, float_format="%.6g"))
+    # full precision, as the leaderboards: pandas writes the shortest repr that reads back to the same float
+    atomic_write_text(path, pd.DataFrame(rows, columns=columns).to_csv(index=False))
 
 
 def run_drift(args: argparse.Namespace, overrides: list[str], settings: list[str]) -> int:
@@ -113,7 +114,7 @@ def run_drift(args: argparse.Namespace, overrides: list[str], settings: list[str
     path = write_table(results / "metaeval", "drift", rows,
                        queryset=SimpleNamespace(name=group.queryset, hash=group.queryset_hash),
                        profile="+".join(profiles), resamples=boot.resamples, confidence=boot.confidence,
-                       seed=boot.seed, inputs={},
+                       seed=boot.seed, inputs={}, float_format=None,
                        extra={"options": {"metrics": group.metric_set, "a": ja.sig, "b": jb.sig,
                                           "within": args.within},
                               "judges": judges, "chosen": how, "dimensions": paired.dims,

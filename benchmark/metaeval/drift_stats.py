@@ -75,15 +75,27 @@ def dimension_rows(frame: Any, dim: str, boot: Boot, within: float) -> list[dict
     return rows
 
 
+def tied(x: float, y: float) -> bool:
+    """Whether two figures are equal up to float noise: closer than EXACT_RTOL relative to max(1, |x|, |y|). The one
+    rule for ranks, Kendall's tau and the order-change table (4.666666666666666 and 4.666666666666667 are tied)."""
+    return abs(x - y) <= EXACT_RTOL * max(1.0, abs(x), abs(y))
+
+
 def _ranks(means: np.ndarray, higher_is_better: bool) -> np.ndarray:
-    """1 = best; equal means share the best rank of their block (competition ranking)."""
-    from scipy.stats import rankdata
+    """1 = best; tied means (`tied`, with each value of a block tied to the next one in order) share the best rank
+    of their block (competition ranking)."""
+    values = -means if higher_is_better else means
+    order = np.argsort(values, kind="stable")
+    ranks = np.empty(len(values), dtype=int)
+    for pos, i in enumerate(order):
+        prev = order[pos - 1] if pos else None
+        ranks[i] = ranks[prev] if prev is not None and tied(values[prev], values[i]) else pos + 1
+    return ranks
 
-    return rankdata(-means if higher_is_better else means, method="min").astype(int)
 
-
-def _sign(d: float, scale: float) -> int:
-    return 0 if abs(d) <= EXACT_RTOL * max(1.0, scale) else (1 if d > 0 else -1)
+def _sign(d: float, x: float, y: float) -> int:
+    """The sign of d = x - y, 0 where x and y are `tied`."""
+    return 0 if tied(x, y) else (1 if d > 0 else -1)
 
 
 def _mean_difference(values: np.ndarray, in_x: np.ndarray):
@@ -108,15 +120,14 @@ def order_table(name: str, runs: list[str], means_a: np.ndarray, means_b: np.nda
     ra, rb = (_ranks(ma, higher_is_better), _ranks(mb, higher_is_better)) if runs else ([], [])
     table = [{"dimension": name, "run": r, "mean_a": float(ma[i]), "rank_a": int(ra[i]), "mean_b": float(mb[i]),
               "rank_b": int(rb[i])} for i, r in enumerate(runs)]
-    tau = math.nan
-    if len(runs) >= 2 and np.ptp(ma) > 0 and np.ptp(mb) > 0:
-        tau = float(kendalltau(ma, mb).statistic)
-    elif len(runs) >= 2 and np.ptp(ma) == 0 and np.ptp(mb) == 0:
+    tau = math.nan  # tau-b of the tie-aware ranks: values tied up to float noise count as ties, as below
+    if len(runs) >= 2 and np.ptp(ra) > 0 and np.ptp(rb) > 0:
+        tau = float(kendalltau(ra, rb).statistic)
+    elif len(runs) >= 2 and np.ptp(ra) == 0 and np.ptp(rb) == 0:
         tau = 1.0  # every run tied under both judges: no pair changes its order
     changes = []
     for (i, x), (j, y) in itertools.combinations(enumerate(runs), 2):
-        scale = max(abs(ma[i]), abs(ma[j]), abs(mb[i]), abs(mb[j]))
-        sa, sb = _sign(ma[i] - ma[j], scale), _sign(mb[i] - mb[j], scale)
+        sa, sb = _sign(ma[i] - ma[j], ma[i], ma[j]), _sign(mb[i] - mb[j], mb[i], mb[j])
         if sa != sb:
             changes.append({"dimension": name, "run_x": x, "run_y": y,
                             "change": "reversed" if sa and sb else ("tied under A" if not sa else "tied under B"),

@@ -22,10 +22,11 @@ def file_digests(paths: Sequence[Path]) -> dict[str, str]:
 
 def write_table(out_dir: Path, test: str, rows: list[dict[str, Any]], *, queryset: Any, profile: str,
                 resamples: int, confidence: float, seed: int, inputs: Mapping[str, str],
-                extra: Mapping[str, Any]) -> Path:
+                extra: Mapping[str, Any], float_format: str | None = "%.6g") -> Path:
     """Write `rows` (one per metric) with provenance columns; returns the CSV path. The name is keyed by what
     determines the numbers (test, query set, inputs, options, metric signatures), so a rerun replaces its own table
-    and never another's."""
+    and never another's. Numbers are written with `float_format` (6 significant digits; None: full precision, the
+    shortest repr that reads back to the same float)."""
     import time
 
     import pandas as pd
@@ -54,7 +55,7 @@ def write_table(out_dir: Path, test: str, rows: list[dict[str, Any]], *, queryse
         return sigs.get(metric.split("/", 1)[0], only)
 
     df = pd.DataFrame([{**r, "metric_sig": sig(str(r["metric"])), **prov} for r in rows])
-    atomic_write_text(path, df.to_csv(index=False, float_format="%.6g"))
+    atomic_write_text(path, df.to_csv(index=False, float_format=float_format))
     side = {**prov, "inputs": dict(inputs), "versions": library_versions(), **extra}
     atomic_write_text(path.with_suffix(".json"), canonical_json(_plain(side)) + "\n")
     return path

@@ -46,8 +46,12 @@ def read_pinned(path: str | Path, sha256: str, commit: str, *, benchmark: str, r
     raw = path.read_bytes()
     digest = hashlib.sha256(raw).hexdigest()
     if digest != sha256:
-        raise ProtocolError(f"{path}: sha256 {digest}, expected {sha256} ({repo_path} at {commit}); the file is "
-                            f"not the pinned protocol. Delete it and fetch it again with `make data NAME={data_name}`")
+        sha_option = option.rsplit(".", 1)[0] + ".prompts_sha256"
+        raise ProtocolError(
+            f"{path}: sha256 {digest} (the file), expected {sha256} (the configured {sha_option}; {repo_path} at "
+            f"{commit}). Either the file is not the pinned protocol: delete it and fetch it again with `make data "
+            f"NAME={data_name}`; or the configured checksum is wrong (a typo, a truncated paste): check the file "
+            f"against {repo_path} of {repo} at {commit}, then set {sha_option}={digest}")
     return raw
 
 

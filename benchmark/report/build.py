@@ -123,7 +123,7 @@ def build_report(results: Path, out: Path, *, queryset: str | None = None, page_
     for run in runs:
         by_set.setdefault((run.meta["queryset"], run.meta["queryset_hash"]), []).append(run)
     for (name, qhash), members in sorted(by_set.items()):
-        qs, why = resolve_queryset(name, qhash, querysets)
+        qs, why = resolve_queryset(name, qhash, querysets, [r.meta for r in members])
         grids.append(build_grid(f"{name}-{qhash[:10]}", name, qhash, members, qs, why, out, page_size))
     timings["grid"] = time.perf_counter() - t
 

@@ -192,27 +192,111 @@ def read_runs(results: Path, queryset: str | None = None) -> tuple[list[RunData]
     return runs, notes
 
 
-def resolve_queryset(name: str, queryset_hash: str, given: dict[str, Any] | None = None) -> tuple[Any, str]:
+def resolve_queryset(name: str, queryset_hash: str, given: dict[str, Any] | None = None,
+                     metas: list[dict[str, Any]] | None = None) -> tuple[Any, str]:
     """The loaded query set `name` when its content hash is `queryset_hash`, else (None, why not).
 
-    `given` maps names to already loaded sets (tests, scripts); otherwise the set is loaded through its config
-    (configs/queryset/<name>.yaml), exactly as a run loads it."""
+    `given` maps names to already loaded sets (tests, scripts). Otherwise the set is loaded as its runs recorded it
+    (`metas`: their run.json): the query-set config a run was made with (`queryset_config`), so a derived set (a
+    sample, one language of GEdit-Bench, a multi-turn build under another root) loads as it did for the run; for a
+    run.json written before that was recorded, the set's own config (configs/queryset/<name>.yaml) or, for a sample
+    (run.json `sample`), its parent's config with the recorded draw (`sample`, `sample_seed`, `sample_types`)."""
     qs = (given or {}).get(name)
-    if qs is None:
+    if qs is not None:
+        return _checked(qs, name, queryset_hash)
+    tries: list[str] = []
+    for spec, how in _queryset_specs(name, metas or []):
         try:
-            from hydra.utils import instantiate
-
-            from benchmark.run import compose
-
-            cfg, _ = compose([f"queryset={name}"])
-            qs = instantiate(cfg.queryset)
+            qs = _load_spec(spec)
         except Exception as err:  # any config or loading problem: the grid still shows edits and scores
-            return None, (f"query set {name!r} could not be loaded ({type(err).__name__}: {str(err)[:300]}): "
-                          "sources and ground truth are not shown")
+            tries.append(f"{how}: {type(err).__name__}: {str(err)[:300]}")
+            continue
+        if qs.name == name and qs.hash == queryset_hash:
+            return qs, ""
+        tries.append(f"{how}: {qs.name!r} at {qs.root} now has hash {qs.hash[:10]}, the runs were made on "
+                     f"{queryset_hash[:10]}: its files changed")
+    if not tries:
+        return None, (f"query set {name!r}: its runs' run.json records no query-set config and no config is named "
+                      f"{name!r} (configs/queryset/); rerun one of its runs (e.g. with stages=[aggregate]) to record "
+                      "it: sources and ground truth are not shown")
+    return None, f"query set {name!r} could not be loaded ({'; '.join(tries)}): sources and ground truth are not shown"
+
+
+def _checked(qs: Any, name: str, queryset_hash: str) -> tuple[Any, str]:
     if qs.hash != queryset_hash:
         return None, (f"query set {name!r} at {qs.root} now has hash {qs.hash[:10]}, the runs were made on "
                       f"{queryset_hash[:10]}: its files changed, so sources and ground truth are not shown")
     return qs, ""
+
+
+def _queryset_specs(name: str, metas: list[dict[str, Any]]) -> list[tuple[Any, str]]:
+    """What to load, in order, each with how it was found: every distinct recorded config (a `_target_` mapping),
+    then the Hydra overrides that rebuild the set from its name (and a sample's recorded draw)."""
+    from benchmark.config import CONFIG_DIR
+
+    specs: list[tuple[Any, str]] = []
+    seen: list[Any] = []
+    for meta in metas:
+        cfg = meta.get("queryset_config")
+        if isinstance(cfg, dict) and cfg not in seen:
+            seen.append(cfg)
+            specs.append((cfg, "the query-set config run.json records"))
+    sample = next((m["sample"] for m in metas if isinstance(m.get("sample"), dict)), None)
+    if sample is not None and isinstance(sample.get("parent"), str):
+        parent = sample["parent"]
+        if (CONFIG_DIR / "queryset" / f"{parent}.yaml").is_file():
+            types = sample.get("types")
+            overrides = [f"queryset={parent}", f"queryset.sample={sample.get('n')}",
+                         f"queryset.sample_seed={sample.get('seed', 0)}",
+                         "queryset.sample_types=" + ("null" if types is None else "[" + ",".join(types) + "]")]
+            specs.append((overrides, f"queryset={parent} with run.json's sample"))
+    if (CONFIG_DIR / "queryset" / f"{name}.yaml").is_file():
+        specs.append(([f"queryset={name}"], f"queryset={name}"))
+    return specs
+
+
+def queryset_loaders() -> set[tuple[str, str | None]]:
+    """(`_target_`, `loader`) of each query-set config (configs/queryset/*.yaml): the only loaders a recorded config
+    may name, so nothing a results folder holds picks what is called."""
+    import yaml
+
+    from benchmark.config import CONFIG_DIR
+
+    out = set()
+    for path in (CONFIG_DIR / "queryset").glob("*.yaml"):
+        cfg = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        if isinstance(cfg.get("_target_"), str):
+            out.add((cfg["_target_"], cfg.get("loader")))
+    return out
+
+
+def _load_spec(spec: Any) -> Any:
+    """A query set from a recorded `_target_` mapping (its `<root>` token made this checkout's path again) or from
+    Hydra overrides, loaded exactly as a run loads it."""
+    from hydra.utils import instantiate
+
+    if isinstance(spec, list):
+        from benchmark.run import compose
+
+        cfg, _ = compose(spec)
+        return instantiate(cfg.queryset)
+    loader = (spec.get("_target_"), spec.get("loader"))
+    if loader not in queryset_loaders():
+        raise ValueError(f"recorded loader {loader[0]!r}" + (f" ({loader[1]!r})" if loader[1] else "")
+                         + " is not one a query-set config names (configs/queryset/)")
+    return instantiate({**_local(spec), "_recursive_": False, "_convert_": "all"})  # no value of it is built
+
+
+def _local(obj: Any) -> Any:
+    """`benchmark.config.portable` undone: its `<root>` token becomes this checkout's path."""
+    from benchmark.config import PROJECT_ROOT, portable
+
+    token = portable(str(PROJECT_ROOT))
+    if isinstance(obj, dict):
+        return {k: _local(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_local(v) for v in obj]
+    return obj.replace(token, str(PROJECT_ROOT), 1) if isinstance(obj, str) and obj.startswith(token) else obj
 
 
 def json_default(obj: Any) -> Any:

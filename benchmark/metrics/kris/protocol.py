@@ -77,6 +77,13 @@ CATEGORIES: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
     "logical": ("Logical Reasoning", ("abstract_reasoning", "rule-based_reasoning"), ("K_VC", "K_VQ", "K_IF", "K_KP")),
     "decomposition": ("Instruction Decomposition", ("multi-instruction_execution",), ("K_VC", "K_VQ", "K_IF")),
 }
+# the unsupported tasks summarize.py counts in a group of ours (Bagel a53eea0): Instruction Decomposition holds
+# multi-element_composition, Factual Knowledge the Temporal Prediction category; every group holding one of these,
+# and the overall average, differs from the paper's figure of the same name
+SKIPPED_IN: dict[str, tuple[str, ...]] = {"decomposition": ("multi-element_composition",),
+                                          "factual": ("temporal_prediction",),
+                                          "procedural": ("multi-element_composition",),
+                                          "overall": MULTI_INPUT_TASKS}
 META: dict[str, tuple[str, tuple[str, ...]]] = {
     "factual": ("Factual Knowledge", ("attribute", "spatial")),
     "conceptual": ("Conceptual Knowledge", ("social", "natural")),

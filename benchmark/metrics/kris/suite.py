@@ -50,12 +50,18 @@ _SHORT_NAMES = {"VC": "visual consistency", "VQ": "visual quality", "IF": "instr
 
 
 def _summary_info(key: str) -> tuple[bool, str]:
+    from benchmark.metrics.kris.protocol import SKIPPED_IN
+
     _k, group, dim = key.split("_", 2)
+    skipped = SKIPPED_IN.get(group)
+    caveat = (f"; NOT comparable with the paper's: its figure includes {' and '.join(skipped)} (several input "
+              "images, not supported here)" if skipped else "")
     if dim == "AVG":
         what = "every score" if group == "overall" else f"the {group} group's scores"
         return True, (f"KRIS-Bench's {group} AVG: the mean of {what}, normalised (score - 1) x 25, every dimension "
-                      "pooled (summarize.py); not comparable with the paper where a skipped task belongs")
-    return True, f"KRIS-Bench's {group} {_SHORT_NAMES[dim]}: the mean of its normalised scores (summarize.py), 0..100"
+                      f"pooled (summarize.py){caveat}")
+    return True, (f"KRIS-Bench's {group} {_SHORT_NAMES[dim]}: the mean of its normalised scores (summarize.py), "
+                  f"0..100{caveat}")
 
 
 SUMMARY_INFO: dict[str, tuple[bool, str]] = {k: _summary_info(k) for k in summary_keys()}
