@@ -109,3 +109,21 @@ def test_out_of_requeues_is_the_tasks_error_not_a_failed_query():
         assert not swallowed and isinstance(got.value.error, UncompletedJobError)
     finally:
         signal.signal(sig, before)
+
+
+@pytest.mark.parametrize(("state", "log", "action"), [
+    ("PENDING", [S.STARTED, S.RESULT_LINES[0]], "cancel"),  # requeued after its result: pending copy
+    ("RUNNING", [S.STARTED, S.JOB_STARTED, S.RESULT_LINES[0]], "wait"),  # the start that wrote it is ending
+    ("COMPLETING", [S.STARTED, S.JOB_STARTED, S.RESULT_LINES[0]], "wait"),
+    ("RUNNING", [S.STARTED, S.JOB_STARTED, S.RESULT_LINES[0], S.STARTED], "cancel"),  # copy started, no job yet
+    ("RUNNING", [S.STARTED, S.JOB_STARTED, S.RESULT_LINES[1], S.STARTED], "cancel"),
+    ("RUNNING", [S.STARTED, S.JOB_STARTED, S.RESULT_LINES[0], S.STARTED, S.JOB_STARTED], "wait"),  # copy at work
+    # a start, requeued before its result (no result line yet), then the start that wrote the result: ending
+    ("RUNNING", [S.STARTED, S.JOB_STARTED, S.STARTED, S.JOB_STARTED, S.RESULT_LINES[0]], "wait"),
+    ("RUNNING", None, "wait"),  # no log to tell by: a running task is never cancelled blindly
+])
+def test_a_finished_tasks_leftover_copy_is_cancelled_unless_it_runs_its_job(tmp_path, state, log, action):
+    log_file = tmp_path / "0_log.out"
+    if log is not None:
+        log_file.write_text("".join(f"submitit INFO (t) - {line} x\n" for line in log))
+    assert S.leftover_copy({"stdout": str(log_file)}, state) == action
