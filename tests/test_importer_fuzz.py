@@ -726,6 +726,20 @@ def test_gedit_importer_holds_against_hostile_datasets(tmp_path, seed):
     report(outcomes)
 
 
+def test_the_gedit_script_prints_a_damaged_saved_dataset_as_one_line_naming_the_file(tmp_path):
+    """scripts/build_gedit.py on a saved dataset whose .arrow file was cut short: one line naming the file, the
+    refusal's exit status (1, as every build script), nothing written, no pyarrow traceback."""
+    c = HubCtx(tmp_path, random.Random(0), gedit_rows(), damage=truncate("*.arrow", 0.3))
+    data = save_hub(c, GEDIT_COLUMNS)
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "build_gedit.py"), "--dataset", str(data), "--out",
+                           str(tmp_path / "out")], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    errors = [ln for ln in done.stderr.splitlines() if ln.startswith("error: ")]
+    assert len(errors) == 1 and "data-00000-of-00001.arrow: not a readable Arrow file" in errors[0], done.stderr
+    assert not (tmp_path / "out").exists()
+
+
 # ------------------------------------------------------------------------------------------- MagicBrush + captions
 MB_COLUMNS = {"img_id": "string", "turn_index": "int32", "source_img": "image", "mask_img": "image",
               "instruction": "string", "target_img": "image"}
