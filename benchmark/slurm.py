@@ -507,7 +507,11 @@ def task_state(task: dict[str, Any], listed: dict[str, tuple[str, str]] | None, 
             code = json.loads(status.read_text(encoding="utf-8")).get("status")
         except (OSError, ValueError):
             code = "unreadable"
-        return "done" if code == 0 else f"failed (exit status {code}; log: {log_of(task)})"
+        copy = ""
+        if listed and task["task_id"] in listed:  # requeued after it finished: a launch still waiting cancels it
+            copy = (f"; squeue still lists a requeued copy ({listed[task['task_id']][0].lower()}): a running "
+                    f"launch cancels it, else `scancel {task['task_id']}`")
+        return ("done" if code == 0 else f"failed (exit status {code}; log: {log_of(task)})") + copy
     res = outcome(task)
     if res is not None:
         return f"failed ({'crashed' if res[0] == 'error' else 'no status file'}; log: {log_of(task)})"
@@ -532,7 +536,7 @@ def status_lines(sweep_dir: Path, status_file: str) -> list[str]:
     lines, counts = [], {}
     for task in record["tasks"]:
         state = task_state(task, listed, status_file)
-        key = state.split(" (")[0].split(",")[0]
+        key = state.split(" (")[0].split(",")[0].split(";")[0]
         counts[key] = counts.get(key, 0) + 1
         lines.append(f"task {task['task_id']}  shard {task['shard'][0]}/{task['shard'][1]}  {state}")
     lines.append(f"{len(record['tasks'])} task(s): " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
