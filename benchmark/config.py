@@ -45,6 +45,14 @@ def register_resolvers() -> None:
 
     if not OmegaConf.has_resolver("em_root"):
         OmegaConf.register_new_resolver("em_root", lambda: str(PROJECT_ROOT))
+    if not OmegaConf.has_resolver("em_pin"):  # a user's pin (benchmark.pins): `${em_pin:kris,<commit>,field,default}`
+        OmegaConf.register_new_resolver("em_pin", _pinned)
+
+
+def _pinned(section: str, key: Any, field: str, default: Any = None) -> Any:
+    from benchmark.pins import pinned
+
+    return pinned(section, None if key is None else str(key), field, default)
 
 
 def options(group: str) -> list[str]:

@@ -22,7 +22,7 @@ import urllib.error
 import urllib.request
 import zipfile
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +59,7 @@ class Manifest:
     huggingface: dict[str, Any] = field(default_factory=dict)
     manual: str = ""
     image_url: str = ""  # per-image URL template for sources fetched image by image (EditVal's COCO images)
+    pinned: str = ""  # what the user's pins changed (`editmeter data pin`), said when fetching
 
 
 def load_manifest(name_or_path: str | os.PathLike[str], manifest_dir: Path = MANIFEST_DIR) -> Manifest:
@@ -82,10 +83,40 @@ def load_manifest(name_or_path: str | os.PathLike[str], manifest_dir: Path = MAN
         if Path(f["name"]).name != f["name"] or f["name"] in (".", ".."):
             raise DownloadError(f"{path}: files[{i}].name {f['name']!r} must be a plain file name")
         files.append(ManifestFile(**f))
-    return Manifest(name=raw.get("name", path.stem), description=raw.get("description", ""),
+    name = raw.get("name", path.stem)
+    files, pinned = _with_pins(name, files)
+    return Manifest(name=name, description=raw.get("description", ""),
                     license=raw.get("license", ""), files=tuple(files), build=raw.get("build", ""),
                     huggingface=raw.get("huggingface", {}), manual=raw.get("manual", ""),
-                    image_url=raw.get("image_url", ""))
+                    image_url=raw.get("image_url", ""), pinned=pinned)
+
+
+_HUB_MAIN = "/resolve/main/"
+_COMMIT_IN_URL = re.compile(r"/([0-9a-f]{40})/")
+
+
+def _with_pins(name: str, files: list[ManifestFile]) -> tuple[list[ManifestFile], str]:
+    """The manifest's files with the user's pins applied (benchmark.pins): a pinned hub revision replaces `main` in
+    the data set's Hugging Face URLs (`editmeter data pin rise --revision`), and a pinned prompt file's sha256 (for
+    the commit in its URL) is checked on download where the manifest records none (`editmeter data pin kris`)."""
+    from benchmark.pins import PinError, hub_revision, pinned
+
+    try:
+        rev = hub_revision(name)
+        out, said = [], []
+        for f in files:
+            if rev and f.url and "huggingface.co/datasets/" in f.url and _HUB_MAIN in f.url:
+                f = replace(f, url=f.url.replace(_HUB_MAIN, f"/resolve/{rev}/"))
+                said.append(f"{f.name} at hub revision {rev}")
+            commit = _COMMIT_IN_URL.search(f.url or "")
+            sha = pinned(name, commit.group(1), "prompts_sha256") if commit and f.sha256 is None else None
+            if sha:
+                f = replace(f, sha256=sha)
+                said.append(f"{f.name} checked against sha256 {sha}")
+            out.append(f)
+    except PinError as err:
+        raise DownloadError(str(err)) from None
+    return out, "; ".join(said)
 
 
 def sha256_of(path: Path) -> str:

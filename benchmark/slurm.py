@@ -17,7 +17,10 @@ submitit executor, and does the rest here:
 - each task runs its job as a one-job Hydra multirun (the status file, as every launcher's jobs write it); a task
   that Slurm requeues (preemption, `scontrol requeue`, its time limit through submitit's checkpoint) runs its job
   again and the stages resume where they stopped; the launch waits for it;
-- a task that ends without a result (cancelled, killed) or crashes is reported with its shard and log path.
+- a task that ends without a result (cancelled, killed) or crashes is reported with its shard and log path;
+- a task's result file is its end only once squeue no longer lists the task: a copy that Slurm requeued after the
+  result was written (pending, or started but not yet running its job) is cancelled, with one line saying so,
+  because its work is done; a copy that has begun its job again is waited for (`leftover_copy`).
 
 `slurm.json` in the launch's job folder records the array and each task's shard, job folder and logs; `editmeter
 launch --status <job folder>` reads it (`status_lines`).
@@ -38,6 +41,13 @@ from pathlib import Path
 from typing import Any
 
 SLURM_FILE = "slurm.json"
+# the task's log lines (submitit's stdout log, which Slurm appends to at each start of the task): a start, the
+# result file written (success or error), and our own line when the start begins its job
+STARTED = "Starting with JobEnvironment"
+RESULT_LINES = ("Exiting after successful completion", "Submitted job triggered an exception")
+JOB_STARTED = "[editmeter] slurm task: running its job"
+# squeue states of a copy that has not started: cancelling it loses no work
+WAITING_STATES = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "SUSPENDED", "RESV_DEL_HOLD"}
 POLL_ENV = "EDITMETER_SLURM_POLL_S"  # seconds between squeue calls while a launch waits (default 5)
 # squeue reasons that never clear by waiting: the request exceeds what the partition (or the account's QOS) allows
 NEVER = {"PartitionConfig", "PartitionTimeLimit", "PartitionNodeLimit", "BadConstraints", "InvalidAccount",
@@ -222,6 +232,7 @@ class ShardTask:
         args = ["--multirun", *overrides, "hydra/launcher=basic", f"hydra.sweep.dir={sweep_dir}",
                 f"hydra.sweep.subdir={num}"]
         _stop_at_time_limit()
+        print(JOB_STARTED, flush=True)  # in the task's log: this start has begun its job (`leftover_copy`)
         try:
             return main(args)
         except _TimedOut as stop:  # out of requeues: the task's error (its result file), not a failed query
@@ -339,7 +350,26 @@ def starts(task: dict[str, Any]) -> int:
         text = Path(task["stdout"]).read_text(encoding="utf-8", errors="replace")
     except OSError:
         return 0
-    return text.count("Starting with JobEnvironment")
+    return text.count(STARTED)
+
+
+def leftover_copy(task: dict[str, Any], state: str) -> str:
+    """What to do with a task that squeue still lists (`state`) although its result file exists: "cancel" a copy
+    that Slurm requeued after the result was written and that has not begun its job (pending, or started but
+    before `JOB_STARTED` in its log): its work is done, and left alone it would run again, unwatched, against the
+    results folder; "wait" for the start that wrote the result to end, or for a copy that has begun its job (it
+    writes its own result)."""
+    if state in WAITING_STATES:
+        return "cancel"
+    try:
+        text = Path(task["stdout"]).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return "wait"  # no log to tell by: never cancel a running task blindly
+    last_result = max(text.rfind(line) for line in RESULT_LINES)
+    after = text[last_result:] if last_result >= 0 else text
+    if last_result < 0 or STARTED not in after:
+        return "wait"  # the start that wrote the result is ending (or its log lags)
+    return "wait" if JOB_STARTED in after[after.find(STARTED):] else "cancel"
 
 
 def outcome(task: dict[str, Any]) -> tuple[str, Any] | None:
@@ -367,6 +397,7 @@ def watch(record: dict[str, Any], *, poll_s: float | None = None, grace_s: float
     ran: set[str] = set()  # tasks seen running: pending again means requeued
     gone_since: dict[str, float] = {}
     ended: dict[int, str] = {}
+    cancelled: set[str] = set()  # leftover copies of finished tasks this launch cancelled
     squeue_failing = 0.0
     while len(ended) < len(tasks):
         listed = queue(array)
@@ -381,12 +412,24 @@ def watch(record: dict[str, Any], *, poll_s: float | None = None, grace_s: float
         for tid, task in tasks.items():
             if task["num"] in ended:
                 continue
+            state, reason = listed.get(tid, ("", ""))
             res = outcome(task)
-            if res is not None:
+            if res is not None and state:  # a result, and squeue still lists the task: not its end yet
+                if res[0] == "success" and tid not in cancelled and leftover_copy(task, state) == "cancel":
+                    # a copy Slurm requeued after the result was written (preemption, `scontrol requeue` in the
+                    # task's last seconds): its work is done
+                    _cmd("scancel", tid)
+                    cancelled.add(tid)
+                    say(f"[editmeter] slurm: task {tid} (shard {task['shard'][0]}/{task['shard'][1]}) had finished; "
+                        f"its requeued copy ({state.lower()}) was cancelled (its work is done)")
+                    continue
+                if tid in cancelled or state not in WAITING_STATES:
+                    continue  # leaving the queue, or a copy that has begun its job runs: wait for it
+                # a crashed task's requeued copy runs again: waited for below, as any pending task
+            elif res is not None:  # ended: no copy of it is left in the queue
                 ended[task["num"]] = "" if res[0] == "success" else "crashed (submitit: " + \
                     str(res[1]).strip().splitlines()[-1][:300] + ")"
                 continue
-            state, reason = listed.get(tid, ("", ""))
             if not state:
                 gone_since.setdefault(tid, time.time())
                 if time.time() - gone_since[tid] >= grace_s:  # the result file may land a moment after squeue
@@ -404,6 +447,11 @@ def watch(record: dict[str, Any], *, poll_s: float | None = None, grace_s: float
                 _cmd("scancel", array)
                 raise SlurmError(f"task {tid} can never start: squeue says {reason} (the request exceeds what "
                                  f"the partition or account allows). The array was cancelled; {never_hint(record)}")
+        if len(ended) == len(tasks):  # a last look: a task requeued since it was seen ending is waited for again
+            again = queue(array) or {}
+            for tid in set(again) & set(tasks):
+                ended.pop(tasks[tid]["num"], None)
+                gone_since.pop(tid, None)
         if len(ended) < len(tasks):
             time.sleep(poll_s)
     return {n: why for n, why in ended.items() if why}
@@ -459,7 +507,11 @@ def task_state(task: dict[str, Any], listed: dict[str, tuple[str, str]] | None, 
             code = json.loads(status.read_text(encoding="utf-8")).get("status")
         except (OSError, ValueError):
             code = "unreadable"
-        return "done" if code == 0 else f"failed (exit status {code}; log: {log_of(task)})"
+        copy = ""
+        if listed and task["task_id"] in listed:  # requeued after it finished: a launch still waiting cancels it
+            copy = (f"; squeue still lists a requeued copy ({listed[task['task_id']][0].lower()}): a running "
+                    f"launch cancels it, else `scancel {task['task_id']}`")
+        return ("done" if code == 0 else f"failed (exit status {code}; log: {log_of(task)})") + copy
     res = outcome(task)
     if res is not None:
         return f"failed ({'crashed' if res[0] == 'error' else 'no status file'}; log: {log_of(task)})"
@@ -484,7 +536,7 @@ def status_lines(sweep_dir: Path, status_file: str) -> list[str]:
     lines, counts = [], {}
     for task in record["tasks"]:
         state = task_state(task, listed, status_file)
-        key = state.split(" (")[0].split(",")[0]
+        key = state.split(" (")[0].split(",")[0].split(";")[0]
         counts[key] = counts.get(key, 0) + 1
         lines.append(f"task {task['task_id']}  shard {task['shard'][0]}/{task['shard'][1]}  {state}")
     lines.append(f"{len(record['tasks'])} task(s): " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))

@@ -11,6 +11,9 @@ os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 ROOT = Path(__file__).resolve().parents[1]
 # Tiny random-weight models are built once per checkout (content-keyed; see benchmark.models.common).
 os.environ.setdefault("EDITMETER_CACHE", str(ROOT / ".cache"))
+# the user's pins (`editmeter data pin`, benchmark.pins) never reach a test: a file that no test writes (a test that
+# pins sets its own with monkeypatch)
+os.environ["EDITMETER_PINS"] = str(ROOT / ".cache" / "no-pins-in-tests" / "pins.json")
 HELPERS = Path(__file__).parent / "helpers"
 sys.path.insert(0, str(HELPERS))
 

@@ -150,6 +150,7 @@ LAYERS = (
              "benchmark.hashing", "benchmark.filehash", "benchmark.npy_header", "benchmark.safe_pickle",
              "benchmark.download", "benchmark.provenance", "benchmark.errors", "benchmark.types",
              "benchmark.console", "benchmark.settings", "benchmark.stats",
+             "benchmark.pins",  # the user's pins file (editmeter data pin): read by the config and the downloads
              "benchmark.turns", "benchmark.session_edits",  # MagicBrush's turn settings and output folder names
              "benchmark.protocols",  # the protocol setting's values and checks (single_turn, multi_turn)
              "benchmark.stages.score_cache",  # the score cache's file format (editing and suites read it)

@@ -569,6 +569,7 @@ class HubCtx:
     types: dict[str, Any] = field(default_factory=dict)  # column -> datasets.Value type name override
     out: Path | None = None
     folder: Path | None = None
+    damage: Callable[[Path], None] | None = None  # applied to the saved folder after `save_to_disk`
 
     def last(self) -> dict[str, Any]:
         """The last row: a refusal there comes after the others were read (the partial-output case)."""
@@ -600,7 +601,38 @@ def save_hub(c: HubCtx, columns: dict[str, str]) -> Path:
     ds = datasets.Dataset.from_dict({k: [r[k] for r in c.rows] for k in columns}, features=datasets.Features(feats))
     path = c.folder or c.tmp / "hf"
     datasets.DatasetDict({"train": ds}).save_to_disk(str(path))
+    if c.damage is not None:
+        c.damage(path)
     return path
+
+
+def damaged(how: Callable[[Path], None]) -> Callable[[HubCtx], None]:
+    def make(c: HubCtx) -> None:
+        c.damage = how
+    return make
+
+
+def truncate(name: str, keep: float) -> Callable[[Path], None]:
+    """Cut the saved folder's file `name` (a glob) to `keep` of its bytes, as an interrupted copy leaves it."""
+    def how(folder: Path) -> None:
+        f = next(folder.rglob(name))
+        data = f.read_bytes()
+        f.write_bytes(data[:int(len(data) * keep)])
+    return how
+
+
+def garbage(name: str) -> Callable[[Path], None]:
+    return lambda folder: next(folder.rglob(name)).write_bytes(b'{"splits": ["tra\x00\xff')
+
+
+# the saved dataset folder itself damaged: each is one error naming the file (or the folder and "0 rows")
+SAVED_FOLDER_VARIANTS = [
+    Variant("empty dataset (0 rows)", "refused", lambda c: c.rows.clear(), r"hf/train: 0 rows"),
+    Variant("truncated .arrow", "refused", damaged(truncate("*.arrow", 0.3)),
+            r"hf/train/data-00000-of-00001\.arrow: not a readable Arrow file"),
+    Variant("garbage dataset_dict.json", "refused", damaged(garbage("dataset_dict.json")),
+            r"hf/dataset_dict\.json: "),
+]
 
 
 GEDIT_COLUMNS = {"key": "string", "task_type": "string", "instruction": "string", "instruction_language": "string",
@@ -672,6 +704,8 @@ GEDIT_VARIANTS = [
     Variant("--out/images is a symlink", "refused",
             lambda c: ((c.tmp / "elsewhere").mkdir(), c.out.mkdir(), (c.out / "images").symlink_to(c.tmp / "elsewhere")),
             "symlink"),
+    *SAVED_FOLDER_VARIANTS,
+    Variant("truncated state.json", "refused", damaged(truncate("state.json", 0.5)), r"hf/train/state\.json:"),
 ]
 
 
@@ -690,6 +724,20 @@ def test_gedit_importer_holds_against_hostile_datasets(tmp_path, seed):
         if (c.tmp / "elsewhere").is_dir() and any((c.tmp / "elsewhere").iterdir()):
             outcomes[-1].problems.append("wrote through the images/ link")
     report(outcomes)
+
+
+def test_the_gedit_script_prints_a_damaged_saved_dataset_as_one_line_naming_the_file(tmp_path):
+    """scripts/build_gedit.py on a saved dataset whose .arrow file was cut short: one line naming the file, the
+    refusal's exit status (1, as every build script), nothing written, no pyarrow traceback."""
+    c = HubCtx(tmp_path, random.Random(0), gedit_rows(), damage=truncate("*.arrow", 0.3))
+    data = save_hub(c, GEDIT_COLUMNS)
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "build_gedit.py"), "--dataset", str(data), "--out",
+                           str(tmp_path / "out")], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    errors = [ln for ln in done.stderr.splitlines() if ln.startswith("error: ")]
+    assert len(errors) == 1 and "data-00000-of-00001.arrow: not a readable Arrow file" in errors[0], done.stderr
+    assert not (tmp_path / "out").exists()
 
 
 # ------------------------------------------------------------------------------------------- MagicBrush + captions
@@ -762,6 +810,7 @@ MB_VARIANTS = [
     Variant("captions: a list", "refused", captions_raw(lambda rng, t: "[" + t + "]"), "expected"),
     Variant("captions: missing one", "refused", captions_raw(lambda rng, t: t.replace("242679-output1", "nope")),
             "no caption"),
+    *SAVED_FOLDER_VARIANTS,
 ]
 
 

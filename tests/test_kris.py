@@ -610,3 +610,68 @@ def test_a_refused_or_failed_judge_call_is_a_failure_row_with_its_kind_and_every
     suite.backbone = Refusing(replies=REPLIES)
     (row,) = suite._score_chunk([KrisPair(qs.queries[0], src, src)])
     assert row["status"] == "failed" and row["judge_failure"] == REFUSED and "content_filter" in row["reason"]
+
+
+# ------------------------------------------------------------------------------------------- pinning the prompt file
+SHIPPED = ROOT / "configs" / "metrics" / "kris.yaml"
+
+
+def test_one_pin_command_then_kris_scores_on_the_tiny_profile_without_any_prompt_key(built, tmp_path, monkeypatch,
+                                                                                      capsys, restore_logging):
+    """`editmeter data pin kris --file F`: the checksum goes to the user's pins file (never the repository's YAML),
+    and a run that names no prompts_* key scores with the pinned file: the hand-worked figures."""
+    from omegaconf import open_dict
+
+    from benchmark import cli
+    from benchmark.download import load_manifest
+    from benchmark.run import compose, run_pipeline
+
+    pins = tmp_path / "home" / "pins.json"
+    monkeypatch.setenv("EDITMETER_PINS", str(pins))
+    shipped = SHIPPED.read_bytes()
+    prompts, sha = write_prompts(tmp_path)  # our stand-in text in the release file's form
+    commit = "9502ee30e121de71fce269b3fd65c59cc144da8e"  # metrics=kris's prompts_commit
+    assert cli.main(["data", "pin", "kris", "--file", str(prompts)]) == 0
+    out = capsys.readouterr().out
+    assert f"sha256 {sha}" in out and str(pins) in out
+    assert json.loads(pins.read_text())["kris"][commit] == {"prompts_sha256": sha, "prompts_file": str(prompts)}
+    assert SHIPPED.read_bytes() == shipped  # the repository's config is untouched
+    # the manifest now checks a fresh download of the file against the pin
+    assert {f.name: f.sha256 for f in load_manifest("kris").files}["kris_prompts.txt"] == sha
+
+    cfg, choices = compose(["editor=identity", "queryset=kris", f"queryset.root={built[0]}", "metrics=kris",
+                            "profile=tiny", f"paths.results={tmp_path / 'results'}", "progress=false",
+                            "aggregate.bootstrap_resamples=50", "max_failed_fraction=1.0"])
+    assert (cfg.metrics.kris.prompts_sha256, cfg.metrics.kris.prompts_file) == (sha, str(prompts))
+    with open_dict(cfg):
+        cfg.metrics.kris.backbone = {"_target_": "scripted_judge.MarkedReplies", "replies": REPLIES}
+    summary = run_pipeline(cfg, choices["editor"])
+    assert summary["score"].failed == 2 and summary["score"].computed == 9
+    board = _board(tmp_path / "results")
+    assert commit in board["components"] and sha in board["components"]
+    assert {k: board[k] for k in WANT} == pytest.approx(WANT, rel=1e-5, abs=1e-9)
+    # a pin is for its commit: another commit is not pinned
+    other, _ = compose(["editor=identity", "queryset=kris", f"queryset.root={built[0]}", "metrics=kris",
+                        "profile=tiny", f"metrics.kris.prompts_commit={FAKE_COMMIT}"])
+    assert other.metrics.kris.prompts_sha256 is None
+
+
+@pytest.mark.parametrize(("text", "named"), [
+    (TEST_PROMPTS.replace("prompt_quality =", "quality_prompt =").replace("prompt_dual_evaluation =", "dual ="),
+     "no template prompt_dual_evaluation, prompt_quality"),
+    (TEST_PROMPTS.replace("INSTRUCTION={instruct}\nAnswer as {{\"instruction_score\": n, \"reasoning",
+                          "INSTRUCTION={instruct} {image}\nAnswer as {{\"instruction_score\": n, \"reasoning"),
+     "prompt_instruction_following does not format"),
+    ("prompt_consist = 1\n", "no template prompt_consist, prompt_instruction_following"),  # not a string: missing
+])
+def test_a_prompt_file_without_a_needed_template_is_refused_with_the_missing_names(tmp_path, monkeypatch, capsys,
+                                                                                   text, named):
+    from benchmark import cli
+
+    pins = tmp_path / "pins.json"
+    monkeypatch.setenv("EDITMETER_PINS", str(pins))
+    prompts, _ = write_prompts(tmp_path, text)
+    assert cli.main(["data", "pin", "kris", "--file", str(prompts)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and named in err and str(prompts) in err, err
+    assert not pins.exists()  # nothing written

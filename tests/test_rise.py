@@ -710,3 +710,25 @@ def test_a_failed_judge_call_is_a_failure_row_of_its_kind_and_rows_name_their_ju
     (row,) = suite._score_chunk([RisePair(q, src, src)])
     assert row["status"] == "ok" and row["judge_failure"] == ""
     assert (row["judge_model"], row["judge_answered_by"], row["judge_fingerprint"]) == ("stub-judge", "snap-2", "fp_y")
+
+
+def test_pinning_the_hub_revision_is_one_command_and_the_download_uses_it(tmp_path, monkeypatch, capsys):
+    """`editmeter data pin rise --revision R`: written to the user's pins file; the manifest's RISEBench-360 URLs then
+    name R instead of main (the prompt file's URL keeps its own commit). A branch name is refused, nothing written."""
+    from benchmark import cli
+    from benchmark.download import load_manifest
+
+    pins = tmp_path / "pins.json"
+    monkeypatch.setenv("EDITMETER_PINS", str(pins))
+    before = {f.name: f.url for f in load_manifest("rise").files}
+    assert cli.main(["data", "pin", "rise", "--revision", "main"]) == 2
+    assert "not a 40-hex commit" in capsys.readouterr().err and not pins.exists()
+    rev = "0123456789abcdef" * 2 + "01234567"
+    assert cli.main(["data", "pin", "rise", "--revision", rev]) == 0
+    assert json.loads(pins.read_text()) == {"rise": {"revision": rev}}
+    manifest = load_manifest("rise")
+    after = {f.name: f.url for f in manifest.files}
+    hub = [n for n, u in before.items() if "/resolve/main/" in u]
+    assert sorted(hub) == ["data.zip", "datav2_total_w_subtask.json"]
+    assert all(after[n] == before[n].replace("/resolve/main/", f"/resolve/{rev}/") for n in hub)
+    assert after["rise_prompts.txt"] == before["rise_prompts.txt"] and rev in manifest.pinned

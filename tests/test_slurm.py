@@ -205,6 +205,28 @@ def test_a_crashing_task_is_reported_with_its_log(cluster, tmp_path):
     assert Path(log).exists() and "NoSuchEditor" in Path(log).read_text()
 
 
+def test_a_copy_requeued_in_a_finished_tasks_last_seconds_is_cancelled_and_none_is_left_queued(cluster, tmp_path):
+    """`scontrol requeue` lands while task 0 completes, after its result file is written (the editor's exit hook,
+    tests/helpers/slow_editor.py RequeueAtExit): the launch cancels the requeued copy with one line instead of
+    taking the result as the task's end, and when it returns squeue lists no task of the array (the copy never
+    started: it would have run again, unwatched, against the results folder)."""
+    res = tmp_path / "r"
+    out = _launch(cluster, res, *FITS, "editor._target_=slow_editor.RequeueAtExit")
+    text = out.stdout + out.stderr
+    assert out.returncode == 0, text[-4000:]
+    record = json.loads((_launch_dirs(res)[0] / "slurm.json").read_text())
+    array, task = record["array_job_id"], record["tasks"][0]
+    assert [t for t in cluster.squeue() if t["id"].split("_")[0] == array] == []
+    said = [ln for ln in out.stdout.splitlines() if "requeued copy" in ln]
+    assert len(said) == 1, text[-4000:]
+    assert said[0].startswith(f"[editmeter] slurm: task {task['task_id']} (shard 0/2) had finished; its requeued "
+                              "copy (") and said[0].endswith(") was cancelled (its work is done)"), said
+    assert Path(task["stdout"]).read_text().count("Starting with JobEnvironment") == 1  # the copy never ran
+    import pandas as pd
+
+    assert bool(pd.read_csv(res / "leaderboard.csv")["complete"].iloc[0])
+
+
 @pytest.mark.slow
 def test_a_preempted_task_resumes_and_the_tables_equal_an_uninterrupted_run(cluster, tmp_path):
     """`scontrol requeue` of a running task mid-edit: Slurm kills and requeues it, it runs its job again (the

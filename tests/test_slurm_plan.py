@@ -109,3 +109,71 @@ def test_out_of_requeues_is_the_tasks_error_not_a_failed_query():
         assert not swallowed and isinstance(got.value.error, UncompletedJobError)
     finally:
         signal.signal(sig, before)
+
+
+@pytest.mark.parametrize(("state", "log", "action"), [
+    ("PENDING", [S.STARTED, S.RESULT_LINES[0]], "cancel"),  # requeued after its result: pending copy
+    ("RUNNING", [S.STARTED, S.JOB_STARTED, S.RESULT_LINES[0]], "wait"),  # the start that wrote it is ending
+    ("COMPLETING", [S.STARTED, S.JOB_STARTED, S.RESULT_LINES[0]], "wait"),
+    ("RUNNING", [S.STARTED, S.JOB_STARTED, S.RESULT_LINES[0], S.STARTED], "cancel"),  # copy started, no job yet
+    ("RUNNING", [S.STARTED, S.JOB_STARTED, S.RESULT_LINES[1], S.STARTED], "cancel"),
+    ("RUNNING", [S.STARTED, S.JOB_STARTED, S.RESULT_LINES[0], S.STARTED, S.JOB_STARTED], "wait"),  # copy at work
+    # a start, requeued before its result (no result line yet), then the start that wrote the result: ending
+    ("RUNNING", [S.STARTED, S.JOB_STARTED, S.STARTED, S.JOB_STARTED, S.RESULT_LINES[0]], "wait"),
+    ("RUNNING", None, "wait"),  # no log to tell by: a running task is never cancelled blindly
+])
+def test_a_finished_tasks_leftover_copy_is_cancelled_unless_it_runs_its_job(tmp_path, state, log, action):
+    log_file = tmp_path / "0_log.out"
+    if log is not None:
+        log_file.write_text("".join(f"submitit INFO (t) - {line} x\n" for line in log))
+    assert S.leftover_copy({"stdout": str(log_file)}, state) == action
+
+
+def _watch_with(monkeypatch, tmp_path, states: list[str], log: list[str]):
+    """`watch` over one task whose result file exists, squeue answering `states` in turn ('' = not listed)."""
+    (tmp_path / "log.out").write_text("".join(f"submitit INFO (t) - {line}\n" for line in log))
+    task = {"num": 0, "task_id": "7_0", "shard": [0, 1], "stdout": str(tmp_path / "log.out"),
+            "result": str(tmp_path / "r.pkl"), "job_dir": str(tmp_path / "0")}
+    answers = iter(states)
+    calls: list[tuple[str, ...]] = []
+
+    def queue(array):
+        calls.append(("squeue",))
+        state = next(answers, "")
+        return {"7_0": (state, "None")} if state else {}
+
+    monkeypatch.setattr(S, "queue", queue)
+    monkeypatch.setattr(S, "outcome", lambda t: ("success", 0))
+    monkeypatch.setattr(S, "_cmd", lambda *a, **k: calls.append(a))
+    said: list[str] = []
+    ended = S.watch({"array_job_id": "7", "tasks": [task]}, poll_s=0, say=said.append)
+    return ended, calls, said
+
+
+def test_watch_cancels_a_pending_copy_of_a_finished_task_once_and_ends_when_squeue_no_longer_lists_it(
+        monkeypatch, tmp_path):
+    ended, calls, said = _watch_with(monkeypatch, tmp_path, ["PENDING", "PENDING", ""],
+                                     [S.STARTED, S.JOB_STARTED, S.RESULT_LINES[0]])
+    assert ended == {} and [c for c in calls if c[0] != "squeue"] == [("scancel", "7_0")]
+    assert said == ["[editmeter] slurm: task 7_0 (shard 0/1) had finished; its requeued copy (pending) was "
+                    "cancelled (its work is done)"]
+
+
+def test_watch_waits_for_a_copy_that_runs_its_job_again_and_never_takes_the_result_as_the_end_while_listed(
+        monkeypatch, tmp_path):
+    log = [S.STARTED, S.JOB_STARTED, S.RESULT_LINES[0], S.STARTED, S.JOB_STARTED]
+    states = ["RUNNING"] * 3 + [""]
+    ended, calls, said = _watch_with(monkeypatch, tmp_path, states, log)
+    # nothing cancelled, and the result alone was not the end: squeue was asked until it no longer listed the task,
+    # then once more (the last look)
+    assert ended == {} and said == [] and calls == [("squeue",)] * (len(states) + 1)
+
+
+def test_status_of_a_finished_task_names_its_requeued_copy(tmp_path):
+    (tmp_path / "0").mkdir()
+    (tmp_path / "0" / "editmeter_status.json").write_text('{"status": 0}')
+    task = {"task_id": "7_0", "job_dir": str(tmp_path / "0"), "stdout": str(tmp_path / "none.out"),
+            "stderr": str(tmp_path / "none.err"), "result": str(tmp_path / "r.pkl")}
+    assert S.task_state(task, {}, "editmeter_status.json") == "done"
+    assert S.task_state(task, {"7_0": ("PENDING", "BeginTime")}, "editmeter_status.json") == (
+        "done; squeue still lists a requeued copy (pending): a running launch cancels it, else `scancel 7_0`")

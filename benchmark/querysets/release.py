@@ -180,6 +180,9 @@ def _regular(path: Path, what: str, error: type[Exception]) -> os.stat_result:
     return st
 
 
+regular_file = _regular  # for the other release readers (hub_split): `error` unless a regular file
+
+
 def _inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 

@@ -126,9 +126,11 @@ def check_identity(commit: str, sha256: str) -> None:
     checksum yet (the file could not be read when the protocol was written): null is refused with the fix."""
     if sha256 is None:
         raise ProtocolError(f"metrics.kris.prompts_sha256 is not set: the checksum of {PROMPTS_PATH} of {SOURCE_REPO} "
-                            f"at {commit} is not recorded in this version. Fetch it with `make data NAME=kris`, review "
-                            "it, and pass metrics.kris.prompts_sha256=<the output of `sha256sum "
-                            "datasets/kris/downloads/kris_prompts.txt`> (docs/judge.md, KRIS-Bench's protocol)")
+                            f"at {commit} is not recorded in this version, and you have not pinned it. Fetch it with "
+                            "`make data NAME=kris`, review it, and pin it: `editmeter data pin kris --file "
+                            "datasets/kris/downloads/kris_prompts.txt` (or pass metrics.kris.prompts_sha256=<the output "
+                            "of `sha256sum datasets/kris/downloads/kris_prompts.txt`>; docs/judge.md, KRIS-Bench's "
+                            "protocol)")
     pinned.check_identity(commit, sha256, SOURCE_REPO)
 
 
@@ -146,6 +148,33 @@ def load_prompts(path: str | Path, sha256: str, commit: str) -> Prompts:
     check_identity(commit, sha256)
     strings = pinned.read_pinned_strings(path, sha256, commit, TEMPLATES, benchmark="KRIS-Bench", repo=SOURCE_REPO,
                                          repo_path=PROMPTS_PATH, data_name="kris", option="metrics.kris.prompts_file")
+    check_templates(strings, path)
+    return Prompts(templates={n: strings[n] for n in TEMPLATES}, commit=commit, sha256=sha256)
+
+
+def check_prompt_file(path: str | Path) -> str:
+    """What `editmeter data pin kris --file` checks before it pins a file: a regular file of string assignments
+    (read with `ast`, never run) holding every template the metric reads (`TEMPLATES`; all missing names in one
+    ProtocolError), each formatting with exactly the fields the scripts fill. Returns its sha256."""
+    import hashlib
+
+    path = Path(path)
+    if not path.is_file():
+        raise ProtocolError(f"{path}: not found (or not a regular file); fetch it with `make data NAME=kris` "
+                            f"({PROMPTS_PATH} of {SOURCE_REPO})")
+    raw = path.read_bytes()
+    strings = pinned.string_assignments(raw, path)
+    missing = [n for n in TEMPLATES if n not in strings]
+    if missing:
+        raise ProtocolError(f"{path}: no template {', '.join(missing)} (a module-level string assignment each); "
+                            f"metrics=kris reads {', '.join(TEMPLATES)} from {PROMPTS_PATH} of {SOURCE_REPO}. Not "
+                            "pinned")
+    check_templates(strings, path)
+    return hashlib.sha256(raw).hexdigest()
+
+
+def check_templates(strings: Mapping[str, str], path: str | Path) -> None:
+    """Each template formats with the fields the official scripts fill it with (`TEMPLATES`), and uses no other."""
     for name, fields in TEMPLATES.items():
         if fields is None:
             continue
@@ -158,7 +187,6 @@ def load_prompts(path: str | Path, sha256: str, commit: str) -> Prompts:
         if not used <= set(fields):
             raise ProtocolError(f"{path}: {name} has fields {sorted(used - set(fields))} the official script does not "
                                 "fill")
-    return Prompts(templates={n: strings[n] for n in TEMPLATES}, commit=commit, sha256=sha256)
 
 
 # ------------------------------------------------------------------------------------------------------- parsing
