@@ -144,6 +144,8 @@ def mismatch(shown: list[str], actual: list[str]) -> str | None:
     actual = [a.rstrip() for a in actual]
     while actual and not actual[-1]:
         actual.pop()
+    while actual and not actual[0]:  # blank lines before the first printed one
+        actual.pop(0)
 
     @functools.lru_cache(maxsize=None)
     def match(i: int, j: int) -> bool:  # shown[i:] against actual[j:]; backtracks only at `...` lines
