@@ -147,7 +147,7 @@ def mismatch(shown: list[str], actual: list[str]) -> str | None:
     while actual and not actual[0]:  # blank lines before the first printed one
         actual.pop(0)
 
-    @functools.lru_cache(maxsize=None)
+    @functools.cache
     def match(i: int, j: int) -> bool:  # shown[i:] against actual[j:]; backtracks only at `...` lines
         while i < len(shown):
             if shown[i].strip() == ANY_LINES:
