@@ -40,6 +40,7 @@ class Cost:
     load_s: float
     source: str
     s_per_source: float | None = None
+    confidence: str = "measured"  # CONFIDENCE's keys: how sure the figures are (what the budget line prints)
 
     @property
     def s_unshared(self) -> float:
@@ -95,18 +96,48 @@ class Estimate:
         return (math.ceil(self.todo / self.shards) * edit
                 + math.ceil((self.sources or 0) / self.shards) * (self.cost.s_per_source or 0.0) + self.cost.load_s)
 
+    def sureness(self) -> str:
+        """How sure the figures are, from the rows' `confidence` (the measurement notes stay in configs/costs.yaml)."""
+        def said(cost: Cost) -> str:
+            return CONFIDENCE[cost.confidence].format(cls=self.device_class)
+
+        edit = "" if self.cost.confidence == NO_MODEL else said(self.cost)
+        if not self.score:
+            return edit
+        return (f"edit cost {edit}; " if edit else "") + f"scoring cost {said(self.score)}"
+
     def describe(self) -> str:
-        """One line: hours, wall time and how they were computed, with the sources."""
-        scoring = f" + {self.score.s_per_query:g} s scoring" if self.score else ""
+        """One line: hours, wall time, how they add up, and how sure they are."""
         done = f" ({self.done} already done)" if self.done else ""
+        if self.cost.confidence == NO_MODEL and not self.score:
+            return (f"{self.editor} loads no model: its {self.todo} queries to do{done} take seconds on any machine "
+                    "(no device hours to estimate)")
+        scoring = f" + {self.score.s_per_query:g} s scoring" if self.score else ""
         shards = f" over {self.shards} shards" if self.shards > 1 else ""
-        sources = self.cost.source + (f"; scoring: {self.score.source}" if self.score else "")
         edit = self.cost.s_per_query if self.shared else self.cost.s_unshared
+        edit_part = (f"{self.editor} loads no model" if self.cost.confidence == NO_MODEL else f"{edit:g} s edit")
         inversions = (f" + {self.sources} sources x {self.cost.s_per_source:g} s inversion (shared by their queries)"
                       if self.shared else "")
+        load = f" + {self.shards} x {self.cost.load_s:g} s load" if self.cost.confidence != NO_MODEL else ""
         return (f"~{self.hours:,.2f} {self.device_class} hours, wall ~{human_time(self.wall_s)}{shards}: "
-                f"{self.todo} queries to do{done} x ({edit:g} s edit{scoring}){inversions} + "
-                f"{self.shards} x {self.cost.load_s:g} s load [{sources}]")
+                f"{self.todo} queries to do{done} x ({edit_part}{scoring}){inversions}{load}; {self.sureness()}")
+
+
+# a row's `confidence` -> what the budget line tells the user ({cls}: the device class the row is for)
+CONFIDENCE = {
+    "measured": "measured on {cls}",
+    "noisy": "an order of magnitude (measured on a busy shared {cls})",
+    "estimated": "an estimate, not measured on {cls}",
+}
+# the cost of an editor that loads no model (no cost row needed): the edit itself is image arithmetic
+NO_MODEL = "no_model"
+
+
+def weight_free(editor_config: Mapping[str, Any] | None) -> bool:
+    """Whether the editor loads no model: its config has no `weights` key (identity, oracle, overedit; a diffusion
+    or DiT editor always has one) and it is not `external` (edits made elsewhere have a row of their own)."""
+    return (editor_config is not None and "weights" not in editor_config
+            and str(editor_config.get("_target_", "")) != EXTERNAL_TARGET)
 
 
 def human_time(seconds: float) -> str:
@@ -136,11 +167,14 @@ def load_costs(path: Path = COSTS_FILE) -> dict[str, Any]:
 def _row(node: Any, where: str) -> Cost:
     try:
         per_source = node.get("s_per_source")
+        confidence = node.get("confidence")
+        if confidence not in CONFIDENCE:
+            raise ValueError(f"confidence: {confidence!r}, expected one of {', '.join(CONFIDENCE)}")
         return Cost(float(node["s_per_query"]), float(node.get("load_s", 0.0)), str(node["source"]),
-                    None if per_source is None else float(per_source))
+                    None if per_source is None else float(per_source), str(confidence))
     except (KeyError, TypeError, ValueError, AttributeError) as err:
-        raise PreflightError(f"budget: cost table row {where} needs s_per_query, load_s and source, and optionally "
-                             f"s_per_source ({err})") from None
+        raise PreflightError(f"budget: cost table row {where} needs s_per_query, load_s, confidence and source, "
+                             f"and optionally s_per_source ({err})") from None
 
 
 def shares_inversions(editor_config: Mapping[str, Any] | None) -> bool:
@@ -327,6 +361,8 @@ def estimate(plan: RunPlan, full: Any, *, editor: str, metrics: str, gpu_name: C
     # edits made elsewhere (`editmeter score --name LABEL`) cost what the `external` row says, whatever their label
     row = "external" if str(editor_config.get("_target_", "")) == EXTERNAL_TARGET else editor
     cost = lookup(table, "editors", row, size, cls, editor_config)
+    if cost is None and weight_free(editor_config):
+        cost = Cost(0.0, 0.0, "loads no model", confidence=NO_MODEL)
     if cost is None:
         from benchmark.config import options
 

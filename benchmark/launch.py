@@ -251,8 +251,10 @@ def launch(overrides: Sequence[str], *, workers: int, launcher: str = "local", g
     args += ["budget.accept=true", "preflight=false"]
     n_jobs = len(jobs_of(args[1:]))  # the slurm launcher submits only those no earlier launch finished
     pin = launcher == "local" and bool(gpus)
+    # Slurm: the folder is named once the request passed its checks (sinfo) and the array is submitted into it
     print(f"[editmeter] launch: {n_jobs} job(s) ({workers} shard(s) per run) via {launcher}"
-          + (f", GPUs {','.join(gpus)}" if pin else ", no GPU pinning") + f"; job folders in {sweep_dir}", flush=True)
+          + (f", GPUs {','.join(gpus)}" if pin else ", no GPU pinning")
+          + ("" if launcher == "slurm" else f"; job folders in {sweep_dir}"), flush=True)
     logs: dict[str, str] = {}  # job folder -> its Slurm log, for the failure lines
     if launcher == "slurm":
         n_jobs, logs = _slurm_launch(args, sweep_dir, results, gpus_flag)
@@ -324,6 +326,7 @@ def _slurm_launch(args: list[str], sweep_dir: Path, results: Path, gpus_flag: st
     if not todo:
         return 0, {}
     print(S.accounting_note(), flush=True)
+    print(f"[editmeter] slurm: submitting {len(todo)} job(s); job folders in {sweep_dir}", flush=True)
     record, ended = S.run_array([tasks[i] for i in todo], params, sweep_dir, todo, partition)
     logs = {t["job_dir"]: S.log_of(t) for t in record["tasks"]}
     for task in record["tasks"]:

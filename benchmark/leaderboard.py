@@ -52,6 +52,8 @@ TURNS_TABLE = "leaderboard_turns.csv"
 ROW_TABLES = (*TABLES, TURNS_TABLE)  # the tables each run's cached rows hold
 TURN_COLUMNS = ("protocol", "setting", "n_sessions")
 ID_COLUMNS = ("queryset", "queryset_hash", "metric_set", "editor", "editor_sig", "prompt_kind", "profile", "seed")
+# a row's queries of the set that its metrics leave out for this editor family (`excluded_note`): not in n_total
+EXCLUDED_COLUMN = "excluded"
 COUNT_COLUMNS = ("n_selected", "n_total", "n_ok", "n_failed", "n_missing", "complete", "mark")
 PROVENANCE_COLUMNS = ("metric_sig", "git_sha", "versions", "device")
 # True on the rows of an editor that rewrites each instruction before editing (`Editor.rewrites_instruction`): its
@@ -436,6 +438,7 @@ def _run_rows(run: Run, group_cols: tuple[str, ...], fname: str, n_resamples: in
 
     meta = run.meta
     idx = run.index.frame()
+    left_out = idx[idx["excluded"] != ""]  # said in each row's `excluded`, so a count below the set's is explained
     idx = idx[idx["excluded"] == ""]  # queries the metrics do not score for this editor family are not owed
     in_scope = set(idx["query_id"].to_numpy(dtype=object))
     # a set lookup per row, not `isin`: on Arrow-backed strings `isin` boxes every value (0.9 s at 50k ids)
@@ -460,6 +463,9 @@ def _run_rows(run: Run, group_cols: tuple[str, ...], fname: str, n_resamples: in
         for col, v in zip(group_cols, key, strict=True):
             part = part[part[col] == v]
         gkey = [meta["editor_sig"], meta["queryset_hash"], fname, *key]
+        out = left_out
+        for col, v in zip(group_cols, key, strict=True):
+            out = out[out[col] == v]
         n_stale = sum(1 for q in part.loc[part["status"] == "ok", "query_id"] if q in run.stale) if run.stale else 0
         stats = summarize(part, metric_names, n_resamples, seed, gkey, n_total, n_stale)
         if stats["n_missing"] and run.quarantined:
@@ -482,8 +488,18 @@ def _run_rows(run: Run, group_cols: tuple[str, ...], fname: str, n_resamples: in
             stats["components"] = json.dumps(suite["components"], sort_keys=True)
         rows.append(ident | {REWRITE_COLUMN: rewrites_instruction(meta), PROTOCOL_COLUMN: protocol_of(meta)}
                     | dict(zip(group_cols, key, strict=True))
-                    | stats | prov)
+                    | stats | {EXCLUDED_COLUMN: excluded_note(out["excluded"])} | prov)
     return rows
+
+
+def excluded_note(reasons: Any) -> str:
+    """A row's `excluded`: how many of the set's queries its metrics do not score for this editor and why, e.g.
+    `2 not scored: hatie does not score obj_remove for description-based editors`; '' when none are left out."""
+    counts = reasons.value_counts(sort=False)
+    if not len(counts):
+        return ""
+    why = "; ".join(f"{why}" if len(counts) == 1 else f"{int(n)} x {why}" for why, n in counts.items())
+    return f"{int(counts.sum())} not scored: {why}"
 
 
 @dataclass

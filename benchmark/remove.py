@@ -72,8 +72,11 @@ def resolve(folders: list[RunFolder], names: list[str], queryset: str | None = N
             raise RemoveError(f"no run {name!r}{where}.{guess} Runs there: "
                               f"{', '.join(f.key for f in pool) or 'none'}")
         if len(hits) > 1:
+            # --queryset given: the runs are of that one set, so only a folder or key tells them apart
+            how = ("by its <editor>-<signature> folder or its <queryset dir>/<folder> key" if queryset else
+                   "by its <queryset dir>/<folder> key, or narrow with --queryset")
             raise RemoveError(f"{name!r} names {len(hits)} run folders ({', '.join(f.key for f in hits)}): name one "
-                              "by its <queryset dir>/<folder> key, or narrow with --queryset")
+                              f"{how}")
         if hits[0] not in chosen:
             chosen.append(hits[0])
     return chosen

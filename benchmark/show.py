@@ -341,15 +341,19 @@ def render(results: Path, queryset: str | None = None, *, by: str | None = None,
                 continue                   # a failed or partial row is always shown, with its mark
         headline = headline_metric(sinfo, part)
         key = sort if sort is not None and sort in part and (sort not in metrics_in or sort in own) else headline
-        counted = key in sinfo and sinfo[key].count
-        descending = True if counted else bool(sinfo[key][0]) if key in sinfo else key in COUNT_COLUMNS[:1]
         shown = [*COUNT_COLUMNS, *_varying_settings(part), *own]
         if columns is not None:
             shown = [c for c in columns if c in shown]
             if not any(c in own for c in shown) and any(c in metrics_in for c in columns):
                 continue  # the metrics asked for are another metric set's: this section would show none of them
-        order = (f"sorted by {key}{' (best first)' if key in sinfo and not counted else ' (most first)' if counted else ''}"
-                 if key else "sorted by editor")
+            if key == headline and sort != key and key not in shown:
+                # --columns hides the headline: sort by the first metric shown with a value (never by a hidden one)
+                key = next((c for c in shown if c in sinfo and not sinfo[c].count and part[c].notna().any()), key)
+        counted = key in sinfo and sinfo[key].count
+        descending = True if counted else bool(sinfo[key][0]) if key in sinfo else key in COUNT_COLUMNS[:1]
+        notes = [n for n in ("best first" if key in sinfo and not counted else "most first" if counted else "",
+                             "not shown" if columns is not None and key not in shown else "") if n]
+        order = f"sorted by {key}" + (f" ({', '.join(notes)})" if notes else "") if key else "sorted by editor"
         lines.append(f"\nqueryset={qs}  metrics={mset or '?'}  {kind}-based editors  profile={profile}  ({order})")
         lines += _sample_note(part)
         if any(rewrites(r) for _, r in part.iterrows()):
@@ -378,7 +382,9 @@ def render(results: Path, queryset: str | None = None, *, by: str | None = None,
                     else:
                         cells.append(format_setting(r[c]))
                 marks = [str(mark) if isinstance(mark, str) and mark else "", stale.get(i, "")]
-                cells.append("; ".join(m for m in marks if m) or "complete")
+                left_out = r.get("excluded")  # queries of the set its metrics do not score for this editor, and why
+                cells.append(("; ".join(m for m in marks if m) or "complete")
+                             + (f" ({left_out})" if isinstance(left_out, str) and left_out else ""))
                 body.append(cells)
         table = [header, *[c for c in body if isinstance(c, list)]]
         widths = [max(len(c[i]) for c in table) for i in range(len(header))]

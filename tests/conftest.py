@@ -83,3 +83,18 @@ def restore_logging():
     yield
     root.handlers[:] = handlers
     root.setLevel(level)
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    """After a session that ran the docs' blocks (tests/test_docs_run.py): how many ran, how many are slow-only,
+    and the offline-impossible ones, listed with their reasons; and the time the blocks took."""
+    reports = [r for r in terminalreporter.stats.get("passed", []) + terminalreporter.stats.get("failed", [])
+               if r.nodeid.startswith("tests/test_docs_run.py::test_a_docs_block") and r.when == "call"]
+    if not reports:
+        return
+    from test_docs_run import SETUP_S, summary_lines
+
+    for line in summary_lines():
+        terminalreporter.write_line(line)
+    terminalreporter.write_line(f"docs blocks: {len(reports)} ran in {sum(r.duration for r in reports):.0f} s, "
+                                f"+ {sum(SETUP_S):.0f} s for the checkout copy and the demo runs they share")

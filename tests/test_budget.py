@@ -91,12 +91,12 @@ def test_an_unlisted_gpu_borrows_the_h100_rows_and_says_so(tmp_path):
 
 
 def test_unknown_cost_is_reported_not_blocked_with_how_to_measure_it_there(tmp_path):
-    cfg, _ = _cfg(tmp_path, "editor=overedit", "profile=tiny", "budget.max_gpu_hours=0")
-    line = B.check_budget(read_plan(cfg), _full(cfg), editor="overedit", metrics="basic", interactive=lambda: False)
+    cfg, _ = _cfg(tmp_path, "editor=ip2p", "profile=random", "budget.max_gpu_hours=0")
+    line = B.check_budget(read_plan(cfg), _full(cfg), editor="ip2p", metrics="basic", interactive=lambda: False)
     # on a CPU the measurement is a small run (gpu-check measures nothing without CUDA)
-    assert "cost unknown" in line and "editmeter run editor=overedit" in line and "gpu-check" not in line
-    # the suggested command runs the same profile: without profile=tiny it would load the real weights
-    assert "editmeter run editor=overedit queryset=demo queryset.sample=14 profile=tiny " in line
+    assert "cost unknown" in line and "editmeter run editor=ip2p" in line and "gpu-check" not in line
+    # the suggested command runs the same profile: without profile=random it would load the real weights
+    assert "editmeter run editor=ip2p queryset=demo queryset.sample=14 profile=random " in line
     cfg, _ = _cfg(tmp_path, "editor=omnigen", "profile=random", "editor.device=cuda", "budget.max_gpu_hours=0")
     line = B.check_budget(read_plan(cfg), _full(cfg), editor="omnigen", metrics="basic", gpu_name=lambda: "NVIDIA H100",
                           interactive=lambda: False)
@@ -114,7 +114,7 @@ def test_done_queries_are_not_counted_again(tmp_path, capsys):
 def test_an_over_budget_run_stops_before_editing(tmp_path, monkeypatch, capsys):
     """The whole pipeline: the budget refusal comes from the preflight, before the editor is built."""
     monkeypatch.setattr(B, "_interactive", lambda: False)
-    cfg, editor = _cfg(tmp_path, "editor=identity", "profile=tiny", "budget.max_gpu_hours=0.0001")
+    cfg, editor = _cfg(tmp_path, "editor=ip2p", "profile=tiny", "budget.max_gpu_hours=0.0001")
     with pytest.raises(B.OverBudget, match="queryset.sample="):
         run_pipeline(cfg, editor)
     assert not (tmp_path / "results" / "runs").exists()
@@ -123,7 +123,7 @@ def test_an_over_budget_run_stops_before_editing(tmp_path, monkeypatch, capsys):
 def test_a_tiny_demo_run_proceeds_and_prints_its_estimate(tmp_path, capsys):
     cfg, editor = _cfg(tmp_path, "editor=identity", "profile=tiny", "limit=2")
     run_pipeline(cfg, editor)
-    assert "[editmeter] budget: ~" in capsys.readouterr().out
+    assert "[editmeter] budget: identity loads no model: its 2 queries to do take seconds" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(("extra", "pool"), [((), 112), (("queryset.sample_types=[obj_add]",), 16),
@@ -179,7 +179,9 @@ def test_every_editor_gets_its_tiny_cost_row_or_runs_unblocked_saying_how_to_mea
     table = B.load_costs()
     est, note = B.estimate(read_plan(cfg), _full(cfg), editor=editor, metrics="basic", table=table)
     row = B.lookup(table, "editors", editor, "tiny", "cpu")
-    if row is not None:
+    if B.weight_free(read_plan(cfg).editor.config) and row is None:  # loads no model: no row, no "measure it"
+        assert est is not None and est.hours == 0 and "loads no model" in est.describe(), note
+    elif row is not None:
         assert est is not None and est.cost == row, note
         assert not device or est.device_class == "cpu"
     else:
@@ -335,3 +337,58 @@ def test_the_suggested_sample_of_a_session_set_counts_whole_sessions_that_fit(tm
     picked = _full(sampled)
     assert len({q.session for q in picked.queries}) == n and len(picked.queries) <= n * 3
     assert B.sample_pool(None, picked) == 3  # a smaller sample draws from the same 3
+
+
+@pytest.mark.parametrize("editor", ["identity", "oracle", "overedit"])
+def test_a_weight_free_editor_needs_no_cost_row_and_gets_no_measure_it_noise(tmp_path, editor):
+    """identity, oracle and overedit load no model (no `weights` key): no row, no "cost unknown ... measure it"
+    (issue 58: overedit edits 14 queries in 0.13 s); with a scoring row the line still estimates the scoring."""
+    assert editor not in B.load_costs()["editors"]
+    cfg, _ = _cfg(tmp_path, f"editor={editor}", "profile=tiny", "budget.max_gpu_hours=0")
+    line = B.check_budget(read_plan(cfg), _full(cfg), editor=editor, metrics="basic", interactive=lambda: False)
+    assert line == (f"[editmeter] budget: {editor} loads no model: its 133 queries to do take seconds on any machine "
+                    "(no device hours to estimate)")
+    cfg, _ = _cfg(tmp_path, f"editor={editor}", "profile=random", "metrics=hatie")  # real size: no row either
+    est, _ = B.estimate(read_plan(cfg), _full(cfg), editor=editor, metrics="hatie")
+    assert est.hours == 0 and est.describe().startswith(f"{editor} loads no model")
+
+
+def test_a_weight_free_editor_still_pays_its_scoring():
+    """Scored where the table has a scoring row (HATIE on an H100), the no-model editor's line is an estimate."""
+    table = B.load_costs()
+    est = B.Estimate("overedit", "h100", 133, 0, 1, B.Cost(0.0, 0.0, "", confidence=B.NO_MODEL),
+                     B.lookup(table, "metrics", "hatie", "real", "h100"))
+    assert est.hours == pytest.approx(133 * 0.09 / 3600)
+    assert est.describe() == ("~0.00 h100 hours, wall ~12 s: 133 queries to do x (overedit loads no model + 0.09 s "
+                              "scoring); scoring cost measured on h100")
+
+
+@pytest.mark.parametrize(("extra", "said"), [
+    (("editor=ip2p", "profile=tiny"), "an order of magnitude (measured on a busy shared cpu)"),
+    (("editor=ip2p", "profile=random", "editor.device=cuda"), "measured on h100"),
+    (("editor=rf_solver", "profile=random", "editor.device=cuda"), "an estimate, not measured on h100"),
+])
+def test_the_budget_line_says_how_sure_it_is_not_the_measurement_notes(tmp_path, extra, said):
+    """The line gives the estimate and how sure it is (the row's `confidence`); where, when and under what load the
+    row was measured stays in configs/costs.yaml (issue 58: "shared 2-core CPU, 2026-11-24 ..., NOISY")."""
+    cfg, editor = _cfg(tmp_path, *extra)
+    line = B.check_budget(read_plan(cfg), _full(cfg), editor=editor, metrics="basic", gpu_name=lambda: "NVIDIA H100",
+                          interactive=lambda: False, ask=lambda q: True)
+    assert line.startswith("[editmeter] budget: ~") and line.endswith(said), line
+    for note in ("2026", "NOISY", "load average", "gpu-check", "ESTIMATED", "["):
+        assert note not in line.removeprefix("[editmeter] "), (note, line)
+    cfg, editor = _cfg(tmp_path, *extra, "metrics=hatie")
+    line = B.check_budget(read_plan(cfg), _full(cfg), editor=editor, metrics="hatie", gpu_name=lambda: "NVIDIA H100",
+                          interactive=lambda: False, ask=lambda q: True)
+    if "cuda" in " ".join(extra):
+        assert line.endswith(f"edit cost {said}; scoring cost measured on h100"), line
+
+
+def test_a_cost_row_without_a_known_confidence_is_refused_naming_the_row(tmp_path):
+    table = B.load_costs()
+    row = dict(table["editors"]["ip2p"]["tiny"]["cpu"])
+    for bad in (None, "exact"):
+        table["editors"]["ip2p"]["tiny"]["cpu"] = {**row, "confidence": bad} if bad else \
+            {k: v for k, v in row.items() if k != "confidence"}
+        with pytest.raises(B.PreflightError, match=r"editors\.ip2p\.tiny\.cpu.*confidence"):
+            B.lookup(table, "editors", "ip2p", "tiny", "cpu")

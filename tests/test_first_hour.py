@@ -171,8 +171,10 @@ def test_budget_of_external_edits_uses_the_external_row_not_a_run_of_their_label
     line = B.check_budget(read_plan(cfg), load_selection(read_plan(cfg))[0], editor="their-model", metrics="basic",
                           interactive=lambda: False)
     assert "cost unknown" not in line and "editor=their-model" not in line, line
-    # a label that no `editor=` names (a meta-evaluation candidate) gets no command that cannot run
-    cfg, _ = compose([*base, "editor=identity"])
+    # a label that no `editor=` names (a meta-evaluation candidate) gets no command that cannot run (a model editor's
+    # config with no row there: ip2p at real size on a CPU; a weight-free config needs no row, tests/test_budget.py)
+    cfg, _ = compose(["queryset=demo_mini", "profile=random", f"paths.results={tmp_path / 'r'}", "progress=false",
+                      "editor=ip2p"])
     line = B.check_budget(read_plan(cfg), load_selection(read_plan(cfg))[0], editor="metaeval-gt", metrics="basic",
                           interactive=lambda: False)
     assert "cost unknown" in line and "editor=metaeval-gt" not in line, line

@@ -134,6 +134,12 @@ def test_two_scripted_judges_give_the_hand_worked_drift_through_the_cli(folders)
                           timeout=300)
     assert done.returncode == 0, done.stderr
     out = done.stdout
+    # docs/metaeval.md's worked example is this output (tests/helpers/docs_blocks.py: placeholders, `...`)
+    from docs_blocks import blocks_of, mismatch
+
+    (doc,) = [blk for blk in blocks_of(ROOT / "docs" / "metaeval.md") if blk.mode == "fixture"]
+    assert mismatch(doc.commands[0].shown, out.splitlines()) is None, (mismatch(doc.commands[0].shown,
+                                                                               out.splitlines()), out)
     a, b = folders.sig["A"], folders.sig["B"]
     # the only two judges: A is the one scored first, and both are named with what the rows say about them
     assert "A is the one scored first" in out

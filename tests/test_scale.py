@@ -178,15 +178,28 @@ BUDGET = ["editor=identity", "queryset=demo_mini", "profile=tiny", "metrics=basi
           "aggregate.bootstrap_resamples=50"]
 
 
+@pytest.fixture
+def identity_cost(monkeypatch):
+    """The cost table with a row for identity of 0.02 s per query (weight-free editors need none: their budget line
+    says they load no model), so these tests' budgets are small numbers of seconds."""
+    from benchmark import budget as B
+
+    table = B.load_costs()
+    row = {"any": {"s_per_query": 0.02, "load_s": 0, "confidence": "measured", "source": "tests/test_scale.py"}}
+    table["editors"]["identity"] = {"real": row, "tiny": row}
+    monkeypatch.setattr(B, "load_costs", lambda *a, **k: table)
+
+
 def _no_workers(monkeypatch):
     started = []
     monkeypatch.setattr(R, "main", lambda args: started.append(args) or 0)
     return started
 
 
-def test_an_over_budget_launch_stops_before_any_worker_with_every_shards_queries(tmp_path, monkeypatch, capsys):
-    """identity costs 0.02 s per query (configs/costs.yaml): demo_mini's 14 queries over 2 shards are 0.28 s, over a
-    budget of 0.18 s; one shard's 7 queries (0.14 s) would fit, so a per-worker check would have let both run."""
+def test_an_over_budget_launch_stops_before_any_worker_with_every_shards_queries(identity_cost, tmp_path, monkeypatch,
+                                                                                capsys):
+    """identity costs 0.02 s per query (the identity_cost fixture): demo_mini's 14 queries over 2 shards are 0.28 s,
+    over a budget of 0.18 s; one shard's 7 queries (0.14 s) would fit, so a per-worker check would have let both run."""
     started = _no_workers(monkeypatch)
     res = tmp_path / "r"
     code = L.main(["--workers", "2", "--gpus", "none", *BUDGET, f"paths.results={res}", "budget.max_gpu_hours=0.00005"])
@@ -196,7 +209,7 @@ def test_an_over_budget_launch_stops_before_any_worker_with_every_shards_queries
     assert "budget.accept=true" in err
 
 
-def test_a_sweep_launch_sums_its_settings_and_asks_once(tmp_path, monkeypatch, capsys):
+def test_a_sweep_launch_sums_its_settings_and_asks_once(identity_cost, tmp_path, monkeypatch, capsys):
     started = _no_workers(monkeypatch)
     asked = []
     over = [*BUDGET, f"paths.results={tmp_path / 'r'}", "budget.max_gpu_hours=0.0001", "seed=0,1"]  # 2 x 0.28 s
@@ -208,7 +221,7 @@ def test_a_sweep_launch_sums_its_settings_and_asks_once(tmp_path, monkeypatch, c
     assert "budget.accept=true" in started[0]  # the workers never ask or refuse: the launch did
 
 
-def test_workers_of_a_confirmed_launch_run_without_asking(tmp_path, restore_logging):
+def test_workers_of_a_confirmed_launch_run_without_asking(identity_cost, tmp_path, restore_logging):
     """A real launch over budget, confirmed once: both shards run (as processes that are not on a terminal, which
     would refuse an over-budget run of their own) and edit every query."""
     res = tmp_path / "r"

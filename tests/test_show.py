@@ -210,3 +210,20 @@ def test_a_declared_headline_wins_over_a_summary_and_old_tables_treat_n_columns_
            "n_no_target": {"higher_is_better": False, "summary": True}}
     out = _show_one(tmp_path, "conventional", old, [{"editor": "a", "clip_t": 0.2, "n_no_target": 1}])
     assert "(sorted by clip_t (best first))" in out and "#n_no_target" in out
+
+
+def test_show_columns_that_hide_the_headline_sort_by_a_shown_column_and_say_so(results):
+    """`--columns l1` used to print "sorted by psnr" (the headline it hides) in the order of psnr (issue 58): the rows
+    are sorted by the first metric shown, and the title names it; with no metric shown, the title says the
+    column it sorts by is not shown."""
+    basic = _section(format_table(results, columns=["l1"]), "metrics=basic")
+    assert "(sorted by l1 (best first))" in basic and "psnr" not in basic
+    lb = pd.read_csv(results / "leaderboard.csv", dtype={"editor_sig": str})
+    done = lb[(lb["metric_set"] == "basic") & lb["complete"]].sort_values("l1")  # l1: lower is better
+    positions = [basic.index(s[:8]) for s in done["editor_sig"]]
+    assert positions == sorted(positions)
+    counts = _section(format_table(results, columns=["n_ok"]), "metrics=basic")
+    assert "(sorted by psnr (best first, not shown))" in counts
+    # asked for explicitly, a hidden column is sorted by and said to be hidden too
+    assert "(sorted by psnr (best first, not shown))" in _section(format_table(results, columns=["l1"], sort="psnr"),
+                                                                  "metrics=basic")
