@@ -24,7 +24,8 @@ DIFFUSION_EDITORS ?= ip2p,magicbrush,sdedit,diffedit,p2p,imagic,ledits
 DIFFUSION_LIMIT ?= 14
 ARGS        ?=
 # `make test` runs one pytest-xdist worker per core (TEST_WORKERS=0: one process), each on one torch thread;
-# --dist loadgroup keeps tests that share a Slurm cluster or a browser on one worker.
+# --dist loadfile runs each test file on one worker, so a module's fixtures (a Slurm cluster, a browser, the demo
+# runs several tests read) are built once, not once per worker.
 TEST_WORKERS ?= auto
 # Scale-out (docs/scale.md): GPUS=8 (or 0,2,5) shards `bench` and `sweep` over local GPUs through `editmeter launch`;
 # WORKERS=N sets the shards per run (default: one per GPU); LAUNCHER=slurm submits them to Slurm instead.
@@ -130,7 +131,7 @@ report: ## static HTML report of RESULTS (opens offline): make report [RESULTS=r
 	$(EDITMETER) report --results $(RESULTS) $(if $(OUT),--out $(OUT)) $(ARGS)
 
 test: ## offline test suite (HF_HUB_OFFLINE=1), one worker per core; prints the slowest 20 tests
-	$(ONE_THREAD) $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=20 $(ARGS)
+	$(ONE_THREAD) $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=20 $(ARGS)
 
 lint: ## ruff
 	$(PY) -m ruff check benchmark editors tests scripts

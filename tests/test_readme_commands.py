@@ -136,7 +136,9 @@ def _copy_checkout(dest: Path) -> None:
 def test_readme_offline_commands_run_in_order_on_a_fresh_results_folder(tmp_path):
     clone = tmp_path / "editmeter"
     _copy_checkout(clone)
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(clone), "OMP_NUM_THREADS": "1",
+    # not MAKEFLAGS & co.: under `make test ARGS=...` they would hand the outer make's ARGS to the README's `make demo`
+    inherited = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")}
+    env = {**inherited, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(clone), "OMP_NUM_THREADS": "1",
            "PATH": f"{clone / '.venv' / 'bin'}{os.pathsep}{os.environ['PATH']}",
            "EDITMETER_CACHE": os.environ.get("EDITMETER_CACHE", str(ROOT / ".cache"))}  # the tiny models, built once
     import torch

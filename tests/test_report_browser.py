@@ -12,11 +12,9 @@ import pytest
 from report_results import report_results
 
 CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
-# one browser at a time under xdist (`make test`, --dist loadgroup): every test here runs on the same worker
-pytestmark = [pytest.mark.skipif(not (CHROMIUM.is_file() and CHROMEDRIVER.is_file()),
-                                 reason="needs Debian's chromium and chromium-driver (/usr/bin/chromium, "
-                                        "/usr/bin/chromedriver): apt-get install chromium chromium-driver"),
-              pytest.mark.xdist_group("chromium")]
+pytestmark = pytest.mark.skipif(not (CHROMIUM.is_file() and CHROMEDRIVER.is_file()),
+                                reason="needs Debian's chromium and chromium-driver (/usr/bin/chromium, "
+                                       "/usr/bin/chromedriver): apt-get install chromium chromium-driver")
 PAGE_SIZE = 5
 
 

@@ -16,8 +16,7 @@ import pytest
 from conftest import HELPERS, ROOT, child_pythonpath
 from slurm_cluster import SlurmCluster, missing
 
-# one cluster for the module: under xdist (`make test`, --dist loadgroup) every test here runs on the same worker
-pytestmark = [pytest.mark.skipif(missing() is not None, reason=f"{missing()}"), pytest.mark.xdist_group("slurm")]
+pytestmark = pytest.mark.skipif(missing() is not None, reason=f"{missing()}")
 
 TABLES = ("leaderboard.csv", "leaderboard_by_type.csv", "leaderboard_by_class.csv", "leaderboard_metrics.csv")
 BASE = ["editor=identity", "queryset=demo_mini", "profile=tiny", "metrics=basic", "progress=false",
