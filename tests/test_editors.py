@@ -63,11 +63,10 @@ def test_contract(name, demo_qs):
     assert len(out) == len(queries)
     for o, src in zip(out, images, strict=True):
         assert isinstance(o, Image.Image) and o.mode == "RGB" and o.size == src.size
-    again = editor.edit(queries, images, seeds=seeds)
-    assert all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(out, again, strict=True))
     one_by_one = [editor.edit([q], [im], seeds=[s])[0] for q, im, s in zip(queries, images, seeds, strict=True)]
     assert max(max_level_diff(a, b) for a, b in zip(out, one_by_one, strict=True)) <= batch_tolerance_levels()
-    # the two-phase form the edit stage uses gives the same images, prepared ahead or not
+    # the two-phase form the edit stage uses gives the same images, prepared ahead or not (the unprepared one is
+    # also the rerun: a second call of the same batch gives the same bytes)
     for prepared in (None, [editor.prepare(im) for im in images]):
         finishers = editor.edit_deferred(queries, images, seeds=seeds, prepared=prepared)
         deferred = [finish() for finish in finishers]

@@ -136,7 +136,12 @@ def _copy_checkout(dest: Path) -> None:
 def test_readme_offline_commands_run_in_order_on_a_fresh_results_folder(tmp_path):
     clone = tmp_path / "editmeter"
     _copy_checkout(clone)
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(clone), "OMP_NUM_THREADS": "1",
+    # as a user types them, not with the settings of a `make test ARGS=...` around this test: make exports its
+    # command-line variables, and the README's `make demo` would read ARGS (any `?=` variable) from them
+    settable = set(re.findall(r"^(\w+)\s*\?=", (ROOT / "Makefile").read_text(encoding="utf-8"), flags=re.M))
+    inherited = {k: v for k, v in os.environ.items()
+                 if k not in settable and k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")}
+    env = {**inherited, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(clone), "OMP_NUM_THREADS": "1",
            "PATH": f"{clone / '.venv' / 'bin'}{os.pathsep}{os.environ['PATH']}",
            "EDITMETER_CACHE": os.environ.get("EDITMETER_CACHE", str(ROOT / ".cache"))}  # the tiny models, built once
     import torch

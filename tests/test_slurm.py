@@ -24,6 +24,9 @@ BASE = ["editor=identity", "queryset=demo_mini", "profile=tiny", "metrics=basic"
 FITS = ["hydra.launcher.cpus_per_task=1", "hydra.launcher.mem_gb=1"]  # the node: 2 CPUs, 4000 MB, no GPU
 # a slowed identity editor (batches of 2), so a task can be cancelled or requeued in the middle of its edits
 SLOW = ["editor._target_=slow_editor.SlowIdentity", "+editor.delay_s=1.5", "batch_size=2"]
+# slower still where a task must stay running while `editmeter launch --status` starts (a Python process: 3-8 s on
+# a loaded 2-core machine): at 1.5 s a batch, shard 1's 4 batches finished before the scancel under xdist load
+SLOWER = [*SLOW[:1], "+editor.delay_s=3", *SLOW[2:]]
 
 
 @pytest.fixture(scope="module")
@@ -172,7 +175,7 @@ def test_an_sbatch_refusal_is_one_line_naming_the_key(cluster, tmp_path, extra, 
 
 def test_a_cancelled_task_fails_the_launch_and_the_rerun_runs_only_its_shard(cluster, tmp_path):
     res = tmp_path / "r"
-    proc = _popen(cluster, res, *FITS, *SLOW)
+    proc = _popen(cluster, res, *FITS, *SLOWER)
     task = _wait_running(cluster, proc, res, "_1")
     running = _status(cluster, _launch_dirs(res)[0])
     assert f"task {task}  shard 1/2  running" in running, running
@@ -186,7 +189,7 @@ def test_a_cancelled_task_fails_the_launch_and_the_rerun_runs_only_its_shard(clu
     assert "shard 0/2  done" in lines[0] and "shard 1/2  failed (ended without a result" in lines[1]
     assert lines[-1] == "2 task(s): 1 done, 1 failed"
     # the same command again: only shard 1 is submitted, and the run completes
-    again = _launch(cluster, res, *FITS, *SLOW)
+    again = _launch(cluster, res, *FITS, *SLOWER)
     assert again.returncode == 0, (again.stdout + again.stderr)[-4000:]
     assert "1 of 2 job(s) finished in an earlier launch" in again.stdout
     second = [d for d in _launch_dirs(res) if d != first][0]
