@@ -115,6 +115,12 @@ def _metaeval(argv: list[str]) -> int:
     return main(argv)
 
 
+def _arena(argv: list[str]) -> int:
+    from benchmark.arena_cli import main
+
+    return main(argv)
+
+
 COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "run": (_run, "edit a query set, score the edits, rebuild the leaderboards (Hydra; --multirun sweeps)"),
     "score": (_score, "score a folder of edits made elsewhere and add them to the leaderboard"),
@@ -126,6 +132,8 @@ COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "launch": (_launch, "shard a run (or a sweep) across N workers: local GPUs/CPUs or Slurm; then aggregate"),
     "metaeval": (_metaeval, "how far each metric agrees with ground truth and people (gt-selection, 2afc, winrate, "
                             "fit-weights, judges, drift)"),
+    "arena": (_arena, "pairwise judging by GenArena's protocol: Bradley-Terry ratings with intervals, consistency, "
+                      "win-rate matrix"),
     "report": (_report, "write a static HTML report: leaderboards, charts, image grid, failures, provenance"),
     "gpu-check": (_gpu_check, "self-check of a CUDA machine: every editor (fp16, bf16, rerun) and suite, then "
                               "real-size seconds per query and peak memory"),
