@@ -49,7 +49,7 @@ def _shard(text: str | None) -> tuple[int, int] | None:
 def settings(cfg: Any, overrides: list[str]) -> dict[str, Any]:
     """configs/arena.yaml with `overrides` (key=value, without the `arena.` prefix), resolved against the run
     config."""
-    from omegaconf import OmegaConf
+    from omegaconf import OmegaConf, open_dict
 
     from benchmark.config import CONFIG_DIR
     from benchmark.stages.arena import ArenaError
@@ -62,7 +62,9 @@ def settings(cfg: Any, overrides: list[str]) -> dict[str, Any]:
     unknown = [k for k in extra if k not in base]
     if unknown:
         raise ArenaError(f"unknown arena setting(s) {unknown}; the settings are {', '.join(base)} (configs/arena.yaml)")
-    root = OmegaConf.merge(cfg, {"arena": OmegaConf.merge(base, extra)})
+    root = cfg.copy()
+    with open_dict(root):
+        root.arena = OmegaConf.merge(base, extra)
     return OmegaConf.to_container(root.arena, resolve=True)  # type: ignore[return-value]
 
 

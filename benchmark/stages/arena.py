@@ -425,7 +425,8 @@ def summary(result: ArenaResult) -> dict[str, Any]:
         ties = sum(t["ties"] for (x, y), t in tables.items() if m in (x, y))
         editors.append({"editor": m, "rating": boot.rating[m], "ci_low": boot.low[m], "ci_high": boot.high[m],
                         "point": boot.point[m], "anchored": m in result.anchors, "battles": w + lo + ties,
-                        "wins": w, "losses": lo, "ties": ties, "failed_calls": calls_failed.get(m, 0)})
+                        "wins": w, "losses": lo, "ties": ties, "failed_calls": calls_failed.get(m, 0),
+                        "no_points": w + lo + ties > 0 and w == 0 and ties == 0})
     pairs = []
     for (x, y), p in result.pairs.items():
         t = tables.get((x, y), {"battles": 0, "wins_first": 0, "wins_second": 0, "ties": 0, "consistent": 0,
@@ -451,6 +452,8 @@ def format_summary(s: dict[str, Any]) -> str:
         ci = f"[{e['ci_low']:.1f}, {e['ci_high']:.1f}]" + ("*" if e["anchored"] else "")
         lines.append(f"{e['editor']:<24}{e['rating']:>9.1f}{ci:>20}{e['battles']:>9}"
                      f"{'/'.join(str(e[k]) for k in ('wins', 'ties', 'losses')):>14}{e['failed_calls']:>14}")
+    lines += [f"{e['editor']} won no point (it lost every battle): GenArena's fit rates such an editor 1000, "
+              "whatever the others; read its rank from the battles" for e in s["editors"] if e["no_points"]]
     lines += ["", "rating: the median of the bootstrap resamples (GenArena's); * anchored (held at an earlier rating)",
               "", f"{'pair':<40}{'battles':>9}{'consistent':>12}{'A/T/B':>14}{'failed':>8}{'not shared':>12}"]
     for p in s["pairs"]:
