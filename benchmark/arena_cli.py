@@ -97,7 +97,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         queries = {q.id: q for q in queryset}
         folder = Path(s["folder"]) / name
         print(f"[arena] {name}: {len(entrants)} editors ({', '.join(e.name for e in entrants)}); judge "
-              f"{backbone.name}; prompt GenArena mmrb2 @ {s['prompts_commit'][:7]}")
+              f"{backbone.name}; prompt {Path(s['prompts_file']).name} (sha256 {s['prompts_sha256'][:12]}; GenArena's "
+              f"is pinned at {s['prompts_commit'][:7]})")
         result = run_arena(entrants, queries, lambda q: queryset.path(q.image), backbone, prompt, sampling, folder,
                            anchors=anchors, drop_failed=bool(s["drop_failed"]), retry_failed=bool(s["retry_failed"]),
                            shard=_shard(args.shard), chunk=int(s["chunk"]), dry_run=args.dry_run)

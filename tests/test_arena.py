@@ -474,3 +474,47 @@ def test_anchored_fit_holds_earlier_ratings(tmp_path, demo_mini, server):
     assert all(new[m]["rating"] == old[m] and new[m]["anchored"] for m in old)
     assert not new["flip"]["anchored"]
     assert srv.calls - calls == 2 * 3 * 14  # only flip's pairs
+
+
+def test_kill_9_loses_no_battle(tmp_path, demo_mini, server):
+    """`editmeter arena` killed with SIGKILL while it judges: every call it logged is whole and never asked again,
+    and the rerun's ratings are the uninterrupted run's."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from conftest import child_pythonpath
+
+    prompt, sha = write_fixture_prompt(tmp_path)
+    judge = closest_to_source(noise=0.3)
+    srv = server(lambda *a: (time.sleep(0.02), judge(*a))[1])
+    settings = ["queryset=demo_mini", f"arena.prompts_file={prompt}", f"arena.prompts_sha256={sha}",
+                f"arena.judges.endpoint.base_url={srv.url}", "arena.judges.endpoint.model=judge",
+                "arena.judges.endpoint.concurrency=1", "arena.chunk=4", "arena.sampling.mode=full"]
+    killed, whole = tmp_path / "killed", tmp_path / "whole"
+    for results in (killed, whole):
+        for name in ("copy", "dim", "noisy"):
+            make_run(results, demo_mini, name)
+    log = killed / "arena" / "demo_mini" / "calls.jsonl"
+    proc = subprocess.Popen([sys.executable, "-m", "benchmark.cli", "arena", f"paths.results={killed}", *settings],
+                            cwd=ROOT, env=os.environ | {"PYTHONPATH": child_pythonpath(ROOT)},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 60
+    while time.time() < deadline and (not log.is_file() or len(log.read_text().splitlines()) < 12):
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    from benchmark.stages.arena import CallLog
+
+    logged = len(CallLog(log.parent).calls)
+    asked_before = srv.calls
+    assert 12 <= logged < 84 and asked_before < 84
+    from benchmark.arena_cli import main
+
+    assert main([f"paths.results={killed}", *settings]) == 0
+    assert srv.calls - asked_before == 84 - logged  # nothing logged is asked again
+    assert main([f"paths.results={whole}", *settings]) == 0
+    a, b = (json.loads((r / "arena" / "demo_mini" / "ratings.json").read_text()) for r in (killed, whole))
+    assert a["editors"] == b["editors"] and a["pairs"] == b["pairs"]
