@@ -121,7 +121,7 @@ gpu-check: ## self-check of a CUDA machine: every editor in fp16/bf16 with a rer
 bench-editors: ## edit-stage overhead vs the bare diffusers loop, batch sizes 1/2/4/8 (tiny profile, one CPU thread for the model)
 	$(ONE_THREAD) $(PY) scripts/bench_editors.py $(ARGS)
 
-data: ## download one query-set source (resumable, verified): make data NAME=gqa_hatie|hatie|editval|magicbrush|gedit|pie|imgedit|kris|rise|editscore_judge|editreward_judge
+data: ## download one query-set source (resumable, verified): make data NAME=gqa_hatie|hatie|editval|magicbrush|gedit|pie|imgedit|kris|rise|editscore_judge|editreward_judge|genarena
 	@test -n "$(NAME)" || { echo "usage: make data NAME=<set>  (sets: $$(ls datasets/manifests | sed 's/\.json//' | tr '\n' ' '))"; exit 2; }
 	$(EDITMETER) data $(NAME) $(ARGS)
 

@@ -59,7 +59,7 @@ def _remove(argv: list[str]) -> int:
 def _data(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog=f"{PROG} data", description="Download the raw files of one query-set source "
                                  "(resumable, size- and sha256-verified), then print the command that builds it.")
-    ap.add_argument("name", help="manifest name: datasets/manifests/<name>.json (gqa_hatie, hatie, editval, magicbrush, gedit, pie, imgedit, kris, rise, editscore_judge, editreward_judge)")
+    ap.add_argument("name", help="manifest name: datasets/manifests/<name>.json (gqa_hatie, hatie, editval, magicbrush, gedit, pie, imgedit, kris, rise, editscore_judge, editreward_judge, genarena)")
     ap.add_argument("--only", nargs="*", default=(), help="fetch only these file names from the manifest")
     ap.add_argument("--dest", type=Path, help="download folder (default datasets/<name>/downloads)")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar (default: only on a terminal)")

@@ -70,13 +70,13 @@ def main() -> int:
     subprocess.run([*run[:4], "--multirun", "editor=identity,oracle,overedit", *run[4:]], check=True, cwd=ROOT)
 
     import numpy as np
+    from openai_server import OpenAIServer
     from PIL import Image
 
     from benchmark.arena_cli import main as arena
     from benchmark.config import read_plan
     from benchmark.preflight import load_queries
     from benchmark.run import compose
-    from openai_server import OpenAIServer
 
     qs = load_queries(read_plan(compose(["queryset=demo_mini"])[0]))
     targets = {}

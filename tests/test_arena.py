@@ -518,3 +518,11 @@ def test_kill_9_loses_no_battle(tmp_path, demo_mini, server):
     assert main([f"paths.results={whole}", *settings]) == 0
     a, b = (json.loads((r / "arena" / "demo_mini" / "ratings.json").read_text()) for r in (killed, whole))
     assert a["editors"] == b["editors"] and a["pairs"] == b["pairs"]
+
+
+def test_manifest_fetches_the_pinned_prompt_where_the_config_reads_it():
+    from benchmark.download import load_manifest
+
+    (f,) = load_manifest("genarena").files
+    assert f.sha256 == PINNED_SHA and f"/{PINNED_COMMIT}/{P.REPO_PATH}" in f.url and P.REPO in f.url
+    assert f"${{paths.datasets}}/genarena/downloads/{f.name}" in ARENA_YAML
