@@ -1,4 +1,5 @@
-"""`editmeter arena queryset=NAME [paths.results=DIR] [arena.<key>=value ...] [--dry-run] [--shard I/N] [--json]`:
+"""`editmeter arena queryset=NAME [paths.results=DIR] [arena.<key>=value ...] [--dry-run] [--shard I/N] [--json]`
+(or `editmeter arena --drift A.json B.json`: two arenas compared):
 the editors' runs of one query set judged in pairs by GenArena's protocol and rated by Bradley-Terry, with 95%
 bootstrap intervals, battles, consistency and the win-rate matrix (docs/arena.md).
 
@@ -24,6 +25,9 @@ def _parse(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str], list[str
     ap.add_argument("--shard", default=None, help="I/N: judge every N-th planned battle from the I-th (0-based; "
                     "needs arena.sampling.mode=full); rerun unsharded to rate")
     ap.add_argument("--json", action="store_true", help="print the summary as JSON instead of tables")
+    ap.add_argument("--drift", nargs=2, metavar=("A", "B"), type=Path, default=None,
+                    help="compare two arenas' ratings.json (e.g. two judges'): rating shift, Kendall tau, rank flips; "
+                    "judges nothing")
     args, rest = ap.parse_known_args(list(argv))
     bad = [a for a in rest if "=" not in a or a.startswith("-")]
     if bad:
@@ -77,6 +81,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from benchmark.stages.arena import ArenaError, Sampling, find_entrants, format_summary, run_arena, summary
 
     args, arena_overrides, overrides = _parse(sys.argv[1:] if argv is None else argv)
+    if args.drift is not None:
+        return _drift(*args.drift, as_json=args.json)
     try:
         if not any(o.startswith("queryset=") for o in overrides):
             raise ArenaError("name the query set: editmeter arena queryset=NAME (the runs to battle are that set's)")
@@ -116,6 +122,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     atomic_write_text(folder / "ratings.json", json.dumps(out, indent=1, sort_keys=True))
     print(json.dumps(out, indent=1, sort_keys=True) if args.json else format_summary(out))
     print(f"[arena] wrote {folder / 'ratings.json'}")
+    return 0
+
+
+def _drift(a: Path, b: Path, *, as_json: bool) -> int:
+    from benchmark.stages.arena import ArenaError, arena_drift, format_drift
+
+    try:
+        sides = []
+        for path in (a, b):
+            try:
+                sides.append(json.loads(path.read_text(encoding="utf-8")))
+            except (OSError, ValueError) as err:
+                raise ArenaError(f"--drift {path}: not a readable ratings.json ({err})") from None
+        d = arena_drift(*sides)
+    except ArenaError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(json.dumps(d, indent=1) if as_json else format_drift(d))
     return 0
 
 

@@ -317,10 +317,10 @@ def server():
 
     servers = []
 
-    def start(reply):
+    def start(reply, **kw):
         import threading
 
-        srv = OpenAIServer(reply)
+        srv = OpenAIServer(reply, **kw)
         threading.Thread(target=srv.serve_forever, daemon=True).start()
         servers.append(srv)
         return srv
@@ -526,3 +526,34 @@ def test_manifest_fetches_the_pinned_prompt_where_the_config_reads_it():
     (f,) = load_manifest("genarena").files
     assert f.sha256 == PINNED_SHA and f"/{PINNED_COMMIT}/{P.REPO_PATH}" in f.url and P.REPO in f.url
     assert f"${{paths.datasets}}/genarena/downloads/{f.name}" in ARENA_YAML
+
+
+def test_drift_between_two_judges_arenas(tmp_path, demo_mini, server, capsys):
+    from benchmark.arena_cli import main
+
+    results = tmp_path / "results"
+    for name in ("copy", "dim", "noisy"):
+        make_run(results, demo_mini, name)
+    prompt, sha = write_fixture_prompt(tmp_path)
+    saved = []
+    near = closest_to_source(noise=0.1)  # no editor without a point (GenArena would rate it 1000)
+    far = lambda *a: json.dumps({"better_response": "B" if '"A"' in near(*a) else "A"})  # noqa: E731
+    for model, reply in (("judge", near), ("judge2", far)):  # a second judge preferring the edit farther away
+        srv = server(reply, served=model)
+        assert arena(results, srv, prompt, sha, "arena.sampling.mode=full", f"arena.judges.endpoint.model={model}") == 0
+        assert srv.calls == 84
+        saved.append(tmp_path / f"r{len(saved)}.json")
+        saved[-1].write_text((results / "arena" / "demo_mini" / "ratings.json").read_text())
+    capsys.readouterr()
+    assert main(["--drift", str(saved[0]), str(saved[0]), "--json"]) == 0
+    same = json.loads(capsys.readouterr().out)
+    assert same["kendall_tau"] == pytest.approx(1.0) and same["rank_flips"] == []
+    assert all(r["shift"] == 0 for r in same["editors"])
+    assert main(["--drift", str(saved[0]), str(saved[1]), "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["kendall_tau"] == pytest.approx(-1.0)  # the reversed judge reverses the order
+    assert [tuple(f) for f in d["rank_flips"]] == [("copy", "dim"), ("copy", "noisy"), ("dim", "noisy")]
+    other = json.loads(saved[1].read_text()) | {"queryset": "demo"}
+    saved[1].write_text(json.dumps(other))
+    assert main(["--drift", str(saved[0]), str(saved[1])]) == 2
+    assert "different query sets" in capsys.readouterr().err

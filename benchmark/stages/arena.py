@@ -472,3 +472,47 @@ def format_summary(s: dict[str, Any]) -> str:
               f"judge calls: {s['calls_asked']} made, {s['calls_reused']} reused; rounds: {s['rounds']}; "
               f"stopped: {s['stopped']}"]
     return "\n".join(lines)
+
+
+# -- two judges' arenas ----------------------------------------------------------------------------------------------
+def arena_drift(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """How far two arenas of one query set (two `ratings.json`, e.g. two judges) disagree on their shared editors:
+    each editor's rating under A and B and the shift B - A, Kendall's tau-b of the two ratings, and the rank flips
+    (pairs of editors ordered one way by A and the other by B; a pair rated equal by one side is no flip). Refuses
+    arenas of different query sets, or with fewer than two shared editors."""
+    from scipy.stats import kendalltau
+
+    if a.get("queryset") != b.get("queryset"):
+        raise ArenaError(f"the two arenas are of different query sets ({a.get('queryset')} and {b.get('queryset')}): "
+                         "compare arenas of one query set")
+    ra = {e["editor"]: e for e in a["editors"]}
+    rb = {e["editor"]: e for e in b["editors"]}
+    shared = sorted(set(ra) & set(rb))
+    if len(shared) < 2:
+        raise ArenaError(f"the two arenas share {len(shared)} editor(s) ({', '.join(shared) or 'none'}); drift needs "
+                         "two or more")
+    rows = [{"editor": m, "rating_a": ra[m]["rating"], "rating_b": rb[m]["rating"],
+             "shift": rb[m]["rating"] - ra[m]["rating"],
+             "intervals_overlap": ra[m]["ci_low"] <= rb[m]["ci_high"] and rb[m]["ci_low"] <= ra[m]["ci_high"]}
+            for m in shared]
+    tau = float(kendalltau([r["rating_a"] for r in rows], [r["rating_b"] for r in rows]).statistic)
+    flips = [(x, y) for x, y in itertools.combinations(shared, 2)
+             if (ra[x]["rating"] - ra[y]["rating"]) * (rb[x]["rating"] - rb[y]["rating"]) < 0]
+    differs = [k for k in ("prompts_sha256", "sampling", "drop_failed") if a.get(k) != b.get(k)]
+    return {"queryset": a["queryset"], "judge_a": a.get("judge"), "judge_b": b.get("judge"), "editors": rows,
+            "kendall_tau": tau, "rank_flips": flips, "only_a": sorted(set(ra) - set(rb)),
+            "only_b": sorted(set(rb) - set(ra)), "settings_differ": differs}
+
+
+def format_drift(d: dict[str, Any]) -> str:
+    lines = [f"arena drift on {d['queryset']}: A = {d['judge_a']}, B = {d['judge_b']}",
+             f"{'editor':<24}{'A':>9}{'B':>9}{'B - A':>9}  intervals overlap"]
+    lines += [f"{r['editor']:<24}{r['rating_a']:>9.1f}{r['rating_b']:>9.1f}{r['shift']:>+9.1f}  "
+              f"{'yes' if r['intervals_overlap'] else 'no'}" for r in d["editors"]]
+    flips = ", ".join(f"{x} / {y}" for x, y in d["rank_flips"]) or "none"
+    lines += ["", f"Kendall tau-b of the ratings: {d['kendall_tau']:.3f}; rank flips: {flips}"]
+    if d["only_a"] or d["only_b"]:
+        lines.append(f"not compared (in one arena only): {', '.join(d['only_a'] + d['only_b'])}")
+    if d["settings_differ"]:
+        lines.append(f"note: the arenas differ in {', '.join(d['settings_differ'])} besides the judge")
+    return "\n".join(lines)
