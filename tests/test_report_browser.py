@@ -57,6 +57,28 @@ def _add_sweep_and_metaeval(results: Path) -> None:
                                                          "gt_first": 0.5, "gt_first_lo": 0.25, "gt_first_hi": 0.75}],
                 queryset=SimpleNamespace(name="demo_mini", hash="ab" * 32), profile="tiny", resamples=10,
                 confidence=0.95, seed=0, inputs={}, extra={})
+    _add_arena(results)
+
+
+def _add_arena(results: Path) -> None:
+    """An arena of three editors (as `editmeter arena` writes it) and a damaged one, for the arena section."""
+    import json
+
+    editors = [{"editor": m, "rating": r, "ci_low": r - 20, "ci_high": r + 25, "battles": 28, "wins": w, "ties": t,
+                "losses": 28 - w - t, "failed_calls": f, "anchored": False, "no_points": False}
+               for m, r, w, t, f in (("oracle", 1080.0, 20, 4, 0), ("identity", 990.0, 12, 6, 1),
+                                     ("overedit", 930.0, 5, 6, 1))]
+    pairs = [{"a": "identity", "b": "oracle", "battles": 14, "wins_first": 0, "wins_second": 14, "ties": 0,
+              "consistent": 14, "with_failed_call": 0},
+             {"a": "identity", "b": "overedit", "battles": 14, "wins_first": 9, "wins_second": 2, "ties": 3,
+              "consistent": 11, "with_failed_call": 1},
+             {"a": "oracle", "b": "overedit", "battles": 14, "wins_first": 6, "wins_second": 3, "ties": 5,
+              "consistent": 9, "with_failed_call": 0}]
+    (results / "arena" / "demo_mini").mkdir(parents=True)
+    (results / "arena" / "demo_mini" / "ratings.json").write_text(json.dumps(
+        {"queryset": "demo_mini", "judge": "stand-in", "editors": editors, "pairs": pairs, "battles": 42}))
+    (results / "arena" / "broken").mkdir()
+    (results / "arena" / "broken" / "ratings.json").write_text('{"editors": [{"editor": "x"}], "pairs": []}')
 
 
 @pytest.fixture(scope="module")
@@ -200,3 +222,21 @@ def test_each_metric_set_is_one_headline_line_under_an_image_with_the_detail_on_
     line.click()
     assert hidden.is_displayed() and len(hidden.find_elements("tag name", "span")) > 1
     assert _errors(browser) == []
+
+
+def test_arena_ratings_and_win_rate_heatmap_render(browser, report):
+    _open(browser, report)
+    assert _errors(browser) == []
+    assert browser.find_elements("css selector", 'nav a[href="#arena"]')
+    section = browser.find_element("id", "arena")
+    rows = section.find_elements("css selector", "table.arena-ratings tbody tr")
+    assert [r.find_elements("tag name", "td")[0].text for r in rows] == ["oracle", "identity", "overedit"]
+    assert len(section.find_elements("css selector", "table.arena-ratings svg.ci line")) == 3  # interval bars
+    cells = section.find_elements("css selector", "table.arena-heatmap td.heat")
+    assert len(cells) == 6  # 3 x 3 without the diagonal
+    by_title = {c.get_attribute("title").split(":")[0]: c for c in cells}
+    best, worst = by_title["oracle vs identity"], by_title["identity vs oracle"]
+    assert (best.text, worst.text) == ("1.00", "0.00")
+    assert best.value_of_css_property("background-color") != worst.value_of_css_property("background-color")
+    assert "14 won, 0 tied, 0 lost of 14 battles" in best.get_attribute("title")
+    assert "broken/ratings.json: not a ratings.json written by `editmeter arena`" in section.text
