@@ -557,3 +557,21 @@ def test_drift_between_two_judges_arenas(tmp_path, demo_mini, server, capsys):
     saved[1].write_text(json.dumps(other))
     assert main(["--drift", str(saved[0]), str(saved[1])]) == 2
     assert "different query sets" in capsys.readouterr().err
+
+
+def test_show_prints_the_arena_ratings(tmp_path, demo_mini, server, capsys):
+    from benchmark.leaderboard import main as show
+
+    results = tmp_path / "results"
+    for name in ("copy", "dim"):
+        make_run(results, demo_mini, name)
+    prompt, sha = write_fixture_prompt(tmp_path)
+    assert show(["show", "--arena", "--results", str(results)]) == 0
+    assert "no arena under" in capsys.readouterr().out
+    assert arena(results, server(closest_to_source(noise=0.2)), prompt, sha, "arena.sampling.mode=full") == 0
+    table = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("copy "))
+    assert show(["show", "--arena", "--results", str(results), "--queryset", "demo_mini"]) == 0
+    out = capsys.readouterr().out
+    assert "== arena demo_mini: GenArena's pairwise protocol" in out and table in out and "95% CI" in out
+    assert show(["show", "--arena", "--results", str(results), "--queryset", "demo"]) == 0
+    assert "no arena under" in capsys.readouterr().out

@@ -516,3 +516,21 @@ def format_drift(d: dict[str, Any]) -> str:
     if d["settings_differ"]:
         lines.append(f"note: the arenas differ in {', '.join(d['settings_differ'])} besides the judge")
     return "\n".join(lines)
+
+
+def arena_tables(results: Path, queryset: str | None = None) -> str:
+    """The rating table of every arena under `<results>/arena/` (of `queryset` when given), as `editmeter show`
+    prints them after the leaderboard; an unreadable ratings.json is named, not shown."""
+    out = []
+    for path in sorted((results / "arena").glob("*/ratings.json")):
+        try:
+            s = json.loads(path.read_text(encoding="utf-8"))
+            if queryset is not None and s.get("queryset") != queryset:
+                continue
+            table = format_summary(s).split("\n\n")[0]
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+            out.append(f"arena {path}: not readable ({type(err).__name__}); rerun editmeter arena")
+            continue
+        out.append(f"== arena {s.get('queryset')}: GenArena's pairwise protocol, judge {s.get('judge')}, "
+                   f"{s.get('battles')} battles ({path}) ==\n{table}")
+    return "\n\n".join(out)
