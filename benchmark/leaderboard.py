@@ -675,7 +675,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     show.add_argument("--arena", action="store_true",
                       help="only the arenas' ratings (editmeter arena; docs/arena.md), no leaderboard needed")
     args = ap.parse_args(argv)
-    from benchmark.stages.arena import arena_tables
+    from benchmark.metrics.arena.tables import arena_tables
 
     if args.arena:
         print(arena_tables(args.results, args.queryset) or f"no arena under {args.results}/arena"

@@ -575,3 +575,34 @@ def test_show_prints_the_arena_ratings(tmp_path, demo_mini, server, capsys):
     assert "== arena demo_mini: GenArena's pairwise protocol" in out and table in out and "95% CI" in out
     assert show(["show", "--arena", "--results", str(results), "--queryset", "demo"]) == 0
     assert "no arena under" in capsys.readouterr().out
+
+
+def test_metaeval_judges_measures_the_arena_judge_on_genai_votes_beside_the_pointwise_ones(tmp_path, server, capsys):
+    """GenAI-Bench's fixture (left wins, right wins, tie, both bad) judged by a stand-in judge ranking
+    red > green > gray > blue (position-blind; two identical edits: it answers A both times, an inconsistent tie):
+    left wins (right), left wins (wrong: people chose right), green over gray (wrong: people tied), a tie (right):
+    2/4 with the judge's ties, 2/4 calling everything a tie: pairwise accuracy with ties 0.5."""
+    import pandas as pd
+    from test_metaeval_judges import _cli, _table, genai_fixture
+
+    rank = {(200, 30, 30): 4, (30, 200, 30): 3, (90, 90, 90): 2, (30, 30, 200): 1}
+
+    def reply(images, text, system, max_tokens):
+        a, b = (rank[im.convert("RGB").getpixel((0, 0))] for im in images[1:])
+        return json.dumps({"better_response": "A" if a >= b else "B"})
+
+    srv = server(reply)
+    prompt, sha = write_fixture_prompt(tmp_path)
+    args = ("--judges", "arena", "--sets", f"genai={genai_fixture(tmp_path)}", "profile=tiny",
+            f"paths.results={tmp_path / 'results'}", f"arena.prompts_file={prompt}", f"arena.prompts_sha256={sha}",
+            f"arena.judges.endpoint.base_url={srv.url}", "arena.judges.endpoint.model=judge", "--resamples", "0")
+    assert _cli(*args) == 0
+    assert srv.calls == 7  # 4 pairs, 2 calls each; the two calls of two identical edits are one call
+    table, meta = _table(tmp_path)
+    row = table[(table.judge == "arena") & (table.subtask == "all")].iloc[0]
+    assert row.value == pytest.approx(0.5) and row.n_pairs == 4
+    assert meta["metric_sigs"]["arena"].startswith(f"arena@{sha[:12]}")
+    assert "7 judge call(s) made, 1 reused" in capsys.readouterr().out
+    assert _cli(*args) == 0 and srv.calls == 7  # a rerun asks nothing
+    again, _ = _table(tmp_path)
+    pd.testing.assert_series_equal(again.value, table.value)
