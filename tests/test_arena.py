@@ -344,6 +344,14 @@ def test_arena_on_demo_judges_only_new_pairs_and_a_rerun_asks_nothing(tmp_path, 
     assert arena(results, srv, prompt, sha, full) == 0
     out = capsys.readouterr().out
     assert srv.calls == 80
+    # each call is one user turn laid out as build_prompt lays it: text, label, instruction, label, source, A, B
+    body = srv.payloads[0]
+    assert [m["role"] for m in body["messages"]] == ["user"] and body["max_tokens"] == 4096
+    content = body["messages"][0]["content"]
+    assert [c["type"] for c in content] == ["text"] * 4 + ["image_url", "text", "image_url", "text", "image_url"]
+    assert [c["text"] for c in content if c["type"] == "text"][:2] == ["Compare two edits. Answer JSON with "
+                                                                        "better_response A or B.", "[TASK:]"]
+    assert [c["text"] for c in content if c["type"] == "text"][3:] == ["[SOURCE:]", "[FIRST:]", "[SECOND:]"]
     data = json.loads((results / "arena" / "demo_mini" / "ratings.json").read_text())
     editors = {e["editor"]: e for e in data["editors"]}
     assert [editors[m]["wins"] for m in ("copy", "dim", "noisy")] == [27, 13, 0]  # closer to the source wins
@@ -606,3 +614,14 @@ def test_metaeval_judges_measures_the_arena_judge_on_genai_votes_beside_the_poin
     assert _cli(*args) == 0 and srv.calls == 7  # a rerun asks nothing
     again, _ = _table(tmp_path)
     pd.testing.assert_series_equal(again.value, table.value)
+
+
+def test_interleaved_prompt_names_each_image_once_in_order():
+    from benchmark.models.judge_reply import interleaved
+
+    image = lambda i: {"type": "image", "i": i}  # noqa: E731
+    assert interleaved(("t", 0, "u", 1), 2, image) == [{"type": "text", "text": "t"}, image(0),
+                                                      {"type": "text", "text": "u"}, image(1)]
+    for bad in (("t", 1, 0), ("t", 0), ("t", 0, 0, 1), ("t", True, 1)):
+        with pytest.raises(ValueError, match="each of its 2 images once, in order"):
+            interleaved(bad, 2, image)
