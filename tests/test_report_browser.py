@@ -74,9 +74,20 @@ def _add_arena(results: Path) -> None:
               "consistent": 11, "with_failed_call": 1},
              {"a": "oracle", "b": "overedit", "battles": 14, "wins_first": 6, "wins_second": 3, "ties": 5,
               "consistent": 9, "with_failed_call": 0}]
-    (results / "arena" / "demo_mini").mkdir(parents=True)
+    from PIL import Image
+
+    (results / "arena" / "demo_mini" / "ex").mkdir(parents=True)
+    ims = {}
+    for name, colour in (("src", (10, 10, 10)), ("oracle", (200, 30, 30)), ("identity", (30, 30, 200))):
+        ims[name] = results / "arena" / "demo_mini" / "ex" / f"{name}.png"
+        Image.new("RGB", (16, 16), colour).save(ims[name])
+    examples = {"identity|oracle": [{"query_id": "demo000-obj_add", "instruction": "add a cube", "source": str(ims["src"]),
+                                     "a_edit": str(ims["identity"]), "b_edit": str(ims["oracle"]),
+                                     "first_call": "model_b", "second_call": "model_b", "outcome": "model_b",
+                                     "consistent": True, "failed_calls": 0}]}
     (results / "arena" / "demo_mini" / "ratings.json").write_text(json.dumps(
-        {"queryset": "demo_mini", "judge": "stand-in", "editors": editors, "pairs": pairs, "battles": 42}))
+        {"queryset": "demo_mini", "judge": "stand-in", "editors": editors, "pairs": pairs, "battles": 42,
+         "examples": examples}))
     (results / "arena" / "broken").mkdir()
     (results / "arena" / "broken" / "ratings.json").write_text('{"editors": [{"editor": "x"}], "pairs": []}')
 
@@ -240,3 +251,27 @@ def test_arena_ratings_and_win_rate_heatmap_render(browser, report):
     assert best.value_of_css_property("background-color") != worst.value_of_css_property("background-color")
     assert "14 won, 0 tied, 0 lost of 14 battles" in best.get_attribute("title")
     assert "broken/ratings.json: not a ratings.json written by `editmeter arena`" in section.text
+
+
+def test_clicking_a_heatmap_cell_shows_its_example_battles(browser, report):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    _open(browser, report)
+    section = browser.find_element("id", "arena")
+    panel = section.find_element("css selector", ".arena-battles")
+    assert not panel.is_displayed()
+    cell = next(c for c in section.find_elements("css selector", "table.arena-heatmap td.heat")
+                if c.get_attribute("title").startswith("oracle vs identity"))
+    cell.click()
+    assert panel.is_displayed()
+    assert "first call (identity as A): B's edit; swapped call: B's edit; battle: oracle" in panel.text
+    WebDriverWait(browser, 10).until(lambda d: d.execute_script(
+        "const imgs = [...document.querySelectorAll('.arena-battles img')];"
+        "return imgs.length === 3 && imgs.every(i => i.complete && i.naturalWidth > 0);"))
+    assert _errors(browser) == []
+    cell.click()
+    assert not panel.is_displayed()
+    # a pair without examples has no click target
+    other = next(c for c in section.find_elements("css selector", "table.arena-heatmap td.heat")
+                 if c.get_attribute("title").startswith("overedit vs identity"))
+    assert other.get_attribute("data-battles") is None

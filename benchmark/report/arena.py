@@ -57,7 +57,44 @@ def _share(k: float, n: float) -> str:
     return "–" if not n else f"{100 * k / n:.0f}%"
 
 
-def _one(path: Path, d: dict[str, Any]) -> str:
+def _uri(path: str, out: Path | None) -> str:
+    """An image's address from the report: relative to its folder when it can be, else a file URI."""
+    import os
+
+    p = Path(path)
+    if out is not None:
+        try:
+            return escape(Path(os.path.relpath(p.resolve(), out.resolve())).as_posix())
+        except ValueError:  # another drive
+            pass
+    return escape(p.resolve().as_uri())
+
+
+SIDE = {"model_a": "A's edit", "model_b": "B's edit", "tie": "tie", None: "failed / unparsable"}
+
+
+def _examples(k: int, x: str, y: str, shown: list[dict[str, Any]], out: Path | None) -> str:
+    if not shown:
+        return ""
+    items = []
+    for e in shown:
+        try:
+            imgs = "".join(f'<figure><img src="{_uri(str(e[key]), out)}" alt="{label}" loading="lazy">'
+                           f'<figcaption>{label}</figcaption></figure>'
+                           for key, label in (("source", "source"), ("a_edit", escape(x)), ("b_edit", escape(y))))
+            verdict = (f"first call ({escape(x)} as A): {escape(SIDE.get(e['first_call'], '?'))}; swapped call: "
+                       f"{escape(SIDE.get(e['second_call'], '?'))}; battle: "
+                       f"{escape({'model_a': x, 'model_b': y}.get(e['outcome'], 'tie'))}"
+                       f"{'' if e['consistent'] else ' (inconsistent)'}")
+            items.append(f'<div class="battle"><p><b>{escape(str(e["query_id"]))}</b>: '
+                         f'{escape(str(e.get("instruction", "")))}</p>{imgs}<p class="verdict">{verdict}</p></div>')
+        except (KeyError, TypeError):
+            items.append('<p class="note warn">an example battle of this pair is malformed; not shown</p>')
+    return (f'<div class="arena-battles" id="arena-battles-{k}" hidden><h4>{escape(x)} vs {escape(y)}: example '
+            f'battles</h4>{"".join(items)}</div>')
+
+
+def _one(path: Path, d: dict[str, Any], out: Path | None = None) -> str:
     editors = d["editors"]
     lo = min(e["ci_low"] for e in editors)
     hi = max(e["ci_high"] for e in editors)
@@ -79,6 +116,14 @@ def _one(path: Path, d: dict[str, Any]) -> str:
         by_pair[(p["a"], p["b"])] = (p["wins_first"], p["ties"], p["wins_second"], p["battles"])
         by_pair[(p["b"], p["a"])] = (p["wins_second"], p["ties"], p["wins_first"], p["battles"])
     head = "".join(f"<th>{escape(n)}</th>" for n in names)
+    examples = d.get("examples") if isinstance(d.get("examples"), dict) else {}
+    panel_of, panels = {}, []
+    for k, key in enumerate(sorted(examples)):
+        x, _, y = key.partition("|")
+        html = _examples(k, x, y, examples[key] if isinstance(examples[key], list) else [], out)
+        if html:
+            panel_of[(x, y)] = panel_of[(y, x)] = f"arena-battles-{k}"
+            panels.append(html)
     cells = []
     for r in names:
         tds = []
@@ -88,7 +133,8 @@ def _one(path: Path, d: dict[str, Any]) -> str:
                 tds.append('<td class="na">–</td>')
                 continue
             rate = (w + t / 2) / n
-            tds.append(f'<td class="heat" style="background:{_heat(rate)}" title="{escape(r)} vs {escape(c)}: '
+            target = f' data-battles="{panel_of[(r, c)]}"' if (r, c) in panel_of else ""
+            tds.append(f'<td class="heat"{target} style="background:{_heat(rate)}" title="{escape(r)} vs {escape(c)}: '
                        f'{w} won, {t} tied, {lo_} lost of {n} battles">{rate:.2f}</td>')
         cells.append(f"<tr><th>{escape(r)}</th>{''.join(tds)}</tr>")
     pairs = "".join(
@@ -105,14 +151,16 @@ def _one(path: Path, d: dict[str, Any]) -> str:
 <code>{escape(str(path))}</code></p>
 <table class="lb arena-ratings"><thead><tr><th>editor</th><th>rating</th><th>95% CI</th><th></th><th>battles</th>
 <th>W/T/L</th><th>failed calls</th></tr></thead><tbody>{''.join(rows)}</tbody></table>
-<p class="note">Win rate of the row over the column, (wins + ties / 2) / battles; hover a cell for its battles.</p>
+<p class="note">Win rate of the row over the column, (wins + ties / 2) / battles; hover a cell for its battles, click
+it for example battles (both edits and both calls' verdicts).</p>
 <table class="lb arena-heatmap"><thead><tr><th></th>{head}</tr></thead><tbody>{''.join(cells)}</tbody></table>
+{''.join(panels)}
 <table class="lb arena-pairs"><thead><tr><th>pair</th><th>battles</th><th>consistent</th><th>A/T/B</th>
 <th>with a failed call</th></tr></thead><tbody>{pairs}</tbody></table></div>"""
 
 
-def arena_html(arenas: list[tuple[Path, dict[str, Any]]], notes: list[str]) -> str:
+def arena_html(arenas: list[tuple[Path, dict[str, Any]]], notes: list[str], out: Path | None = None) -> str:
     note_html = "".join(f'<p class="note warn">{escape(n)}</p>' for n in notes)
     if not arenas:
         return note_html + '<p class="note">No arena yet: <code>editmeter arena queryset=NAME</code> (docs/arena.md).</p>'
-    return note_html + "".join(_one(p, d) for p, d in arenas)
+    return note_html + "".join(_one(p, d, out) for p, d in arenas)

@@ -226,7 +226,7 @@ marks the better direction. Complete rows first, PARTIAL rows after them.</p>
 <section id="sweeps"><h2>Sweeps: score vs setting</h2>
 {sweeps_html(sweep_df, sweep_notes, lb.metrics, lb.stale)}</section>
 <section id="arena"><h2>Arena: pairwise judging (GenArena's protocol)</h2>
-{arena_html(arenas, arena_notes)}</section>
+{arena_html(arenas, arena_notes, out)}</section>
 <section id="metaeval"><h2>Meta-evaluation</h2>
 {metaeval_html(meta_tables)}</section>
 <section id="grid"><h2>Image grid</h2>

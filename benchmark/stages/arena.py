@@ -36,6 +36,7 @@ from benchmark.metrics.arena.tables import ArenaError, arena_drift, arena_tables
 __all__ = ["ArenaError", "arena_drift", "arena_tables", "format_drift", "format_summary"]
 
 CALL_LOG = "calls.jsonl"
+EXAMPLES_PER_PAIR = 3  # battles per pair kept in ratings.json for the report
 LOG_GLOB = "calls*.jsonl"
 SAMPLING_MODES = ("adaptive", "full")
 
@@ -221,6 +222,8 @@ class ArenaResult:
     log_skipped: int = 0
     predicted: int = 0
     seen: set[str] = field(default_factory=set, repr=False)  # call keys counted by this invocation
+    # per pair "x|y": a few battles with their images and both calls' verdicts (the report shows them)
+    examples: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
 
 def _order(seed: int, x: str, y: str, shared: Sequence[str]) -> list[str]:
@@ -356,6 +359,14 @@ def run_arena(entrants: Sequence[Entrant], queries: dict[str, Any], source_path:
                 r1, r2 = log.calls[k1], log.calls[k2]
                 result.battles.append((p.x, p.y, qid, P.verdict(r1["reply"], r2["reply"])))
         result.boot = _rate(result, sampling, drop_failed, names)
+        result.examples = {}
+        for x, y, qid, v in result.battles:
+            shown = result.examples.setdefault(f"{x}|{y}", [])
+            if len(shown) < EXAMPLES_PER_PAIR:
+                shown.append({"query_id": qid, "instruction": queries[qid].instruction,
+                              "source": str(source_path(queries[qid])), "a_edit": str(by_name[x].ok[qid]),
+                              "b_edit": str(by_name[y].ok[qid]), "first_call": v.sides[0], "second_call": v.sides[1],
+                              "outcome": v.outcome, "consistent": v.consistent, "failed_calls": v.failed_calls})
         if sampling.mode == "full":
             result.stopped = "full: every shared query of every pair (capped at max_battles)"
             break
@@ -441,7 +452,7 @@ def summary(result: ArenaResult) -> dict[str, Any]:
             "dropped_battles_with_failed_call": result.dropped, "calls_asked": result.asked,
             "calls_reused": result.reused, "calls_predicted": result.predicted, "rounds": result.rounds,
             "stopped": result.stopped, "resamples": boot.n_resamples, "anchors": result.anchors,
-            "log_lines_skipped": result.log_skipped}
+            "log_lines_skipped": result.log_skipped, "examples": result.examples}
 
 
 # -- battles outside a run (metaeval: people's pairs) ----------------------------------------------------------------
