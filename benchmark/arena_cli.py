@@ -64,8 +64,15 @@ def settings(cfg: Any, overrides: list[str]) -> dict[str, Any]:
         raise ArenaError(f"bad arena setting in {overrides}: {err}") from None
     base = OmegaConf.load(CONFIG_DIR / "arena.yaml")
     unknown = [k for k in extra if k not in base]
+    unknown += [f"sampling.{k}" for k in (extra.get("sampling") or {}) if k not in base.sampling]
     if unknown:
-        raise ArenaError(f"unknown arena setting(s) {unknown}; the settings are {', '.join(base)} (configs/arena.yaml)")
+        import difflib
+
+        known = [*base, *(f"sampling.{k}" for k in base.sampling)]
+        hints = {k: difflib.get_close_matches(k, known, n=1) for k in unknown}
+        raise ArenaError("unknown arena setting(s) " + ", ".join(
+            f"arena.{k}" + (f" (did you mean arena.{hints[k][0]}?)" if hints[k] else "") for k in unknown)
+            + " (configs/arena.yaml)")
     root = cfg.copy()
     with open_dict(root):
         root.arena = OmegaConf.merge(base, extra)

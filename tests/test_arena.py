@@ -625,3 +625,16 @@ def test_interleaved_prompt_names_each_image_once_in_order():
     for bad in (("t", 1, 0), ("t", 0), ("t", 0, 0, 1), ("t", True, 1)):
         with pytest.raises(ValueError, match="each of its 2 images once, in order"):
             interleaved(bad, 2, image)
+
+
+def test_a_mistyped_arena_setting_stops_with_a_suggestion(tmp_path, demo_mini, server, capsys):
+    results = tmp_path / "results"
+    for name in ("copy", "dim"):
+        make_run(results, demo_mini, name)
+    prompt, sha = write_fixture_prompt(tmp_path)
+    srv = server(closest_to_source())
+    assert arena(results, srv, prompt, sha, "arena.sampling.min_batles=5") == 2
+    assert "arena.sampling.min_batles (did you mean arena.sampling.min_battles?)" in capsys.readouterr().err
+    assert arena(results, srv, prompt, sha, "arena.sampling.batch=0") == 2
+    assert "arena.sampling.batch must be a positive integer" in capsys.readouterr().err
+    assert srv.calls == 0
