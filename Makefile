@@ -43,11 +43,11 @@ TINY        := queryset=demo profile=tiny
 # them erratic.
 ONE_THREAD  := OMP_NUM_THREADS=1
 
-.PHONY: gpu-check help install demo demo-hatie demo-editval demo-diffusion demo-diffusion-run bench sweep score weights bench-hatie bench-suites bench-targets bench-backbones bench-editors bench-aggregate bench-judge data test test-all lint clean-results
+.PHONY: gpu-check help install demo demo-arena demo-hatie demo-editval demo-diffusion demo-diffusion-run bench sweep score weights bench-hatie bench-suites bench-targets bench-backbones bench-editors bench-aggregate bench-judge data test test-all lint clean-results
 
 # Offline by design: the demos and benchmarks use tiny random-weight models and bundled data; tests never touch
 # the network. (Target-specific: `make bench`, `make weights` and `make data` stay online.)
-demo demo-hatie demo-diffusion demo-diffusion-run test bench-hatie bench-suites bench-targets bench-backbones bench-editors bench-judge gpu-check: export HF_HUB_OFFLINE = 1
+demo demo-arena demo-hatie demo-diffusion demo-diffusion-run test bench-hatie bench-suites bench-targets bench-backbones bench-editors bench-judge gpu-check: export HF_HUB_OFFLINE = 1
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 16
@@ -68,6 +68,9 @@ demo: ## offline, a few minutes (measured time: README, Setup): HATIE, pixel and
 	@echo "   (identity, oracle); every other edit (overedit, diffusion) falls back to the tiny Mask R-CNN (docs/hatie.md)"
 	@$(SHOW) --queryset $(DEMO_SET)
 	@$(SHOW) --queryset demo_editval
+
+demo-arena: ## offline, about a minute: three weight-free editors on demo_mini judged in pairs (GenArena's protocol) by a stand-in judge on 127.0.0.1, then a fourth (tiny ip2p): only its pairs are judged (docs/arena.md)
+	$(ONE_THREAD) $(PY) scripts/arena_demo.py --results $(abspath $(RESULTS))/arena_demo $(ARGS)
 
 demo-diffusion: demo-diffusion-run ## only the tiny diffusion editors, first DIFFUSION_LIMIT demo queries, pixel metrics
 	$(SHOW) --queryset demo
@@ -122,7 +125,7 @@ gpu-check: ## self-check of a CUDA machine: every editor in fp16/bf16 with a rer
 bench-editors: ## edit-stage overhead vs the bare diffusers loop, batch sizes 1/2/4/8 (tiny profile, one CPU thread for the model)
 	$(ONE_THREAD) $(PY) scripts/bench_editors.py $(ARGS)
 
-data: ## download one query-set source (resumable, verified): make data NAME=gqa_hatie|hatie|editval|magicbrush|gedit|pie|imgedit|kris|rise|editscore_judge|editreward_judge
+data: ## download one query-set source (resumable, verified): make data NAME=gqa_hatie|hatie|editval|magicbrush|gedit|pie|imgedit|kris|rise|editscore_judge|editreward_judge|genarena
 	@test -n "$(NAME)" || { echo "usage: make data NAME=<set>  (sets: $$(ls datasets/manifests | sed 's/\.json//' | tr '\n' ' '))"; exit 2; }
 	$(EDITMETER) data $(NAME) $(ARGS)
 

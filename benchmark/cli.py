@@ -68,7 +68,7 @@ def _data(argv: list[str]) -> int:
         return _data_pin(argv[1:])
     ap = argparse.ArgumentParser(prog=f"{PROG} data", description="Download the raw files of one query-set source "
                                  "(resumable, size- and sha256-verified), then print the command that builds it.")
-    ap.add_argument("name", help="manifest name: datasets/manifests/<name>.json (gqa_hatie, hatie, editval, magicbrush, gedit, pie, imgedit, kris, rise, editscore_judge, editreward_judge)")
+    ap.add_argument("name", help="manifest name: datasets/manifests/<name>.json (gqa_hatie, hatie, editval, magicbrush, gedit, pie, imgedit, kris, rise, editscore_judge, editreward_judge, genarena)")
     ap.add_argument("--only", nargs="*", default=(), help="fetch only these file names from the manifest")
     ap.add_argument("--dest", type=Path, help="download folder (default datasets/<name>/downloads)")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar (default: only on a terminal)")
@@ -180,6 +180,12 @@ def _metaeval(argv: list[str]) -> int:
     return main(argv)
 
 
+def _arena(argv: list[str]) -> int:
+    from benchmark.arena_cli import main
+
+    return main(argv)
+
+
 COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "run": (_run, "edit a query set, score the edits, rebuild the leaderboards (Hydra; --multirun sweeps)"),
     "score": (_score, "score a folder of edits made elsewhere and add them to the leaderboard"),
@@ -192,6 +198,8 @@ COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "launch": (_launch, "shard a run (or a sweep) across N workers: local GPUs/CPUs or Slurm; then aggregate"),
     "metaeval": (_metaeval, "how far each metric agrees with ground truth and people (gt-selection, 2afc, winrate, "
                             "fit-weights, judges, drift)"),
+    "arena": (_arena, "pairwise judging by GenArena's protocol: Bradley-Terry ratings with intervals, consistency, "
+                      "win-rate matrix"),
     "report": (_report, "write a static HTML report: leaderboards, charts, image grid, failures, provenance"),
     "gpu-check": (_gpu_check, "self-check of a CUDA machine: every editor (fp16, bf16, rerun) and suite, then "
                               "real-size seconds per query and peak memory"),

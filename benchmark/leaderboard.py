@@ -709,11 +709,22 @@ def main(argv: Sequence[str] | None = None) -> int:
                       help="show only these metric / setting / count columns (editor, sig and coverage always show)")
     show.add_argument("--digits", type=int, default=None, metavar="N",
                       help="significant digits of the means (default 3; SEs get 2, one below display precision is ±0)")
+    show.add_argument("--arena", action="store_true",
+                      help="only the arenas' ratings (editmeter arena; docs/arena.md), no leaderboard needed")
     args = ap.parse_args(argv)
+    from benchmark.metrics.arena.tables import arena_tables
+
+    if args.arena:
+        print(arena_tables(args.results, args.queryset) or f"no arena under {args.results}/arena"
+              + (f" for {args.queryset}" if args.queryset else "") + ": editmeter arena queryset=NAME")
+        return 0
     options = {"by": args.by, "sort": args.sort, "digits": args.digits,
                "columns": [c.strip() for c in args.columns.split(",") if c.strip()] if args.columns else None}
     try:
         print(format_table(args.results, args.queryset, **{k: v for k, v in options.items() if v is not None}))
+        arenas = arena_tables(args.results, args.queryset)
+        if arenas:
+            print("\n" + arenas)
     except ShowError as err:
         print(f"editmeter show: error: {err}", file=sys.stderr)
         return 2

@@ -138,7 +138,7 @@ def test_graph_sees_lazy_relative_and_submodule_imports(tmp_path):
 LAYERS = (
     ("entry points", ("benchmark.cli", "benchmark.run", "benchmark.launch", "benchmark.slurm", "benchmark.score_edits",
                       "benchmark.remove", "benchmark.compare", "benchmark.gpucheck", "benchmark.metaeval", "benchmark.verify",
-                      "benchmark.report")),
+                      "benchmark.report", "benchmark.arena_cli")),
     ("plan", ("benchmark.config", "benchmark.code_identity", "benchmark.plan", "benchmark.preflight", "benchmark.budget",
               "benchmark.judge_budget", "benchmark.weights")),
     ("stages", ("benchmark.stages", "benchmark.leaderboard", "benchmark.aggregate_cache", "benchmark.show",

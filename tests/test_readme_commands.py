@@ -30,6 +30,8 @@ NOT_RUN = {
     "editmeter metaeval gt-selection ...": "minutes per metric set (tests/test_metaeval.py)",
     "editmeter data <set>": "a download (network)",
     "editmeter weights --list editor=... metrics=...": "placeholders; `make weights` below is tried offline",
+    "editmeter arena queryset=demo_mini": "needs a judge server and the fetched prompt; `make demo-arena` above runs it "
+    "against a stand-in judge",
     "editmeter remove RUN --yes": "deletes a run: tests/test_compare.py removes one from a results folder of its own",
 }
 # Online commands: offline they must fail fast, with a one-line error and no traceback

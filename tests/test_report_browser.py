@@ -57,6 +57,39 @@ def _add_sweep_and_metaeval(results: Path) -> None:
                                                          "gt_first": 0.5, "gt_first_lo": 0.25, "gt_first_hi": 0.75}],
                 queryset=SimpleNamespace(name="demo_mini", hash="ab" * 32), profile="tiny", resamples=10,
                 confidence=0.95, seed=0, inputs={}, extra={})
+    _add_arena(results)
+
+
+def _add_arena(results: Path) -> None:
+    """An arena of three editors (as `editmeter arena` writes it) and a damaged one, for the arena section."""
+    import json
+
+    editors = [{"editor": m, "rating": r, "ci_low": r - 20, "ci_high": r + 25, "battles": 28, "wins": w, "ties": t,
+                "losses": 28 - w - t, "failed_calls": f, "anchored": False, "no_points": False}
+               for m, r, w, t, f in (("oracle", 1080.0, 20, 4, 0), ("identity", 990.0, 12, 6, 1),
+                                     ("overedit", 930.0, 5, 6, 1))]
+    pairs = [{"a": "identity", "b": "oracle", "battles": 14, "wins_first": 0, "wins_second": 14, "ties": 0,
+              "consistent": 14, "with_failed_call": 0},
+             {"a": "identity", "b": "overedit", "battles": 14, "wins_first": 9, "wins_second": 2, "ties": 3,
+              "consistent": 11, "with_failed_call": 1},
+             {"a": "oracle", "b": "overedit", "battles": 14, "wins_first": 6, "wins_second": 3, "ties": 5,
+              "consistent": 9, "with_failed_call": 0}]
+    from PIL import Image
+
+    (results / "arena" / "demo_mini" / "ex").mkdir(parents=True)
+    ims = {}
+    for name, colour in (("src", (10, 10, 10)), ("oracle", (200, 30, 30)), ("identity", (30, 30, 200))):
+        ims[name] = results / "arena" / "demo_mini" / "ex" / f"{name}.png"
+        Image.new("RGB", (16, 16), colour).save(ims[name])
+    examples = {"identity|oracle": [{"query_id": "demo000-obj_add", "instruction": "add a cube", "source": str(ims["src"]),
+                                     "a_edit": str(ims["identity"]), "b_edit": str(ims["oracle"]),
+                                     "first_call": "model_b", "second_call": "model_b", "outcome": "model_b",
+                                     "consistent": True, "failed_calls": 0}]}
+    (results / "arena" / "demo_mini" / "ratings.json").write_text(json.dumps(
+        {"queryset": "demo_mini", "judge": "stand-in", "editors": editors, "pairs": pairs, "battles": 42,
+         "examples": examples}))
+    (results / "arena" / "broken").mkdir()
+    (results / "arena" / "broken" / "ratings.json").write_text('{"editors": [{"editor": "x"}], "pairs": []}')
 
 
 @pytest.fixture(scope="module")
@@ -239,3 +272,45 @@ def test_the_report_of_a_sampled_set_shows_its_sources_and_ground_truth(browser,
         assert len(imgs) == PAGE_SIZE and all(i.get_attribute("naturalWidth") != "0" for i in imgs), what
     assert browser.find_element("id", "grid-page").text == "page 1 of 2 (7 queries)"
     assert _errors(browser) == []
+
+
+def test_arena_ratings_and_win_rate_heatmap_render(browser, report):
+    _open(browser, report)
+    assert _errors(browser) == []
+    assert browser.find_elements("css selector", 'nav a[href="#arena"]')
+    section = browser.find_element("id", "arena")
+    rows = section.find_elements("css selector", "table.arena-ratings tbody tr")
+    assert [r.find_elements("tag name", "td")[0].text for r in rows] == ["oracle", "identity", "overedit"]
+    assert len(section.find_elements("css selector", "table.arena-ratings svg.ci line")) == 3  # interval bars
+    cells = section.find_elements("css selector", "table.arena-heatmap td.heat")
+    assert len(cells) == 6  # 3 x 3 without the diagonal
+    by_title = {c.get_attribute("title").split(":")[0]: c for c in cells}
+    best, worst = by_title["oracle vs identity"], by_title["identity vs oracle"]
+    assert (best.text, worst.text) == ("1.00", "0.00")
+    assert best.value_of_css_property("background-color") != worst.value_of_css_property("background-color")
+    assert "14 won, 0 tied, 0 lost of 14 battles" in best.get_attribute("title")
+    assert "broken/ratings.json: not a ratings.json written by `editmeter arena`" in section.text
+
+
+def test_clicking_a_heatmap_cell_shows_its_example_battles(browser, report):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    _open(browser, report)
+    section = browser.find_element("id", "arena")
+    panel = section.find_element("css selector", ".arena-battles")
+    assert not panel.is_displayed()
+    cell = next(c for c in section.find_elements("css selector", "table.arena-heatmap td.heat")
+                if c.get_attribute("title").startswith("oracle vs identity"))
+    cell.click()
+    assert panel.is_displayed()
+    assert "first call (identity as A): B's edit; swapped call: B's edit; battle: oracle" in panel.text
+    WebDriverWait(browser, 10).until(lambda d: d.execute_script(
+        "const imgs = [...document.querySelectorAll('.arena-battles img')];"
+        "return imgs.length === 3 && imgs.every(i => i.complete && i.naturalWidth > 0);"))
+    assert _errors(browser) == []
+    cell.click()
+    assert not panel.is_displayed()
+    # a pair without examples has no click target
+    other = next(c for c in section.find_elements("css selector", "table.arena-heatmap td.heat")
+                 if c.get_attribute("title").startswith("overedit vs identity"))
+    assert other.get_attribute("data-battles") is None

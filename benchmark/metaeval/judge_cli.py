@@ -72,6 +72,8 @@ def run_judges(args: argparse.Namespace, overrides: list[str], settings: list[st
     from benchmark.metaeval.table import file_digests, write_table
     from benchmark.run import compose
 
+    arena_settings = [o[len("arena."):] for o in overrides if o.startswith("arena.")]
+    overrides = [o for o in overrides if not o.startswith("arena.")]
     general = [o for o in overrides if metric_suite(o) is None]
     hsets = read_sets(args, general)
     conf = _settings(settings)
@@ -84,7 +86,11 @@ def run_judges(args: argparse.Namespace, overrides: list[str], settings: list[st
     progress = progress_enabled(cfg.progress)
     # before any judge loads: third-party loading bars ("Loading weights") never reach redirected output
     quiet_third_party(progress)
-    judges = [J.build_judge(n, overrides) for n in names]
+    arena = _arena_judge(cfg, arena_settings) if J.ARENA in names else None
+    if arena_settings and arena is None:
+        raise MetaevalError(f"{' '.join('arena.' + s for s in arena_settings)}: arena settings without --judges "
+                            f"{J.ARENA}; drop them")
+    judges = [J.build_judge(n, overrides) for n in names if n != J.ARENA]
     for jd in judges:  # a missing or altered prompt file stops here, before any edit is judged
         J.check_judge_inputs(jd)
     stray = [o for o in overrides if metric_suite(o) is not None
@@ -95,7 +101,15 @@ def run_judges(args: argparse.Namespace, overrides: list[str], settings: list[st
     columns = {(jd.name, hs.name): jd.column_for(hs, args.dimension) for hs in hsets for jd in judges}  # fail early
     rows: list[dict[str, Any]] = []
     failures: dict[str, int] = {}
+    arena_calls: dict[str, tuple[int, int]] = {}
     for hs in hsets:
+        if arena is not None:  # GenArena's pairwise protocol on the same pairs, next to the pointwise judges
+            backbone, prompt, s = arena
+            scores, failed, arena_calls[hs.name] = J.arena_scores(
+                hs, backbone, prompt, Path(cfg.paths.results) / "metaeval" / "arena_calls",
+                drop_failed=bool(s["drop_failed"]), chunk=int(s["chunk"]))
+            failures[f"{J.ARENA}/{hs.name}"] = len(failed)
+            rows += J.evaluate(J.Judge(J.ARENA, None, "battle", arena_signature(arena)), hs, scores, boot)
         for jd in judges:
             scores, failed = J.score_set(jd, hs, column=columns[(jd.name, hs.name)],
                                          cache_dir=None if args.no_cache else cache_dir, progress=progress)
@@ -112,7 +126,8 @@ def run_judges(args: argparse.Namespace, overrides: list[str], settings: list[st
                        inputs=file_digests(inputs),
                        extra={"options": {"judges": names, "sets": list(args.sets), "dimension": args.dimension},
                               "columns": {f"{j}/{h}": c for (j, h), c in columns.items()},
-                              "metric_sigs": {j.name: j.signature for j in judges},
+                              "metric_sigs": {j.name: j.signature for j in judges}
+                              | ({J.ARENA: arena_signature(arena)} if arena else {}),
                               "counts": {f"{hs.name}/{k}": v for hs in hsets for k, v in hs.counts.items()},
                               "edits_failed": failures, "overrides": overrides + settings})
     print(f"\n[metaeval] judges against people, profile={cfg.profile.name}, {int(boot.confidence * 100)}% intervals "
@@ -123,11 +138,41 @@ def run_judges(args: argparse.Namespace, overrides: list[str], settings: list[st
             if cached or bad:
                 print(f"[metaeval] {jd.name}/{set_name}: {cached} edit(s) read from the score cache ({cache_dir}), "
                       f"{judged} judged" + (f"; {bad} unreadable cache line(s) skipped" if bad else ""))
+    for set_name, (made, reused) in arena_calls.items():
+        print(f"[metaeval] {J.ARENA}/{set_name}: {made} judge call(s) made, {reused} reused (from the call log, or the "
+              "same call twice)")
     for key, n in failures.items():
-        if n:
+        if n and key.startswith(f"{J.ARENA}/"):
+            print(f"[metaeval] {key}: {n} battle(s) with a failed or unparsable call, counted as ties (GenArena's "
+                  "rule; arena.drop_failed=true leaves them unscored)")
+        elif n:
             print(f"[metaeval] {key}: {n} edit(s) failed to score (failure rows); their pairs are n_unscored")
     if str(cfg.profile.name) != "pretrained":
         print(f"[metaeval] NOTE: profile={cfg.profile.name}: random weights; these numbers test the pipeline, they "
               "do not measure the judges")
     print(f"[metaeval] wrote {path} (+ .json provenance)")
     return 0
+
+
+def _arena_judge(cfg: Any, arena_settings: list[str]) -> tuple[Any, Any, dict[str, Any]]:
+    """The arena's backbone, its pinned prompt (checked now) and its settings (configs/arena.yaml)."""
+    from benchmark.arena_cli import settings
+    from benchmark.config import instantiate
+    from benchmark.metaeval.scoring import MetaevalError
+    from benchmark.metrics.arena.protocol import read_prompt
+    from benchmark.metrics.pinned_prompts import ProtocolError
+    from benchmark.stages.arena import ArenaError
+
+    try:
+        s = settings(cfg, arena_settings)
+        prompt = read_prompt(s["prompts_file"], s["prompts_sha256"], s["prompts_commit"])
+        if s["judge"] not in s["judges"]:
+            raise ArenaError(f"arena.judge={s['judge']!r} is none of {', '.join(s['judges'])}")
+    except (ArenaError, ProtocolError) as err:
+        raise MetaevalError(f"--judges arena: {err}") from None
+    return instantiate(s["judges"][s["judge"]], at=f"arena.judges.{s['judge']}"), prompt, s
+
+
+def arena_signature(arena: Any) -> str:
+    backbone, prompt, s = arena
+    return f"arena@{prompt.sha256[:12]}|{backbone.identity}|drop_failed={bool(s['drop_failed'])}"

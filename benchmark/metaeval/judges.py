@@ -701,3 +701,38 @@ def render(rows: list[dict[str, Any]]) -> str:
     widths = [max(len(x) for x in col) for col in zip(header, *body, strict=True)]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
                      for cells in [header, *body])
+
+
+# ------------------------------------------------------------------------------------------------- the arena judge
+ARENA = "arena"  # --judges arena: GenArena's pairwise protocol (docs/arena.md), one battle per compared pair
+
+
+def arena_scores(hset: HumanSet, backbone: Any, prompt: Any, folder: Path, *, drop_failed: bool = False,
+                 chunk: int = 32) -> tuple[dict[tuple[str, int], float], dict[str, str], tuple[int, int]]:
+    """The arena judge on a set of pairs: one battle per group (edit 0 shown first as A, then swapped), read as a
+    score difference d = +1 (edit 0 wins), -1 (edit 1 wins) or 0 (a tie, an inconsistent battle or, by default, a
+    battle with a failed call), so `evaluate` measures it as it measures the pointwise judges, on the same pairs.
+    `drop_failed`: a battle with a failed call is unscored (NaN) instead. Refuses groups of more than two edits
+    (TIGER's 3- and 4-edit groups: a battle compares two). Returns the scores, the failed battles, and the judge
+    calls (made, reused)."""
+    from benchmark.metaeval.scoring import MetaevalError
+    from benchmark.metrics.arena.protocol import MODEL_A, MODEL_B
+    from benchmark.stages.arena import judge_battles
+
+    big = [g.id for g in hset.groups if len(g.edits) != 2]
+    if big:
+        raise MetaevalError(f"--judges {ARENA} on {hset.name}: {len(big)} group(s) of other than two edits (e.g. "
+                            f"{big[0]}); the arena judges pairs: use it on genai, editscore or imagenhub")
+    items = [(g.instruction, load_image(g.source), load_image(g.edits[0]), load_image(g.edits[1]))
+             for g in hset.groups]
+    verdicts, made, reused = judge_battles(items, backbone, prompt, folder, chunk=chunk)
+    scores: dict[tuple[str, int], float] = {}
+    failed: dict[str, str] = {}
+    for g, v in zip(hset.groups, verdicts, strict=True):
+        value = 1.0 if v.outcome == MODEL_A else -1.0 if v.outcome == MODEL_B else 0.0
+        if v.failed_calls:
+            failed[g.id] = f"{v.failed_calls} judge call(s) failed or did not parse"
+            if drop_failed:
+                value = math.nan
+        scores[(g.id, 0)], scores[(g.id, 1)] = value, 0.0
+    return scores, failed, (made, reused)

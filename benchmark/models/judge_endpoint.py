@@ -268,8 +268,13 @@ class EndpointJudge:
     def _body(self, urls: Sequence[str], text: str) -> dict[str, Any]:
         image = {} if self.image_detail is None else {"detail": self.image_detail}
         content: list[dict[str, Any]] = [{"type": "image_url", "image_url": {"url": url} | image} for url in urls]
-        prompt = {"type": "text", "text": text}
-        content = [prompt, *content] if self.text_first else [*content, prompt]
+        if not isinstance(text, str):  # an interleaved prompt (text parts and image indices; the arena's protocol)
+            from benchmark.models.judge_reply import interleaved
+
+            content = interleaved(text, len(content), content.__getitem__)
+        else:
+            prompt = {"type": "text", "text": text}
+            content = [prompt, *content] if self.text_first else [*content, prompt]
         turns = ([{"role": "system", "content": self.system}] if self.system is not None else []) + [
             {"role": "user", "content": content}]
         body: dict[str, Any] = {"model": self.model, "messages": turns}

@@ -77,3 +77,16 @@ def reply_columns(replies: Iterable[JudgeReply]) -> dict[str, str]:
             "judge_answered_by": _joined(r.answered_by for r in replies),
             "judge_fingerprint": _joined(r.fingerprint for r in replies),
             "judge_version": _joined(r.version for r in replies)}
+
+
+def interleaved(parts: Any, n_images: int, image: Any) -> list[dict[str, Any]]:
+    """A user turn's content laid out by `parts` (a request whose prompt is not one text but a sequence of text
+    parts (str) and images (int: the index in the request's image list), as the arena's protocol sends them):
+    text parts as text blocks, `image(i)` for each image. Every image must appear exactly once, in list order (a
+    local processor consumes the images in the order of their placeholders)."""
+    parts = list(parts)
+    order = [p for p in parts if not isinstance(p, str)]
+    if order != list(range(n_images)) or any(isinstance(p, bool) or not isinstance(p, str | int) for p in parts):
+        raise ValueError(f"an interleaved prompt must name each of its {n_images} images once, in order, between "
+                         f"text parts; got image indices {order}")
+    return [{"type": "text", "text": p} if isinstance(p, str) else image(p) for p in parts]

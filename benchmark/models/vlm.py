@@ -394,8 +394,13 @@ class TextJudge:
             texts, images = [], []
             for ims, text in batch:
                 content = [{"type": "image"}] * len(ims)
-                content = [{"type": "text", "text": text}, *content] if self.text_first else [
-                    *content, {"type": "text", "text": text}]
+                if not isinstance(text, str):  # an interleaved prompt (the arena's protocol)
+                    from benchmark.models.judge_reply import interleaved
+
+                    content = interleaved(text, len(ims), lambda _: {"type": "image"})
+                else:
+                    content = [{"type": "text", "text": text}, *content] if self.text_first else [
+                        *content, {"type": "text", "text": text}]
                 turns = [{"role": "system", "content": self.system}, {"role": "user", "content": content}]
                 texts.append(proc.apply_chat_template(turns, tokenize=False, add_generation_prompt=True))
                 images += [qwen_vl_utils_image(im) for im in ims]

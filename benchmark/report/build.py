@@ -29,6 +29,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from benchmark.report.arena import arena_html, read_arenas
 from benchmark.report.collect import dumps, read_leaderboards, read_runs, resolve_queryset
 from benchmark.report.grid import build_grid, drop_failed_thumbs, write_chunks
 from benchmark.report.html import (
@@ -191,12 +192,13 @@ def render_page(results: Path, out: Path, lb: Any, runs: list[Any], grids: list[
     note_html = "".join(f'<p class="note warn">{escape(n)}</p>' for n in notes)
     nav = "".join(f'<a href="#{k}">{escape(v)}</a>' for k, v in (
         ("leaderboards", "Leaderboards"), ("charts", "Charts"), ("criteria", "Criteria"), ("comparison", "Comparison"),
-        ("sweeps", "Sweeps"), ("metaeval", "Meta-evaluation"), ("grid", "Image grid"), ("failures", "Failures"),
+        ("sweeps", "Sweeps"), ("arena", "Arena"), ("metaeval", "Meta-evaluation"), ("grid", "Image grid"), ("failures", "Failures"),
         ("provenance", "Provenance")))
     sweep_df, sweep_notes = read_sweeps(results, queryset)
     turns = turns_html(turns_sections(results, queryset), TURNS_INTRO)
     turns_section = f'\n<h2 id="turns">Multi-turn: MagicBrush\'s two settings</h2>\n{turns}' if turns else ""
     meta_tables, _ = read_metaeval(results, queryset)
+    arenas, arena_notes = read_arenas(results, queryset)
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
@@ -223,6 +225,8 @@ marks the better direction. Complete rows first, PARTIAL rows after them.</p>
 {comparison_html(cmp_df, cmp_note)}</section>
 <section id="sweeps"><h2>Sweeps: score vs setting</h2>
 {sweeps_html(sweep_df, sweep_notes, lb.metrics, lb.stale)}</section>
+<section id="arena"><h2>Arena: pairwise judging (GenArena's protocol)</h2>
+{arena_html(arenas, arena_notes, out)}</section>
 <section id="metaeval"><h2>Meta-evaluation</h2>
 {metaeval_html(meta_tables)}</section>
 <section id="grid"><h2>Image grid</h2>

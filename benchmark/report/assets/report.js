@@ -351,8 +351,24 @@
     });
   }
 
+  // the arena section (benchmark/report/arena.py): a heatmap cell shows its pair's example battles
+  function initArena() {
+    document.querySelectorAll("table.arena-heatmap td.heat[data-battles]").forEach(function (td) {
+      td.addEventListener("click", function () {
+        var target = document.getElementById(td.getAttribute("data-battles"));
+        var arena = td.closest(".arena");
+        arena.querySelectorAll(".arena-battles").forEach(function (p) { if (p !== target) p.hidden = true; });
+        if (target) {
+          target.hidden = !target.hidden;
+          target.querySelectorAll("img").forEach(function (i) { i.loading = "eager"; });
+        }
+      });
+    });
+  }
+
   document.addEventListener("DOMContentLoaded", function () {
     initComparison();
+    initArena();
     if (!EM.meta) {
       document.body.insertBefore(el("p", { "class": "note warn" }, "data/meta.js did not load: rebuild the report"), document.body.firstChild);
       return;
