@@ -66,6 +66,9 @@ class Estimate:
     # a set with multi-turn sessions draws its samples in whole sessions: the turns of its longest session, which
     # bounds the queries one sampled session brings (1: a set without sessions, sampled in queries)
     unit_queries: int = 1
+    # queries an earlier run of this setting edited with other code: carry-over adopts them after a re-edited sample
+    # matches (not in `todo`: the line says so, and that a difference edits them all)
+    carry: int = 0
 
     @property
     def shared(self) -> bool:
@@ -109,6 +112,10 @@ class Estimate:
     def describe(self) -> str:
         """One line: hours, wall time, how they add up, and how sure they are."""
         done = f" ({self.done} already done)" if self.done else ""
+        if self.carry:
+            done = (f" ({self.done} already done, " if self.done else " (") + (
+                f"{self.carry} to carry over from an earlier run of this setting after a re-edited sample matches; "
+                "if it differs, they are edited too)")
         if self.cost.confidence == NO_MODEL and not self.score:
             return (f"{self.editor} loads no model: its {self.todo} queries to do{done} take seconds on any machine "
                     "(no device hours to estimate)")
@@ -233,12 +240,15 @@ def lookup(table: dict[str, Any], group: str, name: str, size: str, cls: str,
 
 
 def done_ids(results: Path, run_set: str, editor: str, editor_config: Any, seed: int, profile: str,
-             sample: dict[str, Any] | None = None, protocol: str = "single_turn") -> set[str]:
+             sample: dict[str, Any] | None = None, protocol: str = "single_turn", code: str | None = None,
+             carry: set[str] | None = None) -> set[str]:
     """Query ids already edited (or failed) in this run's folder: the folder under results/runs/<set>-<hash> whose
     run.json records this editor config, seed, profile and protocol (the editor signature needs the loaded editor,
     so this matches by what determines it; the two protocols' edits are never the same). For a sample (`sample`: the set's draw), also the ids edited ok by runs of
     smaller nested samples of the same draw, which the run reuses (benchmark.stages.reuse; checked there, counted
-    here)."""
+    here). With `code` (the digest of the code that makes the editor's pixels, `benchmark.config.editor_code_digest`),
+    a folder of this setting whose run.json records other code (or none: a key of scheme 1) is not this run's: its
+    edits go to `carry` instead, the queries carry-over may adopt after a verified sample (benchmark.stages.carry)."""
     from benchmark.stages.reuse import SAME_DRAW
 
     best: set[str] = set()
@@ -264,7 +274,12 @@ def done_ids(results: Path, run_set: str, editor: str, editor_config: Any, seed:
             records = latest_records(meta_path.parent)
         except Exception:  # noqa: BLE001 - a corrupt log is the edit stage's error to report, not the estimate's
             continue
-        if own:
+        key = meta.get("editor_key")
+        other_code = code is not None and not (isinstance(key, dict) and key.get("code") == code)
+        if own and other_code:
+            if carry is not None:
+                carry |= {qid for qid, rec in records.items() if rec.get("status") == "ok"}
+        elif own:
             best = max(best, set(records), key=len)
         else:
             reusable |= {qid for qid, rec in records.items() if rec.get("status") == "ok"}
@@ -375,14 +390,21 @@ def estimate(plan: RunPlan, full: Any, *, editor: str, metrics: str, gpu_name: C
                       f"measure it with {how} and add it")
     count = int(plan.selection.shard_count)
     selected = {q.id: q for q in plan.all_shards(full)}
+    from benchmark.config import editor_code_digest
+
+    carry: set[str] = set()
     done = set(selected) & done_ids(plan.results, f"{full.name}-{full.short_hash}", editor, portable(editor_config),
-                                    int(plan.seed), profile, full.meta.get("sample"), plan.protocol)
+                                    int(plan.seed), profile, full.meta.get("sample"), plan.protocol,
+                                    editor_code_digest(editor_config.get("_target_"), plan.protocol), carry)
+    # carry-over (single-turn, reuse=carry) adopts an earlier run's edits after a verified sample: counted apart
+    carry = (carry & set(selected)) - done if plan.protocol == "single_turn" and plan.carry.mode == "carry" else set()
     score = lookup(table, "metrics", metrics, size, cls)
     # one inversion per source for all shards: they share the inversion store under the results folder
-    sources = (distinct_sources(q for qid, q in selected.items() if qid not in done)
+    sources = (distinct_sources(q for qid, q in selected.items() if qid not in done and qid not in carry)
                if cost.s_per_source is not None and shares_inversions(editor_config) else None)
-    return Estimate(editor, cls, len(selected) - len(done), len(done), count, cost, score,
-                    sample_pool(plan.queryset.get("sample_types"), full), sources, longest_session(full.queries)), note
+    return Estimate(editor, cls, len(selected) - len(done) - len(carry), len(done), count, cost, score,
+                    sample_pool(plan.queryset.get("sample_types"), full), sources, longest_session(full.queries),
+                    carry=len(carry)), note
 
 
 def judge_cost(plan: RunPlan, full: Any) -> list[str]:

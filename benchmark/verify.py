@@ -4,7 +4,7 @@ and compare pixels with the run's edits (docs/results.md#verify).
 A reproducibility audit: run it on another GPU, another torch or diffusers, another machine. The run's setting is
 rebuilt from its run.json (editor config option, its command-line overrides, profile, seed, query set) and must
 equal the recorded one; the query set must have the recorded hash. The sample (`benchmark.stages.carry.
-stratified_sample`) is re-edited in the batch slots of the run's shards at its batch size, into
+stratified_slots`: whole batch slots) is re-edited in the batch slots of the run's shards at its batch size, into
 `<run>/verify/<id>/edits/`, with inversions computed afresh (`--reuse-inversions` reads the results' store instead).
 Each compared query is identical, within `--tolerance` levels, or different (max and mean level difference, share
 of pixels). The report, `<run>/verify/<id>/report.json`, carries a content digest. Exit status: 0 when every query
@@ -73,7 +73,7 @@ def verify_run(run_dir: Path, *, sample: int = 16, tolerance: int = 0, batch_siz
     from benchmark.provenance import provenance
     from benchmark.querysets.sessions import shard_whole_sessions
     from benchmark.run import compose
-    from benchmark.stages.carry import compare_pngs, slots_of, stratified_sample
+    from benchmark.stages.carry import batch_slots, compare_pngs, stratified_slots
     from benchmark.stages.edit import edit_path, latest_records, rewrites_instruction, run_edit_stage
 
     run_dir = run_dir.resolve()
@@ -115,10 +115,12 @@ def verify_run(run_dir: Path, *, sample: int = 16, tolerance: int = 0, batch_siz
             except (OSError, ValueError, Image.DecompressionBombError):
                 pass
     shards = [shard_whole_sessions(full, i, count).subset(limit) for i in range(count)]
-    chosen = set(stratified_sample(full.queries, done, sample, sizes))
-    for shard in shards:  # both ends of every shard
-        ends = [q.id for q in shard.queries if q.id in done]
-        chosen.update(ends[:1] + ends[-1:])
+    slots = [slot for shard in shards for slot in batch_slots(shard.queries, size)]
+    ends = []  # both ends of every shard
+    for shard in shards:
+        edited = [q.id for q in shard.queries if q.id in done]
+        ends += edited[:1] + edited[-1:]
+    chosen = {q.id for q in stratified_slots(slots, done, sample, sizes, ends)}
     verify_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]
     folder = run_dir / VERIFY_DIR / verify_id
     folder.mkdir(parents=True)
@@ -128,7 +130,7 @@ def verify_run(run_dir: Path, *, sample: int = 16, tolerance: int = 0, batch_siz
         store = (results / INVERSIONS_DIR) if reuse_inversions else (folder / INVERSIONS_DIR)
         editor.inversion_store = InversionStore(store)
     for shard in shards:
-        batch = slots_of(shard.queries, chosen, size)
+        batch = [q for q in shard.queries if q.id in chosen]  # whole slots of this shard
         if batch:
             run_edit_stage(dataclasses.replace(shard, queries=tuple(batch)), editor, folder, seed=plan.seed,
                            batch_size=size, num_workers=plan.num_workers, run_id=verify_id, progress=False)
@@ -184,6 +186,13 @@ def read_report(path: Path) -> dict[str, Any]:
     return data
 
 
+def _short(sha: Any) -> str:
+    """A git sha as shown: 12 hex digits, `-dirty` kept."""
+    text = str(sha or "unknown")
+    head, dirty, _ = text.partition("-dirty")
+    return head[:12] + ("-dirty" if dirty else "")
+
+
 def summary_lines(report: dict[str, Any]) -> list[str]:
     """What the console prints: one line per query that is not identical, then the verdict."""
     lines = []
@@ -196,12 +205,12 @@ def summary_lines(report: dict[str, Any]) -> list[str]:
     n = len(report["compared"])
     k = report["counts"]
     tol = f", {k['within_tolerance']} within {report['tolerance']} level(s)" if k["within_tolerance"] else ""
-    word = "DIFFERENT" if report["verdict"] == "different" else "same"
+    word = "DIFFERENT" if report["verdict"] == "different" else "reproduced"
     then, now = report["then"], report["now"]
-    lines.append(f"[editmeter] verify {Path(report['run']).name}: {k['identical']}/{n} identical{tol}, "
-                 f"{k['different']} different: {word} (then {then.get('git_sha')} on {then.get('device')}, now "
-                 f"{now.get('git_sha')} on {now.get('device')}); report: "
-                 f"{Path(report['run']) / VERIFY_DIR / report['verify_id'] / REPORT}")
+    lines.append(f"[editmeter] verify {Path(report['run']).name}: {word}: {k['identical']}/{n} identical{tol}, "
+                 f"{k['different']} different (edited at {_short(then.get('git_sha'))} on {then.get('device')}, "
+                 f"re-edited at {_short(now.get('git_sha'))} on {now.get('device')})")
+    lines.append(f"[editmeter] report: {Path(report['run']) / VERIFY_DIR / report['verify_id'] / REPORT}")
     return lines
 
 

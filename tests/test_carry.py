@@ -65,6 +65,8 @@ def test_an_upgrade_that_changes_no_pixel_adopts_the_earlier_edits_after_a_verif
     new_dir = tmp_path / "results" / "runs" / second["run_dir"].split("/runs/")[1]
     assert new_dir != old_dir
     line = next(x for x in out.splitlines() if "carry-over" in x)
+    budget = next(x for x in out.splitlines() if "budget:" in x)
+    assert "0 queries to do (14 to carry over from an earlier run of this setting" in budget, budget
     verdict = carry.read_verdict(new_dir)
     k = len(verdict["compared"])
     assert verdict["verdict"] == "identical" and 7 <= k < 14  # every edit type (7), then what the slots hold
@@ -178,26 +180,40 @@ def _q(i, edit_type, session=None, turn=None):
     return Query(id=f"q{i:02d}", image=f"{i}.png", edit_type=edit_type, session=session, turn=turn)
 
 
+def _sample(queries, ids, n, sizes, batch_size=1, ends=()):
+    return [q.id for q in carry.stratified_slots(carry.batch_slots(queries, batch_size), ids, n, sizes, ends)]
+
+
 def test_the_sample_covers_both_ends_every_type_size_class_and_first_and_last_turns():
     queries = [_q(i, ["a", "b", "c"][i % 3], session=f"s{i // 4}", turn=i % 4 + 1) for i in range(40)]
     sizes = {q.id: ((512, 512) if i < 30 else (1200, 800)) for i, q in enumerate(queries)}
     ids = {q.id for q in queries}
-    got = carry.stratified_sample(queries, ids, 5, sizes)
-    assert got == carry.stratified_sample(queries, ids, 5, sizes)  # deterministic
+    got = _sample(queries, ids, 5, sizes)
+    assert got == _sample(queries, ids, 5, sizes)  # deterministic
     assert got[0] == "q00" and got[-1] == "q39"
     by_id = {q.id: q for q in queries}
     assert {by_id[i].edit_type for i in got} == {"a", "b", "c"}
     assert {carry.size_class(*sizes[i]) for i in got} == {carry.size_class(512, 512), carry.size_class(1200, 800)}
     assert any(by_id[i].turn == 1 for i in got) and any(by_id[i].turn == 4 for i in got)
-    assert len(carry.stratified_sample(queries, ids, 16, sizes)) == 16
-    assert carry.stratified_sample(queries, set(), 16, sizes) == []
-    assert set(carry.stratified_sample(queries, {"q05", "q06"}, 16, sizes)) == {"q05", "q06"}
+    assert len(_sample(queries, ids, 16, sizes)) == 16
+    assert _sample(queries, set(), 16, sizes) == []
+    assert set(_sample(queries, {"q05", "q06"}, 16, sizes)) == {"q05", "q06"}
+    assert "q17" in _sample(queries, ids, 5, sizes, ends=["q17"])  # a shard's end
 
 
-def test_batch_slots_are_those_of_the_selection():
-    queries = [_q(i, "a") for i in range(10)]
-    assert [q.id for q in carry.slots_of(queries, {"q05"}, 4)] == ["q04", "q05", "q06", "q07"]
-    assert [q.id for q in carry.slots_of(queries, {"q09", "q00"}, 4)] == ["q00", "q01", "q02", "q03", "q08", "q09"]
+def test_the_sample_is_whole_batch_slots_and_no_more_than_the_strata_need():
+    queries = [_q(i, ["a", "b"][i // 8 % 2]) for i in range(64)]  # slots of 8: all a, all b, all a, ...
+    sizes = {q.id: (512, 512) for q in queries}
+    ids = {q.id for q in queries}
+    got = _sample(queries, ids, 16, sizes, batch_size=8)
+    assert len(got) == 16  # the two end slots hold both types and 16 queries
+    assert got == [f"q{i:02d}" for i in range(8)] + [f"q{i:02d}" for i in range(56, 64)]
+    got = _sample(queries, ids, 1, sizes, batch_size=8)
+    assert len(got) == 16  # ends first: their slots cover both types already
+    # a failed query (not a candidate) rides along in its slot, and the count is of candidates
+    got = _sample(queries, ids - {"q03"}, 16, sizes, batch_size=8)
+    assert "q03" in got and len(got) == 24
+    assert [q.id for q in carry.batch_slots(queries[:10], 4)[2]] == ["q08", "q09"]
 
 
 def test_compare_pngs_measures_levels_and_share(tmp_path):
@@ -225,7 +241,7 @@ def test_verify_reports_identical_then_names_altered_edits_and_exits_1(tmp_path,
     capsys.readouterr()
     assert main(["verify", str(run_dir)]) == 0
     out = capsys.readouterr().out
-    assert "14/14 identical, 0 different: same" in out
+    assert "reproduced: 14/14 identical, 0 different" in out
     for qid in ("demo000-obj_add", "demo001-bg_chg"):  # one level off in a few pixels
         path = run_dir / "edits" / f"{qid}.png"
         arr = np.asarray(Image.open(path).convert("RGB")).copy()
@@ -235,7 +251,7 @@ def test_verify_reports_identical_then_names_altered_edits_and_exits_1(tmp_path,
     assert main(["verify", str(run_dir), "--sample", "16", "--out", str(out_file)]) == 1
     out = capsys.readouterr().out
     assert "demo000-obj_add: different (max 1 level(s)" in out and "demo001-bg_chg: different" in out
-    assert "12/14 identical, 2 different: DIFFERENT" in out
+    assert "DIFFERENT: 12/14 identical, 2 different" in out
     report = read_report(out_file)
     assert report["counts"] == {"identical": 12, "within_tolerance": 0, "different": 2}
     bad = {c["query"]: c for c in report["compared"] if c["verdict"] != "identical"}

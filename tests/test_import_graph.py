@@ -162,10 +162,9 @@ LAYERS = (
 # Only these read the configuration object with omegaconf / Hydra: the entry points, and the module that composes
 # the config and builds the plan from it.
 CONFIG_READERS = ("benchmark.config",)
-# Hydra used below the entry points, with why it stays: a query-set config's `loader` (load_sampled) is resolved
-# with Hydra's get_method, and editors' signatures hash this module (editors/oracle imports benchmark.querysets),
-# so changing it would re-edit existing runs.
-HYDRA_BELOW = {"benchmark.querysets.io": "load_sampled resolves its `loader` with hydra.utils.get_method"}
+# Hydra used below the entry points, with why it stays (none now: edit keys hash definitions by content, so nothing
+# is kept in place for their sake any more)
+HYDRA_BELOW: dict[str, str] = {}
 CONFIG_LIBRARIES = ("omegaconf", "hydra", "hydra_plugins")
 
 

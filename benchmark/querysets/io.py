@@ -655,6 +655,20 @@ def load_sampled(loader: str, sample: int | float | None = None, sample_seed: in
     """A query-set config's `_target_` for a set whose loader takes no sample keys (e.g. `demo_editval`): load it
     with `loader` (the dotted name of its function, called with `kwargs`), then draw `queryset.sample=N` from it
     (`sample_set`), so every query-set config takes the same sample keys."""
-    from hydra.utils import get_method
+    return sample_set(_loader_function(loader)(**kwargs), sample, sample_seed, sample_types)
 
-    return sample_set(get_method(loader)(**kwargs), sample, sample_seed, sample_types)
+
+def _loader_function(dotted: str) -> Any:
+    """The function a config's `loader` names (`package.module.function`); a QuerySetError naming it otherwise."""
+    import importlib
+
+    module_name, _, name = str(dotted).rpartition(".")
+    try:
+        function = getattr(importlib.import_module(module_name), name) if module_name else None
+    except (ImportError, AttributeError) as exc:
+        raise QuerySetError(f"query-set loader {dotted!r}: cannot be imported ({exc}); give the dotted name of a "
+                            "function, e.g. benchmark.querysets.demo.load_editval_demo") from None
+    if not callable(function):
+        raise QuerySetError(f"query-set loader {dotted!r} is not a function; give the dotted name of one, e.g. "
+                            "benchmark.querysets.demo.load_editval_demo")
+    return function

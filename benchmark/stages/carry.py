@@ -5,10 +5,11 @@ profile) and of the content of the code that makes its pixels. When the code par
 empty. Before editing, `carry_over` looks for an earlier run in the same query-set folder whose setting is this
 run's (scheme 1 runs included: their setting is computed from their run.json), and then:
 
-1. draws a stratified sample of the queries that run edited (`stratified_sample`: both ends of this selection,
-   every edit type, every source-size class, the first and last turn of sessions, then filled up to `sample`),
-2. edits the sample here, with the new code, in the batch slots an uninterrupted run would use (its batch
-   companions ride along and are compared too): these are this run's own edits, whatever the verdict,
+1. draws a stratified sample of whole batch slots (`stratified_slots`: slots whose queries cover both ends of this
+   selection, every edit type, every source-size class, the first and last turn of sessions, then more slots until
+   they hold `sample` queries the earlier run edited),
+2. edits the sample here, with the new code, in those slots, as an uninterrupted run batches them (so a
+   batch-dependent editor's pixels are comparable): these are this run's own edits, whatever the verdict,
 3. compares each with the earlier run's PNG, pixel by pixel. When every one is identical (or within `tolerance`
    levels, an option recorded wherever it was used), the earlier run's other edits are adopted: hard-linked here and
    logged with `carried_from`. When one differs, nothing is adopted and the edit stage edits everything; the console
@@ -23,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -94,58 +95,69 @@ def _spread(query_id: str) -> str:
     return hashlib.sha256(query_id.encode("utf-8")).hexdigest()
 
 
-def stratified_sample(queries: Sequence[Any], candidates: set[str], n: int,
-                      sizes: dict[str, tuple[int, int]]) -> list[str]:
-    """Ids of a sample of `candidates` (in `queries`' order): both ends of the selection, one query of every edit
-    type, of every source-size class and (sets with sessions) a first and a last turn, then more in a fixed spread
-    order up to `n`. The strata come first, so a sample can exceed `n` when they need it."""
-    pool = [q for q in queries if q.id in candidates]
+def _strata(pool: Sequence[Any], sizes: dict[str, tuple[int, int]]) -> dict[str, set[str]]:
+    """query id -> the strata it stands for: its edit type, its source's size class and (sets with sessions) the
+    first, a later and the last turn of a session."""
+    last: dict[Any, int] = {}
+    for q in pool:
+        if q.session is not None and q.turn is not None:
+            last[q.session] = max(last.get(q.session, 0), int(q.turn))
+    out: dict[str, set[str]] = {}
+    for q in pool:
+        keys = {f"type:{q.edit_type}"}
+        if q.id in sizes:
+            keys.add(f"size:{size_class(*sizes[q.id])}")
+        if q.session is not None and q.turn is not None:
+            keys.add("turn:first" if q.turn == 1 else "turn:later")
+            if int(q.turn) == last[q.session]:
+                keys.add("turn:last")
+        out[q.id] = keys
+    return out
+
+
+def batch_slots(queries: Sequence[Any], batch_size: int) -> list[list[Any]]:
+    """The edit stage's batch slots of a selection: `[k * batch_size, (k + 1) * batch_size)` in its order."""
+    step = max(1, int(batch_size))
+    return [list(queries[i:i + step]) for i in range(0, len(queries), step)]
+
+
+def stratified_slots(slots: Sequence[Sequence[Any]], candidates: set[str], n: int,
+                     sizes: dict[str, tuple[int, int]], ends: Iterable[str] = ()) -> list[Any]:
+    """The queries to re-edit: whole batch slots (a batch-dependent editor's re-edit is comparable only in the batch
+    an uninterrupted run made it in), chosen so that their `candidates` cover both ends of the selection (and the
+    ids in `ends`, e.g. every shard's), every edit type, every source-size class and the first and last turn of
+    sessions, then more slots in a fixed spread order until they hold `n` candidates. The strata come first, so the
+    sample can exceed `n` when they need it; a slot's other queries ride along. Returned in selection order."""
+    pool = [q for slot in slots for q in slot if q.id in candidates]
     if not pool or n <= 0:
         return []
-    chosen: list[str] = []
+    strata = _strata(pool, sizes)
+    need = {pool[0].id, pool[-1].id} | (set(ends) & candidates)
+    chosen: set[int] = {i for i, slot in enumerate(slots) if any(q.id in need for q in slot)}
 
-    def take(q: Any) -> None:
-        if q.id not in chosen:
-            chosen.append(q.id)
+    def covers(i: int) -> set[str]:
+        return set().union(*(strata.get(q.id, set()) for q in slots[i]))
 
-    take(pool[0])
-    take(pool[-1])
-    spread = sorted(pool, key=lambda q: _spread(q.id))
-    strata: dict[str, Any] = {}
-    for q in spread:
-        keys = [f"type:{q.edit_type}"]
-        if q.id in sizes:
-            keys.append(f"size:{size_class(*sizes[q.id])}")
-        if q.session is not None and q.turn is not None:
-            keys.append("turn:first" if q.turn == 1 else "turn:later")
-        for k in keys:
-            strata.setdefault(k, q)
-    last_turns = {}
-    for q in pool:
-        if q.session is not None and q.turn is not None and q.turn >= last_turns.get(q.session, (0, None))[0]:
-            last_turns[q.session] = (q.turn, q)
-    if last_turns:
-        strata.setdefault("turn:last", sorted(last_turns.values(), key=lambda t: _spread(t[1].id))[0][1])
-    for k in sorted(strata):
-        take(strata[k])
-    for q in spread:
-        if len(chosen) >= n:
+    def order(i: int) -> str:
+        return _spread(slots[i][0].id)
+
+    open_strata = set().union(*strata.values()) - set().union(*(covers(i) for i in chosen))
+    rest = sorted((i for i in range(len(slots)) if i not in chosen), key=order)
+    while open_strata and rest:
+        best = max(rest, key=lambda i: len(covers(i) & open_strata))  # the first in spread order among the best
+        if not covers(best) & open_strata:
             break
-        take(q)
-    order = {q.id: i for i, q in enumerate(queries)}
-    return sorted(chosen, key=order.__getitem__)
-
-
-def slots_of(queries: Sequence[Any], ids: set[str], batch_size: int) -> list[Any]:
-    """The queries of every batch slot (`[k * batch_size, (k + 1) * batch_size)` of the selection, as the edit stage
-    batches) holding one of `ids`, in selection order: edited together, they run in the batches of an uninterrupted
-    run, so a batch-dependent editor's re-edits are comparable."""
-    out = []
-    for start in range(0, len(queries), batch_size):
-        slot = queries[start:start + batch_size]
-        if any(q.id in ids for q in slot):
-            out.extend(slot)
-    return out
+        chosen.add(best)
+        rest.remove(best)
+        open_strata -= covers(best)
+    count = sum(q.id in candidates for i in chosen for q in slots[i])
+    for i in rest:
+        if count >= n:
+            break
+        if any(q.id in candidates for q in slots[i]):
+            chosen.add(i)
+            count += sum(q.id in candidates for q in slots[i])
+    return [q for i in sorted(chosen) for q in slots[i]]
 
 
 @dataclass
@@ -293,10 +305,11 @@ def carry_over(queryset: Any, run_dir: Path, results: Path, *, setting: str,
         stats.tolerance = int(verdict.get("tolerance", 0))
     else:
         ok_ids = {q.id for q in wanted if (r := records.get(q.id)) is not None and r.get("status") == "ok"}
-        stats.sample = stratified_sample(queryset.queries, ok_ids, sample, _source_sizes(queryset, wanted))
+        checked = stratified_slots(batch_slots(queryset.queries, batch_size), ok_ids, sample,
+                                   _source_sizes(queryset, wanted))
+        stats.sample = [q.id for q in checked if q.id in ok_ids]
         if not stats.sample:
             return stats
-        checked = slots_of(queryset.queries, set(stats.sample), batch_size)
         stats.edit_stats = edit(dataclasses.replace(queryset, queries=tuple(checked)))
         new = latest_records(run_dir)
         for q in checked:
