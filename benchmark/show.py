@@ -356,6 +356,7 @@ def render(results: Path, queryset: str | None = None, *, by: str | None = None,
         order = f"sorted by {key}" + (f" ({', '.join(notes)})" if notes else "") if key else "sorted by editor"
         lines.append(f"\nqueryset={qs}  metrics={mset or '?'}  {kind}-based editors  profile={profile}  ({order})")
         lines += _sample_note(part)
+        lines += _carried_note(part)
         if any(rewrites(r) for _, r in part.iterrows()):
             lines.append(REWRITE_NOTE)
         header = ["editor", "sig", *([group] if group else []),
@@ -415,6 +416,19 @@ def _without_scene_graphs(results: Path, df: Any) -> dict[str, str]:
         if types and types <= graphless:
             out[qs] = f"HATIE/EditVal do not apply to {qs} (no scene graphs)"
     return out
+
+
+def _carried_note(part: Any) -> list[str]:
+    """A row holding edits carried over from an earlier run of its setting (docs/results.md#carry-over) says so."""
+    if "carried_from" not in part:
+        return []
+    out = []
+    for _, row in part.iterrows():
+        text = row.get("carried_from")
+        if isinstance(text, str) and text:
+            out.append(f"{row['editor']} {str(row['editor_sig'])[:6]}: edits carried over from {text} "
+                       "(docs/results.md#carry-over)")
+    return sorted(set(out))
 
 
 def _sample_note(part: Any) -> list[str]:

@@ -87,6 +87,14 @@ def test_an_upgrade_that_changes_no_pixel_adopts_the_earlier_edits_after_a_verif
     lb = pd.read_csv(tmp_path / "results" / "leaderboard.csv")
     row = lb[lb["editor_sig"] == second["editor_sig"]].iloc[0]
     assert row["carried_from"].startswith(f"{old_dir.name}: {14 - k} edits, verified {k}/{k} identical at ")
+    from benchmark.leaderboard import format_table
+    from benchmark.report.collect import read_runs
+    from benchmark.report.html import provenance_html
+
+    shown = format_table(tmp_path / "results")
+    assert f"identity {second['editor_sig'][:6]}: edits carried over from {old_dir.name}: {14 - k} edits" in shown
+    html = provenance_html(read_runs(tmp_path / "results")[0])
+    assert f"{14 - k} edits carried over from " in html and f"verified {k}/{k} identical" in html
     # a rerun verifies nothing again and adopts nothing more
     capsys.readouterr()
     third = _run(tmp_path, "carry.sample=2")

@@ -60,6 +60,19 @@ def _real_on_meta(kind):
         return dit.build_components(kind, "random")
 
 
+def test_building_components_leaves_the_config_tables_as_they_were():
+    """transformers' configs write into the dicts they are given (Qwen's rope_scaling gains rope_theta): a build must
+    hand them copies, or every later build and this file's size checks see the changed tables (failed under xdist,
+    where another file had built a Qwen model in the same worker first)."""
+    import copy
+
+    tables = copy.deepcopy((dit.TINY, {k: v.real for k, v in dit.KINDS.items()}))
+    with torch.device("meta"):
+        dit.build_components("qwen_image_edit", "random")
+        dit.build_components("qwen_image_edit", "tiny")
+    assert (dit.TINY, {k: v.real for k, v in dit.KINDS.items()}) == tables
+
+
 def test_tiny_sizes_are_sizes():
     for kind, comps in dit.TINY.items():
         for comp, sizes in comps.items():

@@ -181,6 +181,10 @@ def _symbol_universe() -> dict[str, object]:
         names.update({k: f for k in inspect.signature(f).parameters})
     names.update({f.name: Query for f in dataclasses.fields(Query)} | {f.name: Item for f in dataclasses.fields(Item)})
     names.update({k: TINY_COMPONENTS for k in TINY_COMPONENTS})
+    # configs/costs.yaml rows: their fields (benchmark.budget.Cost) and `confidence` values (benchmark.budget.CONFIDENCE)
+    from benchmark.budget import CONFIDENCE, Cost
+
+    names.update({f.name: Cost for f in dataclasses.fields(Cost)} | {k: CONFIDENCE for k in CONFIDENCE})
     # the provenance keys load_pipeline writes
     names.update({k: load_pipeline for k in re.findall(r'"(\w+)":', inspect.getsource(load_pipeline))})
     for cfg in [ROOT / "configs" / "config.yaml", *(ROOT / "configs" / "editor").glob("*.yaml"),

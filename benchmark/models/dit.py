@@ -278,10 +278,14 @@ class Kind:
 
     def configs(self, name: str, source: str) -> dict[str, dict[str, Any]]:
         """The component configs `source` ('tiny' | 'random') builds: the real ones, sizes replaced for tiny."""
+        import copy
+
+        # deep copies: transformers' configs write into nested dicts they are given (rope_scaling gains rope_theta),
+        # which would change the tables below for every later build in the process
         if source == "random":
-            return {k: dict(v) for k, v in self.real.items()}
+            return copy.deepcopy(self.real)
         sizes = TINY[name]
-        return {k: _merge(v, sizes.get(k, {})) for k, v in self.real.items()}
+        return copy.deepcopy({k: _merge(v, sizes.get(k, {})) for k, v in self.real.items()})
 
 
 KINDS: dict[str, Kind] = {

@@ -365,10 +365,19 @@ def provenance_html(runs: list[Any]) -> str:
         tds = "".join(f"<td><code>{escape(c)}</code></td>" if i in (1, 3, 7) else f"<td>{escape(c)}</td>"
                       for i, c in enumerate(cells)) + f"<td>{_info_list(m.get('editor_info', {}))}</td>"
         notes = "".join(f'<div class="note warn">{escape(n)}</div>' for n in run.notes)
+        notes += "".join(f'<div class="note">{escape(n)}</div>' for n in _carried_lines(m.get("carried_from")))
         rows.append(f'<tr{" class=dirty" if dirty else ""}>{tds}</tr>'
                     + (f'<tr><td colspan="{len(head)}">{notes}</td></tr>' if notes else ""))
     th = "".join(f"<th>{escape(h)}</th>" for h in head)
     return scroll(f'<table class="prov"><thead><tr>{th}</tr></thead><tbody>{"".join(rows)}</tbody></table>')
+
+
+def _carried_lines(carried: Any) -> list[str]:
+    """run.json's `carried_from` as lines: the edits adopted from an earlier run after a verified sample."""
+    if not isinstance(carried, dict):
+        return []
+    return [f"{e.get('edits')} edits carried over from {run}: verified {e.get('verified')} on a re-edited sample "
+            f"at {e.get('git_sha')}" for run, e in sorted(carried.items()) if isinstance(e, dict)]
 
 
 def _info_list(info: Any) -> str:
