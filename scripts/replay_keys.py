@@ -172,12 +172,14 @@ def main() -> int:
     ap.add_argument("--editors", default=",".join(EDITORS))
     ap.add_argument("--pixels", default="", help="editors whose scheme-2 key changes are checked against pixels")
     ap.add_argument("--json", type=Path, default=None, help="write every commit's keys here")
+    ap.add_argument("--keys", type=Path, default=None, help="read the keys a --json run wrote instead of computing "
+                    "them (e.g. to add --pixels)")
     args = ap.parse_args()
     editors = tuple(e for e in args.editors.split(",") if e)
-    commits = first_parent(args.branch, args.commits)
-    rows = []
+    rows = json.loads(args.keys.read_text()) if args.keys else []
+    commits = [(r["sha"], r["subject"]) for r in rows] or first_parent(args.branch, args.commits)
     with tempfile.TemporaryDirectory() as tmp:
-        for i, (sha, subject) in enumerate(commits):
+        for i, (sha, subject) in enumerate(commits if not args.keys else []):
             tree = Path(tmp) / sha[:12]
             export(sha, tree)
             rows.append({"sha": sha, "subject": subject, "keys": keys_at(tree, editors)})
