@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import hashlib
 import json
 import sys
 import uuid
@@ -68,7 +67,7 @@ def verify_run(run_dir: Path, *, sample: int = 16, tolerance: int = 0, batch_siz
     from PIL import Image
 
     from benchmark.config import build_editor, editor_setting, plan_run, setting_of_run
-    from benchmark.hashing import canonical_json
+    from benchmark.hashing import canonical_json, stable_hash
     from benchmark.preflight import load_queries
     from benchmark.provenance import provenance
     from benchmark.querysets.sessions import shard_whole_sessions
@@ -160,7 +159,7 @@ def verify_run(run_dir: Path, *, sample: int = 16, tolerance: int = 0, batch_siz
         "verdict": "different" if counts["different"] or not compared else "same",
         "checked_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
-    report = {**body, "digest": hashlib.sha256(canonical_json(body).encode("utf-8")).hexdigest()}
+    report = {**body, "digest": stable_hash(body, 64)}
     from benchmark.fileio import atomic_write_text
 
     text = canonical_json(report) + "\n"
@@ -172,7 +171,7 @@ def verify_run(run_dir: Path, *, sample: int = 16, tolerance: int = 0, batch_siz
 
 def read_report(path: Path) -> dict[str, Any]:
     """A verify report, its digest checked: VerifyError when it was edited or is torn."""
-    from benchmark.hashing import canonical_json
+    from benchmark.hashing import stable_hash
 
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -181,7 +180,7 @@ def read_report(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict) or data.get("format") != VERIFY_FORMAT:
         raise VerifyError(f"{path}: not a verify report ({VERIFY_FORMAT})")
     digest = data.pop("digest", None)
-    if digest != hashlib.sha256(canonical_json(data).encode("utf-8")).hexdigest():
+    if digest != stable_hash(data, 64):
         raise VerifyError(f"{path}: its content does not match its digest (edited or damaged); run verify again")
     return data
 

@@ -35,7 +35,7 @@ from PIL import Image
 
 from benchmark.editor import query_seed
 from benchmark.fileio import append_jsonl, atomic_write_text
-from benchmark.hashing import canonical_json
+from benchmark.hashing import canonical_json, stable_hash
 from benchmark.imageio import LIMITS, ImageInputError, load_rgb
 from benchmark.stages.edit import EDITS_LOG, edit_path, is_all_black, latest_records, record_json
 from benchmark.stages.reuse import _place, _same_file, _valid_png
@@ -204,7 +204,7 @@ class CarryStats:
 
 
 def _digest(payload: dict[str, Any]) -> str:
-    return hashlib.sha256(canonical_json(payload).encode("utf-8")).hexdigest()
+    return stable_hash(payload, 64)
 
 
 def write_verdict(run_dir: Path, payload: dict[str, Any]) -> None:
