@@ -244,10 +244,24 @@ class Identity:
         return hashlib.sha256("\n".join(sorted(set(self.digests.values()))).encode("utf-8")).hexdigest()
 
 
+@dataclass(frozen=True)
+class Rules:
+    """Which project modules a walk follows (`followed`), which it stops at (`stopped`, with reasons), and the
+    packages it follows unasked (plug-ins); a module in none of them is followed and reported."""
+
+    followed: frozenset[str]
+    stopped: dict[str, str]
+    free_prefixes: tuple[str, ...] = ()
+
+
+EDIT_RULES = Rules(PIXEL_MODULES, NO_PIXEL_MODULES, ("editors.",))
+
+
 class _Walk:
-    def __init__(self, index: CodeIndex, identity: Identity) -> None:
+    def __init__(self, index: CodeIndex, identity: Identity, rules: Rules | None = None) -> None:
         self.index = index
         self.id = identity
+        self.rules = rules or EDIT_RULES
         self.done: set[tuple[str, str]] = set()
         self.todo: list[tuple[str, str, tuple[tuple[str, str], ...]]] = []  # (module, name, self's MRO)
 
@@ -264,9 +278,9 @@ class _Walk:
 
     def _reach(self, module: str, source: str) -> bool:
         """Whether the walk follows into `module` (a project module), recording unclassified ones."""
-        if module in NO_PIXEL_MODULES:
+        if module in self.rules.stopped:
             return False
-        if module not in PIXEL_MODULES and not module.startswith("editors."):
+        if module not in self.rules.followed and not module.startswith(self.rules.free_prefixes):
             self.id.unclassified.setdefault(module, set()).add(source)
         return True
 
@@ -432,6 +446,62 @@ def code_identity(target: str, *, multi_turn: bool = False, index: CodeIndex | N
     for root_module, name in EDIT_ROOTS + (MULTI_TURN_ROOTS if multi_turn else ()):
         mod = index.module(root_module)
         if mod is None or name.partition(".")[0] not in mod.defs:
+            identity.unresolved.add(f"{root_module}:{name}")
+        walk.add(root_module, name, whole=True)
+    walk.run()
+    return identity
+
+
+# -- metric signatures ---------------------------------------------------------------------------------------------
+
+# What every score depends on besides its metric's code: how the score stage reads the source, the edit (resized to
+# the source's size), masks and ground truth, batches them and converts the values (pairwise metrics; a suite reads
+# its own inputs, and its code enters through its `_target_`).
+SCORE_ROOTS: tuple[tuple[str, str], ...] = (
+    ("benchmark.stages.score", "_Samples"),
+    ("benchmark.stages.score", "_collate"),
+    ("benchmark.stages.score", "_metric_values"),
+)
+
+# Metric and model code is followed without a list (whatever lives there computes scores or the features they come
+# from); of the rest, the modules a metric's code can reach are listed here.
+SCORE_PACKAGES = ("benchmark.metrics.", "benchmark.models.")
+SCORE_MODULES = frozenset({
+    "benchmark.imageio",  # reading images and masks, sizing, float conversion
+    "benchmark.hashing",  # seeds and cache keys of feature memos
+    "benchmark.stages.score",  # SCORE_ROOTS
+    # the oracle segmenter and detector read the demo world's scene graphs and its class lists
+    "benchmark.querysets.demo", "benchmark.querysets.captions", "benchmark.querysets.coco_classes",
+    "benchmark.querysets.editval",
+})
+NO_SCORE_MODULES: dict[str, str] = {
+    **{m: why for m, why in NO_PIXEL_MODULES.items() if not m.startswith(SCORE_PACKAGES)},
+    "benchmark.errors": "exception classes (a failed row's reason names them; no value depends on them)",
+    "benchmark.provenance": "the git sha, versions and device recorded beside scores",
+    "benchmark.npy_header": "checks the header of a stored feature array before it is read",
+    "benchmark.stages.score_cache": "quarantines corrupt cache files",
+}
+SCORE_RULES = Rules(SCORE_MODULES, NO_SCORE_MODULES, SCORE_PACKAGES)
+
+
+def metric_code_identity(targets: Iterable[str], index: CodeIndex | None = None) -> Identity:
+    """The definitions that compute a metric set's values: every `_target_` of its config (a suite class, its
+    component loaders, a pairwise metric), whole with what it uses, and `SCORE_ROOTS`; hashed by content, as an
+    editor's code is. A target outside the project enters as its whole source file."""
+    index = index or CodeIndex()
+    identity = Identity()
+    walk = _Walk(index, identity, SCORE_RULES)
+    for target in sorted(set(targets)):
+        module, _, name = target.rpartition(".")
+        if index.module(module) is None:
+            _outside(module, identity)
+        else:
+            if name not in index.module(module).defs and name not in index.module(module).aliases:
+                identity.unresolved.add(target)
+            walk.add(module, name, whole=True)
+    for root_module, name in SCORE_ROOTS:
+        mod = index.module(root_module)
+        if mod is None or name not in mod.defs:
             identity.unresolved.add(f"{root_module}:{name}")
         walk.add(root_module, name, whole=True)
     walk.run()

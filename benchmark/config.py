@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -515,11 +515,44 @@ def _semantic(obj: Any) -> Any:
     return obj
 
 
+def config_targets(cfg: Any) -> list[str]:
+    """Every `_target_` string of a config tree (nested components included), sorted."""
+    found: set[str] = set()
+    todo = [cfg]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, Mapping):  # a DictConfig too
+            for k, v in node.items():
+                if k == "_target_" and isinstance(v, str):
+                    found.add(v)
+                else:
+                    todo.append(v)
+        elif isinstance(node, Sequence) and not isinstance(node, str):
+            todo.extend(node)
+    return sorted(found)
+
+
+_METRIC_CODE: dict[tuple[str, ...], str] = {}  # this process's source files do not change under it
+
+
+def metric_code_digest(metrics_cfg: Any) -> str:
+    """The content digest of the definitions that compute a metric set's values (benchmark.code_identity)."""
+    from benchmark.code_identity import metric_code_identity
+
+    targets = tuple(config_targets(metrics_cfg))
+    if targets not in _METRIC_CODE:
+        _METRIC_CODE[targets] = metric_code_identity(targets).digest
+    return _METRIC_CODE[targets]
+
+
 def metric_signature(metrics_cfg: dict[str, Any], infos: dict[str, Any]) -> str:
+    """A metric set's signature: its config, its metrics' versions, what was resolved at run time, and the content of
+    the code that computes its values (docs/results.md, "Scores are current")."""
     from benchmark.hashing import stable_hash
 
     payload: dict[str, Any] = {"config": portable(_semantic(metrics_cfg)),
-                               "versions": {k: i.version for k, i in infos.items()}}
+                               "versions": {k: i.version for k, i in infos.items()},
+                               "code": metric_code_digest(metrics_cfg)}
     # What the config leaves to run time (HATIE's `segmenter.backend: auto` -> detectron2 or torchvision, and its
     # weights): shards resolved differently must never share a signature. Absent for metrics that resolve nothing.
     identity = {k: i.identity for k, i in infos.items() if getattr(i, "identity", None)}

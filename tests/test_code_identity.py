@@ -152,3 +152,70 @@ def test_the_png_level_and_the_edit_format_enter_the_key(tmp_path, monkeypatch):
         ci.code_identity(cfg["_target_"]).digest
     monkeypatch.setattr(ci, "EDIT_FORMAT", ci.EDIT_FORMAT + 1)
     assert editor_signature(cfg, {}, 0, "tiny") != sig
+
+
+# -- metric signatures: the same rule for the code that computes scores -------------------------------------------
+
+METRIC_CONFIGS = sorted((ROOT / "configs" / "metrics").rglob("*.yaml"))
+
+
+def _metric_keys(root: Path | None = None) -> dict[str, str]:
+    from benchmark.config import config_targets
+
+    index = ci.CodeIndex(root)
+    return {str(p.relative_to(ROOT)): ci.metric_code_identity(config_targets(yaml.safe_load(p.read_text())),
+                                                              index=index).digest for p in METRIC_CONFIGS}
+
+
+def test_every_module_a_metrics_code_reaches_is_classified():
+    from benchmark.config import config_targets
+
+    index = ci.CodeIndex()
+    assert len(METRIC_CONFIGS) >= 25
+    for path in METRIC_CONFIGS:
+        identity = ci.metric_code_identity(config_targets(yaml.safe_load(path.read_text())), index=index)
+        assert not identity.unclassified, (
+            f"{path.name}: the code that computes its values imports {sorted(identity.unclassified)}, which "
+            "benchmark.code_identity classifies nowhere: add each to SCORE_MODULES (it can change a score) or to "
+            "NO_SCORE_MODULES with the reason it cannot")
+        assert not identity.unresolved, f"{path.name}: targets or SCORE_ROOTS that name nothing: {identity.unresolved}"
+    stale = [m for m in [*ci.SCORE_MODULES, *ci.NO_SCORE_MODULES] if index.module(m) is None]
+    assert not stale, f"classified modules that do not exist (moved or removed?): {stale}"
+
+
+def test_a_metrics_code_moved_changes_no_metric_signature_and_a_changed_line_changes_only_its_users(tmp_path):
+    before = _metric_keys()
+    assert len(set(before.values())) >= 15  # the suites' codes differ
+    root = _copy(tmp_path)
+    # move: the score stage's resizing helper and HATIE's engine, to other folders under other names
+    (root / "benchmark" / "metrics" / "sizes.py").rename(root / "benchmark" / "image_sizes.py")
+    (root / "benchmark" / "metrics" / "hatie" / "engine.py").rename(root / "benchmark" / "metrics" / "hatie_engine.py")
+    for path in root.rglob("*.py"):
+        text = path.read_text()
+        moved = (text.replace("benchmark.metrics.sizes", "benchmark.image_sizes")
+                 .replace("benchmark.metrics.hatie.engine", "benchmark.metrics.hatie_engine")
+                 .replace("from benchmark.metrics.hatie import engine", "from benchmark.metrics import hatie_engine as engine")
+                 .replace("from .engine import", "from ..hatie_engine import"))
+        if moved != text:
+            path.write_text(moved)
+    assert _metric_keys(root) == before
+    # a changed line in a definition HATIE's scores come from: the HATIE sets change, the pixel metrics do not
+    hatie = ci.metric_code_identity(["benchmark.metrics.hatie.suite.HatieSuite"], index=ci.CodeIndex(root))
+    name = next(k.split(":")[1] for k in sorted(hatie.digests) if k.startswith("benchmark.metrics.hatie_engine:")
+                and not k.endswith(">") and "." not in k.split(":")[1] and " " not in k.split(":")[1])
+    _insert(root / "benchmark" / "metrics" / "hatie_engine.py", name, "_unused = 0")
+    after = _metric_keys(root)
+    changed = {k for k in before if after[k] != before[k]}
+    assert {"configs/metrics/hatie.yaml", "configs/metrics/hatie_oracle.yaml"} <= changed
+    assert "configs/metrics/basic.yaml" not in changed and "configs/metrics/editval.yaml" not in changed
+
+
+def test_a_metric_signature_holds_its_code(monkeypatch):
+    from benchmark import config
+    from benchmark.metrics.pixel import PixelMetric
+
+    cfg = {"l1": {"_target_": "benchmark.metrics.pixel.PixelMetric", "statistic": "l1"}}
+    infos = {"l1": PixelMetric(statistic="l1").info}
+    sig = config.metric_signature(cfg, infos)
+    monkeypatch.setattr(config, "_METRIC_CODE", {tuple(config.config_targets(cfg)): "other code"})
+    assert config.metric_signature(cfg, infos) != sig
