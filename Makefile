@@ -1,4 +1,4 @@
-# editmeter: `make help` lists the targets. Every target calls the `editmeter` command (benchmark/cli.py).
+# editmeter: `make help` lists the targets. Every target calls the `editmeter` command (benchmark/commands/cli.py).
 # Online by default: `make bench` downloads the weights it needs when the network is there. The test suite, the
 # demos and the bench-* scripts are offline by design (HF_HUB_OFFLINE=1 set for those targets only).
 PYTHON      ?= python3

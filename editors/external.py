@@ -5,13 +5,13 @@ A query without a file is missing, not failed (`missing`: the edit stage leaves 
 `n_missing` and marks the row PARTIAL); `editmeter score` lists every missing id before scoring. A file that cannot
 be read or is not a usable image is that query's failure, judged like any editor's. Edits keep the size they were
 made at (`any_output_size`): each metric suite applies its declared rule to an edit of another size. Files are
-read with `benchmark.imageio.load_rgb`, the loader of sources (16-bit scaled, transparency refused, pixel limit),
+read with `benchmark.io.imageio.load_rgb`, the loader of sources (16-bit scaled, transparency refused, pixel limit),
 and the signature covers the bytes of every image file in the folder, so
 regenerated edits are rescored even when their names and sizes are unchanged (docs/inputs.md).
 
 Multi-turn sessions (`layout="magicbrush"`): the folder is laid out as MagicBrush's `edit_cli_single_multi_turn.py`
 writes it, one subfolder per session (`<id>/<id>_1.png`, `<id>_iter_<t>.png`, `<id>_inde_<t>.png`), mapped to the
-sessions and turns of the query set's `queries` file (`benchmark.session_edits`); `protocol` says which files are
+sessions and turns of the query set's `queries` file (`benchmark.io.session_edits`); `protocol` says which files are
 the edits (`single_turn`: `_inde_`, `multi_turn`: `_iter_`; turn 1 is `_1` in both). A file that maps to no turn
 stops the editor before any edit, naming it; a turn without its file is missing.
 
@@ -33,9 +33,9 @@ from typing import Any
 
 from PIL import Image
 
-from benchmark.editor import Editor
-from benchmark.imageio import load_rgb
-from benchmark.types import Query
+from benchmark.editing.editor import Editor
+from benchmark.io.imageio import load_rgb
+from benchmark.io.types import Query
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".webp", ".bmp")
 LAYOUTS = ("flat", "magicbrush")
@@ -81,10 +81,10 @@ class ExternalEdits(Editor):
         self.folder = Path(folder)
         if not self.folder.is_dir():
             raise FileNotFoundError(f"edits folder {self.folder} does not exist (EDITS=<folder of edited images>)")
-        from benchmark.filehash import digests
+        from benchmark.io.filehash import digests
 
         self.prompt_kind = prompt_kind  # type: ignore[misc]  # per instance: the folder's model family
-        self.label = label  # `make score NAME=` is checked by benchmark.score_edits before this is built
+        self.label = label  # `make score NAME=` is checked by benchmark.commands.score_edits before this is built
         self._rewritten, self._rewritten_sha = read_rewritten(rewritten) if rewritten else ({}, None)
         self.rewrites_instruction = rewritten is not None  # type: ignore[misc]  # per instance: the file declares it
         self.layout, self.protocol = layout, protocol
@@ -102,10 +102,10 @@ class ExternalEdits(Editor):
         self._listing_hash = hashlib.sha256(listing.encode("utf-8", "surrogateescape")).hexdigest()[:16]
 
     def _map_sessions(self, queries: str) -> list[tuple[str, os.stat_result]]:
-        """Map the session folders' files to query ids (`benchmark.session_edits`); refuse unmappable ones. Returns
+        """Map the session folders' files to query ids (`benchmark.io.session_edits`); refuse unmappable ones. Returns
         every image file of the session folders (both settings': one folder's content) with its stat."""
+        from benchmark.io.session_edits import SessionLayoutError, map_session_folder
         from benchmark.querysets.io import read_queries
-        from benchmark.session_edits import SessionLayoutError, map_session_folder
 
         mapping = map_session_folder(self.folder, read_queries(queries), self.protocol)
         if mapping.refused:

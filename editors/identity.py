@@ -7,8 +7,8 @@ from typing import Any, ClassVar, Literal
 
 from PIL import Image
 
-from benchmark.editor import Editor
-from benchmark.types import Query
+from benchmark.editing.editor import Editor
+from benchmark.io.types import Query
 
 
 class IdentityEditor(Editor):

@@ -71,7 +71,7 @@ class ImagicEditor(DiffusionEditor):
     def _tuned(self, item: Item, e_tgt: Any) -> tuple[Any, dict[str, Any]]:
         """(e_opt, fine-tuned UNet state on CPU), from the cache or computed now."""
         from benchmark.editing import imagic
-        from benchmark.editor import generators, query_seed
+        from benchmark.editing.editor import generators, query_seed
 
         key = self.key(item)
         hit = imagic.FINETUNES.get(key)

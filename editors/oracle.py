@@ -8,9 +8,9 @@ from typing import Any, ClassVar, Literal
 
 from PIL import Image
 
-from benchmark.editor import Editor
-from benchmark.hashing import file_sha256
-from benchmark.types import Query
+from benchmark.editing.editor import Editor
+from benchmark.io.hashing import file_sha256
+from benchmark.io.types import Query
 
 
 class OracleEditor(Editor):

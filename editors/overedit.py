@@ -12,8 +12,8 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from PIL import Image
 
-from benchmark.editor import Editor
-from benchmark.types import Query
+from benchmark.editing.editor import Editor
+from benchmark.io.types import Query
 
 
 class OverEditEditor(Editor):
@@ -35,7 +35,7 @@ class OverEditEditor(Editor):
     def edit(self, queries: Sequence[Query], images: Sequence[Image.Image], *, seeds: Sequence[int]) -> list[Image.Image]:
         import torch
 
-        from benchmark.editor import generators
+        from benchmark.editing.editor import generators
 
         out = []
         for im, gen in zip(images, generators(seeds), strict=True):

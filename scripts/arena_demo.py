@@ -65,7 +65,7 @@ def main() -> int:
     ap.add_argument("--results", type=Path, default=ROOT / "results" / "arena_demo")
     args = ap.parse_args()
     results = args.results.resolve()
-    run = [sys.executable, "-m", "benchmark.cli", "run", "queryset=demo_mini", "profile=tiny", "metrics=basic",
+    run = [sys.executable, "-m", "benchmark.commands.cli", "run", "queryset=demo_mini", "profile=tiny", "metrics=basic",
            "stages=[edit]", f"paths.results={results}"]
     subprocess.run([*run[:4], "--multirun", "editor=identity,oracle,overedit", *run[4:]], check=True, cwd=ROOT)
 
@@ -73,10 +73,10 @@ def main() -> int:
     from openai_server import OpenAIServer
     from PIL import Image
 
-    from benchmark.arena_cli import main as arena
-    from benchmark.config import read_plan
-    from benchmark.preflight import load_queries
-    from benchmark.run import compose
+    from benchmark.commands.arena import main as arena
+    from benchmark.commands.run import compose
+    from benchmark.plan.config import read_plan
+    from benchmark.plan.preflight import load_queries
 
     qs = load_queries(read_plan(compose(["queryset=demo_mini"])[0]))
     targets = {}

@@ -32,8 +32,8 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmark.io.score_cache import INDEX_COLUMNS, INDEX_FILE, INDEX_FORMAT, ROW_KEYS  # noqa: E402
 from benchmark.stages.score import _PartWriter  # noqa: E402  (the score stage's writer: same parts, same names)
-from benchmark.stages.score_cache import INDEX_COLUMNS, INDEX_FILE, INDEX_FORMAT, ROW_KEYS  # noqa: E402
 
 BASIC = ("l1_out", "l2_out", "psnr_out", "ssim_out", "l1", "psnr", "ssim", "l1_gt_in", "psnr_gt_in", "ssim_gt_in")
 HATIE = ("OF", "BF", "OC", "BC")
@@ -99,8 +99,8 @@ def make_run(results: Path, k: int, rows: int) -> Path:
 
 
 def timed(results: Path, resamples: int, cache: bool) -> tuple[float, str]:
-    from benchmark import aggregate_cache
     from benchmark.stages.aggregate import write_leaderboards
+    from benchmark.tables import aggregate_cache
 
     t0 = time.perf_counter()
     write_leaderboards(results, None, resamples, 0, cache=cache)

@@ -74,8 +74,8 @@ def main() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
 
+    from benchmark.io.types import WHOLE_IMAGE_TYPES
     from benchmark.querysets.io import load_queryset
-    from benchmark.types import WHOLE_IMAGE_TYPES
 
     torch.set_num_threads(args.threads)
     qs = load_queryset(ROOT / "datasets" / "demo")

@@ -43,7 +43,7 @@ def main() -> None:
     ap.add_argument("--seg-batch-sizes", type=int, nargs="+", default=[1, 2, 4])
     ap.add_argument("--repeats", type=int, default=2)
     args = ap.parse_args()
-    from benchmark.gpucheck import device_unavailable
+    from benchmark.commands.gpucheck import device_unavailable
 
     why = device_unavailable(args.device)
     if why:

@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def bare_call(editor, name: str, images, prompts, seeds) -> None:
     """One call of the plain diffusers pipeline with the editor's settings (what a user script would write)."""
-    from benchmark.editor import generators
+    from benchmark.editing.editor import generators
 
     gens = generators(seeds)
     if name in ("ip2p", "magicbrush"):
@@ -103,10 +103,10 @@ def main() -> None:
     import torch
     from hydra.utils import instantiate
 
-    from benchmark.editor import query_seed
-    from benchmark.imageio import load_rgb
+    from benchmark.commands.run import compose
+    from benchmark.editing.editor import query_seed
+    from benchmark.io.imageio import load_rgb
     from benchmark.querysets.io import load_queryset
-    from benchmark.run import compose
 
     qs = load_queryset(ROOT / "datasets" / "demo").subset(args.queries)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} CPU thread(s), {len(qs)} demo queries, profile={args.profile}")

@@ -53,8 +53,8 @@ MODES = {
 
 
 def _queries(per_type: int) -> tuple:
+    from benchmark.io.types import HATIE_TYPES
     from benchmark.querysets.io import load_queryset
-    from benchmark.types import HATIE_TYPES
 
     qs = load_queryset(ROOT / "datasets" / "demo")
     by_type = {t: [q for q in qs.queries if q.edit_type == t][:per_type] for t in HATIE_TYPES}
@@ -216,6 +216,7 @@ def worker(mode: str, per_type: int, device: str, root: Path, by_type_pass: bool
     if mode == "batch1":  # the per-query loop reuses no feature across queries: no process-wide feature cache
         os.environ["EDITMETER_FEATURE_CACHE_MB"] = "0"
     sys.path.insert(0, str(ROOT))
+    from benchmark.io.types import HATIE_TYPES
     from benchmark.metrics.features import shared_cache
     from benchmark.metrics.hatie.oracle import load_oracle_segmenter
     from benchmark.metrics.hatie.suite import SEGMENTATIONS_DIR, HatieSuite, _HatieSamples
@@ -224,7 +225,6 @@ def worker(mode: str, per_type: int, device: str, root: Path, by_type_pass: bool
     from benchmark.models.inception import load_fid_extractor
     from benchmark.models.perceptual import load_lpips
     from benchmark.models.segmenter import build_segmenter
-    from benchmark.types import HATIE_TYPES
 
     m = MODES[mode]
     qs, by_type, queries = _queries(per_type)
@@ -397,7 +397,7 @@ def main() -> None:
     ap.add_argument("--seg-worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--root", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
-    from benchmark.gpucheck import device_unavailable
+    from benchmark.commands.gpucheck import device_unavailable
 
     why = device_unavailable(args.device)
     if why:

@@ -31,13 +31,13 @@ def run(mode: str, args: argparse.Namespace) -> tuple[list[dict], int]:
     import torch
     from hydra.utils import instantiate
 
+    from benchmark.commands.run import compose
     from benchmark.editing import imagic
     from benchmark.editing import inversion as inv
     from benchmark.editing.base import Item
-    from benchmark.editor import query_seed
-    from benchmark.imageio import load_rgb
+    from benchmark.editing.editor import query_seed
+    from benchmark.io.imageio import load_rgb
     from benchmark.querysets.io import load_queryset
-    from benchmark.run import compose
 
     steps = [] if args.steps is None else [f"editor.steps={args.steps}"]
     cfg, _ = compose(["editor=imagic", "queryset=demo", f"profile={args.profile}", "editor.cache_size=1",
@@ -76,7 +76,7 @@ def main() -> None:
     import numpy as np
     import torch
 
-    from benchmark.console import quiet_third_party
+    from benchmark.io.console import quiet_third_party
 
     quiet_third_party(progress=True)  # diffusers' and transformers' loading bars off; the run has none of its own
     torch.set_num_threads(args.threads)

@@ -144,10 +144,10 @@ def run_one(argv: list[str]) -> None:
         from benchmark.querysets.magicbrush import build
         count = build(args[0], args[1], split="train")["counts"]["queries"]
     elif kind == "tiger":
-        from benchmark.metaeval.judges import read_tiger
+        from benchmark.commands.metaeval.judges import read_tiger
         count = len(read_tiger(Path(args[0])).groups)
     else:
-        from benchmark.metaeval.judges import read_genai
+        from benchmark.commands.metaeval.judges import read_genai
         count = len(read_genai(Path(args[0])).groups)
     seconds = time.perf_counter() - start
     print(json.dumps({"seconds": round(seconds, 2), "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

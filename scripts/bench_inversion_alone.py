@@ -22,9 +22,9 @@ def main() -> None:
     import torch
     from hydra.utils import instantiate
 
-    from benchmark.config import compose
     from benchmark.editing.base import Item
-    from benchmark.imageio import load_rgb
+    from benchmark.io.imageio import load_rgb
+    from benchmark.plan.config import compose
     from benchmark.querysets.io import load_queryset
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -41,7 +41,7 @@ def hatie_shaped(queryset):
 def build_editor(name: str, reuse: bool | None, results: Path, extra: list[str]):
     from hydra.utils import instantiate
 
-    from benchmark.config import compose
+    from benchmark.plan.config import compose
 
     overrides = [f"editor={name}", "profile=tiny", *extra]
     cfg, _ = compose(overrides)

@@ -120,7 +120,7 @@ def score_seconds(root: Path, work: Path, url: str, concurrency: int, extra: lis
     """(wall seconds of the score stage, CPU seconds this process spent in it) of one run: metrics=gedit, the
     endpoint backbone as configs/metrics/gedit_judge/endpoint.yaml sets it (the stand-in server, this concurrency,
     an empty reply cache)."""
-    from benchmark.run import compose, run_pipeline
+    from benchmark.commands.run import compose, run_pipeline
 
     work.mkdir(parents=True, exist_ok=True)
     prompts = work / "prompts.txt"

@@ -63,7 +63,7 @@ def main() -> None:
         build(args.out, args.images, args.queries, args.masks_per_image, args.size)
         print(f"built {args.out} in {time.perf_counter() - t:.1f} s")
     os.environ["EDITMETER_CACHE"] = tempfile.mkdtemp(prefix="qs-hash-cache-")
-    from benchmark.filehash import cache_file_for
+    from benchmark.io.filehash import cache_file_for
     from benchmark.querysets.io import load_queryset, read_queries, referenced_files
 
     t = time.perf_counter()

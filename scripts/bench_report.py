@@ -84,9 +84,9 @@ def synthesise(work: Path, n: int, editors: int, size: int) -> tuple[Path, objec
     import numpy as np
     import pandas as pd
 
+    from benchmark.io.score_cache import INDEX_FORMAT
     from benchmark.querysets.io import load_queryset
     from benchmark.stages.aggregate import write_leaderboards
-    from benchmark.stages.score_cache import INDEX_FORMAT
 
     qroot, results = work / "queryset", work / "results"
     queries = [query(i) for i in range(n)]
@@ -164,7 +164,7 @@ def main() -> None:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out, cache = args.work / f"report-{stamp}", args.work / f"cache-{stamp}"
     os.environ["EDITMETER_CACHE"] = str(cache)
-    from benchmark.report import build_report
+    from benchmark.commands.report import build_report
 
     marker = args.work / f"synth-{args.queries}-{args.editors}-{args.size}"
     if not (args.reuse and marker.is_file()):

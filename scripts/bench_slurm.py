@@ -42,7 +42,7 @@ def _env(cluster: SlurmCluster) -> dict[str, str]:
 def launch(cluster: SlurmCluster, results: Path, launcher: str, workers: int, *extra: str) -> tuple[float, float, list]:
     """(start time, wall seconds) of one launch, and (seconds since start, line) for every line it printed."""
     flags = ["--gpus", "none"] if launcher == "local" else []
-    cmd = [sys.executable, "-m", "benchmark.cli", "launch", "--launcher", launcher, "--workers", str(workers),
+    cmd = [sys.executable, "-m", "benchmark.commands.cli", "launch", "--launcher", launcher, "--workers", str(workers),
            *flags, *BASE, f"paths.results={results}", *(FITS if launcher == "slurm" else []), *extra]
     t0 = time.time()
     proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(cluster), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -79,7 +79,7 @@ def requeue_delay(cluster: SlurmCluster, work: Path, release: bool) -> dict[str,
     """Requeue a running task mid-edit; seconds from `scontrol requeue` to the task RUNNING again (squeue), to its
     process starting again (submitit's log), and to its first new edit record."""
     res = work / f"requeue{int(release)}"
-    cmd = [sys.executable, "-m", "benchmark.cli", "launch", "--launcher", "slurm", "--workers", "1", *BASE,
+    cmd = [sys.executable, "-m", "benchmark.commands.cli", "launch", "--launcher", "slurm", "--workers", "1", *BASE,
            f"paths.results={res}", *FITS, "editor._target_=slow_editor.SlowIdentity", "+editor.delay_s=1.0",
            "batch_size=1"]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(cluster), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

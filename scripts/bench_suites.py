@@ -37,9 +37,9 @@ def worker(metric_set: str, args: argparse.Namespace) -> dict:
     sys.path.insert(0, str(ROOT))
     from hydra.utils import instantiate
 
+    from benchmark.commands.run import compose
     from benchmark.metrics.features import shared_cache
     from benchmark.querysets.io import load_queryset
-    from benchmark.run import compose
 
     overrides = [f"metrics={metric_set}", f"profile={args.profile}", "queryset=demo", f"device={args.device}"]
     cfg, _ = compose(overrides)
@@ -111,7 +111,7 @@ def main() -> None:
                     help="also print every set's figures as one line `JSON {...}` at the end (for other scripts)")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
-    from benchmark.gpucheck import device_unavailable
+    from benchmark.commands.gpucheck import device_unavailable
 
     why = device_unavailable(args.device)
     if why:

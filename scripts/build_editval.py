@@ -11,7 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-from benchmark.download import DownloadError, load_manifest, require_inputs
+from benchmark.io.download import DownloadError, load_manifest, require_inputs
 from benchmark.querysets.editval import EditValFormatError, build
 
 

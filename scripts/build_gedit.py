@@ -10,7 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-from benchmark.download import HUB_ID, require_inputs
+from benchmark.io.download import HUB_ID, require_inputs
 from benchmark.querysets.gedit import GEditFormatError, build
 
 

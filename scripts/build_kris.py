@@ -9,7 +9,7 @@ import json
 import sys
 from pathlib import Path
 
-from benchmark.download import require_inputs
+from benchmark.io.download import require_inputs
 from benchmark.querysets.kris import KrisFormatError, build
 
 

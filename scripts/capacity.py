@@ -33,7 +33,7 @@ def measure(editors: list[str], queryset: str, first: int | None, threads: int) 
     """Per-query seconds of the edit stage (per editor) and of the score stage (basic, hatie) on this CPU."""
     import torch
 
-    from benchmark.run import compose, run_pipeline
+    from benchmark.commands.run import compose, run_pipeline
 
     torch.set_num_threads(threads)
     rows = []
@@ -71,8 +71,8 @@ def measure_aggregate(dim: int = 2048, rows: int = 2000, boot_rows: int = 5000) 
     reference covariance's square root (once), `boot_s` one bootstrap SE per row (10,000 resamples)."""
     import numpy as np
 
-    from benchmark.leaderboard import bootstrap_se
     from benchmark.metrics.fid import FeatureStats, _sqrt_psd, frechet_distance
+    from benchmark.tables.leaderboard import bootstrap_se
 
     rng = np.random.default_rng(0)
     x = rng.gamma(2.0, 0.2, (rows, dim)).astype(np.float32)

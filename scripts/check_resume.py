@@ -26,7 +26,7 @@ def main() -> None:
     args = ap.parse_args()
     from hydra.utils import instantiate
 
-    from benchmark.run import compose
+    from benchmark.commands.run import compose
     from benchmark.stages.edit import EDITS_LOG, edit_path, run_edit_stage
 
     for name in args.editors:

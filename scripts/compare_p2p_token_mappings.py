@@ -58,9 +58,9 @@ def edit_both(qs, n: int) -> None:
     import numpy as np
     from hydra.utils import instantiate
 
-    from benchmark.config import compose
-    from benchmark.editor import query_seed
-    from benchmark.imageio import load_rgb
+    from benchmark.editing.editor import query_seed
+    from benchmark.io.imageio import load_rgb
+    from benchmark.plan.config import compose
 
     queries = list(qs.queries[:n])
     images = [load_rgb(qs.path(q.image)) for q in queries]

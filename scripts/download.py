@@ -7,7 +7,7 @@ Files land in datasets/<set>/downloads/ (git-ignored). The command that builds t
 
 import sys
 
-from benchmark.cli import main
+from benchmark.commands.cli import main
 
 if __name__ == "__main__":
     sys.exit(main(["data", *sys.argv[1:]]))

@@ -11,9 +11,9 @@ import json
 import sys
 from pathlib import Path
 
-from benchmark.download import require_inputs
+from benchmark.io.download import require_inputs
+from benchmark.io.safe_pickle import UnsafePickleError
 from benchmark.querysets.hatie import HatieFormatError, import_release
-from benchmark.safe_pickle import UnsafePickleError
 
 
 def main() -> int:

@@ -26,6 +26,7 @@ def score(mode: str, args: argparse.Namespace, work: Path) -> tuple[dict[str, di
     """(query id -> criteria and raw sub-scores, FID between originals and edits, scoring seconds) in `mode`."""
     import numpy as np
 
+    from benchmark.io.types import HATIE_TYPES
     from benchmark.metrics.features import shared_cache
     from benchmark.metrics.fid import fid as fid_of
     from benchmark.metrics.hatie.oracle import load_oracle_segmenter
@@ -35,7 +36,6 @@ def score(mode: str, args: argparse.Namespace, work: Path) -> tuple[dict[str, di
     from benchmark.models.inception import load_fid_extractor
     from benchmark.models.perceptual import load_lpips
     from benchmark.querysets.io import load_queryset
-    from benchmark.types import HATIE_TYPES
 
     qs = load_queryset(ROOT / "datasets" / "demo")
     queries = [q for t in HATIE_TYPES for q in [q for q in qs.queries if q.edit_type == t][: args.per_type]]
@@ -66,7 +66,7 @@ def main() -> None:
     ap.add_argument("--weights", default="random", choices=("random", "tiny", "pretrained"))
     ap.add_argument("--modes", default="fp32,bf16", help="fp32 first: the reference")
     args = ap.parse_args()
-    from benchmark.gpucheck import device_unavailable
+    from benchmark.commands.gpucheck import device_unavailable
 
     why = device_unavailable(args.device)
     if why:

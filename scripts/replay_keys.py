@@ -1,9 +1,9 @@
 """How often the code part of an edit's key changed over the project's history, under the old rule (scheme 1: every
 file of every project module the editor imports) and the new one (scheme 2: the content of the definitions that can
-change pixels, benchmark.code_identity).
+change pixels, benchmark.plan.code_identity).
 
 For each of the last N first-parent commits of a branch, the commit's tree is exported to a temporary folder and:
-- scheme 1: the rule of `benchmark.config.editor_code` up to 38c7b69 (whole files of the import closure), on that tree;
+- scheme 1: the rule of `benchmark.plan.config.editor_code` up to 38c7b69 (whole files of the import closure), on that tree;
 - scheme 2: this checkout's `code_identity` over that tree (`CodeIndex(root=<tree>)`);
 - the editor's YAML (configs/editor/<name>.yaml), hashed: a change of setting changes the key under both schemes.
 It prints, per editor, how many distinct code keys each scheme saw and how many times each changed, and lists the
@@ -32,10 +32,10 @@ sys.path.insert(0, str(ROOT))
 
 EDITORS = ("identity", "oracle", "overedit", "ip2p", "p2p", "imagic", "sdedit", "flux_kontext")
 
-# scheme 1, as benchmark.config.editor_code computed it up to 38c7b69: the files of the editor's module, of every
+# scheme 1, as benchmark.plan.config.editor_code computed it up to 38c7b69: the files of the editor's module, of every
 # project module it imports (transitively, imports inside functions too), of their packages' __init__, and of
-# benchmark.imageio and benchmark.editor, each hashed as its syntax tree without docstrings
-OLD_ALWAYS = ("benchmark.imageio", "benchmark.editor")
+# benchmark.io.imageio and benchmark.editing.editor, each hashed as its syntax tree without docstrings
+OLD_ALWAYS = ("benchmark.io.imageio", "benchmark.editing.editor")
 
 
 def _module_file(tree: Path, name: str) -> Path | None:
@@ -110,7 +110,7 @@ def export(sha: str, dest: Path) -> None:
 def keys_at(tree: Path, editors: tuple[str, ...]) -> dict[str, dict]:
     import yaml
 
-    from benchmark.code_identity import CodeIndex, code_identity
+    from benchmark.plan.code_identity import CodeIndex, code_identity
 
     index = CodeIndex(root=tree)
     out: dict[str, dict] = {}
@@ -145,7 +145,7 @@ def pixels_changed(before: str, after: str, editor: str) -> str:
             try:
                 results = Path(tmp) / "results"
                 env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(tree)}
-                subprocess.run([sys.executable, "-m", "benchmark.run", f"editor={editor}", "queryset=demo_mini",
+                subprocess.run([sys.executable, "-m", "benchmark.commands.run", f"editor={editor}", "queryset=demo_mini",
                                 "profile=tiny", "metrics=basic", "stages=[edit]", "progress=false",
                                 f"paths.results={results}"], cwd=tree, env=env, capture_output=True, check=False)
                 pngs.append({p.name: p.read_bytes() for p in results.glob("runs/*/*/edits/*.png")})

@@ -9,9 +9,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # machine may be any earlier test's (benchmark.editing.determinism; the `editmeter` command sets it the same way).
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 ROOT = Path(__file__).resolve().parents[1]
-# Tiny random-weight models are built once per checkout (content-keyed; see benchmark.models.common).
+# Tiny random-weight models are built once per checkout (content-keyed; see benchmark.io.model_cache).
 os.environ.setdefault("EDITMETER_CACHE", str(ROOT / ".cache"))
-# the user's pins (`editmeter data pin`, benchmark.pins) never reach a test: a file that no test writes (a test that
+# the user's pins (`editmeter data pin`, benchmark.io.pins) never reach a test: a file that no test writes (a test that
 # pins sets its own with monkeypatch)
 os.environ["EDITMETER_PINS"] = str(ROOT / ".cache" / "no-pins-in-tests" / "pins.json")
 HELPERS = Path(__file__).parent / "helpers"
@@ -34,7 +34,7 @@ def demo_qs():
 
 def run_demo(results: Path, editor: str, *extra: str):
     """Run the pipeline in-process on the demo set into `results`; returns the summary dict."""
-    from benchmark.run import compose, run_pipeline
+    from benchmark.commands.run import compose, run_pipeline
 
     cfg, choices = compose([f"editor={editor}", "queryset=demo", "profile=tiny", f"paths.results={results}",
                             "progress=false", "aggregate.bootstrap_resamples=200", *extra])

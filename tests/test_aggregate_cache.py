@@ -9,11 +9,11 @@ import pandas as pd
 import pytest
 from synthetic_runs import add_part, ids, make_run, scoring
 
-from benchmark import aggregate_cache
-from benchmark.aggregate_cache import CACHE_DIR, summarise
-from benchmark.leaderboard import tables_from_summaries
+from benchmark.io.score_cache import ResultsWarning
 from benchmark.stages.aggregate import write_leaderboards
-from benchmark.stages.score_cache import ResultsWarning
+from benchmark.tables import aggregate_cache
+from benchmark.tables.aggregate_cache import CACHE_DIR, summarise
+from benchmark.tables.leaderboard import tables_from_summaries
 
 R, SEED = 50, 0  # bootstrap resamples: enough to make every SE differ by seed
 
@@ -140,7 +140,7 @@ def test_an_entry_of_another_run_in_a_slot_is_not_used(five):
 
 
 def test_rows_computed_while_a_part_is_written_are_not_stored(five, monkeypatch):
-    from benchmark import leaderboard
+    from benchmark.tables import leaderboard
 
     run = sorted((five / "runs").glob("*/ed-*"))[0]
     real = leaderboard.run_rows
@@ -178,7 +178,7 @@ def test_tables_do_not_depend_on_the_order_of_the_runs(five):
 
 
 def test_a_read_only_results_folder_still_gets_tables(five, monkeypatch):
-    from benchmark import fileio
+    from benchmark.io import fileio
 
     def refuse(path, text):
         if CACHE_DIR in str(path):

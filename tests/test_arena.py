@@ -260,9 +260,9 @@ EDITORS = {  # name -> how its edit is made from the source (uint8 array)
 
 @pytest.fixture(scope="module")
 def demo_mini():
-    from benchmark.config import read_plan
-    from benchmark.preflight import load_queries
-    from benchmark.run import compose
+    from benchmark.commands.run import compose
+    from benchmark.plan.config import read_plan
+    from benchmark.plan.preflight import load_queries
 
     return load_queries(read_plan(compose(["queryset=demo_mini"])[0]))
 
@@ -304,7 +304,7 @@ def closest_to_source(noise=0.0):
 
 
 def arena(results, server, prompt, sha, *extra):
-    from benchmark.arena_cli import main
+    from benchmark.commands.arena import main
 
     return main(["queryset=demo_mini", f"paths.results={results}", f"arena.prompts_file={prompt}",
                  f"arena.prompts_sha256={sha}", f"arena.judges.endpoint.base_url={server.url}",
@@ -506,7 +506,7 @@ def test_kill_9_loses_no_battle(tmp_path, demo_mini, server):
         for name in ("copy", "dim", "noisy"):
             make_run(results, demo_mini, name)
     log = killed / "arena" / "demo_mini" / "calls.jsonl"
-    proc = subprocess.Popen([sys.executable, "-m", "benchmark.cli", "arena", f"paths.results={killed}", *settings],
+    proc = subprocess.Popen([sys.executable, "-m", "benchmark.commands.cli", "arena", f"paths.results={killed}", *settings],
                             cwd=ROOT, env=os.environ | {"PYTHONPATH": child_pythonpath(ROOT)},
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 60
@@ -519,7 +519,7 @@ def test_kill_9_loses_no_battle(tmp_path, demo_mini, server):
     logged = len(CallLog(log.parent).calls)
     asked_before = srv.calls
     assert 12 <= logged < 84 and asked_before < 84
-    from benchmark.arena_cli import main
+    from benchmark.commands.arena import main
 
     assert main([f"paths.results={killed}", *settings]) == 0
     assert srv.calls - asked_before == 84 - logged  # nothing logged is asked again
@@ -529,7 +529,7 @@ def test_kill_9_loses_no_battle(tmp_path, demo_mini, server):
 
 
 def test_manifest_fetches_the_pinned_prompt_where_the_config_reads_it():
-    from benchmark.download import load_manifest
+    from benchmark.io.download import load_manifest
 
     (f,) = load_manifest("genarena").files
     assert f.sha256 == PINNED_SHA and f"/{PINNED_COMMIT}/{P.REPO_PATH}" in f.url and P.REPO in f.url
@@ -537,7 +537,7 @@ def test_manifest_fetches_the_pinned_prompt_where_the_config_reads_it():
 
 
 def test_drift_between_two_judges_arenas(tmp_path, demo_mini, server, capsys):
-    from benchmark.arena_cli import main
+    from benchmark.commands.arena import main
 
     results = tmp_path / "results"
     for name in ("copy", "dim", "noisy"):
@@ -568,7 +568,7 @@ def test_drift_between_two_judges_arenas(tmp_path, demo_mini, server, capsys):
 
 
 def test_show_prints_the_arena_ratings(tmp_path, demo_mini, server, capsys):
-    from benchmark.leaderboard import main as show
+    from benchmark.tables.leaderboard import main as show
 
     results = tmp_path / "results"
     for name in ("copy", "dim"):

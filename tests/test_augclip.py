@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from conftest import run_demo
 
+from benchmark.io.types import ObjectRef, Query
 from benchmark.metrics.augclip import core
 from benchmark.metrics.augclip.attributes import (
     AttributeCache,
@@ -18,7 +19,6 @@ from benchmark.metrics.augclip.attributes import (
     StructuredExtractor,
     parse_attribute_list,
 )
-from benchmark.types import ObjectRef, Query
 
 RNG = np.random.default_rng(0)
 
@@ -239,7 +239,7 @@ FILE_EXTRACTOR = "benchmark.metrics.augclip.attributes.FileExtractor"
 
 
 def test_extractor_is_part_of_the_signature(tmp_path):
-    from benchmark.run import compose
+    from benchmark.commands.run import compose
 
     p = tmp_path / "a.json"
     p.write_text(json.dumps({"extractor": "x", "queries": {}}))
@@ -257,7 +257,7 @@ def test_extractor_is_part_of_the_signature(tmp_path):
 def test_a_corrupt_cache_fails_before_any_work(tmp_path):
     from hydra.utils import instantiate
 
-    from benchmark.run import compose
+    from benchmark.commands.run import compose
 
     bad = tmp_path / "c.json"
     bad.write_text("{not json")

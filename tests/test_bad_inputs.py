@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from benchmark.imageio import LIMITS, ImageInputError, load_rgb, set_limits
+from benchmark.io.imageio import LIMITS, ImageInputError, load_rgb, set_limits
 from benchmark.querysets.io import QuerySetError, load_queryset, read_queries
 from benchmark.stages.edit import latest_records, run_edit_stage
 
@@ -246,15 +246,15 @@ def test_pixel_limit_is_configurable_and_checked_before_decoding(tmp_path, monke
 
 
 def test_limits_come_from_the_config(tmp_path):
-    from benchmark.config import apply_run_checks
-    from benchmark.editor import DEFAULT_MAX_PROMPT_CHARS, set_max_prompt_chars
-    from benchmark.run import compose
+    from benchmark.commands.run import compose
+    from benchmark.editing.editor import DEFAULT_MAX_PROMPT_CHARS, set_max_prompt_chars
+    from benchmark.plan.config import apply_run_checks
 
     cfg, _ = compose(["limits.max_source_pixels=1234", "limits.min_source_side=3", "limits.max_prompt_chars=7"])
     before = (LIMITS.max_pixels, LIMITS.min_source_side)
     try:
         apply_run_checks(cfg, "identity")
-        from benchmark.editor import _MAX_PROMPT_CHARS
+        from benchmark.editing.editor import _MAX_PROMPT_CHARS
 
         assert (LIMITS.max_pixels, LIMITS.min_source_side, _MAX_PROMPT_CHARS[0]) == (1234, 3, 7)
     finally:
@@ -268,9 +268,9 @@ def test_limits_come_from_the_config(tmp_path):
     ("limits.max_prompt_chars=0", "limits.max_prompt_chars must be a positive integer"),
 ])
 def test_a_bad_limit_is_one_run_error_naming_the_key(override, reason):
-    from benchmark.config import SettingError, apply_run_checks
-    from benchmark.errors import RunError
-    from benchmark.run import compose
+    from benchmark.commands.run import compose
+    from benchmark.io.errors import RunError
+    from benchmark.plan.config import SettingError, apply_run_checks
 
     cfg, _ = compose([override])
     before = (LIMITS.max_pixels, LIMITS.min_source_side)
@@ -297,7 +297,7 @@ def test_exif_orientation_is_ignored_pixels_in_stored_order(tmp_path):
 
 @pytest.mark.parametrize("name", ["../../x", "org/model", "${oc.env:HOME}", "x\n", ".hidden", "a b", "a..b"])
 def test_bad_score_names_are_refused_before_work(tmp_path, capsys, name):
-    from benchmark.score_edits import main
+    from benchmark.commands.score_edits import main
 
     edits = tmp_path / "edits"
     edits.mkdir()
@@ -308,7 +308,7 @@ def test_bad_score_names_are_refused_before_work(tmp_path, capsys, name):
 
 
 def test_bad_editor_names_and_labels_are_refused():
-    from benchmark.config import LabelError, apply_run_checks, check_label
+    from benchmark.plan.config import LabelError, apply_run_checks, check_label
 
     with pytest.raises(LabelError, match="labels become folder names"):
         apply_run_checks({}, "org/model")
@@ -326,7 +326,7 @@ def test_replacing_a_source_images_bytes_changes_the_hash(tmp_path):
 
 
 def test_stat_cache_skips_unchanged_files_and_survives_corruption(tmp_path, monkeypatch):
-    import benchmark.filehash as fh
+    import benchmark.io.filehash as fh
 
     root = make_set(tmp_path / "qs", [GOOD | {"id": f"q{i}", "image": f"images/{i}.png"} for i in range(5)],
                     {f"images/{i}.png": (32, 32, (i, i, i)) for i in range(5)})
@@ -395,7 +395,7 @@ def test_external_edit_with_two_matching_files_fails_instead_of_picking_one(tmp_
 def test_external_edit_regenerated_with_same_names_and_sizes_is_rescored(tmp_path, capsys):
     import pandas as pd
 
-    from benchmark.score_edits import main
+    from benchmark.commands.score_edits import main
 
     root = make_set(tmp_path / "qs", [GOOD | {"id": f"q{i}"} for i in range(2)],
                     {"images/a.png": (20, 20, (100, 100, 100))})
@@ -428,7 +428,7 @@ def insert_statement(path: Path, names: list[str], statement: str) -> None:
 
 
 def _project_copy(tmp_path: Path, monkeypatch) -> Path:
-    import benchmark.config as config
+    import benchmark.plan.config as config
 
     for pkg in ("benchmark", "editors"):
         shutil.copytree(ROOT / pkg, tmp_path / pkg, ignore=shutil.ignore_patterns("__pycache__"))
@@ -437,15 +437,15 @@ def _project_copy(tmp_path: Path, monkeypatch) -> Path:
 
 
 def test_editor_signature_covers_the_code_that_makes_the_edit(tmp_path, monkeypatch):
-    from benchmark import code_identity
-    from benchmark.config import editor_signature
+    from benchmark.plan import code_identity
+    from benchmark.plan.config import editor_signature
 
     cfg = {"_target_": "editors.ip2p.InstructPix2PixEditor", "steps": 3}
     modules = code_identity.code_identity(cfg["_target_"]).modules
     for needed in ("editors.ip2p", "benchmark.editing.ip2p", "benchmark.editing.base", "benchmark.models.diffusion",
-                   "benchmark.editor", "benchmark.imageio"):
+                   "benchmark.editing.editor", "benchmark.io.imageio"):
         assert needed in modules, modules
-    assert "benchmark.metrics.pixel" not in modules and "benchmark.leaderboard" not in modules
+    assert "benchmark.metrics.pixel" not in modules and "benchmark.tables.leaderboard" not in modules
     root = _project_copy(tmp_path, monkeypatch)
     monkeypatch.setattr(code_identity, "PROJECT_ROOT", root)
     sig = editor_signature(cfg, {}, 0, "tiny")
@@ -466,7 +466,7 @@ def test_editor_signature_covers_the_code_that_makes_the_edit(tmp_path, monkeypa
 
 
 def test_editor_outside_the_checkout_hashes_its_module(tmp_path, monkeypatch):
-    from benchmark.config import editor_signature
+    from benchmark.plan.config import editor_signature
 
     (tmp_path / "my_editor_mod.py").write_text("class E:\n    k = 1\n")
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -477,7 +477,7 @@ def test_editor_outside_the_checkout_hashes_its_module(tmp_path, monkeypatch):
 
 
 def test_caches_of_vanished_folders_are_pruned(tmp_path):
-    import benchmark.filehash as fh
+    import benchmark.io.filehash as fh
 
     gone = make_set(tmp_path / "gone", [GOOD])
     load_queryset(gone)

@@ -9,8 +9,7 @@ import pandas as pd
 import pytest
 from conftest import run_demo
 
-from benchmark.config import read_plan
-from benchmark.metrics.bpm.locate import OracleLocator, box_of
+from benchmark.io.types import ObjectRef, Query
 from benchmark.metrics.bpm.suite import BpmSuite, _Loaded
 from benchmark.metrics.bpm.summary import summarize
 from benchmark.models.instructions import (
@@ -20,7 +19,8 @@ from benchmark.models.instructions import (
     from_query,
     parse_llm_answer,
 )
-from benchmark.types import ObjectRef, Query
+from benchmark.models.locate import OracleLocator, box_of
+from benchmark.plan.config import read_plan
 
 S = 128  # image side
 
@@ -313,8 +313,8 @@ def test_weights_resolves_every_checkpoint_pinned(metrics):
     """`editmeter weights` lists the detector, SAM, CLIP and LLM checkpoints, hub models at pinned commits."""
     from omegaconf import OmegaConf
 
-    from benchmark import weights as W
-    from benchmark.run import compose
+    from benchmark.commands.run import compose
+    from benchmark.plan import weights as W
 
     cfg, _ = compose(["editor=identity", f"metrics={metrics}", "profile=pretrained"])
     found = W.resolve(read_plan(cfg), "identity")

@@ -3,9 +3,9 @@ before editing with the estimate and the sample option; under budget, tiny runs 
 
 import pytest
 
-from benchmark import budget as B
-from benchmark.config import options, read_plan
-from benchmark.run import compose, run_pipeline
+from benchmark.commands.run import compose, run_pipeline
+from benchmark.plan import budget as B
+from benchmark.plan.config import options, read_plan
 
 BASE = ("queryset=demo", "progress=false", "aggregate.bootstrap_resamples=200", "stages=[edit]")
 
@@ -16,7 +16,7 @@ def _cfg(tmp_path, *extra):
 
 
 def _full(cfg):
-    from benchmark.preflight import load_selection
+    from benchmark.plan.preflight import load_selection
 
     return load_selection(read_plan(cfg))[0]
 
@@ -141,7 +141,7 @@ def test_the_suggested_sample_never_exceeds_the_pool_it_is_drawn_from(tmp_path, 
     # the suggestion is a sample the set accepts
     from hydra.utils import instantiate
 
-    from benchmark.run import compose
+    from benchmark.commands.run import compose
 
     cfg2, _ = compose([*BASE, f"paths.results={tmp_path / 'results'}", *extra, f"queryset.sample={n}"])
     assert len(instantiate(cfg2.queryset)) == n
@@ -164,7 +164,7 @@ def _declares_device(editor: str) -> bool:
     """Whether the editor's YAML has a `device` key (a model editor); a weight-free one has none to set."""
     from omegaconf import OmegaConf
 
-    from benchmark.config import CONFIG_DIR
+    from benchmark.plan.config import CONFIG_DIR
 
     return "device" in OmegaConf.load(CONFIG_DIR / "editor" / f"{editor}.yaml")
 
@@ -201,7 +201,7 @@ def test_an_inversion_sharing_editor_pays_one_inversion_per_source(tmp_path, ext
     """P2P inverts each (source image, source caption) once for all its queries: the estimate counts the distinct
     sources of the queries to do (demo_mini: 7 queries per source, 1 inversion each) for the inversion part and
     every query for the edit part."""
-    from benchmark.preflight import load_selection
+    from benchmark.plan.preflight import load_selection
 
     cfg, _ = _cfg(tmp_path, "editor=p2p", "profile=random", "editor.device=cuda", *extra)
     full, _ = load_selection(read_plan(cfg))
@@ -251,7 +251,7 @@ def test_p2p_inversion_setting_picks_its_row_scaled_by_unet_work(tmp_path, size,
 
 # ----------------------------------------------------------------------------------- the judge's cost (issue 43 §8)
 def test_image_token_rules_by_hand():
-    from benchmark.judge_budget import openai_image_tokens, qwen_image_tokens
+    from benchmark.plan.judge_budget import openai_image_tokens, qwen_image_tokens
 
     # OpenAI's published examples at detail high: 1024 x 1024 -> 768 x 768, 4 tiles; 2048 x 4096 -> 768 x 1536, 6
     assert openai_image_tokens(1024, 1024) == 85 + 170 * 4 and openai_image_tokens(2048, 4096) == 85 + 170 * 6
@@ -262,7 +262,7 @@ def test_image_token_rules_by_hand():
 
 def _demo():
     """The demo set as it is (load_selection would refuse a GEdit-only suite on it before the budget is asked)."""
-    from benchmark.provenance import PROJECT_ROOT
+    from benchmark.io.provenance import PROJECT_ROOT
     from benchmark.querysets.io import load_queryset
 
     return load_queryset(PROJECT_ROOT / "datasets" / "demo")
@@ -282,7 +282,7 @@ def _judge_lines(tmp_path, *extra):
     (("metrics=kris", "metrics/kris_judge@metrics.kris.backbone=openai"), 3, 5, 1000),  # VC, IF, VQ
 ])
 def test_the_budget_line_gives_the_judge_requests_and_tokens_per_query(tmp_path, metrics, per_query, images, reply):
-    from benchmark.judge_budget import openai_image_tokens, qwen_image_tokens, source_sizes
+    from benchmark.plan.judge_budget import openai_image_tokens, qwen_image_tokens, source_sizes
 
     lines, cfg = _judge_lines(tmp_path, *metrics)
     assert len(lines) == 1, lines

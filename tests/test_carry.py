@@ -1,4 +1,4 @@
-"""Carry-over (benchmark.stages.carry) and `editmeter verify` (benchmark.verify): an earlier run whose setting is this
+"""Carry-over (benchmark.stages.carry) and `editmeter verify` (benchmark.commands.verify): an earlier run whose setting is this
 run's and whose code differs gives its edits once a re-edited sample is pixel-identical; a difference re-edits
 everything and says where; `verify` re-edits a sample of a finished run and exits 1 on a difference."""
 
@@ -10,10 +10,10 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-import benchmark.config as config
-from benchmark.run import compose, run_pipeline
+import benchmark.plan.config as config
+from benchmark.commands.run import compose, run_pipeline
+from benchmark.io.types import Query
 from benchmark.stages import carry
-from benchmark.types import Query
 
 DEMO = ("queryset=demo_mini", "profile=tiny", "progress=false", "aggregate.bootstrap_resamples=20",
         "metrics=basic", "batch_size=1")
@@ -87,9 +87,9 @@ def test_an_upgrade_that_changes_no_pixel_adopts_the_earlier_edits_after_a_verif
     lb = pd.read_csv(tmp_path / "results" / "leaderboard.csv")
     row = lb[lb["editor_sig"] == second["editor_sig"]].iloc[0]
     assert row["carried_from"].startswith(f"{old_dir.name}: {14 - k} edits, verified {k}/{k} identical at ")
-    from benchmark.leaderboard import format_table
-    from benchmark.report.collect import read_runs
-    from benchmark.report.html import provenance_html
+    from benchmark.commands.report.collect import read_runs
+    from benchmark.commands.report.html import provenance_html
+    from benchmark.tables.leaderboard import format_table
 
     shown = format_table(tmp_path / "results")
     assert f"identity {second['editor_sig'][:6]}: edits carried over from {old_dir.name}: {14 - k} edits" in shown
@@ -165,7 +165,7 @@ def test_reuse_strict_edits_everything(tmp_path, monkeypatch, capsys):
 
 @pytest.mark.parametrize("bad", ["reuse=copy", "carry.sample=0", "carry.tolerance=256", "carry.tolerance=0.5"])
 def test_bad_carry_settings_are_refused_before_any_work(tmp_path, bad):
-    from benchmark.config import SettingError
+    from benchmark.plan.config import SettingError
 
     with pytest.raises(SettingError, match="reuse|carry"):
         _run(tmp_path, bad)
@@ -241,8 +241,8 @@ def test_compare_pngs_measures_levels_and_share(tmp_path):
 # -- editmeter verify ------------------------------------------------------------------------------------------------
 
 def test_verify_reports_identical_then_names_altered_edits_and_exits_1(tmp_path, capsys):
-    from benchmark.cli import main
-    from benchmark.verify import read_report
+    from benchmark.commands.cli import main
+    from benchmark.commands.verify import read_report
 
     first = _run(tmp_path)
     run_dir = tmp_path / "results" / "runs" / first["run_dir"].split("/runs/")[1]
@@ -270,14 +270,14 @@ def test_verify_reports_identical_then_names_altered_edits_and_exits_1(tmp_path,
     assert "2 within 1 level(s)" in capsys.readouterr().out
     report_text = out_file.read_text().replace('"different":2', '"different":0')
     out_file.write_text(report_text)
-    from benchmark.verify import VerifyError
+    from benchmark.commands.verify import VerifyError
 
     with pytest.raises(VerifyError, match="digest"):
         read_report(out_file)
 
 
 def test_verify_refuses_what_it_cannot_compare(tmp_path, capsys):
-    from benchmark.cli import main
+    from benchmark.commands.cli import main
 
     assert main(["verify", str(tmp_path)]) == 2
     assert "no run.json here" in capsys.readouterr().err
@@ -290,7 +290,7 @@ def test_verify_refuses_what_it_cannot_compare(tmp_path, capsys):
 @pytest.mark.slow
 def test_verify_a_p2p_tiny_run_is_identical(tmp_path, capsys):
     """The issue's check: a p2p run of 16 demo queries, verified with fresh inversions: 16/16 identical."""
-    from benchmark.cli import main
+    from benchmark.commands.cli import main
 
     cfg, choices = compose(["queryset=demo", "profile=tiny", "progress=false", "metrics=basic", "limit=16",
                             "editor=p2p", "stages=[edit]", f"paths.results={tmp_path / 'results'}"])

@@ -12,8 +12,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from benchmark import cli
-from benchmark.config import UnknownKeyError, check_keys, config_groups, options
+from benchmark.commands import cli
+from benchmark.plan.config import UnknownKeyError, check_keys, config_groups, options
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = ["queryset=demo", "profile=tiny", "metrics=basic", "aggregate.bootstrap_resamples=50"]
@@ -64,16 +64,16 @@ def test_unknown_key_gets_a_suggestion(capsys):
 
 
 def test_compose_reports_unknown_keys_the_same_way():
-    from benchmark.run import compose
+    from benchmark.commands.run import compose
 
     with pytest.raises(UnknownKeyError, match="Did you mean 'batch_size'"):
         compose(["bach_size=3"])
 
 
 def test_unknown_group_option_gets_a_suggestion(capsys):
-    from benchmark.run import main as run_main
+    from benchmark.commands.run import main as run_main
 
-    assert run_main(["editor=overedt"]) == 2  # `python -m benchmark.run` is the same command
+    assert run_main(["editor=overedt"]) == 2  # `python -m benchmark.commands.run` is the same command
     # the closest name first; an editor added under a similar name may follow it ("... or 'overlay'?")
     assert re.search(r"unknown editor 'overedt'\. Did you mean 'overedit'( or '\w+')*\?", capsys.readouterr().err)
     # the override is checked before the (here missing) edits folder, as `editmeter run` checks it first
@@ -130,7 +130,7 @@ def test_score_on_an_unbuilt_queryset_names_it_without_a_traceback(tmp_path, cap
 
 
 def test_progress_only_on_a_terminal():
-    from benchmark.console import progress_enabled
+    from benchmark.io.console import progress_enabled
 
     class Tty(io.StringIO):
         def isatty(self) -> bool:
@@ -146,7 +146,7 @@ def test_progress_only_on_a_terminal():
 def test_quiet_third_party_respects_the_users_settings(monkeypatch):
     import warnings
 
-    from benchmark.console import quiet_third_party
+    from benchmark.io.console import quiet_third_party
 
     for key in ("DIFFUSERS_VERBOSITY", "TQDM_DISABLE", "HF_HUB_DISABLE_PROGRESS_BARS"):
         monkeypatch.delenv(key, raising=False)
@@ -170,8 +170,8 @@ def test_our_warnings_print_in_the_console_style_and_others_keep_pythons(tmp_pat
     bad.write_bytes(b"not parquet")
     child = ("import sys, warnings\n"
              "from pathlib import Path\n"
-             "from benchmark.cli import main\n"
-             "from benchmark.stages.score_cache import quarantine\n"
+             "from benchmark.commands.cli import main\n"
+             "from benchmark.io.score_cache import quarantine\n"
              "main(['show', '--results', sys.argv[1]])\n"
              "quarantine(Path(sys.argv[2]), 'not a readable Parquet file')\n"
              "warnings.warn_explicit('a third-party warning', UserWarning, 'lib/x.py', 7, module='lib.x')\n")
@@ -227,9 +227,9 @@ def test_weights_is_imported_lazily_and_gets_the_arguments(monkeypatch):
     import types
 
     seen = []
-    fake = types.ModuleType("benchmark.weights")
+    fake = types.ModuleType("benchmark.plan.weights")
     fake.main = lambda argv: seen.append(argv) or 0
-    monkeypatch.setitem(sys.modules, "benchmark.weights", fake)
+    monkeypatch.setitem(sys.modules, "benchmark.plan.weights", fake)
     assert cli.main(["weights", "editor=ip2p", "metrics=hatie"]) == 0
     assert seen == [["editor=ip2p", "metrics=hatie"]]
 
@@ -275,7 +275,7 @@ def test_docs_name_every_command_group_option_and_key():
 
 
 def test_docs_name_every_metaeval_test():
-    from benchmark.metaeval.cli import TESTS
+    from benchmark.commands.metaeval.cli import TESTS
 
     doc = (ROOT / "docs" / "cli.md").read_text()
     assert all(f"editmeter metaeval {t} " in doc for t in TESTS), [t for t in TESTS if f"metaeval {t} " not in doc]
@@ -293,11 +293,11 @@ def test_console_script_and_accelerate_are_declared():
 
 
 def test_show_reads_the_checkout_results_from_any_folder(tmp_path, monkeypatch, capsys):
-    from benchmark.leaderboard import main as show_main
+    from benchmark.tables.leaderboard import main as show_main
 
     monkeypatch.chdir(tmp_path)  # an empty folder: a cwd-relative default would find nothing here
     seen = []
-    monkeypatch.setattr("benchmark.leaderboard.format_table", lambda results, queryset=None: seen.append(results) or "")
+    monkeypatch.setattr("benchmark.tables.leaderboard.format_table", lambda results, queryset=None: seen.append(results) or "")
     assert show_main(["show"]) == 0
     assert seen == [ROOT / "results"]
 
@@ -308,7 +308,7 @@ def test_output_piped_into_head_is_not_an_error():
     import subprocess
     import sys
 
-    code = ("import sys; from benchmark import cli; "
+    code = ("import sys; from benchmark.commands import cli; "
             "cli.COMMANDS['big'] = (lambda argv: print('row\\n' * 500_000) or 0, 'a long listing'); "
             "sys.exit(cli.main(['big']))")
     proc = subprocess.run(f"{sys.executable} -c \"{code}\" | head -c 10", shell=True, capture_output=True,
@@ -324,7 +324,7 @@ def test_a_judge_backbone_selected_into_its_package_composes_through_the_cli(sui
     types it: the key check composes the group with its package (it dropped the package and raised Hydra's
     ConfigCompositionException); `--cfg job` prints the composed config without running anything."""
     env = dict(os.environ, HF_HUB_OFFLINE="1", OPENAI_API_KEY="sk-test")
-    proc = subprocess.run([sys.executable, "-m", "benchmark.cli", "run", "--cfg", "job", f"metrics={suite}",
+    proc = subprocess.run([sys.executable, "-m", "benchmark.commands.cli", "run", "--cfg", "job", f"metrics={suite}",
                            f"metrics/{suite}_judge@metrics.{suite}.backbone={backbone}",
                            f"metrics.{suite}.backbone.base_url=http://127.0.0.1:9/v1", "editor=identity",
                            "queryset=demo_mini", "profile=tiny"], cwd=ROOT, env=env, capture_output=True, text=True,

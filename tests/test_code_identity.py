@@ -1,4 +1,4 @@
-"""An edit's key follows the pixels (benchmark.code_identity, docs/architecture.md "What enters an edit's key"):
+"""An edit's key follows the pixels (benchmark.plan.code_identity, docs/architecture.md "What enters an edit's key"):
 every module the walk reaches is classified; moving a module, adding a Query field, a method of the Editor base class
 for another purpose, a comment or a docstring change no key; a changed line of code that the edit runs changes the
 keys of exactly the editors that run it."""
@@ -11,7 +11,7 @@ import pytest
 import yaml
 from conftest import ROOT
 
-from benchmark import code_identity as ci
+from benchmark.plan import code_identity as ci
 
 EDITOR_CONFIGS = sorted((ROOT / "configs" / "editor").glob("*.yaml"))
 TARGETS = {p.stem: yaml.safe_load(p.read_text())["_target_"] for p in EDITOR_CONFIGS}
@@ -57,7 +57,7 @@ def test_every_module_the_walk_reaches_is_classified(multi_turn):
         identity = ci.code_identity(target, multi_turn=multi_turn, index=index)
         assert not identity.unclassified, (
             f"{name}: the code that makes its pixels imports {sorted(identity.unclassified)}, which "
-            "benchmark.code_identity classifies nowhere: add each to PIXEL_MODULES (it can change pixels) or to "
+            "benchmark.plan.code_identity classifies nowhere: add each to PIXEL_MODULES (it can change pixels) or to "
             "NO_PIXEL_MODULES with the reason it cannot")
         assert not identity.unresolved, f"{name}: EDIT_ROOTS name nothing: {identity.unresolved}"
         assert f"editors.{target.split('.')[1]}" in identity.modules
@@ -66,7 +66,7 @@ def test_every_module_the_walk_reaches_is_classified(multi_turn):
 def test_the_classification_names_existing_modules_only():
     index = ci.CodeIndex()
     stale = [m for m in [*ci.PIXEL_MODULES, *ci.NO_PIXEL_MODULES] if index.module(m) is None]
-    assert not stale, f"classified modules that do not exist (moved or removed? update benchmark.code_identity): {stale}"
+    assert not stale, f"classified modules that do not exist (moved or removed? update benchmark.plan.code_identity): {stale}"
     assert not set(ci.PIXEL_MODULES) & set(ci.NO_PIXEL_MODULES)
 
 
@@ -74,8 +74,8 @@ def test_an_unclassified_module_in_the_pixel_path_is_reported(tmp_path):
     root = _copy(tmp_path)
     (root / "benchmark" / "editing" / "fresh_helper.py").write_text("def shade(x):\n    return x\n")
     path = root / "editors" / "identity.py"
-    path.write_text(path.read_text().replace("from benchmark.editor import", "from benchmark.editing.fresh_helper "
-                                             "import shade\nfrom benchmark.editor import", 1))
+    path.write_text(path.read_text().replace("from benchmark.editing.editor import", "from benchmark.editing.fresh_helper "
+                                             "import shade\nfrom benchmark.editing.editor import", 1))
     _insert(path, "IdentityEditor.edit", "images = [shade(im) for im in images]")
     identity = ci.code_identity(TARGETS["identity"], index=ci.CodeIndex(root))
     assert set(identity.unclassified) == {"benchmark.editing.fresh_helper"}
@@ -101,12 +101,12 @@ def test_moving_a_module_changes_no_key(tmp_path, today):
 def test_adding_a_query_field_or_an_editor_method_for_another_purpose_changes_no_key(tmp_path, today):
     before = today
     root = _copy(tmp_path)
-    types = root / "benchmark" / "types.py"
+    types = root / "benchmark" / "io" / "types.py"
     text = types.read_text()
     assert "    turn: int | None = None\n" in text
     types.write_text(text.replace("    turn: int | None = None\n",
                                   "    turn: int | None = None\n    difficulty: str | None = None\n", 1))
-    editor = root / "benchmark" / "editor.py"
+    editor = root / "benchmark" / "editing" / "editor.py"
     editor.write_text(editor.read_text().replace(
         "    def missing(self", "    def describe(self) -> str:\n        return type(self).__name__\n\n"
         "    def missing(self", 1))
@@ -133,13 +133,13 @@ def test_a_changed_line_the_edit_runs_changes_the_keys_of_the_editors_that_run_i
 def test_the_edit_path_of_the_editor_base_class_enters_every_key(tmp_path, today):
     before = today
     root = _copy(tmp_path)
-    _insert(root / "benchmark" / "editor.py", "query_seed", "seed = int(seed) + 0")  # the per-query noise
+    _insert(root / "benchmark" / "editing" / "editor.py", "query_seed", "seed = int(seed) + 0")  # the per-query noise
     after = _keys(root)
     assert all(after[e] != before[e] for e in TARGETS)
 
 
 def test_the_png_level_and_the_edit_format_enter_the_key(tmp_path, monkeypatch):
-    from benchmark.config import editor_signature
+    from benchmark.plan.config import editor_signature
 
     cfg = {"_target_": TARGETS["identity"]}
     sig = editor_signature(cfg, {}, 0, "tiny")
@@ -160,7 +160,7 @@ METRIC_CONFIGS = sorted((ROOT / "configs" / "metrics").rglob("*.yaml"))
 
 
 def _metric_keys(root: Path | None = None) -> dict[str, str]:
-    from benchmark.config import config_targets
+    from benchmark.plan.config import config_targets
 
     index = ci.CodeIndex(root)
     return {str(p.relative_to(ROOT)): ci.metric_code_identity(config_targets(yaml.safe_load(p.read_text())),
@@ -168,7 +168,7 @@ def _metric_keys(root: Path | None = None) -> dict[str, str]:
 
 
 def test_every_module_a_metrics_code_reaches_is_classified():
-    from benchmark.config import config_targets
+    from benchmark.plan.config import config_targets
 
     index = ci.CodeIndex()
     assert len(METRIC_CONFIGS) >= 25
@@ -176,7 +176,7 @@ def test_every_module_a_metrics_code_reaches_is_classified():
         identity = ci.metric_code_identity(config_targets(yaml.safe_load(path.read_text())), index=index)
         assert not identity.unclassified, (
             f"{path.name}: the code that computes its values imports {sorted(identity.unclassified)}, which "
-            "benchmark.code_identity classifies nowhere: add each to SCORE_MODULES (it can change a score) or to "
+            "benchmark.plan.code_identity classifies nowhere: add each to SCORE_MODULES (it can change a score) or to "
             "NO_SCORE_MODULES with the reason it cannot")
         assert not identity.unresolved, f"{path.name}: targets or SCORE_ROOTS that name nothing: {identity.unresolved}"
     stale = [m for m in [*ci.SCORE_MODULES, *ci.NO_SCORE_MODULES] if index.module(m) is None]
@@ -211,11 +211,23 @@ def test_a_metrics_code_moved_changes_no_metric_signature_and_a_changed_line_cha
 
 
 def test_a_metric_signature_holds_its_code(monkeypatch):
-    from benchmark import config
     from benchmark.metrics.pixel import PixelMetric
+    from benchmark.plan import config
 
     cfg = {"l1": {"_target_": "benchmark.metrics.pixel.PixelMetric", "statistic": "l1"}}
     infos = {"l1": PixelMetric(statistic="l1").info}
     sig = config.metric_signature(cfg, infos)
     monkeypatch.setattr(config, "_METRIC_CODE", {tuple(config.config_targets(cfg)): "other code"})
     assert config.metric_signature(cfg, infos) != sig
+
+
+def test_imports_reordered_by_the_import_sorter_change_no_key(tmp_path, today):
+    """What a move leaves behind in code: the sorter reorders the imports of the new module paths."""
+    root = _copy(tmp_path)
+    demo = root / "benchmark" / "querysets" / "demo.py"  # the oracle renders with it
+    text = demo.read_text()
+    block = ("    from benchmark.io.fileio import atomic_write_text\n"
+             "    from benchmark.io.imageio import save_mask, save_png\n")
+    assert block in text
+    demo.write_text(text.replace(block, "".join(reversed(block.splitlines(keepends=True)))))
+    assert _keys(root) == today

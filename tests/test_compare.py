@@ -13,10 +13,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from benchmark import cli
-from benchmark.compare import COLUMNS, CompareError, compare_runs, format_comparison
-from benchmark.stages.score_cache import write_query_index
-from benchmark.stats import bootstrap_mean_ci, holm, sign_flip_p, wilcoxon_p, wilson_interval
+from benchmark.commands import cli
+from benchmark.commands.compare import COLUMNS, CompareError, compare_runs, format_comparison
+from benchmark.io.score_cache import write_query_index
+from benchmark.io.stats import bootstrap_mean_ci, holm, sign_flip_p, wilcoxon_p, wilson_interval
 
 QHASH = "a" * 64
 TYPES = ("obj_add", "bg_chg", "style_chg")
@@ -295,7 +295,7 @@ def test_holm_and_wilson_against_hand_computed_values():
 def test_compares_real_run_folders_of_the_pipeline(tmp_path):
     """identity leaves the image unchanged, overedit perturbs it: identity wins every outside-mask pixel metric.
     `limit` keeps the test fast and leaves both runs partial, which every row must say."""
-    from benchmark.run import compose, run_pipeline
+    from benchmark.commands.run import compose, run_pipeline
 
     for editor in ("identity", "overedit"):
         cfg, _ = compose([f"editor={editor}", "queryset=demo_mini", "profile=tiny", "metrics=basic",
@@ -314,7 +314,7 @@ def test_compares_real_run_folders_of_the_pipeline(tmp_path):
 def test_compare_reads_only_the_per_query_columns(tmp_path):
     """HATIE-like per-row feature columns (`_`-prefixed lists) are never read by a comparison: at full scale they
     are hundreds of MB per run; the scores it pairs are the same either way."""
-    from benchmark.leaderboard import collect_runs
+    from benchmark.tables.leaderboard import collect_runs
 
     res = tmp_path / "res"
     run_dir = make_run(res, "A", {"m": np.linspace(0, 1, 20)})
@@ -468,7 +468,7 @@ def test_a_small_significant_difference_shows_its_digits(tmp_path):
     assert float(diff) != 0 and " A" in line  # the verdict and a difference that shows
     assert f"{r['mean_a']:.6f}" in line and f"{r['mean_b']:.6f}" in line
     # a tiny difference beyond 12 decimals goes to scientific notation instead of a row of zeros
-    from benchmark.compare import _diff_decimals, _num
+    from benchmark.commands.compare import _diff_decimals, _num
 
     assert _num(3e-14, _diff_decimals([3e-14], 4)) == "3.00e-14"
 

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
+from benchmark.io.types import Query
 from benchmark.metrics.conventional.columns import ALIASES, COLUMN_INFO
 from benchmark.metrics.conventional.suite import ConventionalSuite, _Loaded, clip_input
-from benchmark.types import Query
 
 OUT_COLS = ("lpips_out", "l1_out", "l2_out", "psnr_out", "ssim_out")
 GT_COLS = ("clip_i_gt", "dino_gt", "l1_gt", "l2_gt")
@@ -17,7 +17,7 @@ GT_COLS = ("clip_i_gt", "dino_gt", "l1_gt", "l2_gt")
 
 @pytest.fixture(scope="module")
 def suite(single_thread_torch):
-    from benchmark.run import compose
+    from benchmark.commands.run import compose
 
     cfg, _ = compose(["metrics=conventional", "profile=tiny", "device=cpu"])
     from hydra.utils import instantiate

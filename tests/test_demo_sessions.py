@@ -6,7 +6,7 @@ import filecmp
 import numpy as np
 from conftest import ROOT
 
-from benchmark.imageio import load_mask, load_rgb
+from benchmark.io.imageio import load_mask, load_rgb
 from benchmark.querysets import demo_sessions
 from benchmark.querysets.io import load_queryset
 

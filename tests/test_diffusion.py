@@ -11,7 +11,7 @@ from device_guard import MODEL_DEVICE, ModelDeviceGuard, pipeline_modules
 from benchmark.editing import inversion as inv
 from benchmark.editing.attention import AttentionController, TokenEdit, build_token_edit, controlled_attention
 from benchmark.editing.batching import HalvingRunner
-from benchmark.models.common import WeightsUnavailableError
+from benchmark.io.model_cache import WeightsUnavailableError
 
 STEPS = 3
 pytestmark = pytest.mark.usefixtures("single_thread_torch")
@@ -37,7 +37,7 @@ def guard(sd):
 
 @pytest.fixture(scope="module")
 def source(demo_qs):
-    from benchmark.imageio import load_rgb
+    from benchmark.io.imageio import load_rgb
 
     q = demo_qs.queries[0]
     return q, load_rgb(demo_qs.path(q.image)).resize((32, 32))
@@ -256,9 +256,9 @@ def test_imagic_eta_endpoints_reproduce_the_embeddings():
 def test_imagic_never_reuses_a_fine_tune_across_images(demo_qs):
     from hydra.utils import instantiate
 
+    from benchmark.commands.run import compose
     from benchmark.editing import imagic
-    from benchmark.imageio import load_rgb
-    from benchmark.run import compose
+    from benchmark.io.imageio import load_rgb
 
     cfg, _ = compose(["editor=imagic", "queryset=demo", "profile=tiny", "editor.cache_size=4"])
     editor = instantiate(cfg.editor)
@@ -297,9 +297,9 @@ def test_pretrained_editor_edits_one_query(name, demo_qs):
     """Real checkpoints (needs them cached or the hub): one query, few steps, a valid non-trivial edit."""
     from hydra.utils import instantiate
 
-    from benchmark.editor import query_seed
-    from benchmark.imageio import load_rgb
-    from benchmark.run import compose
+    from benchmark.commands.run import compose
+    from benchmark.editing.editor import query_seed
+    from benchmark.io.imageio import load_rgb
 
     few = ["editor.steps=10"] + (["editor.embedding_steps=5", "editor.finetune_steps=5"] if name == "imagic" else [])
     cfg, _ = compose([f"editor={name}", "queryset=demo", "profile=pretrained", *few])

@@ -12,8 +12,8 @@ import pytest
 import torch
 from test_model_pairs import config_diff, module_switches
 
-from benchmark.editor import query_seed
-from benchmark.imageio import load_rgb
+from benchmark.editing.editor import query_seed
+from benchmark.io.imageio import load_rgb
 from benchmark.models import dit
 
 pytestmark = pytest.mark.usefixtures("single_thread_torch")
@@ -154,7 +154,7 @@ def test_tiny_tokenizers_and_text_encoders_agree_on_vocabulary_and_special_token
 def _editor(name, *overrides):
     from hydra.utils import instantiate
 
-    from benchmark.run import compose
+    from benchmark.commands.run import compose
 
     cfg, _ = compose([f"editor={name}", "queryset=demo", "profile=tiny", *overrides])
     return instantiate(cfg.editor), cfg
@@ -200,7 +200,7 @@ def test_offload_reaches_the_pipeline_info_and_signature(mode, method, monkeypat
     """No CUDA here: the pipeline's offloading call is recorded instead of run (diffusers' own code, not ours)."""
     import diffusers
 
-    from benchmark.config import editor_signature
+    from benchmark.plan.config import editor_signature
 
     calls = []
     monkeypatch.setattr(diffusers.Flux2KleinPipeline, method, lambda self, device=None: calls.append(device))
@@ -240,7 +240,7 @@ def test_qwen_sizes_the_reference_images_as_configured_and_restores_diffusers(de
 
 
 def test_gpu_check_covers_the_dit_editors_in_tiny_size_and_times_them_only_when_asked(tmp_path):
-    from benchmark import gpucheck
+    from benchmark.commands import gpucheck
 
     args = gpucheck.parse(["--editors", "flux2", "--suites", "basic,hatie", "--dtypes", "bf16"])
     assert len(gpucheck.plan(args, gpucheck.Device("cpu"), tmp_path)) == 4  # tiny bf16, 2 suites, HATIE timing

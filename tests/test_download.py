@@ -8,7 +8,7 @@ import zipfile
 
 import pytest
 
-from benchmark.download import DownloadError, download_file, extract, fetch_manifest, load_manifest
+from benchmark.io.download import DownloadError, download_file, extract, fetch_manifest, load_manifest
 
 PAYLOAD = bytes(range(256)) * 4096  # 1 MiB, several chunks
 
@@ -176,7 +176,7 @@ def test_zip_slip_is_refused(tmp_path):
 
 
 def test_bundled_manifests_are_valid():
-    from benchmark.download import MANIFEST_DIR
+    from benchmark.io.download import MANIFEST_DIR
 
     names = sorted(p.stem for p in MANIFEST_DIR.glob("*.json"))
     assert {"gqa_hatie", "hatie", "editval", "magicbrush"} <= set(names)

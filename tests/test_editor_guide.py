@@ -13,7 +13,7 @@ import pytest
 import yaml
 from PIL import Image
 
-from benchmark.editor import Editor, PromptKindError, query_seed
+from benchmark.editing.editor import Editor, PromptKindError, query_seed
 
 ROOT = Path(__file__).resolve().parents[1]
 GUIDE = ROOT / "docs" / "editors.md"
@@ -54,7 +54,7 @@ def guide_module():
 
 def sample(demo_qs, n=3):
     qs = [q for q in demo_qs.queries if q.edit_type in ("obj_rep", "attr_chg", "bg_chg")][:n]
-    from benchmark.imageio import load_rgb
+    from benchmark.io.imageio import load_rgb
 
     return qs, [load_rgb(demo_qs.path(q.image)) for q in qs], [query_seed(0, q.id) for q in qs]
 
@@ -154,21 +154,21 @@ def _symbol_universe() -> dict[str, object]:
     parameters, config keys, test names and environment variables the code reads."""
     import diffusers
 
-    import benchmark.config
     import benchmark.editing.base
-    import benchmark.editor
-    import benchmark.models.common
+    import benchmark.editing.editor
+    import benchmark.io.model_cache
+    import benchmark.io.types
     import benchmark.models.diffusion
-    import benchmark.types
+    import benchmark.plan.config
     import editors.ledits
     from benchmark.editing.base import DiffusionEditor, Item
+    from benchmark.io.types import Query
     from benchmark.models.diffusion import TINY_COMPONENTS, load_pipeline
-    from benchmark.types import Query
     from editors.ledits import LeditsPPEditor
 
     names: dict[str, object] = {}
-    for mod in (benchmark.editor, benchmark.editing.base, benchmark.models.diffusion, benchmark.models.common,
-                benchmark.types, benchmark.config, editors.ledits):
+    for mod in (benchmark.editing.editor, benchmark.editing.base, benchmark.models.diffusion, benchmark.io.model_cache,
+                benchmark.io.types, benchmark.plan.config, editors.ledits):
         names.update({k: v for k, v in vars(mod).items() if not k.startswith("__")})
     names["<self>"] = {k for cls in (DiffusionEditor, LeditsPPEditor) for k in {*dir(cls), *_instance_attributes(cls)}}
     for cls in (Editor, DiffusionEditor, LeditsPPEditor, Item, Query, diffusers.DiffusionPipeline):
@@ -177,12 +177,12 @@ def _symbol_universe() -> dict[str, object]:
             names.update({k: cls for k in _instance_attributes(cls)})
     for f in (Editor.edit, Editor.edit_deferred, Editor.prepare, DiffusionEditor.__init__, LeditsPPEditor.__init__,
               DiffusionEditor._edit_chunk, DiffusionEditor.initial_latents, load_pipeline,
-              benchmark.models.common.tiny_model_dir, diffusers.StableDiffusionPipeline.__call__):
+              benchmark.io.model_cache.tiny_model_dir, diffusers.StableDiffusionPipeline.__call__):
         names.update({k: f for k in inspect.signature(f).parameters})
     names.update({f.name: Query for f in dataclasses.fields(Query)} | {f.name: Item for f in dataclasses.fields(Item)})
     names.update({k: TINY_COMPONENTS for k in TINY_COMPONENTS})
-    # configs/costs.yaml rows: their fields (benchmark.budget.Cost) and `confidence` values (benchmark.budget.CONFIDENCE)
-    from benchmark.budget import CONFIDENCE, Cost
+    # configs/costs.yaml rows: their fields (benchmark.plan.budget.Cost) and `confidence` values (benchmark.plan.budget.CONFIDENCE)
+    from benchmark.plan.budget import CONFIDENCE, Cost
 
     names.update({f.name: Cost for f in dataclasses.fields(Cost)} | {k: CONFIDENCE for k in CONFIDENCE})
     # the provenance keys load_pipeline writes
@@ -206,7 +206,7 @@ def _symbol_universe() -> dict[str, object]:
     # config groups (`profile=tiny`), leaderboard counts, classes the guide's own code defines
     defaults = yaml.safe_load((ROOT / "configs" / "config.yaml").read_text()).get("defaults", [])
     names.update({k: "config group" for d in defaults if isinstance(d, dict) for k in d})
-    names.update({k: "leaderboard" for k in re.findall(r'"(n_\w+)"', (ROOT / "benchmark" / "leaderboard.py").read_text())})
+    names.update({k: "leaderboard" for k in re.findall(r'"(n_\w+)"', (ROOT / "benchmark" / "tables" / "leaderboard.py").read_text())})
     for block in code_blocks(GUIDE.read_text(), "python"):
         tree = ast.parse(block if not block.startswith("    ") else "class X:\n" + block)
         names.update({n.name: "guide" for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name != "X"})
@@ -364,9 +364,9 @@ def test_shared_tiny_pipelines_are_untouched_by_overrides():
 def test_bad_tiny_overrides_fail_before_building_naming_the_editor(overrides, named, monkeypatch):
     from hydra.utils import instantiate
 
+    from benchmark.commands.run import compose
     from benchmark.models import diffusion
     from benchmark.models.diffusion import TinyOverrideError
-    from benchmark.run import compose
 
     monkeypatch.setattr(diffusion, "tiny_model_dir", lambda *a: pytest.fail("built despite a bad override"))
     from omegaconf import open_dict
@@ -383,7 +383,7 @@ def test_bad_tiny_overrides_fail_before_building_naming_the_editor(overrides, na
 def ledits():
     from hydra.utils import instantiate
 
-    from benchmark.run import compose
+    from benchmark.commands.run import compose
 
     cfg, _ = compose(["editor=ledits", "queryset=demo", "profile=tiny"])
     return instantiate(cfg.editor)
@@ -414,7 +414,7 @@ def LeditsPPEditorOverrides():  # noqa: N802 - reads as the class attribute it r
 
 
 def test_ledits_target_caption_acts_only_through_edit_guidance(ledits, demo_qs):
-    from benchmark.imageio import load_rgb
+    from benchmark.io.imageio import load_rgb
 
     q = next(q for q in demo_qs.queries if q.edit_type == "attr_chg")
     other = dataclasses.replace(q, target_caption=q.target_caption + " at night, oil painting")
@@ -434,7 +434,7 @@ def test_editor_interface_is_documented():
     """Every public class, function and method of the editor interface says what it is and returns."""
     documented_dunders = {"__init__", "__call__", "__enter__", "__exit__", "_edit_chunk"}
     missing = []
-    for path in [ROOT / "benchmark" / "editor.py", *sorted((ROOT / "benchmark" / "editing").glob("*.py"))]:
+    for path in [*sorted((ROOT / "benchmark" / "editing").glob("*.py"))]:
         def walk(node, prefix, path=path):
             for child in node.body:
                 if isinstance(child, ast.FunctionDef | ast.ClassDef):

@@ -9,10 +9,10 @@ import pytest
 from hydra.utils import instantiate
 from PIL import Image
 
-from benchmark.config import options
-from benchmark.editor import Editor, PromptKindError, query_seed
-from benchmark.imageio import load_rgb
-from benchmark.run import compose
+from benchmark.commands.run import compose
+from benchmark.editing.editor import Editor, PromptKindError, query_seed
+from benchmark.io.imageio import load_rgb
+from benchmark.plan.config import options
 
 # `external` reads a folder of edits made elsewhere (no generation); tests/test_hatie.py covers it.
 EDITORS = [e for e in options("editor") if e != "external"]
@@ -117,8 +117,8 @@ def test_an_editor_finds_a_querys_mask_through_query_file(tmp_path, restore_logg
     import numpy as np
     from PIL import Image
 
+    from benchmark.commands.run import compose, run_pipeline
     from benchmark.querysets.io import load_queryset
-    from benchmark.run import compose, run_pipeline
 
     cfg, _ = compose(["editor=identity", "editor._target_=mask_reading_editor.PaintsTheMask", "queryset=demo_mini",
                       "profile=tiny", "metrics=basic", f"paths.results={tmp_path}", "progress=false",

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmark.config import read_plan
 from benchmark.metrics.editreward.protocol import ProtocolError, load_prompts
+from benchmark.plan.config import read_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKE_COMMIT = "feedface" * 5
@@ -108,8 +108,8 @@ def test_prompt_files_are_refused_when_a_checksum_differs_or_a_field_is_missing(
 
 
 def test_the_manifest_fetches_the_files_the_config_pins():
-    from benchmark.download import load_manifest
-    from benchmark.run import compose
+    from benchmark.commands.run import compose
+    from benchmark.io.download import load_manifest
 
     cfg = compose(["metrics=editreward"])[0].metrics.editreward
     files = {f.name: f for f in load_manifest("editreward_judge").files}
@@ -339,7 +339,7 @@ def test_text_positions_not_mrope_reach_the_language_model(prompts, scorer):
 def _suite(tmp_path: Path, **backbone):
     from hydra.utils import instantiate
 
-    from benchmark.run import compose
+    from benchmark.commands.run import compose
 
     files = write(tmp_path / "prompts")
     cfg, _ = compose(["metrics=editreward", "profile=tiny", "device=cpu",
@@ -353,8 +353,8 @@ def _suite(tmp_path: Path, **backbone):
 
 
 def test_score_images_gives_the_scorers_reward_and_a_failure_row_for_a_special_token(tmp_path, prompts):
+    from benchmark.io.types import Query
     from benchmark.models.editreward import EditRewardScorer
-    from benchmark.types import Query
 
     suite = _suite(tmp_path, dtype="float32", image_pixels=SMALL)
     assert suite.judge_column == "ER" and suite.info.name == "editreward"
@@ -380,7 +380,7 @@ def test_score_images_gives_the_scorers_reward_and_a_failure_row_for_a_special_t
 def test_metrics_editreward_runs_end_to_end_on_the_demo_set(tmp_path, restore_logging):
     import pandas as pd
 
-    from benchmark.run import compose, run_pipeline
+    from benchmark.commands.run import compose, run_pipeline
     from benchmark.stages.score import read_scores
 
     files = write(tmp_path / "prompts")
@@ -423,7 +423,7 @@ def tiger_set(folder: Path) -> Path:
 def test_metaeval_judges_scores_every_edit_with_the_tiny_reward_model(tmp_path):
     import pandas as pd
 
-    from benchmark.cli import main
+    from benchmark.commands.cli import main
 
     files = write(tmp_path / "prompts")
     assert main(["metaeval", "judges", "--judges", "editreward", "--sets", f"tiger={tiger_set(tmp_path / 'tiger')}",
@@ -438,8 +438,8 @@ def test_metaeval_judges_scores_every_edit_with_the_tiny_reward_model(tmp_path):
 
 
 def test_the_weights_command_lists_the_base_and_the_checkpoint():
-    from benchmark import weights as W
-    from benchmark.run import compose
+    from benchmark.commands.run import compose
+    from benchmark.plan import weights as W
 
     cfg, _ = compose(["editor=identity", "metrics=editreward", "profile=pretrained"])
     found = {(c.source, c.revision): c for c in W.resolve(read_plan(cfg), "identity")}
@@ -449,7 +449,7 @@ def test_the_weights_command_lists_the_base_and_the_checkpoint():
 
 
 def test_missing_real_weights_are_named_with_their_pinned_revision(monkeypatch, tmp_path):
-    from benchmark.models.common import WeightsUnavailableError
+    from benchmark.io.model_cache import WeightsUnavailableError
     from benchmark.models.editreward import CHECKPOINT_ID, CHECKPOINT_REVISION, checkpoint_path
 
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))  # an empty cache, offline (conftest)
@@ -464,8 +464,8 @@ def test_the_real_checkpoint_loads_strictly_and_scores(tmp_path):
     import torch
     from PIL import Image
 
+    from benchmark.commands.run import compose
     from benchmark.models.editreward import EditRewardScorer
-    from benchmark.run import compose
 
     cfg = compose(["metrics=editreward"])[0].metrics.editreward
     real = load_prompts(cfg.prompts_file, cfg.prompts_sha256, cfg.prompts_commit, cfg.suffix_file, cfg.suffix_sha256)

@@ -15,7 +15,6 @@ import pandas as pd
 import pytest
 from omegaconf import open_dict
 
-from benchmark.config import read_plan
 from benchmark.metrics.editscore.protocol import (
     ProtocolError,
     ReplyError,
@@ -25,6 +24,7 @@ from benchmark.metrics.editscore.protocol import (
     pass_scores,
     reduce_passes,
 )
+from benchmark.plan.config import read_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKE_COMMIT = "feedface" * 5
@@ -143,8 +143,8 @@ def test_prompt_file_is_refused_when_its_checksum_differs_or_a_part_is_missing(t
 
 
 def test_the_manifest_fetches_the_prompt_file_the_config_pins():
-    from benchmark.download import load_manifest
-    from benchmark.run import compose
+    from benchmark.commands.run import compose
+    from benchmark.io.download import load_manifest
 
     cfg = compose(["metrics=editscore"])[0].metrics.editscore
     manifest = load_manifest("editscore_judge")
@@ -164,8 +164,8 @@ def test_protocol_settings_and_backbone_enter_the_signature():
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
-    from benchmark.config import metric_signature
-    from benchmark.run import compose
+    from benchmark.commands.run import compose
+    from benchmark.plan.config import metric_signature
 
     sigs = set()
     for extra in ([], ["metrics.editscore.num_pass=4"], ["metrics.editscore.reduction=average_first"],
@@ -180,8 +180,8 @@ def test_protocol_settings_and_backbone_enter_the_signature():
 
 
 def test_weights_lists_the_base_and_the_adapter_and_finds_a_cached_adapter(tmp_path, monkeypatch):
-    from benchmark import weights
-    from benchmark.run import compose
+    from benchmark.commands.run import compose
+    from benchmark.plan import weights
 
     cfg, _ = compose(["editor=identity", "metrics=editscore"])
     cks = [c for c in weights.resolve(read_plan(cfg), "identity") if c.component.startswith("metrics")]
@@ -277,8 +277,8 @@ def test_pretrained_editscore_judges_a_pair_with_the_fetched_prompts():
     from hydra.utils import instantiate
     from PIL import Image
 
-    from benchmark.run import compose
-    from benchmark.types import Query
+    from benchmark.commands.run import compose
+    from benchmark.io.types import Query
 
     cfg, _ = compose(["metrics=editscore", "profile=pretrained"])
     if not Path(cfg.metrics.editscore.prompts_file).is_file():
@@ -301,7 +301,7 @@ PQ = ['{"reasoning": "p", "score": [25, 10]}', '{"reasoning": "q", "score": [15,
 
 
 def _run(tmp_path: Path, *extra: str, backbone: dict | None = None):
-    from benchmark.run import compose, run_pipeline
+    from benchmark.commands.run import compose, run_pipeline
 
     prompts, sha = write_prompts(tmp_path)
     cfg, choices = compose(["editor=identity", "queryset=demo_mini", "metrics=editscore", "profile=tiny",
@@ -346,8 +346,8 @@ def test_score_images_resizes_the_edit_and_seeds_each_pass(tmp_path):
     from PIL import Image
     from scripted_judge import SeededScript
 
+    from benchmark.io.types import Query
     from benchmark.metrics.editscore.suite import EditScoreSuite
-    from benchmark.types import Query
 
     prompts, sha = write_prompts(tmp_path)
     backbone = SeededScript(sc=SC, pq=PQ, base_seed=7)
@@ -364,7 +364,7 @@ def test_score_images_resizes_the_edit_and_seeds_each_pass(tmp_path):
 
 
 def test_tiny_judge_replies_that_do_not_parse_are_failure_rows_with_the_replies(tmp_path, restore_logging):
-    from benchmark.errors import TooManyFailures
+    from benchmark.io.errors import TooManyFailures
     from benchmark.stages.score import read_scores
 
     # random weights write bytes, not scores: every query fails, which fails the run whatever max_failed_fraction
@@ -380,7 +380,7 @@ def test_tiny_judge_replies_that_do_not_parse_are_failure_rows_with_the_replies(
 
 
 def test_a_missing_or_altered_prompt_file_stops_the_run_before_the_first_edit(tmp_path, capsys, restore_logging):
-    from benchmark.run import compose, run_and_report
+    from benchmark.commands.run import compose, run_and_report
 
     prompts, sha = write_prompts(tmp_path)
     for name, path, digest, why in (("gone", tmp_path / "nowhere.txt", sha, "is missing: fetch it with `make data "

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from benchmark.imageio import load_mask
+from benchmark.io.imageio import load_mask
+from benchmark.io.types import EDITVAL_TYPES
 from benchmark.querysets.editval import EditValFormatError, build, parse_position
 from benchmark.querysets.io import load_queryset
-from benchmark.types import EDITVAL_TYPES
 
 EDITS = {
     "object_addition": {"from": [""], "to": ["bag", "cup"]},

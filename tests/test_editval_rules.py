@@ -5,9 +5,9 @@ import math
 
 import pytest
 
-from benchmark.metrics.editval import rules as R
-from benchmark.metrics.editval.rules import CLASS_EDIT, CLASS_ORIG, NEW_EDIT, RuleSettings
-from benchmark.types import EDITVAL_TYPES, ObjectRef, Query
+from benchmark.io import editval_rules as R
+from benchmark.io.editval_rules import CLASS_EDIT, CLASS_ORIG, NEW_EDIT, RuleSettings
+from benchmark.io.types import EDITVAL_TYPES, ObjectRef, Query
 
 S = RuleSettings()
 

@@ -11,9 +11,9 @@ import torch
 from conftest import ROOT
 from test_model_pairs import config_diff, meta, switch_diff
 
-from benchmark.config import read_plan
-from benchmark.metrics.editval import rules as R
+from benchmark.io import editval_rules as R
 from benchmark.metrics.editval.suite import BOX_PREFIX, COLUMN_INFO, FID_EDIT, FID_SOURCE, EditValSuite
+from benchmark.plan.config import read_plan
 from benchmark.querysets.demo import EDITVAL_DEMO_TYPES, load_editval_demo
 
 DEMO = ROOT / "datasets" / "demo"
@@ -265,7 +265,7 @@ def test_fid_per_type_merges_shards_and_averages_types():
 def test_columns_are_declared():
     assert EditValSuite.columns == ("accuracy", "DINO_context")
     assert {c: v[0] for c, v in COLUMN_INFO.items()} == {"accuracy": True, "DINO_context": True, "FID_type": False}
-    from benchmark.summaries import known_suites
+    from benchmark.tables.summaries import known_suites
 
     assert "editval" in known_suites()
 
@@ -273,8 +273,8 @@ def test_columns_are_declared():
 def test_configs_compose_and_weights_lists_owlvit():
     from hydra.utils import instantiate
 
-    from benchmark.run import compose
-    from benchmark.weights import resolve
+    from benchmark.commands.run import compose
+    from benchmark.plan.weights import resolve
 
     cfg, _ = compose(["metrics=editval", "profile=pretrained", "queryset=demo_editval"])
     ids = {c.source: c.revision for c in resolve(read_plan(cfg))}
@@ -286,7 +286,7 @@ def test_configs_compose_and_weights_lists_owlvit():
 
 
 def test_pipeline_tables_for_oracle_and_identity(tmp_path):
-    from benchmark.run import compose, run_pipeline
+    from benchmark.commands.run import compose, run_pipeline
 
     for editor in ("oracle", "identity"):
         cfg, choices = compose([f"editor={editor}", "queryset=demo_editval", "profile=tiny", "metrics=editval_oracle",

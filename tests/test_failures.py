@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import HELPERS, ROOT, child_pythonpath, run_demo
 
-from benchmark.errors import TooManyFailures
+from benchmark.io.errors import TooManyFailures
 from benchmark.stages.edit import EDITS_LOG, FAILURES_LOG, run_edit_stage
 
 RUN = ("queryset=demo", "profile=tiny", "metrics=basic", "progress=false")
@@ -24,7 +24,7 @@ def _records(run_dir: Path) -> list[dict]:
 def test_cli_all_failed_exits_1_with_counted_reasons_and_tracebacks_and_the_sweep_goes_on(tmp_path):
     """A --multirun sweep: the always-failing editor's job reports and the identity job still runs; exit 1."""
     env = {**os.environ, "PYTHONPATH": child_pythonpath(ROOT, HELPERS), "HF_HUB_OFFLINE": "1"}
-    cmd = [sys.executable, "-m", "benchmark.run", "--multirun",
+    cmd = [sys.executable, "-m", "benchmark.commands.run", "--multirun",
            "editor._target_=failing_editor.AlwaysFails,editors.identity.IdentityEditor", *RUN, "limit=4",
            "stages=[edit]", f"paths.results={tmp_path}"]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
@@ -121,7 +121,7 @@ def test_each_failure_path_records_type_reason_and_traceback(tmp_path, demo_qs):
 def test_score_edits_exits_1_only_when_no_edit_could_be_scored(tmp_path, capsys):
     """Scoring a folder made elsewhere: missing files are listed up front and are not failures (the row is
     PARTIAL), but a folder where every query is missing fails the exit status: nothing was scored."""
-    from benchmark.score_edits import main
+    from benchmark.commands.score_edits import main
 
     args = ["queryset=demo", "name=theirs", "profile=tiny", "metrics=basic", "limit=3", "progress=false",
             f"paths.results={tmp_path / 'results'}", "aggregate.bootstrap_resamples=50"]
@@ -135,8 +135,8 @@ def test_a_run_error_raised_while_hydra_builds_a_metric_is_a_message_not_a_trace
     InstantiationException: the entry point still prints one message and returns the RunError's status."""
     from hydra.errors import InstantiationException
 
-    from benchmark.errors import RunError
-    from benchmark.run import _run_error
+    from benchmark.commands.run import _run_error
+    from benchmark.io.errors import RunError
 
     cause = RunError("attrs.json: not valid JSON")
     try:
@@ -250,7 +250,7 @@ class _FailingSuite:
 
 
 def test_failed_rows_a_suite_reports_are_counted_and_logged(tmp_path, demo_qs):
-    from benchmark.run import _failure_verdict
+    from benchmark.commands.run import _failure_verdict
     from benchmark.stages.score import run_suite_stage
     from editors.identity import IdentityEditor
 

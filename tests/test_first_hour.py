@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from benchmark.config import read_plan
+from benchmark.plan.config import read_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
@@ -50,9 +50,9 @@ def _show_order(text: str) -> list[str]:
 
 
 def test_report_tables_follow_shows_order_best_first_by_the_headline(tmp_path):
-    from benchmark.report.collect import read_leaderboards
-    from benchmark.report.html import leaderboards_html
-    from benchmark.show import render
+    from benchmark.commands.report.collect import read_leaderboards
+    from benchmark.commands.report.html import leaderboards_html
+    from benchmark.tables.show import render
 
     _write_tables(tmp_path)
     lb = read_leaderboards(tmp_path)
@@ -65,8 +65,8 @@ def test_report_tables_follow_shows_order_best_first_by_the_headline(tmp_path):
 
 
 def test_report_criteria_table_follows_the_same_order(tmp_path):
-    from benchmark.report.collect import read_leaderboards
-    from benchmark.report.html import criteria_html
+    from benchmark.commands.report.collect import read_leaderboards
+    from benchmark.commands.report.html import criteria_html
 
     _write_tables(tmp_path)
     df = pd.read_csv(tmp_path / "leaderboard.csv")
@@ -80,7 +80,7 @@ def test_report_criteria_table_follows_the_same_order(tmp_path):
 @pytest.mark.parametrize("offline", ["1", None])
 def test_hub_download_error_names_the_fix_that_applies(monkeypatch, tmp_path, offline):
     import datasets
-    from benchmark.download import DownloadError, fetch_huggingface
+    from benchmark.io.download import DownloadError, fetch_huggingface
 
     def refuse(*a, **k):
         raise ConnectionError("offline")
@@ -138,8 +138,8 @@ def test_bench_suites_exits_nonzero_when_a_set_failed():
 # --- metaeval's default under profile=tiny ------------------------------------------------------------------------
 
 def test_metaeval_default_leaves_out_what_tiny_cannot_score_and_says_so(tmp_path):
-    from benchmark.config import options
-    from benchmark.metaeval.scoring import Session
+    from benchmark.commands.metaeval.scoring import Session
+    from benchmark.plan.config import options
 
     over = ["queryset=demo_mini", "profile=tiny", f"paths.results={tmp_path}"]
     default = Session(over, None)
@@ -161,9 +161,9 @@ def test_metaeval_default_leaves_out_what_tiny_cannot_score_and_says_so(tmp_path
 # --- the budget line of edits made elsewhere ----------------------------------------------------------------------
 
 def test_budget_of_external_edits_uses_the_external_row_not_a_run_of_their_label(tmp_path):
-    from benchmark import budget as B
-    from benchmark.preflight import load_selection
-    from benchmark.run import compose
+    from benchmark.commands.run import compose
+    from benchmark.plan import budget as B
+    from benchmark.plan.preflight import load_selection
 
     (tmp_path / "edits").mkdir()
     base = ["queryset=demo_mini", "profile=tiny", f"paths.results={tmp_path / 'r'}", "progress=false"]
@@ -185,7 +185,7 @@ def test_budget_of_external_edits_uses_the_external_row_not_a_run_of_their_label
 def test_show_on_a_wide_leaderboard_warns_nothing_and_keeps_its_order(tmp_path):
     import warnings
 
-    from benchmark.show import render
+    from benchmark.tables.show import render
 
     _write_tables(tmp_path)
     narrow = render(tmp_path)

@@ -12,9 +12,9 @@ import pytest
 import torch
 from hydra.utils import instantiate
 
+from benchmark.commands.run import compose, run_pipeline
 from benchmark.editing.flow_solvers import MID, START
 from benchmark.editing.work_counter import TRANSFORMER_FORWARD, TRANSFORMER_FORWARD_BACKWARD
-from benchmark.run import compose, run_pipeline
 
 FAST = ("editor.resolution=32", "editor.max_sequence_length=16")  # 8x8 latents, 4x4 tokens; 16 T5 tokens
 
@@ -31,7 +31,7 @@ def rf(single_thread_torch):
 
 @pytest.fixture(scope="module")
 def demo(demo_qs):
-    from benchmark.imageio import load_rgb
+    from benchmark.io.imageio import load_rgb
 
     qs = demo_qs.queries[:4]
     return qs, [load_rgb(demo_qs.path(q.image)) for q in qs]
@@ -189,7 +189,7 @@ KILL_RUN = ("queryset=demo_mini", "profile=tiny", "progress=false", "stages=[edi
 
 @pytest.mark.slow
 def test_sigkill_in_the_edit_stage_then_rerun_gives_the_uninterrupted_pngs(tmp_path):
-    """`python -m benchmark.run editor=fireflow` killed with SIGKILL once its first edit is written (anywhere in the
+    """`python -m benchmark.commands.run editor=fireflow` killed with SIGKILL once its first edit is written (anywhere in the
     next query's edit, its write or its log line), rerun to completion: the PNGs equal an uninterrupted run's byte for
     byte, no temp file survives, and the rerun reads the inversion the killed run stored instead of computing it."""
     import json
@@ -206,7 +206,7 @@ def test_sigkill_in_the_edit_stage_then_rerun_gives_the_uninterrupted_pngs(tmp_p
     env = dict(os.environ, PYTHONPATH=child_pythonpath(ROOT), HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
 
     def command(results):
-        return [sys.executable, "-m", "benchmark.run", "editor=fireflow", f"paths.results={results}", *KILL_RUN]
+        return [sys.executable, "-m", "benchmark.commands.run", "editor=fireflow", f"paths.results={results}", *KILL_RUN]
 
     done = subprocess.run(command(clean_dir), cwd=ROOT, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
+from benchmark.io.types import GEDIT_TYPES
 from benchmark.querysets.gedit import GEditFormatError, build, load_gedit
 from benchmark.querysets.io import QuerySetError, load_queryset
-from benchmark.types import GEDIT_TYPES
 
 ROOT = Path(__file__).resolve().parents[1]
 ZH_TEXT = "把招牌上的文字改成“你好”"
@@ -183,9 +183,9 @@ def test_an_unreadable_image_is_refused_by_the_script_naming_its_row(tmp_path):
 
 
 def test_basic_run_completes_hatie_is_refused_up_front_and_show_says_why(built, tmp_path, capsys):
-    from benchmark.errors import PreflightError
-    from benchmark.run import compose, run_pipeline
-    from benchmark.show import render
+    from benchmark.commands.run import compose, run_pipeline
+    from benchmark.io.errors import PreflightError
+    from benchmark.tables.show import render
 
     root, _ = built
     common = ["editor=identity", "queryset=gedit", f"queryset.root={root}", "queryset.language=both", "profile=tiny",
@@ -214,8 +214,8 @@ def test_bpm_parses_gedit_instructions_and_skips_whole_image_types(built):
     structured fields (which would fail every query), and leaves the whole-image categories out."""
     from hydra.utils import instantiate
 
+    from benchmark.commands.run import compose
     from benchmark.metrics.bpm.suite import BpmSuite
-    from benchmark.run import compose
 
     root, _ = built
     qs = load_gedit(root=str(root), language="both")

@@ -142,8 +142,8 @@ def test_prompt_file_is_read_without_running_it_and_refused_when_its_checksum_di
 
 
 def test_the_manifest_fetches_the_prompt_file_the_config_pins():
-    from benchmark.download import load_manifest
-    from benchmark.run import compose
+    from benchmark.commands.run import compose
+    from benchmark.io.download import load_manifest
 
     cfg = compose(["metrics=gedit"])[0].metrics.gedit
     entry = next(f for f in load_manifest("gedit").files if f.name == Path(cfg.prompts_file).name)
@@ -157,8 +157,8 @@ def test_the_manifest_fetches_the_prompt_file_the_config_pins():
 def test_protocol_and_backbone_identity_enter_the_signature():
     from hydra.utils import instantiate
 
-    from benchmark.config import metric_signature
-    from benchmark.run import compose
+    from benchmark.commands.run import compose
+    from benchmark.plan.config import metric_signature
 
     sigs = set()
     for extra in ([], [f"metrics.gedit.prompts_commit={FAKE_COMMIT}"], [f"metrics.gedit.prompts_sha256={'a' * 64}"],
@@ -181,7 +181,7 @@ def built(tmp_path_factory):
 
 
 def _run(built: Path, tmp_path: Path, *extra: str, backbone: dict | None = None):
-    from benchmark.run import compose, run_pipeline
+    from benchmark.commands.run import compose, run_pipeline
 
     prompts, sha = write_prompts(tmp_path)
     cfg, choices = compose(["editor=identity", "queryset=gedit", f"queryset.root={built}", "queryset.language=both",
@@ -247,7 +247,7 @@ def test_scripted_replies_give_the_hand_worked_gedit_figures_and_a_failure_row_k
 
 
 def test_tiny_judge_replies_that_do_not_parse_are_failure_rows_with_the_reply(built, tmp_path, restore_logging):
-    from benchmark.errors import TooManyFailures
+    from benchmark.io.errors import TooManyFailures
     from benchmark.stages.score import read_scores
 
     # random weights write bytes, not scores: every query fails, which fails the run whatever max_failed_fraction
@@ -268,8 +268,8 @@ def test_tiny_judge_replies_that_do_not_parse_are_failure_rows_with_the_reply(bu
 
 
 def test_gedit_is_refused_up_front_on_a_set_without_gedit_task_types(tmp_path):
-    from benchmark.errors import PreflightError
-    from benchmark.run import compose, run_pipeline
+    from benchmark.commands.run import compose, run_pipeline
+    from benchmark.io.errors import PreflightError
 
     cfg, choices = compose(["editor=identity", "queryset=demo_mini", "metrics=gedit", "profile=tiny",
                             f"paths.results={tmp_path}", "progress=false"])

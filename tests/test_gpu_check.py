@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from benchmark import gpucheck
+from benchmark.commands import gpucheck
 
 pytestmark = pytest.mark.usefixtures("single_thread_torch")
 
@@ -26,7 +26,7 @@ def test_make_gpu_check_is_the_same_command():
 
     if torch.cuda.is_available():
         pytest.skip("a CUDA machine runs the whole check")
-    proc = subprocess.run([sys.executable, "-m", "benchmark.cli", "gpu-check"], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", "benchmark.commands.cli", "gpu-check"], capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 0 and proc.stdout.count("\n") == 1, proc.stdout + proc.stderr
 
@@ -123,10 +123,10 @@ def test_gpu_suite_scores_without_failures(suite, tmp_path, restore_logging):
 def test_gpu_imagic_fine_tune_is_reproducible_and_not_black(demo_qs):
     from hydra.utils import instantiate
 
+    from benchmark.commands.run import compose
     from benchmark.editing import imagic
-    from benchmark.editor import query_seed
-    from benchmark.imageio import load_rgb
-    from benchmark.run import compose
+    from benchmark.editing.editor import query_seed
+    from benchmark.io.imageio import load_rgb
 
     cfg, _ = compose(["editor=imagic", "queryset=demo", "profile=tiny", "editor.device=cuda", "editor.dtype=fp16",
                       "editor.cache_size=0"])

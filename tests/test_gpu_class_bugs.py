@@ -19,8 +19,8 @@ def _diffusion_editors() -> list[str]:
     from hydra.utils import get_class
     from omegaconf import OmegaConf
 
-    from benchmark.config import options
-    from benchmark.provenance import PROJECT_ROOT
+    from benchmark.io.provenance import PROJECT_ROOT
+    from benchmark.plan.config import options
 
     names = []
     for name in options("editor"):
@@ -89,9 +89,9 @@ def test_editor_runs_the_edit_stage_in_half_precision_on_the_models_device(name,
 def test_imagic_in_fp16_optimises_in_fp32_and_samples_in_fp16(demo_qs):
     from hydra.utils import instantiate
 
-    from benchmark.editor import query_seed
-    from benchmark.imageio import load_rgb
-    from benchmark.run import compose
+    from benchmark.commands.run import compose
+    from benchmark.editing.editor import query_seed
+    from benchmark.io.imageio import load_rgb
 
     cfg, _ = compose(["editor=imagic", "queryset=demo", "profile=tiny", "editor.dtype=fp16", "editor.cache_size=0"])
     editor = instantiate(cfg.editor)
@@ -117,7 +117,7 @@ def test_unknown_dtype_is_one_clear_error_naming_the_valid_ones(tmp_path, capsys
     import subprocess
     import sys
 
-    proc = subprocess.run([sys.executable, "-m", "benchmark.cli", "run", "editor=p2p", "queryset=demo_mini",
+    proc = subprocess.run([sys.executable, "-m", "benchmark.commands.cli", "run", "editor=p2p", "queryset=demo_mini",
                            "profile=tiny", "editor.dtype=float16", f"paths.results={tmp_path}"],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0

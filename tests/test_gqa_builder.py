@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from benchmark.imageio import load_mask
+from benchmark.io.imageio import load_mask
 from benchmark.querysets import gqa
 from benchmark.querysets.captions import LLMCaptioner, TemplateCaptioner
 from benchmark.querysets.coco_classes import COCO_CLASSES, GQA_SYNONYMS, natural_name, to_coco_class
@@ -284,7 +284,7 @@ def test_llm_captioner_keeps_names_or_falls_back():
 
 
 def test_bitmask_png_round_trip(tmp_path):
-    from benchmark.imageio import save_bitmask
+    from benchmark.io.imageio import save_bitmask
 
     m = np.zeros((20, 30), dtype=bool)
     m[3:7, 5:9] = True

@@ -11,6 +11,7 @@ import pytest
 import torch
 from conftest import ROOT, run_demo
 
+from benchmark.io.types import ObjectRef, Query
 from benchmark.metrics.fid import fid, image_quality_with_error
 from benchmark.metrics.hatie import primitives as P
 from benchmark.metrics.hatie.engine import SimilarityEngine
@@ -26,7 +27,6 @@ from benchmark.models.segmenter import (
     save_segmentation,
     select_detections,
 )
-from benchmark.types import ObjectRef, Query
 
 S = P.IMAGE_SIZE
 
@@ -444,7 +444,7 @@ def test_end_to_end_tiny_demo(hatie_runs):
         assert col in lb.columns, col
     assert '"vqa": "off"' in row["components"], row["components"]
     assert row["FID"] >= 0 and 0 <= row["IQ"] <= 1 and np.isfinite(row["Total"])
-    from benchmark.leaderboard import format_table
+    from benchmark.tables.leaderboard import format_table
 
     shown = format_table(Path(a["tables"]["leaderboard.csv"]).parent, "demo")
     assert "Total↑" in shown and "FID↓" in shown and "identity" in shown
@@ -467,7 +467,7 @@ def test_batch_size_one_equals_batched_and_reruns_are_identical(hatie_runs):
 
 
 def test_obj_remove_is_excluded_for_description_editors(tmp_path):
-    from benchmark.score_edits import main
+    from benchmark.commands.score_edits import main
 
     # the demo's ground-truth targets, named <query id>.png, scored as a description-based model's edits
     assert main(["queryset=demo", f"edits={ROOT / 'datasets' / 'demo' / 'targets'}", "name=desc", "kind=description",
@@ -479,8 +479,8 @@ def test_obj_remove_is_excluded_for_description_editors(tmp_path):
 
 
 def test_score_edits_made_elsewhere(tmp_path, capsys):
+    from benchmark.commands.score_edits import main
     from benchmark.querysets.io import load_queryset
-    from benchmark.score_edits import main
 
     qs = load_queryset(ROOT / "datasets" / "demo")
     edits = tmp_path / "edits"
@@ -592,9 +592,9 @@ def test_released_hatie_set_scores_edits_in_hatie_naming(tmp_path, capsys):
     """Importer -> query set -> someone else's edits named `<prefix>_<query id>.png` -> HATIE leaderboard."""
     from test_hatie_import import release
 
+    from benchmark.commands.score_edits import main
     from benchmark.querysets.hatie import import_release
     from benchmark.querysets.io import load_queryset
-    from benchmark.score_edits import main
 
     (tmp_path / "rel").mkdir()
     q, m, images = release(tmp_path / "rel")
@@ -668,7 +668,7 @@ def test_edits_and_originals_are_resized_as_the_release_does(tmp_path, demo_qs):
     import cv2
     from PIL import Image
 
-    from benchmark.imageio import to_float_tensor
+    from benchmark.io.imageio import to_float_tensor
     from benchmark.metrics.hatie.suite import _HatieSamples
 
     q = next(x for x in demo_qs.queries if x.edit_type == "style_chg")
@@ -721,9 +721,9 @@ def test_resolved_segmenter_is_in_the_metric_signature_and_components(monkeypatc
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
-    from benchmark.config import metric_signature
+    from benchmark.commands.run import compose
     from benchmark.models import segmenter
-    from benchmark.run import compose
+    from benchmark.plan.config import metric_signature
 
     def signature_and_components(installed):
         monkeypatch.setattr(segmenter, "detectron2_available", lambda: installed)

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from benchmark.imageio import load_mask
+from benchmark.io.imageio import load_mask
+from benchmark.io.safe_pickle import UnsafePickleError
 from benchmark.querysets.hatie import HatieFormatError, import_release
 from benchmark.querysets.io import load_queryset
-from benchmark.safe_pickle import UnsafePickleError
 
 
 def box_mask(x0, y0, x1, y1):

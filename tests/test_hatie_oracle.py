@@ -21,7 +21,7 @@ def oracle():
 
 
 def _input(path):
-    from benchmark.imageio import load_rgb
+    from benchmark.io.imageio import load_rgb
     from benchmark.metrics.hatie.suite import segmenter_input
 
     return segmenter_input(load_rgb(path))
@@ -32,7 +32,7 @@ def test_a_source_image_segments_into_its_ground_truth_masks(demo_qs, oracle):
     import torch
     import torch.nn.functional as F
 
-    from benchmark.imageio import load_mask, load_rgb
+    from benchmark.io.imageio import load_mask, load_rgb
 
     q = next(q for q in demo_qs.queries if q.edit_type == "attr_chg")
     seg = oracle.segment([_input(demo_qs.path(q.image))])[0]
@@ -129,6 +129,7 @@ def test_the_benchmark_splits_its_ratio_into_reuse_batching_and_the_rest():
 def _host_only(demo_qs, tmp_path):
     """(the bench module, a tiny-model HATIE suite factory, score(suite, queries) -> rows by query id, one query of
     each HATIE type)."""
+    from benchmark.io.types import HATIE_TYPES
     from benchmark.metrics.features import shared_cache
     from benchmark.metrics.hatie.oracle import load_oracle_segmenter
     from benchmark.metrics.hatie.suite import HatieSuite
@@ -136,7 +137,6 @@ def _host_only(demo_qs, tmp_path):
     from benchmark.models.dino import load_dino
     from benchmark.models.inception import load_fid_extractor
     from benchmark.models.perceptual import load_lpips
-    from benchmark.types import HATIE_TYPES
 
     def suite():
         return HatieSuite(segmenter=partial(load_oracle_segmenter, root=str(DEMO)), clip=partial(load_clip, "tiny"),
@@ -156,7 +156,7 @@ def test_the_host_only_bench_replays_the_real_pass_without_calling_a_backbone(de
     """`bench_hatie.py --host-only`: a replayed pass makes the same inputs as a real one (so it gets the same rows,
     float for float on a CPU), and no call reaches a real backbone; an input the recording pass never saw is an
     error."""
-    from benchmark.types import HATIE_TYPES
+    from benchmark.io.types import HATIE_TYPES
 
     bench, suite, score, queries = _host_only(demo_qs, tmp_path)
     real = score(suite(), queries)

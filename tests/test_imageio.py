@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from benchmark.imageio import ImageInputError, load_mask, load_rgb, save_png
+from benchmark.io.imageio import ImageInputError, load_mask, load_rgb, save_png
 
 
 def test_missing_file(tmp_path):

@@ -15,15 +15,15 @@ pytestmark = pytest.mark.usefixtures("single_thread_torch")
 def _editor(*overrides):
     from hydra.utils import instantiate
 
-    from benchmark.run import compose
+    from benchmark.commands.run import compose
 
     cfg, _ = compose(["editor=imagic", "queryset=demo", "profile=tiny", "editor.cache_size=0", *overrides])
     return cfg, instantiate(cfg.editor)
 
 
 def _query(demo_qs):
-    from benchmark.editor import query_seed
-    from benchmark.imageio import load_rgb
+    from benchmark.editing.editor import query_seed
+    from benchmark.io.imageio import load_rgb
 
     q = demo_qs.queries[0]
     return q, load_rgb(demo_qs.path(q.image)), query_seed(0, q.id)
@@ -54,7 +54,7 @@ def _posterior(editor, image):
 
 
 def test_source_latent_is_one_posterior_sample_from_the_optimisation_stream(demo_qs, monkeypatch):
-    from benchmark.editor import generators, query_seed
+    from benchmark.editing.editor import generators, query_seed
 
     _, editor = _editor()
     q, src, seed = _query(demo_qs)

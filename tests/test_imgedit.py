@@ -106,8 +106,8 @@ def test_prompt_file_is_refused_when_its_checksum_differs_or_a_type_is_missing(t
 
 
 def test_the_manifest_fetches_the_files_the_config_pins():
-    from benchmark.download import load_manifest
-    from benchmark.run import compose
+    from benchmark.commands.run import compose
+    from benchmark.io.download import load_manifest
 
     cfg = compose(["metrics=imgedit"])[0].metrics.imgedit
     files = {f.name: f for f in load_manifest("imgedit").files}
@@ -206,7 +206,7 @@ def test_duplicate_keys_and_an_image_root_that_is_not_there_are_refused(tmp_path
 
 # ------------------------------------------------------------------------------------------------------ pipeline
 def _run(root: Path, tmp_path: Path, *extra: str, backbone: dict | None = None):
-    from benchmark.run import compose, run_pipeline
+    from benchmark.commands.run import compose, run_pipeline
 
     prompts, sha = write_prompts(tmp_path)
     cfg, choices = compose(["editor=identity", "queryset=imgedit", f"queryset.root={root}", "metrics=imgedit",
@@ -263,7 +263,7 @@ def test_scripted_replies_give_the_hand_worked_imgedit_figures_and_a_failure_row
 
 
 def test_tiny_judge_replies_that_do_not_parse_are_failure_rows_with_the_reply(built, tmp_path, restore_logging):
-    from benchmark.errors import TooManyFailures
+    from benchmark.io.errors import TooManyFailures
     from benchmark.stages.score import read_scores
 
     # random weights write bytes, not scores: every query fails, which fails the run whatever max_failed_fraction
@@ -277,8 +277,8 @@ def test_tiny_judge_replies_that_do_not_parse_are_failure_rows_with_the_reply(bu
 
 
 def test_imgedit_is_refused_up_front_on_a_set_without_imgedit_types(tmp_path):
-    from benchmark.errors import PreflightError
-    from benchmark.run import compose, run_pipeline
+    from benchmark.commands.run import compose, run_pipeline
+    from benchmark.io.errors import PreflightError
 
     cfg, choices = compose(["editor=identity", "queryset=demo_mini", "metrics=imgedit", "profile=tiny",
                             f"paths.results={tmp_path}", "progress=false"])
@@ -290,7 +290,7 @@ def test_imgedit_through_the_endpoint_equals_the_in_process_judge(built, tmp_pat
     from local_servers import serving
     from openai_server import OpenAIServer, tiny_text_judge_reply
 
-    from benchmark.errors import TooManyFailures
+    from benchmark.io.errors import TooManyFailures
     from benchmark.stages.score import read_scores
 
     def rows(results):

@@ -133,49 +133,39 @@ def test_graph_sees_lazy_relative_and_submodule_imports(tmp_path):
 
 
 # -- layers ----------------------------------------------------------------------------------------------------------
-# docs/architecture.md, top to bottom. A module belongs to the layer of the longest prefix naming it (a package
-# prefix covers its submodules); a module may import its own layer and the layers below, never one above.
+# docs/architecture.md, top to bottom: a module's layer is the folder it lives in. A module may import its own layer
+# and the layers below, never one above. benchmark/ itself holds only the package's face (`benchmark/__init__.py`).
 LAYERS = (
-    ("entry points", ("benchmark.cli", "benchmark.run", "benchmark.launch", "benchmark.slurm", "benchmark.score_edits",
-                      "benchmark.remove", "benchmark.compare", "benchmark.gpucheck", "benchmark.metaeval", "benchmark.verify",
-                      "benchmark.report", "benchmark.arena_cli")),
-    ("plan", ("benchmark.config", "benchmark.code_identity", "benchmark.plan", "benchmark.preflight", "benchmark.budget",
-              "benchmark.judge_budget", "benchmark.weights")),
-    ("stages", ("benchmark.stages", "benchmark.leaderboard", "benchmark.aggregate_cache", "benchmark.show",
-                "benchmark.show_turns", "benchmark.summaries")),
-    ("suites and editors", ("benchmark.metrics", "benchmark.editing", "benchmark.editor", "editors")),
-    # the locator interface the grounding models implement, and the box geometry it speaks
-    ("models", ("benchmark.models", "benchmark.metrics.bpm.locate", "benchmark.metrics.bpm.rules")),
-    ("I/O", ("benchmark", "benchmark.querysets", "benchmark.imageio", "benchmark.fileio", "benchmark.locking",
-             "benchmark.hashing", "benchmark.filehash", "benchmark.npy_header", "benchmark.safe_pickle",
-             "benchmark.download", "benchmark.provenance", "benchmark.errors", "benchmark.types",
-             "benchmark.console", "benchmark.settings", "benchmark.stats",
-             "benchmark.pins",  # the user's pins file (editmeter data pin): read by the config and the downloads
-             "benchmark.turns", "benchmark.session_edits",  # MagicBrush's turn settings and output folder names
-             "benchmark.protocols",  # the protocol setting's values and checks (single_turn, multi_turn)
-             "benchmark.stages.score_cache",  # the score cache's file format (editing and suites read it)
-             "benchmark.models.common",  # the model cache folder and device names, no model
-             # definitions that query sets share with the suites: EditVal's rules, pinned prompt files
-             "benchmark.metrics.editval.rules", "benchmark.metrics.rise.protocol",
-             "benchmark.metrics.pinned_prompts")),
+    ("commands", ("benchmark/commands",)),
+    ("plan", ("benchmark/plan",)),
+    ("stages and result tables", ("benchmark/stages", "benchmark/tables")),
+    ("suites and editors", ("benchmark/metrics", "benchmark/editing", "editors")),
+    ("models", ("benchmark/models",)),
+    ("I/O", ("benchmark/io", "benchmark/querysets")),
 )
+FACE = "benchmark"  # the package's face: its version string, in the lowest layer
+
+
+def layer_of(module):
+    """(index, name) of `module`'s layer (0 = commands), from the folder it lives in; None for a module in no layer's
+    folder (a new top-level module of benchmark/, or a new folder: give it a layer here and in the doc)."""
+    if module == FACE:
+        return len(LAYERS) - 1, LAYERS[-1][0]
+    parts = module.split(".")
+    folder = "/".join(parts[:1] if parts[0] == "editors" else parts[:2])
+    for index, (name, folders) in enumerate(LAYERS):
+        if folder in folders:
+            return index, name
+    return None
+
+
 # Only these read the configuration object with omegaconf / Hydra: the entry points, and the module that composes
 # the config and builds the plan from it.
-CONFIG_READERS = ("benchmark.config",)
+CONFIG_READERS = ("benchmark.plan.config",)
 # Hydra used below the entry points, with why it stays (none now: edit keys hash definitions by content, so nothing
 # is kept in place for their sake any more)
 HYDRA_BELOW: dict[str, str] = {}
 CONFIG_LIBRARIES = ("omegaconf", "hydra", "hydra_plugins")
-
-
-def layer_of(module):
-    """(index, name) of `module`'s layer (0 = entry points), or None when no prefix names it."""
-    best = None
-    for index, (name, prefixes) in enumerate(LAYERS):
-        for prefix in prefixes:
-            if (module == prefix or module.startswith(prefix + ".")) and (best is None or len(prefix) > best[2]):
-                best = (index, name, len(prefix))
-    return None if best is None else best[:2]
 
 
 def upward_imports(graph):
@@ -209,7 +199,25 @@ def config_imports(root=ROOT):
 
 def test_every_module_has_a_layer():
     missing = sorted(m for m in import_graph() if layer_of(m) is None)
-    assert not missing, f"modules in no layer: {missing}; add each to LAYERS here and to docs/architecture.md"
+    assert not missing, (f"modules in no layer's folder: {missing}; put each in the folder of its layer "
+                         "(docs/architecture.md, \"Where a new module goes\"), or give a new folder a layer in LAYERS here "
+                         "and in the doc")
+
+
+def test_a_misplaced_module_has_no_layer_and_every_folder_is_a_layer(tmp_path):
+    for package in PACKAGES:
+        (tmp_path / package).mkdir()
+        (tmp_path / package / "__init__.py").write_text("")
+    (tmp_path / PACKAGE / "helpers.py").write_text("")  # a new module dropped at the top of benchmark/
+    (tmp_path / PACKAGE / "io").mkdir()
+    (tmp_path / PACKAGE / "io" / "__init__.py").write_text("")
+    (tmp_path / PACKAGE / "io" / "helpers.py").write_text("")
+    graph = import_graph(tmp_path)
+    assert layer_of("benchmark.helpers") is None and layer_of("benchmark.io.helpers")[1] == "I/O"
+    assert sorted(m for m in graph if layer_of(m) is None) == ["benchmark.helpers"]
+    folders = {"/".join(p.relative_to(ROOT).parts) for p in (ROOT / PACKAGE).iterdir()
+               if p.is_dir() and (p / "__init__.py").is_file()}
+    assert folders == {f for _, fs in LAYERS for f in fs if f.startswith(PACKAGE + "/")}
 
 
 def test_no_module_imports_a_layer_above_its_own():
@@ -224,7 +232,7 @@ def test_only_the_entry_points_and_the_config_module_import_omegaconf_or_hydra()
            if layer_of(m)[0] != 0 and m not in CONFIG_READERS
            and not (m in HYDRA_BELOW and all(lib.split(".")[0] == "hydra" for lib in libs))}
     assert not bad, (f"omegaconf / Hydra imported below the entry points: {bad}. Read the value into the run plan "
-                     "(benchmark.config.read_plan, benchmark.plan.RunPlan) and pass it down")
+                     "(benchmark.plan.config.read_plan, benchmark.plan.run_plan.RunPlan) and pass it down")
     assert set(HYDRA_BELOW) <= set(found), "a HYDRA_BELOW entry no longer imports Hydra: remove it"
 
 
@@ -245,21 +253,21 @@ def test_no_config_object_parameter_below_the_entry_points():
 
 
 @pytest.mark.parametrize("importer, imported, upward", [
-    ("benchmark/stages/x.py", "from benchmark.run import main", True),        # a stage reaching up to an entry point
+    ("benchmark/stages/x.py", "from benchmark.commands.run import main", True),        # a stage reaching up to an entry point
     ("benchmark/querysets/x.py", "from benchmark.models import y", True),    # I/O reaching up to models
-    ("benchmark/run.py", "from benchmark.stages import x", False),           # down: fine
+    ("benchmark/commands/run.py", "from benchmark.stages import x", False),           # down: fine
     ("benchmark/stages/x.py", "from benchmark.stages import y", False),      # its own layer: fine
 ])
 def test_the_layer_check_sees_an_upward_import(tmp_path, importer, imported, upward):
     for package in PACKAGES:
         (tmp_path / package).mkdir()
         (tmp_path / package / "__init__.py").write_text("")
-    for sub in ("stages", "querysets", "models"):
+    for sub in ("commands", "stages", "querysets", "models"):
         (tmp_path / PACKAGE / sub).mkdir()
         (tmp_path / PACKAGE / sub / "__init__.py").write_text("")
         (tmp_path / PACKAGE / sub / "y.py").write_text("")
         (tmp_path / PACKAGE / sub / "x.py").write_text("")
-    (tmp_path / PACKAGE / "run.py").write_text("")
+    (tmp_path / PACKAGE / "commands" / "run.py").write_text("")
     (tmp_path / importer).write_text(f"def f():\n    {imported}\n")
     assert bool(upward_imports(import_graph(tmp_path))) is upward
 
@@ -268,6 +276,9 @@ def test_the_config_import_check_sees_omegaconf_below_the_entry_points(tmp_path)
     for package in PACKAGES:
         (tmp_path / package).mkdir()
         (tmp_path / package / "__init__.py").write_text("")
-    (tmp_path / PACKAGE / "budget.py").write_text("def f():\n    from omegaconf import OmegaConf\n")
-    (tmp_path / PACKAGE / "run.py").write_text("import hydra\n")
-    assert config_imports(tmp_path) == {"benchmark.budget": ["omegaconf"], "benchmark.run": ["hydra"]}
+    for sub in ("commands", "plan"):
+        (tmp_path / PACKAGE / sub).mkdir()
+        (tmp_path / PACKAGE / sub / "__init__.py").write_text("")
+    (tmp_path / PACKAGE / "plan" / "budget.py").write_text("def f():\n    from omegaconf import OmegaConf\n")
+    (tmp_path / PACKAGE / "commands" / "run.py").write_text("import hydra\n")
+    assert config_imports(tmp_path) == {"benchmark.plan.budget": ["omegaconf"], "benchmark.commands.run": ["hydra"]}

@@ -926,7 +926,7 @@ def genai_row(**over: Any) -> dict[str, Any]:
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_judge_set_readers_hold_against_hostile_sets(tmp_path, seed):
-    from benchmark.metaeval import judges as J
+    from benchmark.commands.metaeval import judges as J
 
     rng = random.Random(f"judges-{seed}")
     cases: list[tuple[str, str, Callable[[Path], Any], str]] = [
@@ -1005,7 +1005,7 @@ class _CountingSuite:
 
 
 def test_an_unreadable_edit_image_is_a_failure_row_not_a_traceback(tmp_path):
-    from benchmark.metaeval import judges as J
+    from benchmark.commands.metaeval import judges as J
 
     folder = tiger_folder(tmp_path, [tiger_item("A>B>C", 3), tiger_item("B>A", 2)])
     (folder / "images" / "1.png").write_bytes(b"")
@@ -1025,7 +1025,7 @@ def test_an_unreadable_edit_image_is_a_failure_row_not_a_traceback(tmp_path):
 
 
 def test_an_empty_judge_set_exits_nonzero_with_one_line(tmp_path, capsys):
-    from benchmark.cli import main
+    from benchmark.commands.cli import main
 
     code = main(["metaeval", "judges", "--judges", "gedit", "--sets", f"genai={_empty_genai(tmp_path)}",
                  "profile=tiny", f"paths.results={tmp_path / 'results'}"])

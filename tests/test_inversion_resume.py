@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from benchmark.editing.inversion_store import InversionStore, inversion_key
-from benchmark.locking import Claims
+from benchmark.io.locking import Claims
 
 pytestmark = pytest.mark.usefixtures("single_thread_torch")
 
@@ -192,7 +192,7 @@ def test_the_key_says_inversions_are_made_one_source_at_a_time():
     """Stored inversions of an editmeter that inverted sources in batches must not be read as this one's: the key
     has a part for the batching, so the same parts give another key than the old scheme's."""
     from benchmark.editing import inversion_store
-    from benchmark.hashing import stable_hash
+    from benchmark.io.hashing import stable_hash
 
     old = stable_hash({"format": inversion_store.FORMAT, "kind": "k", "a": 1}, length=40)
     assert inversion_key("k", a=1) != old
@@ -267,7 +267,7 @@ def test_a_failure_summary_groups_one_cause_whatever_its_temporary_names_and_add
 
     from conftest import ROOT
 
-    from benchmark.console import reason_group
+    from benchmark.io.console import reason_group
     from benchmark.querysets.io import load_queryset
     from benchmark.stages.edit import EDITS_LOG, _failures
 

@@ -46,9 +46,9 @@ def test_ledits_draws_its_inversion_per_source_from_the_run_seed(demo_qs):
     import numpy as np
     from hydra.utils import instantiate
 
-    from benchmark.editor import query_seed
-    from benchmark.imageio import load_rgb
-    from benchmark.run import compose
+    from benchmark.commands.run import compose
+    from benchmark.editing.editor import query_seed
+    from benchmark.io.imageio import load_rgb
 
     cfg, _ = compose(["editor=ledits", "queryset=demo", "profile=tiny"])
     ed = instantiate(cfg.editor)

@@ -163,9 +163,9 @@ def test_a_sweep_of_editing_settings_inverts_nothing_again(tmp_path):
 KEY_SCRIPT = """
 import sys
 from hydra.utils import instantiate
-from benchmark.config import compose
+from benchmark.plan.config import compose
 from benchmark.editing.base import Item
-from benchmark.imageio import load_rgb
+from benchmark.io.imageio import load_rgb
 from benchmark.querysets.io import load_queryset
 qs = load_queryset(sys.argv[1])
 q = qs.queries[0]
@@ -212,7 +212,7 @@ def test_kill9_while_inverting_loses_nothing_and_trusts_nothing_half_written(tmp
     from conftest import ROOT, child_pythonpath
 
     def cmd(results):
-        return [sys.executable, "-m", "benchmark.run", "editor=p2p", "queryset=demo_mini", "limit=3", "profile=tiny",
+        return [sys.executable, "-m", "benchmark.commands.run", "editor=p2p", "queryset=demo_mini", "limit=3", "profile=tiny",
                 "stages=[edit]", "batch_size=1", f"paths.results={results}", "progress=false"]
 
     env = dict(os.environ, PYTHONPATH=child_pythonpath(ROOT), HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")

@@ -13,7 +13,6 @@ import pytest
 import torch
 from PIL import Image
 
-from benchmark.config import read_plan
 from benchmark.metrics.judge import prompts as judge_prompts
 from benchmark.metrics.judge.suite import N_SCORES, JudgeSuite, _Loaded, to_judge_input
 from benchmark.models.vlm import (
@@ -27,6 +26,7 @@ from benchmark.models.vlm import (
     judge_size,
     load_score_reader,
 )
+from benchmark.plan.config import read_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "datasets" / "demo"
@@ -176,8 +176,8 @@ def _signature(*overrides: str) -> str:
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
-    from benchmark.config import metric_signature
-    from benchmark.run import compose
+    from benchmark.commands.run import compose
+    from benchmark.plan.config import metric_signature
 
     cfg, _ = compose(["metrics=judge", "profile=tiny", *overrides])
     suite = instantiate(cfg.metrics.judge)
@@ -233,8 +233,8 @@ def test_tiny_differs_from_the_real_config_only_in_sizes():
 
 
 def test_weights_lists_the_pinned_judge_checkpoint():
-    from benchmark.run import compose
-    from benchmark.weights import resolve
+    from benchmark.commands.run import compose
+    from benchmark.plan.weights import resolve
 
     for extra, (mid, rev) in (([], (VLM_ID, PINNED_REVISIONS[VLM_ID])),
                               (["metrics.judge.vlm.model_id=Qwen/Qwen2.5-VL-3B-Instruct",
@@ -249,7 +249,7 @@ def test_weights_lists_the_pinned_judge_checkpoint():
 def test_editmeter_run_scores_every_query_and_reruns_identically(tmp_path, restore_logging):
     import pandas as pd
 
-    from benchmark.run import compose, run_pipeline
+    from benchmark.commands.run import compose, run_pipeline
     from benchmark.stages.score import read_scores
 
     scores = []
@@ -269,7 +269,7 @@ def test_editmeter_run_scores_every_query_and_reruns_identically(tmp_path, resto
 
 
 def test_metaeval_sees_the_judge_columns(tmp_path, restore_logging):
-    from benchmark.cli import main
+    from benchmark.commands.cli import main
 
     modified = tmp_path / "modified"
     modified.mkdir()
@@ -296,7 +296,7 @@ def test_metaeval_2afc_and_winrate_report_the_judges_agreement_with_people(tmp_p
 
     import pandas as pd
 
-    from benchmark.cli import main
+    from benchmark.commands.cli import main
 
     rng = np.random.default_rng(0)
     rows = []

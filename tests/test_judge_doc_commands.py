@@ -1,6 +1,6 @@
 """Every command of docs/judge.md, as a user runs it (issue 43 §8; as tests/test_readme_commands.py does for the
 README): each `editmeter run` / `editmeter score` line of its ```sh blocks composes through the real CLI path
-(`benchmark.cli.main`, which the `editmeter` script calls: the option and key checks, then Hydra's composition, with
+(`benchmark.commands.cli.main`, which the `editmeter` script calls: the option and key checks, then Hydra's composition, with
 `--cfg job`, which prints the composed config and runs nothing), and every key it sets has that value in the
 composed config. A `--multirun` line is composed once per swept value (Hydra takes `--cfg` or `--multirun`, not
 both). Every other command (downloads, servers, GPU work, placeholders) is listed in NOT_RUN with its reason, and a
@@ -92,7 +92,7 @@ def _value(composed: dict, key: str):
 
 
 def _compose_run(args: list[str], capsys) -> dict:
-    from benchmark.cli import main
+    from benchmark.commands.cli import main
 
     capsys.readouterr()
     try:
@@ -133,9 +133,9 @@ def test_each_run_and_score_command_composes_through_the_cli(line, capsys, tmp_p
         line = line.replace(placeholder, value)
     words = shlex.split(line)
     if words[1] == "score":  # compose what `editmeter score` composes, after its own option checks
-        from benchmark.config import check_keys, check_overrides
-        from benchmark.run import compose
-        from benchmark.score_edits import parse_args
+        from benchmark.commands.run import compose
+        from benchmark.commands.score_edits import parse_args
+        from benchmark.plan.config import check_keys, check_overrides
 
         opts, rest = parse_args(words[2:])
         check_overrides(rest)

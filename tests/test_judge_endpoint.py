@@ -149,8 +149,8 @@ def test_the_config_chooses_the_endpoint_and_only_what_shapes_a_reply_enters_the
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
-    from benchmark.config import metric_signature
-    from benchmark.run import compose
+    from benchmark.commands.run import compose
+    from benchmark.plan.config import metric_signature
 
     def sig(srv, *extra):
         cfg, _ = compose(["metrics=gedit", "profile=tiny", "metrics/gedit_judge@metrics.gedit.backbone=endpoint",
@@ -177,7 +177,7 @@ def test_the_official_api_judges_send_no_system_turn_the_text_first_and_leave_de
     from hydra.utils import instantiate
     from PIL import Image
 
-    from benchmark.run import compose
+    from benchmark.commands.run import compose
 
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     with serving(OpenAIServer(_echo, served=model, version=None)) as srv:
@@ -209,7 +209,7 @@ def test_gedit_through_the_endpoint_equals_the_in_process_judge_and_the_key_is_w
         built, tmp_path, monkeypatch, caplog, restore_logging):  # noqa: F811
     import logging
 
-    from benchmark.errors import TooManyFailures
+    from benchmark.io.errors import TooManyFailures
     from benchmark.stages.score import read_scores
 
     def rows(results):
@@ -255,7 +255,7 @@ def test_the_documented_endpoint_command_composes_to_the_endpoint_backbone():
     import re
     import shlex
 
-    from benchmark.run import compose
+    from benchmark.commands.run import compose
 
     doc = (Path(__file__).resolve().parents[1] / "docs" / "judge.md").read_text(encoding="utf-8")
     cmd = re.search(r"^editmeter run [^\n]*gedit_judge@[^\n]*\\\n[^\n]*$", doc, re.M).group(0)

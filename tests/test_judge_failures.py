@@ -123,11 +123,11 @@ def test_failed_refused_and_unparseable_calls_are_failure_rows_counted_in_show_a
         board = pd.read_csv(tmp_path / "results" / "leaderboard.csv").iloc[0]
         assert (board["n_ok"], board["n_failed"]) == (1, 4)
         assert "JUDGE FAILED 4/5 (1 call failed, 2 refused, 1 unparseable)" in board["mark"]
-        shown = subprocess.run([sys.executable, "-m", "benchmark.cli", "show", "--results",
+        shown = subprocess.run([sys.executable, "-m", "benchmark.commands.cli", "show", "--results",
                                 str(tmp_path / "results")], capture_output=True, text=True, cwd=ROOT, timeout=120)
         assert shown.returncode == 0, shown.stderr
         assert "JUDGE FAILED 4/5 (1 call failed, 2 refused, 1 unparseable)" in shown.stdout
-        from benchmark.report import build_report
+        from benchmark.commands.report import build_report
 
         build_report(tmp_path / "results", tmp_path / "report", compare=False)
         html = (tmp_path / "report" / "index.html").read_text(encoding="utf-8")

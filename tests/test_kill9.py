@@ -1,4 +1,4 @@
-"""SIGKILL a real `python -m benchmark.run` at random points of the edit and the score stage, rerun it, and
+"""SIGKILL a real `python -m benchmark.commands.run` at random points of the edit and the score stage, rerun it, and
 compare the final leaderboards and edits with an uninterrupted run (issue 11)."""
 
 import os
@@ -36,7 +36,7 @@ def _cmd(results: Path, qs_root: Path) -> tuple[list[str], dict[str, str]]:
     # a slowed identity editor and a slowed metric (batches of 2) so kills land inside the edit and the score stage;
     # the killed runs write score parts of PART_ROWS rows (the in-process clean run one part: the split must not
     # matter); basic metrics, small bootstrap
-    cmd = [sys.executable, "-m", "benchmark.run", "editor=identity", "queryset=demo", f"queryset.root={qs_root}",
+    cmd = [sys.executable, "-m", "benchmark.commands.run", "editor=identity", "queryset=demo", f"queryset.root={qs_root}",
            "profile=tiny", "metrics=basic", f"paths.results={results}", "progress=false", "batch_size=2",
            "aggregate.bootstrap_resamples=200", "editor._target_=slow_editor.SlowIdentity", "+editor.delay_s=0.15",
            "+metrics.slow_l1._target_=slow_metric.SlowL1", f"+metrics.slow_l1.delay_s={SCORE_DELAY_S}"]
@@ -108,7 +108,7 @@ def finish(results: Path, qs_root: Path) -> None:
 @pytest.fixture(scope="module")
 def clean(tmp_path_factory, mini_set):
     """The uninterrupted run (in-process: same config, same code, no interpreter start-up to pay)."""
-    from benchmark.run import compose, run_pipeline
+    from benchmark.commands.run import compose, run_pipeline
 
     out = tmp_path_factory.mktemp("clean")
     cmd, _ = _cmd(out, mini_set)

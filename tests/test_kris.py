@@ -202,8 +202,8 @@ def test_prompt_file_is_read_without_running_it_and_refused_when_it_is_not_the_p
 
 
 def test_the_manifest_fetches_the_file_the_config_pins():
-    from benchmark.download import load_manifest
-    from benchmark.run import compose
+    from benchmark.commands.run import compose
+    from benchmark.io.download import load_manifest
 
     cfg = compose(["metrics=kris"])[0].metrics.kris
     files = {f.name: f for f in load_manifest("kris").files}
@@ -374,7 +374,7 @@ REPLIES = {  # "<request>:<instruction>" or "VQ:<colour>" -> the reply; the scor
 def _run(root: Path, tmp_path: Path, *extra: str, backbone: dict | None = None):
     from omegaconf import open_dict
 
-    from benchmark.run import compose, run_pipeline
+    from benchmark.commands.run import compose, run_pipeline
 
     prompts, sha = write_prompts(tmp_path)
     cfg, choices = compose(["editor=identity", "queryset=kris", f"queryset.root={root}", "metrics=kris",
@@ -457,7 +457,7 @@ def _openai_payloads_and_cli(built, tmp_path, monkeypatch, command: list[str]):
     from openai_server import OpenAIServer
     from scripted_judge import marked_reply
 
-    from benchmark import cli
+    from benchmark.commands import cli
 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     prompts, sha = write_prompts(tmp_path)
@@ -513,8 +513,8 @@ def test_editmeter_score_of_an_edits_folder_gives_the_same_figures(built, tmp_pa
 
 
 def test_kris_is_refused_up_front_on_a_set_without_kris_tasks(tmp_path):
-    from benchmark.errors import PreflightError
-    from benchmark.run import compose, run_pipeline
+    from benchmark.commands.run import compose, run_pipeline
+    from benchmark.io.errors import PreflightError
 
     prompts, sha = write_prompts(tmp_path)
     cfg, choices = compose(["editor=identity", "queryset=demo_mini", "metrics=kris", "profile=tiny",
@@ -526,7 +526,7 @@ def test_kris_is_refused_up_front_on_a_set_without_kris_tasks(tmp_path):
 
 def test_the_shipped_config_without_a_checksum_is_refused_through_the_cli_before_any_edit(built, tmp_path, capsys,
                                                                                           restore_logging):
-    from benchmark import cli
+    from benchmark.commands import cli
 
     try:
         rc = cli.main(["run", "editor=identity", "queryset=kris", f"queryset.root={built[0]}", "metrics=kris",
@@ -540,7 +540,7 @@ def test_the_shipped_config_without_a_checksum_is_refused_through_the_cli_before
 
 
 def test_the_tiny_local_judge_runs_and_every_row_keeps_its_three_replies(built, tmp_path, restore_logging):
-    from benchmark.errors import TooManyFailures
+    from benchmark.io.errors import TooManyFailures
     from benchmark.stages.score import read_scores
 
     try:  # random weights write bytes: a row is a failure, or scored where a stray digit 1-5 reads as a score
@@ -622,9 +622,9 @@ def test_one_pin_command_then_kris_scores_on_the_tiny_profile_without_any_prompt
     and a run that names no prompts_* key scores with the pinned file: the hand-worked figures."""
     from omegaconf import open_dict
 
-    from benchmark import cli
-    from benchmark.download import load_manifest
-    from benchmark.run import compose, run_pipeline
+    from benchmark.commands import cli
+    from benchmark.commands.run import compose, run_pipeline
+    from benchmark.io.download import load_manifest
 
     pins = tmp_path / "home" / "pins.json"
     monkeypatch.setenv("EDITMETER_PINS", str(pins))
@@ -666,7 +666,7 @@ def test_one_pin_command_then_kris_scores_on_the_tiny_profile_without_any_prompt
 ])
 def test_a_prompt_file_without_a_needed_template_is_refused_with_the_missing_names(tmp_path, monkeypatch, capsys,
                                                                                    text, named):
-    from benchmark import cli
+    from benchmark.commands import cli
 
     pins = tmp_path / "pins.json"
     monkeypatch.setenv("EDITMETER_PINS", str(pins))

@@ -28,7 +28,7 @@ def test_pyproject_lists_packages_explicitly():
 
 
 def test_import_benchmark_is_light():
-    code = "import sys, benchmark, benchmark.run, benchmark.types; print('torch' in sys.modules)"
+    code = "import sys, benchmark, benchmark.commands.run, benchmark.io.types; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False", "heavy libraries must be imported lazily"
 

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from benchmark.leaderboard import bootstrap_se, format_table, summarize
+from benchmark.tables.leaderboard import bootstrap_se, format_table, summarize
 
 
 def test_bootstrap_se_of_constant_data_is_zero():
@@ -52,7 +52,7 @@ def test_tables_hold_every_metric_set_of_a_run_whatever_the_command_order(tmp_pa
     """A run folder scored with two metric sets appears under both, and the tables do not depend on which came last."""
     import json
 
-    from benchmark.run import compose, run_pipeline
+    from benchmark.commands.run import compose, run_pipeline
 
     def run(results, metrics):
         cfg, _ = compose(["editor=overedit", "queryset=demo_mini", "profile=tiny", f"metrics={metrics}",

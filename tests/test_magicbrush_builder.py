@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from benchmark.imageio import load_mask, load_rgb
+from benchmark.io.imageio import load_mask, load_rgb
 from benchmark.querysets.io import load_queryset
 from benchmark.querysets.magicbrush import MagicBrushFormatError, build, edit_region
 

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from benchmark.metaeval import stats
-from benchmark.metaeval.evaluate import Boot, fit_rows, gt_selection_row, two_afc_row, winrate_row
-from benchmark.metaeval.fit import FitError, grid_search, simplex_grid
-from benchmark.metaeval.human import (
+from benchmark.commands.metaeval import stats
+from benchmark.commands.metaeval.evaluate import Boot, fit_rows, gt_selection_row, two_afc_row, winrate_row
+from benchmark.commands.metaeval.fit import FitError, grid_search, simplex_grid
+from benchmark.commands.metaeval.human import (
     HumanDataError,
     Pair,
     query_id_mapper,
@@ -321,7 +321,7 @@ def test_weight_profile_validation_names_the_file(tmp_path):
 def test_hatie_config_loads_a_profile_and_records_it(tmp_path):
     from hydra.utils import instantiate
 
-    from benchmark.run import compose
+    from benchmark.commands.run import compose
 
     path = _profile(tmp_path / "p.json", {"OF": 0.25, "BF": 0.25, "OC": 0.25, "BC": 0.25}, name="flat")
     cfg, _ = compose(["metrics=hatie", "profile=tiny", f"metrics.hatie.weights={path}"])
@@ -332,7 +332,7 @@ def test_hatie_config_loads_a_profile_and_records_it(tmp_path):
 
 # ----------------------------------------------------------------------------------------------- command line
 def _cli(*args: str) -> int:
-    from benchmark.cli import main
+    from benchmark.commands.cli import main
 
     return main(["metaeval", *args])
 
@@ -433,7 +433,7 @@ def test_cli_bad_inputs_exit_2_with_one_message(tmp_path, capsys):
 
 
 def test_text_only_generator_ignores_the_source(single_thread_torch):
-    from benchmark.metaeval.candidates import TextOnlyGenerator, generation_prompt
+    from benchmark.commands.metaeval.candidates import TextOnlyGenerator, generation_prompt
     from benchmark.querysets.io import load_queryset
 
     q = load_queryset(DEMO).queries[0]
@@ -451,7 +451,7 @@ def test_text_only_generator_ignores_the_source(single_thread_torch):
 def test_weight_profile_end_to_end_changes_only_total_on_the_leaderboard(tmp_path, single_thread_torch):
     import pandas as pd
 
-    from benchmark.run import compose, run_pipeline
+    from benchmark.commands.run import compose, run_pipeline
 
     prof = _profile(tmp_path / "p.json", {"OF": 0.7, "BF": 0.1, "OC": 0.1, "BC": 0.1}, name="of-heavy")
     base = ["editor=overedit", "queryset=demo_mini", "profile=tiny", "metrics=hatie", "progress=false",
@@ -470,7 +470,7 @@ def test_weight_profile_end_to_end_changes_only_total_on_the_leaderboard(tmp_pat
 
 def test_cli_fit_weights_writes_a_loadable_profile(tmp_path, monkeypatch, capsys):
     """The fit and the profile it writes; scoring is replaced by planted criteria (scoring is tested above)."""
-    from benchmark.metaeval import evaluate
+    from benchmark.commands.metaeval import evaluate
     from benchmark.metrics.hatie.weights import load_weight_profile
 
     planted = np.array([0.4, 0.1, 0.2, 0.3])
@@ -546,7 +546,7 @@ def test_cli_skip_missing_that_drops_every_pair_says_so(tmp_path, capsys):
 
 
 def test_a_suite_override_reaches_only_the_sets_that_hold_the_suite(tmp_path):
-    from benchmark.metaeval.scoring import MetaevalError, Session, metric_suite
+    from benchmark.commands.metaeval.scoring import MetaevalError, Session, metric_suite
 
     assert metric_suite("metrics.judge.resolution=224") == "judge" and metric_suite("++metrics.hatie.x=1") == "hatie"
     assert metric_suite("queryset=demo") is None and metric_suite("metrics=basic") is None

@@ -57,7 +57,7 @@ def judge(sc: dict, pq: dict, version: str) -> dict:
 
 def score_all(root: Path, prompts: Path, sha: str, results: Path, backbone: dict, *extra: str,
               editors: tuple[str, ...] = tuple(EDITORS)) -> None:
-    from benchmark.run import compose, run_pipeline
+    from benchmark.commands.run import compose, run_pipeline
 
     for editor in (EDITORS[e] for e in editors):
         cfg, choices = compose([*editor, *extra, "queryset=gedit", f"queryset.root={root}", "queryset.language=en",
@@ -99,7 +99,7 @@ def folders(tmp_path_factory):
 
 
 def drift(capsys, *argv: str) -> tuple[int, str, str]:
-    from benchmark.cli import main
+    from benchmark.commands.cli import main
 
     rc = main(["metaeval", "drift", *argv])
     out = capsys.readouterr()
@@ -129,7 +129,7 @@ def test_two_scripted_judges_give_the_hand_worked_drift_through_the_cli(folders)
     from scipy.stats import spearmanr
 
     env = {**os.environ, "PYTHONPATH": child_pythonpath(ROOT), "HF_HUB_OFFLINE": "1"}
-    done = subprocess.run([sys.executable, "-m", "benchmark.cli", "metaeval", "drift",
+    done = subprocess.run([sys.executable, "-m", "benchmark.commands.cli", "metaeval", "drift",
                            f"paths.results={folders.two}"], capture_output=True, text=True, cwd=ROOT, env=env,
                           timeout=300)
     assert done.returncode == 0, done.stderr
@@ -305,7 +305,7 @@ def test_bad_selections_are_one_error_naming_the_choices(folders, capsys, tmp_pa
 
 
 def test_per_reply_provenance_is_counted_per_value_and_named_not_recorded_when_absent():
-    from benchmark.metaeval.drift import describe_provenance, provenance
+    from benchmark.commands.metaeval.drift import describe_provenance, provenance
 
     rows = pd.DataFrame({"query_id": ["q1", "q2", "q3", "q4"], "status": ["ok", "failed", "ok", "missing"],
                          "judge_model": ["gpt-4.1", "gpt-4.1", "gpt-4.1", None],
@@ -328,7 +328,7 @@ def test_per_reply_provenance_is_counted_per_value_and_named_not_recorded_when_a
 
 
 def _judge(sig: str, scores: pd.DataFrame, first_ns: int = 0, name: str = "j"):
-    from benchmark.metaeval.drift import Judge
+    from benchmark.commands.metaeval.drift import Judge
 
     meta = {"metric_order": ["S"], "metrics": {"S": {"higher_is_better": True}}, "editor": "ed"}
     run = SimpleNamespace(path=Path("/r/ed-1"), meta=meta, scores=scores)
@@ -336,7 +336,7 @@ def _judge(sig: str, scores: pd.DataFrame, first_ns: int = 0, name: str = "j"):
 
 
 def test_only_rows_ok_under_both_judges_are_paired_even_when_a_failure_row_holds_a_number():
-    from benchmark.metaeval.drift import pair_scores
+    from benchmark.commands.metaeval.drift import pair_scores
 
     # q2's failure row holds 0 (a suite that wrote one): it is a failure, never a score
     # q8's edit was replaced between the two scorings: the judges saw other bytes
@@ -355,7 +355,7 @@ def test_only_rows_ok_under_both_judges_are_paired_even_when_a_failure_row_holds
 
 
 def test_by_default_a_is_the_judge_scored_first_whatever_the_signatures_spell():
-    from benchmark.metaeval.drift import DriftError, Group, pick_judges
+    from benchmark.commands.metaeval.drift import DriftError, Group, pick_judges
 
     rows = pd.DataFrame({"query_id": ["q1"], "status": ["ok"], "edit_sha256": ["e1"], "S": [1.0]})
     early, late = _judge("fff", rows, first_ns=10, name="m@1"), _judge("000", rows, first_ns=20, name="m@2")
@@ -376,8 +376,8 @@ def test_any_judged_suite_imgedit_with_two_judges_of_one_name(tmp_path, capsys, 
     their signature prefix."""
     import test_imgedit as ti
 
+    from benchmark.commands.run import compose, run_pipeline
     from benchmark.querysets.imgedit import build
-    from benchmark.run import compose, run_pipeline
 
     edits, images = ti.release(tmp_path)
     build(edits, images, tmp_path / "imgedit")
@@ -411,8 +411,8 @@ def test_kris_drift_pairs_its_knowledge_dimension_only_where_it_is_defined(tmp_p
     """KRIS-Bench's K_KP exists on its knowledge tasks only: elsewhere it is undefined, counted, never paired."""
     import test_kris as tk
 
+    from benchmark.commands.run import compose, run_pipeline
     from benchmark.querysets.kris import build
-    from benchmark.run import compose, run_pipeline
 
     build(tk.release(tmp_path), tmp_path / "kris")
     prompts, sha = tk.write_prompts(tmp_path)
@@ -448,7 +448,7 @@ def test_float_noise_is_a_tie_in_the_ranks_kendalls_tau_and_the_order_table():
     A` in the order table; the same as for exactly equal figures."""
     import numpy as np
 
-    from benchmark.metaeval.drift_stats import order_table
+    from benchmark.commands.metaeval.drift_stats import order_table
 
     runs = ["e1", "e2", "e3", "e4", "e5"]
     b = np.array([2.0, 1.0, 3.0, 5.0, 4.0])

@@ -17,7 +17,7 @@ from PIL import Image
 from scripted_judge import ScriptedJudge
 from test_gedit_protocol import FAKE_COMMIT, write_prompts
 
-from benchmark.metaeval import judges as J
+from benchmark.commands.metaeval import judges as J
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "datasets" / "demo"
@@ -207,7 +207,7 @@ def test_importers_name_the_bad_file_and_row(tmp_path):
 
 # ---------------------------------------------------------------------------------------------------- end to end
 def _cli(*args: str) -> int:
-    from benchmark.cli import main
+    from benchmark.commands.cli import main
 
     return main(["metaeval", "judges", *args])
 
@@ -299,7 +299,7 @@ def test_cli_judges_bad_set_spec_and_unknown_judge_exit_2(tmp_path, capsys):
 
 
 def test_editscores_set_compares_the_judges_column_of_the_chosen_dimension_and_refuses_a_missing_one():
-    from benchmark.metaeval.scoring import MetaevalError
+    from benchmark.commands.metaeval.scoring import MetaevalError
 
     es, tiger = J.HumanSet("editscore", [], []), J.HumanSet("tiger", [], [])
     learned = J.Judge("learned", None, "O", "sig", {"overall": "O", "prompt_following": "PF", "consistency": "C"})
@@ -351,8 +351,8 @@ def test_cli_judges_keeps_each_edits_row_so_a_rerun_judges_nothing_again_and_a_t
     pd.testing.assert_series_equal(second.value, first.value)
     assert _cli(*args, "--no-cache") == 0 and sum(backbones[2].calls) == 14
     # another judge signature (here the suite's next version) never reads those rows
+    from benchmark.io.types import MetricInfo
     from benchmark.metrics.gedit.suite import GEditSuite
-    from benchmark.types import MetricInfo
 
     monkeypatch.setattr(GEditSuite, "info", MetricInfo("gedit", "9.9", True, description="next"))
     assert _cli(*args) == 0 and sum(backbones[3].calls) == 14
@@ -373,7 +373,7 @@ def test_cli_judges_rejudges_a_cache_line_whose_scores_were_edited_and_clears_a_
     ok = [r for r in recs if r["status"] == "ok"]
     ok[0]["scores"]["G_O"], ok[1]["scores"]["G_SC"] = 9.99, None
     cache.write_text("".join(json.dumps(r) + "\n" for r in recs))
-    from benchmark.fileio import _host
+    from benchmark.io.fileio import _host
 
     stray = tmp_path / "results" / "metaeval" / f".judges-genai-0123456789ab.csv.{_host()}-999999999.abcd1234.tmp"
     stray.write_text("half a table")
@@ -504,7 +504,7 @@ def test_redirected_output_of_judges_gets_no_third_party_loading_bar(tmp_path):
     root = Path(__file__).resolve().parents[1]
     env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", PYTHONPATH=str(root))
     env.pop("TQDM_DISABLE", None)
-    proc = subprocess.run([sys.executable, "-m", "benchmark.cli", "metaeval", "judges", *args], cwd=root, env=env,
+    proc = subprocess.run([sys.executable, "-m", "benchmark.commands.cli", "metaeval", "judges", *args], cwd=root, env=env,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "Loading weights" not in proc.stderr + proc.stdout and "\r" not in proc.stderr

@@ -101,8 +101,8 @@ def meta(build):
 def test_clip_pair_and_quick_gelu_for_the_openai_weights():
     import open_clip
 
-    from benchmark.config import CONFIG_DIR
     from benchmark.models.clip import CLIP_MEAN, CLIP_STD, TINY_CLIP_SIZES, load_clip, tiny_clip_config
+    from benchmark.plan.config import CONFIG_DIR
 
     cfg = __import__("yaml").safe_load((CONFIG_DIR / "metrics" / "hatie.yaml").read_text())["hatie"]["clip"]
     arch, tag = cfg["arch"], cfg["tag"]
@@ -471,8 +471,8 @@ def test_augclip_clip_pair():
     """AugCLIP's CLIP (the paper's ViT-B/16, OpenAI weights): the tiny model keeps patch size 16 and QuickGELU."""
     import open_clip
 
-    from benchmark.config import CONFIG_DIR
     from benchmark.models.clip import TINY_CLIP_SIZES, load_clip, tiny_clip_config
+    from benchmark.plan.config import CONFIG_DIR
 
     cfg = __import__("yaml").safe_load((CONFIG_DIR / "metrics" / "augclip.yaml").read_text())["augclip"]["clip"]
     arch, tag = cfg["arch"], cfg["tag"]

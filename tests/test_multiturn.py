@@ -13,8 +13,8 @@ import pytest
 from conftest import ROOT
 from PIL import Image
 
-from benchmark.editor import query_seed
-from benchmark.imageio import load_rgb
+from benchmark.editing.editor import query_seed
+from benchmark.io.imageio import load_rgb
 from benchmark.querysets.io import load_queryset
 from benchmark.stages.turn_keys import pixel_sha256, png_input_sha256
 
@@ -23,7 +23,7 @@ SESSIONS_ROOT = ROOT / "datasets" / "demo_sessions"
 
 def run(results: Path, *extra: str, editor: str = "overedit"):
     """The pipeline in-process on demo_sessions (edit stage only unless `extra` says otherwise)."""
-    from benchmark.run import compose, run_pipeline
+    from benchmark.commands.run import compose, run_pipeline
 
     cfg, choices = compose([f"editor={editor}", "queryset=demo_sessions", "profile=tiny", f"paths.results={results}",
                             "progress=false", "aggregate.bootstrap_resamples=50", *extra])
@@ -166,7 +166,7 @@ def test_protocol_is_in_the_signature_run_json_and_every_row(both):
 def test_single_turn_keeps_the_signature_it_had_before_protocols():
     """single_turn adds nothing to the signed setting, so runs made before the setting keep their folders; multi_turn
     enters the setting and the code that chains the turns."""
-    from benchmark.config import editor_key, editor_signature
+    from benchmark.plan.config import editor_key, editor_signature
 
     cfg = {"_target_": "editors.overedit.OverEditEditor", "mirror": True}
     before = editor_signature(cfg, {"a": 1}, 0, "tiny")
@@ -177,7 +177,7 @@ def test_single_turn_keeps_the_signature_it_had_before_protocols():
 
 
 def test_compare_refuses_runs_of_two_protocols(both):
-    from benchmark.compare import CompareError, compare_runs
+    from benchmark.commands.compare import CompareError, compare_runs
 
     results, single, multi = both
     names = [Path(single["run_dir"]).name, Path(multi["run_dir"]).name]
@@ -188,11 +188,11 @@ def test_compare_refuses_runs_of_two_protocols(both):
 
 
 def test_unknown_protocol_and_a_set_without_sessions_are_refused(tmp_path):
-    from benchmark.protocols import ProtocolSettingError
+    from benchmark.io.protocols import ProtocolSettingError
 
     with pytest.raises(ProtocolSettingError, match="protocol='multi'"):
         run(tmp_path, "protocol=multi")
-    from benchmark.run import compose, run_pipeline
+    from benchmark.commands.run import compose, run_pipeline
 
     cfg, choices = compose(["editor=identity", "queryset=demo_mini", "profile=tiny", f"paths.results={tmp_path}",
                             "progress=false", "protocol=multi_turn"])
@@ -204,7 +204,7 @@ def test_unknown_protocol_and_a_set_without_sessions_are_refused(tmp_path):
 def test_edits_made_elsewhere_are_read_as_they_are_never_chained():
     """`editmeter score --protocol multi_turn` runs the external editor under protocol=multi_turn: its files were
     made from their inputs elsewhere, so the ordinary edit stage reads them; only an editor that edits here chains."""
-    from benchmark.protocols import ProtocolSettingError
+    from benchmark.io.protocols import ProtocolSettingError
     from benchmark.stages.edit import run_edit_stage
     from benchmark.stages.turns import edit_stage, run_turns_stage
     from editors.external import ExternalEdits
@@ -220,7 +220,7 @@ def test_edits_made_elsewhere_are_read_as_they_are_never_chained():
 
 
 def test_a_run_whose_external_editor_read_another_protocols_files_is_refused(tmp_path):
-    from benchmark.protocols import ProtocolSettingError
+    from benchmark.io.protocols import ProtocolSettingError
 
     folder = tmp_path / "made-elsewhere"
     folder.mkdir()
@@ -263,7 +263,7 @@ def test_a_changed_turn_re_edits_the_later_turns_of_its_session_only(tmp_path, s
 
 
 def test_a_failed_turn_fails_the_rest_of_its_session_naming_it(tmp_path, monkeypatch):
-    from benchmark.errors import TooManyFailures
+    from benchmark.io.errors import TooManyFailures
 
     bad = ["editor=identity", "editor._target_=failing_editor.FailsOnInstruction", "protocol=multi_turn",
            "stages=[edit]"]
@@ -307,7 +307,7 @@ def test_a_selection_that_cuts_a_session_is_refused(sessions_qs):
 
 
 def test_shards_keep_sessions_whole_and_other_sets_shard_as_before(sessions_qs, demo_qs):
-    from benchmark.plan import RunPlan
+    from benchmark.plan.run_plan import RunPlan
     from benchmark.querysets.sessions import shard_whole_sessions
 
     shards = [shard_whole_sessions(sessions_qs, i, 3) for i in range(3)]
@@ -369,7 +369,7 @@ def test_ip2p_tiny_runs_the_sessions_in_both_protocols_through_editmeter_run(tmp
 
     env = dict(os.environ, PYTHONPATH=child_pythonpath(HELPERS, ROOT), HF_HUB_OFFLINE="1")
     for protocol in ("single_turn", "multi_turn"):
-        out = subprocess.run([sys.executable, "-m", "benchmark.cli", "run", "editor=ip2p", "queryset=demo_sessions",
+        out = subprocess.run([sys.executable, "-m", "benchmark.commands.cli", "run", "editor=ip2p", "queryset=demo_sessions",
                               "profile=tiny", f"protocol={protocol}", f"paths.results={tmp_path}", "progress=false",
                               "aggregate.bootstrap_resamples=50", "batch_size=4"],
                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
@@ -393,7 +393,7 @@ def test_kill9_in_the_middle_of_a_session_resumes_at_that_turn(tmp_path, both):
 
     env = dict(os.environ, PYTHONPATH=child_pythonpath(HELPERS, ROOT), HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
     # overedit's settings (configs/editor/overedit.yaml) under a slowed class: batches of 2, so wave 2 has two
-    cmd = [sys.executable, "-m", "benchmark.run", "editor=overedit", "queryset=demo_sessions", "profile=tiny",
+    cmd = [sys.executable, "-m", "benchmark.commands.run", "editor=overedit", "queryset=demo_sessions", "profile=tiny",
            "protocol=multi_turn", f"paths.results={tmp_path}", "progress=false", "stages=[edit]", "batch_size=2",
            "editor._target_=slow_editor.SlowOverEdit", "+editor.delay_s=0.4"]
     pngs = lambda: list(tmp_path.glob("runs/*/*/edits/*.png"))  # noqa: E731
@@ -426,9 +426,9 @@ def test_kill9_in_the_middle_of_a_session_resumes_at_that_turn(tmp_path, both):
 
 def test_report_grid_shows_a_sessions_turns_one_after_another(tmp_path):
     """Turns follow one another by turn, whatever their ids, each row labelled with its session and turn."""
+    from benchmark.commands.report.grid import build_grid
+    from benchmark.io.types import Query
     from benchmark.querysets.io import write_queries
-    from benchmark.report.grid import build_grid
-    from benchmark.types import Query
 
     root = tmp_path / "qs"
     (root / "images").mkdir(parents=True)
@@ -444,7 +444,7 @@ def test_report_grid_shows_a_sessions_turns_one_after_another(tmp_path):
 
 
 def test_report_marks_each_runs_protocol(both, tmp_path):
-    from benchmark.report import build_report
+    from benchmark.commands.report import build_report
 
     results, single, multi = both
     out = tmp_path / "report"
@@ -475,7 +475,7 @@ def test_report_page_shows_each_sessions_turns_in_order_with_the_protocol(both, 
     from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.support.ui import WebDriverWait
 
-    from benchmark.report import build_report
+    from benchmark.commands.report import build_report
 
     results, *_ = both
     out = tmp_path / "report"
@@ -501,7 +501,7 @@ def test_report_page_shows_each_sessions_turns_in_order_with_the_protocol(both, 
 def test_the_budget_counts_a_protocols_own_edits_as_done(both):
     """A finished single-turn run of the same editor is not the multi-turn run's work: its estimate still counts
     every turn to do (and the other way round)."""
-    from benchmark.budget import done_ids
+    from benchmark.plan.budget import done_ids
 
     results, single, multi = both
     meta = json.loads((Path(single["run_dir"]) / "run.json").read_text())

@@ -17,7 +17,7 @@ DEMO = ROOT / "datasets" / "demo"
 @pytest.fixture(scope="module")
 def demo_hatie(tmp_path_factory, single_thread_torch) -> pd.DataFrame:
     """`make demo`'s HATIE step for the weight-free editors: demo_mini, tiny backbones, metrics=hatie_oracle."""
-    from benchmark.run import compose, run_pipeline
+    from benchmark.commands.run import compose, run_pipeline
 
     results = tmp_path_factory.mktemp("results")
     for editor in ("identity", "oracle", "overedit"):
@@ -64,7 +64,7 @@ class _Stub:
 
 
 def _inputs(qs, paths: list[Path]) -> list[np.ndarray]:
-    from benchmark.imageio import load_rgb
+    from benchmark.io.imageio import load_rgb
     from benchmark.metrics.hatie.suite import segmenter_input
 
     return [segmenter_input(load_rgb(p)) for p in paths]

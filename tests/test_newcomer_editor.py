@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from conftest import run_demo
 
-from benchmark.config import SettingError
 from benchmark.editing.base import CoarseSettingWarning, coarse_strengths
+from benchmark.plan.config import SettingError
 
 pytestmark = pytest.mark.usefixtures("single_thread_torch")
 FAST = ("metrics=basic", "progress=false", "stages=[edit]", "preflight=false")
@@ -20,7 +20,7 @@ FAST = ("metrics=basic", "progress=false", "stages=[edit]", "preflight=false")
                   r"written \(missing a required argument: 'noise_std'\)"),
 ])
 def test_a_yaml_the_class_cannot_take_is_an_error_naming_the_file_and_the_key(tmp_path, capsys, drop, message):
-    from benchmark.run import main as run_main
+    from benchmark.commands.run import main as run_main
 
     with pytest.raises(SettingError, match=message):
         run_demo(tmp_path / "r", "overedit", *FAST, f"~editor.{drop}")
@@ -67,13 +67,13 @@ def test_fine_or_exact_strengths_and_other_keys_give_no_warning():
 def test_tiny_sdedit_strengths_the_warning_groups_give_identical_edits(tmp_path, monkeypatch, demo_qs):
     """The newcomer's case: strength 0.9 at the tiny profile's 3 steps. The run warns that [0.667, 1) all run 2 steps;
     its editor gives byte-identical edits at 0.75 (inside) and other ones at 0.5 (outside: 1 step)."""
-    import benchmark.config
-    from benchmark.editor import query_seed
-    from benchmark.imageio import load_rgb
+    import benchmark.plan.config
+    from benchmark.editing.editor import query_seed
+    from benchmark.io.imageio import load_rgb
 
     built = []
-    build = benchmark.config.build_editor
-    monkeypatch.setattr(benchmark.config, "build_editor", lambda cfg: built.append(build(cfg)) or built[-1])
+    build = benchmark.plan.config.build_editor
+    monkeypatch.setattr(benchmark.plan.config, "build_editor", lambda cfg: built.append(build(cfg)) or built[-1])
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         run_demo(tmp_path / "r", "sdedit", *FAST, "limit=1", "editor.strength=0.9")

@@ -11,7 +11,7 @@ import threading
 import numpy as np
 import pytest
 
-from benchmark.npy_header import read_npy_header
+from benchmark.io.npy_header import read_npy_header
 
 DTYPES = [bool, np.uint8, np.int64, np.float64, np.float32, ">i4", "<U32", "<U64", "S5", np.complex64]
 SHAPES = [(), (0,), (5,), (0, 4), (3, 7, 2), (1, 1, 1, 1)]

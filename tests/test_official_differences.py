@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmark.metaeval.judges import model_order
+from benchmark.commands.metaeval.judges import model_order
 from benchmark.metrics.editscore import protocol as es
 from benchmark.metrics.gedit import protocol as gedit
 

@@ -63,8 +63,8 @@ def test_feature_cache_is_bounded_and_evicts_least_recent():
 def test_a_model_shared_by_two_suites_is_loaded_once():
     from hydra.utils import instantiate
 
+    from benchmark.commands.run import compose
     from benchmark.models.clip import load_clip
-    from benchmark.run import compose
 
     cfg, _ = compose(["metrics=standard", "profile=tiny", "device=cpu"])
     hatie, conv = instantiate(cfg.metrics.hatie), instantiate(cfg.metrics.conventional)
@@ -147,7 +147,7 @@ def test_rows_equal_separate_runs(runs):
 
 
 def test_mixing_pairwise_metrics_and_suites_is_refused():
-    from benchmark.run import _metric_sets
+    from benchmark.commands.run import _metric_sets
 
     class Suite:
         info = None

@@ -101,8 +101,8 @@ def test_a_second_suite_instance_encodes_nothing_again(metrics, single_thread_to
     editor of a sweep, a re-run) scoring the same edits in the process encodes nothing, with equal rows."""
     from hydra.utils import instantiate
 
+    from benchmark.commands.run import compose
     from benchmark.querysets.io import load_queryset
-    from benchmark.run import compose
 
     qs = load_queryset(DEMO, name="demo_mini", first=2 * N_QUERIES)
     queries = list(qs.queries)

@@ -7,14 +7,14 @@ from pathlib import Path
 import pytest
 import torch
 
+from benchmark.commands.run import compose, run_pipeline
 from benchmark.editing import inversion as inv
 from benchmark.editing.work_counter import UNET_FORWARD, UNET_FORWARD_BACKWARD
-from benchmark.run import compose, run_pipeline
 
 
 @pytest.fixture(scope="module")
 def tiny_sd(demo_qs):
-    from benchmark.imageio import load_rgb
+    from benchmark.io.imageio import load_rgb
     from benchmark.models.diffusion import load_pipeline, set_scheduler
 
     pipe, _ = load_pipeline("sd", weights="tiny", model_id="unused", revision="unused", device="cpu")

@@ -217,7 +217,7 @@ def test_on_the_unet_a_batch_of_two_equals_one_by_one(sd64):
 # --- the editor ---------------------------------------------------------------------------------------------------
 
 def _editor_cfg(*extra):
-    from benchmark.run import compose
+    from benchmark.commands.run import compose
 
     cfg, _ = compose(["editor=p2p", "profile=tiny", *extra])
     return cfg.editor
@@ -273,8 +273,8 @@ def test_pie_run_with_local_blend_keeps_the_source_outside_the_mask(tmp_path, mo
     sys.path.insert(0, str(Path(__file__).parent))
     from test_pie_queryset import box, encode, write_release
 
+    from benchmark.commands.run import compose, run_pipeline
     from benchmark.querysets.pie import build
-    from benchmark.run import compose, run_pipeline
 
     m = encode(box(100, 300, 100, 300))
     entries = [

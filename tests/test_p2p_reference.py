@@ -197,7 +197,7 @@ def test_null_text_with_the_tiny_unet_equals_the_unscaled_loss_bit_for_bit(sourc
 
 @pytest.fixture(scope="module")
 def source_pair(demo_qs):
-    from benchmark.imageio import load_rgb
+    from benchmark.io.imageio import load_rgb
     from benchmark.models.diffusion import load_pipeline, set_scheduler
 
     pipe, _ = load_pipeline("sd", weights="tiny", model_id="unused", revision="unused", device="cpu")

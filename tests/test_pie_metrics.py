@@ -7,10 +7,10 @@ import math
 import pytest
 import torch
 
-from benchmark.config import read_plan
+from benchmark.io.types import Query
 from benchmark.metrics.pie.formulas import clip_score, mse, psnr, self_similarity, ssim, structure_distance
 from benchmark.metrics.pie.suite import BACKGROUND, COLUMN_INFO, NO_BACKGROUND, NO_CAPTION, PieSuite, _Loaded
-from benchmark.types import Query
+from benchmark.plan.config import read_plan
 
 SIZE = 48
 
@@ -19,7 +19,7 @@ SIZE = 48
 def suite(single_thread_torch):
     from hydra.utils import instantiate
 
-    from benchmark.run import compose
+    from benchmark.commands.run import compose
 
     cfg, _ = compose(["metrics=pie", "profile=tiny", "device=cpu"])
     return instantiate(cfg.metrics.pie)
@@ -207,8 +207,8 @@ def test_scores_do_not_depend_on_batching(suite):
 def test_null_components_drop_their_columns_and_components_are_signed():
     s = PieSuite(device="cpu")
     assert s.columns == ("psnr_bg", "mse_bg_1e4", "ssim_bg_1e2")
-    from benchmark.config import metric_signature
-    from benchmark.run import compose
+    from benchmark.commands.run import compose
+    from benchmark.plan.config import metric_signature
 
     sigs = set()
     for extra in ([], ["metrics.pie.dino.recipe=corrected"], ["metrics.pie.ssim_crop=false"]):
@@ -218,9 +218,9 @@ def test_null_components_drop_their_columns_and_components_are_signed():
 
 
 def test_a_set_without_masks_is_refused_up_front():
-    from benchmark.errors import PreflightError
-    from benchmark.preflight import check_applicable
-    from benchmark.run import compose
+    from benchmark.commands.run import compose
+    from benchmark.io.errors import PreflightError
+    from benchmark.plan.preflight import check_applicable
 
     class NoMasks:
         name, meta = "nomask", {}
@@ -257,7 +257,7 @@ def test_an_edit_of_another_size_is_a_failed_row(tmp_path):
 def test_demo_mini_identity_is_perfect_and_overedit_worse(tmp_path, single_thread_torch):
     import pandas as pd
 
-    from benchmark.run import compose, run_pipeline
+    from benchmark.commands.run import compose, run_pipeline
 
     means = {}
     for editor in ("identity", "overedit"):

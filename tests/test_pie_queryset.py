@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from benchmark.io.types import PIE_TYPES
 from benchmark.querysets.io import load_queryset
 from benchmark.querysets.pie import IMAGE_SIDE, PieFormatError, build, decode_mask, strip_brackets
-from benchmark.types import PIE_TYPES
 
 ROOT = Path(__file__).resolve().parents[1]
 N = IMAGE_SIDE * IMAGE_SIDE
@@ -213,7 +213,7 @@ def test_a_missing_image_is_refused_naming_the_entry(tmp_path):
 
 
 def test_an_unreadable_or_transparent_source_is_refused_by_the_harness_image_rules(tmp_path):
-    """Sources load through the harness's own loader (benchmark.imageio.load_rgb): a truncated file and an image
+    """Sources load through the harness's own loader (benchmark.io.imageio.load_rgb): a truncated file and an image
     with transparent pixels are refused naming the entry, as every other query set's sources are."""
     def truncate(mapping):
         path = tmp_path / "data" / "annotation_images" / mapping["111000000001"]["image_path"]
@@ -273,7 +273,7 @@ def test_the_script_builds_and_reports_errors(tmp_path):
 def test_editmeter_run_on_the_imported_fixture(built, tmp_path, capsys, restore_logging):
     import pandas as pd
 
-    from benchmark import cli
+    from benchmark.commands import cli
 
     _, root, _ = built
     results = tmp_path / "results"
@@ -283,7 +283,7 @@ def test_editmeter_run_on_the_imported_fixture(built, tmp_path, capsys, restore_
     lb = pd.read_csv(results / "leaderboard.csv")
     row = lb[(lb["editor"] == "identity") & (lb["queryset"] == "pie")].iloc[0]
     assert row["n_ok"] == len(ENTRIES)
-    from benchmark.show import render
+    from benchmark.tables.show import render
 
     assert "HATIE/EditVal do not apply to pie (no scene graphs)" in render(results)
     capsys.readouterr()
@@ -299,7 +299,7 @@ def test_the_imported_fixture_scores_with_metrics_pie(built, tmp_path, restore_l
     overedit scores worse; the per-type table has PIE's edit types."""
     import pandas as pd
 
-    from benchmark import cli
+    from benchmark.commands import cli
 
     _, root, _ = built
     results = tmp_path / "results"
@@ -322,7 +322,7 @@ def test_bpm_reads_pie_instructions_and_skips_whole_image_types(built):
     would fail every query) and leaves background and style changes out."""
     from hydra.utils import instantiate
 
-    from benchmark.run import compose
+    from benchmark.commands.run import compose
 
     _, root, _ = built
     qs = load_queryset(root, name="pie")

@@ -14,9 +14,9 @@ import pytest
 from conftest import HELPERS, ROOT, child_pythonpath, run_demo
 from hydra.utils import instantiate
 
-from benchmark.config import CHECKED_GROUPS, UnknownOptionError, check_overrides, options
+from benchmark.commands.run import compose
+from benchmark.plan.config import CHECKED_GROUPS, UnknownOptionError, check_overrides, options
 from benchmark.querysets.demo import EDITVAL_DEMO_TYPES
-from benchmark.run import compose
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +106,7 @@ def test_unknown_names_fail_with_suggestions():
 
 def test_cli_unknown_editor_exits_at_once():
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "benchmark.run", "editor=ovredit"], cwd=ROOT, capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "benchmark.commands.run", "editor=ovredit"], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 2
     assert "Did you mean 'overedit'" in proc.stderr and "Valid editor names" in proc.stderr
     assert time.perf_counter() - t0 < 30
@@ -114,7 +114,7 @@ def test_cli_unknown_editor_exits_at_once():
 
 def _cli(results, *extra):
     env = dict(os.environ, PYTHONPATH=child_pythonpath(HELPERS), HF_HUB_OFFLINE="1")
-    cmd = [sys.executable, "-m", "benchmark.run", "editor=identity", "queryset=demo", "profile=tiny",
+    cmd = [sys.executable, "-m", "benchmark.commands.run", "editor=identity", "queryset=demo", "profile=tiny",
            f"paths.results={results}", "progress=false", "batch_size=2", "aggregate.bootstrap_resamples=200",
            "editor._target_=slow_editor.SlowIdentity", "+editor.delay_s=0.08", *extra]
     return cmd, env

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from PIL import Image, ImageOps
 
-from benchmark.config import read_plan
-from benchmark.editor import query_seed
-from benchmark.run import compose
+from benchmark.commands.run import compose
+from benchmark.editing.editor import query_seed
+from benchmark.plan.config import read_plan
 
 pytestmark = pytest.mark.usefixtures("single_thread_torch")
 
@@ -225,7 +225,7 @@ def test_magicbrush_single_file_offline_names_the_file_and_the_fix(monkeypatch, 
     says which file, where from, and the two ways out."""
     import huggingface_hub
 
-    from benchmark.models.common import WeightsUnavailableError
+    from benchmark.io.model_cache import WeightsUnavailableError
 
     real = huggingface_hub.hf_hub_download
     monkeypatch.setattr(huggingface_hub, "hf_hub_download",
@@ -244,7 +244,7 @@ def test_magicbrush_single_file_offline_names_the_file_and_the_fix(monkeypatch, 
 
 
 def test_weights_lists_the_single_file_for_the_preflight():
-    from benchmark import weights as W
+    from benchmark.plan import weights as W
 
     cfg, _ = _pretrained_magicbrush("editor.checkpoint=single_file")
     (ck,) = [c for c in W.resolve(read_plan(cfg), "magicbrush") if c.component.startswith("editor")]

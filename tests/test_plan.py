@@ -1,4 +1,4 @@
-"""The run plan (benchmark.plan, benchmark.config.read_plan): the config read once, into frozen typed values; and
+"""The run plan (benchmark.plan.run_plan, benchmark.plan.config.read_plan): the config read once, into frozen typed values; and
 the results a run wrote before the plan existed are the results a run finds after it (same signatures, same
 folders, nothing edited or scored again)."""
 
@@ -7,28 +7,29 @@ import json
 
 import pytest
 
-from benchmark.config import SettingError, plan_run, read_plan
-from benchmark.plan import RunPlan
-from benchmark.run import compose, execute, run_pipeline
+from benchmark.commands.run import compose, execute, run_pipeline
+from benchmark.plan.config import SettingError, plan_run, read_plan
+from benchmark.plan.run_plan import RunPlan
 
 DEMO = ("queryset=demo_mini", "profile=tiny", "progress=false", "aggregate.bootstrap_resamples=200")
 
-# The query-set hash pinned from the code before the run plan existed (commit 7550a39, `main` then); editor
-# signatures from the first commit of the key scheme that follows the pixels (scheme 2, benchmark.code_identity: runs
-# of scheme 1 are carried over, tests/test_carry.py); metric signatures from the first commit whose metric signatures
-# hold the content of the code that computes the values (metric_code_identity). By running on that checkout:
+# The query-set hash pinned from the code before the run plan existed (commit 7550a39, `main` then); the identity
+# editor's signature from the first commit of the key scheme that follows the pixels (scheme 2,
+# benchmark.plan.code_identity: runs of scheme 1 are carried over, tests/test_carry.py); the oracle's and the metric
+# signatures from the commit that moved the modules into one package per layer (import statements reduced to the names
+# they bind, in a fixed order; metric signatures hold the code that computes the values). By running on that checkout:
 #   cfg, ch = compose(["editor=identity", *DEMO, "paths.results=<tmp>"]); s = run_pipeline(cfg, ch["editor"])
 #   -> s["editor_sig"], s["metric_sig"], run.json's queryset_hash
 # (and editor=oracle with metrics=hatie_oracle stages=[edit,score] for the second pair). They change, legitimately,
 # when the code that makes an editor's pixels changes (editors/identity.py, Editor's edit path, load_rgb, save_png,
-# query_seed: benchmark.code_identity), when a metric's version, config or the code that computes its values changes
-# (benchmark.code_identity.metric_code_identity), or when the demo_mini files change.
+# query_seed: benchmark.plan.code_identity), when a metric's version, config or the code that computes its values changes
+# (benchmark.plan.code_identity.metric_code_identity), or when the demo_mini files change.
 PINNED = {
     "identity": "220940a7f9cf",  # editor=identity, profile=tiny, seed 0
-    "basic": "f7bf4190dce6",  # metrics=basic
+    "basic": "bb173f35c76b",  # metrics=basic
     "demo_mini": "6e4fedcfe48b26819132d4a1fceb28ba9d4c10cc65ca22a4c6557ffd8177ccf1",  # the query set's hash
-    "oracle": "f576d724a4a2",  # editor=oracle
-    "hatie_oracle": "fa4087553e44",  # metrics=hatie_oracle
+    "oracle": "763d73aeaab5",  # editor=oracle
+    "hatie_oracle": "b54ff8b6de7e",  # metrics=hatie_oracle
 }
 HOW_TO_UPDATE = ("a signature or hash differs from the value pinned before the run plan was introduced. If this "
                  "change is meant to change what an edit or a score depends on (an editor's code, a metric's "

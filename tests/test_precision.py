@@ -8,10 +8,10 @@ from conftest import run_demo
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from benchmark.config import metric_signature
+from benchmark.commands.run import compose
 from benchmark.metrics.features import FeatureCache, embed_images, encoder_signature
 from benchmark.metrics.precision import PrecisionError, ReducedPrecision, check_precision, with_precision
-from benchmark.run import compose
+from benchmark.plan.config import metric_signature
 
 pytestmark = pytest.mark.usefixtures("single_thread_torch")
 
@@ -28,8 +28,8 @@ def test_unknown_and_impossible_modes_are_refused_with_the_fix():
     with pytest.raises(PrecisionError, match="tf32 exists only on CUDA"):
         check_precision("tf32", "cpu")
     assert check_precision("tf32", "cuda:0") == "tf32" and check_precision("bf16", "cpu") == "bf16"
-    from benchmark.config import apply_run_checks
-    from benchmark.errors import RunError
+    from benchmark.io.errors import RunError
+    from benchmark.plan.config import apply_run_checks
 
     cfg, _ = compose(["profile=tiny", "metrics=hatie", "metrics.hatie.precision=half"])
     with pytest.raises(RunError, match="metrics hatie: precision 'half'"):  # one line, before any work
@@ -102,8 +102,8 @@ SUITES = {"hatie": "hatie", "conventional": "conventional", "editval_oracle": "e
 
 @pytest.mark.parametrize("metric_set", sorted(SUITES))
 def test_every_suite_with_backbones_offers_the_mode_in_its_signature(metric_set):
-    from benchmark.config import apply_run_checks
-    from benchmark.errors import RunError
+    from benchmark.io.errors import RunError
+    from benchmark.plan.config import apply_run_checks
 
     suite_name = SUITES[metric_set]
     sigs, suites = {}, {}

@@ -9,11 +9,11 @@ import pytest
 from conftest import ROOT
 from local_servers import FileServer, serving
 
-from benchmark import preflight as P
-from benchmark import weights as W
-from benchmark.config import read_plan
-from benchmark.errors import PreflightError
-from benchmark.run import compose, run_pipeline
+from benchmark.commands.run import compose, run_pipeline
+from benchmark.io.errors import PreflightError
+from benchmark.plan import preflight as P
+from benchmark.plan import weights as W
+from benchmark.plan.config import read_plan
 
 BASE = ("queryset=demo", "progress=false", "aggregate.bootstrap_resamples=200")
 
@@ -101,10 +101,10 @@ def test_online_missing_weights_pass_when_their_host_answers_else_fail(tmp_path,
     cfg, editor = _cfg(tmp_path, *only_fid)
     qs = P.load_queries(read_plan(cfg)).subset(2)
     with serving(FileServer({})) as srv:
-        monkeypatch.setattr("benchmark.weights.host_of", lambda ck: srv.url + "/")
+        monkeypatch.setattr("benchmark.plan.weights.host_of", lambda ck: srv.url + "/")
         line = P.run_preflight(read_plan(cfg), qs, editor=editor, metrics="hatie")
     assert "0 checkpoints cached, 1 to download on first use" in line and "editmeter weights" in line
-    monkeypatch.setattr("benchmark.weights.host_of", lambda ck: "http://127.0.0.1:9/")  # nothing listens
+    monkeypatch.setattr("benchmark.plan.weights.host_of", lambda ck: "http://127.0.0.1:9/")  # nothing listens
     with pytest.raises(PreflightError, match=r"cannot be reached: http://127.0.0.1:9/ .*\n  - metrics hatie.fid: "):
         P.run_preflight(read_plan(cfg), qs, editor=editor, metrics="hatie")
 

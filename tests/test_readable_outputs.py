@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 from conftest import ROOT, child_pythonpath
 
-from benchmark.remove import RemoveError, RunFolder, resolve
+from benchmark.commands.remove import RemoveError, RunFolder, resolve
 
 
 def _folders(tmp_path: Path) -> list[RunFolder]:
@@ -40,8 +40,8 @@ def test_remove_never_suggests_narrowing_with_the_queryset_already_given(tmp_pat
 def test_a_complete_row_that_counts_fewer_queries_than_the_set_says_why(tmp_path, capsys):
     """A description-based editor on demo_mini with HATIE: obj_remove does not apply, so its complete row has n_ok 12
     of the set's 14, and says so (it used to say only "complete")."""
-    from benchmark.leaderboard import format_table
-    from benchmark.score_edits import main
+    from benchmark.commands.score_edits import main
+    from benchmark.tables.leaderboard import format_table
 
     res = tmp_path / "results"
     assert main(["queryset=demo_mini", f"edits={ROOT / 'datasets' / 'demo' / 'targets'}", "name=desc",
@@ -71,7 +71,7 @@ def test_a_slurm_launch_whose_sinfo_fails_names_no_job_folder(tmp_path):
     res = tmp_path / "results"
     env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}", PYTHONPATH=child_pythonpath(ROOT),
                HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
-    out = subprocess.run([sys.executable, "-m", "benchmark.cli", "launch", "--launcher", "slurm", "--workers", "2",
+    out = subprocess.run([sys.executable, "-m", "benchmark.commands.cli", "launch", "--launcher", "slurm", "--workers", "2",
                           "editor=identity", "queryset=demo_mini", "profile=tiny", "metrics=basic",
                           f"paths.results={res}"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 2, out.stdout + out.stderr

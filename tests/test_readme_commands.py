@@ -97,7 +97,7 @@ def test_make_targets_scripts_and_subcommands_the_readme_names_exist():
     targets = set(re.findall(r"^([a-z][\w-]*):", (ROOT / "Makefile").read_text(encoding="utf-8"), flags=re.M))
     named = set(re.findall(r"`make ([a-z][\w-]*)", text))
     assert named and named <= targets, f"README names Make targets the Makefile lacks: {sorted(named - targets)}"
-    from benchmark.cli import COMMANDS
+    from benchmark.commands.cli import COMMANDS
 
     subs = set(re.findall(r"`editmeter ([a-z][\w-]*)", text))
     assert subs and subs <= set(COMMANDS), f"unknown editmeter subcommands: {sorted(subs - set(COMMANDS))}"

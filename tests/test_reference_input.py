@@ -6,7 +6,7 @@ import pytest
 import torch
 from PIL import Image
 
-from benchmark.imageio import to_float_tensor
+from benchmark.io.imageio import to_float_tensor
 from benchmark.metrics.conventional.suite import clip_input
 from benchmark.models.reference_input import resize_crop, to_pil_8bit
 

@@ -15,8 +15,8 @@ import pandas as pd
 import pytest
 from report_results import report_results
 
-from benchmark.report import ReportError, build_report
-from benchmark.report.html import chart_specs, comparison_html, criteria_html
+from benchmark.commands.report import ReportError, build_report
+from benchmark.commands.report.html import chart_specs, comparison_html, criteria_html
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +32,7 @@ def own_results(results, tmp_path) -> Path:
 
 @pytest.fixture()
 def no_compare(monkeypatch):
-    monkeypatch.setitem(sys.modules, "benchmark.compare", None)  # import fails as it does without the module
+    monkeypatch.setitem(sys.modules, "benchmark.commands.compare", None)  # import fails as it does without the module
 
 
 def _chunks(out: Path) -> list[dict]:
@@ -146,7 +146,7 @@ def test_tables_newer_than_scores_are_marked_stale(own_results, tmp_path, no_com
 
 
 def test_a_query_set_whose_files_changed_is_not_shown_as_the_runs_sources(results, tmp_path, no_compare):
-    from benchmark.report.collect import resolve_queryset
+    from benchmark.commands.report.collect import resolve_queryset
 
     qs, why = resolve_queryset("demo_mini", "0" * 64)
     assert qs is None and "the runs were made on 0000000000" in why
@@ -176,7 +176,7 @@ def test_output_folder_that_is_not_a_report_is_refused(results, tmp_path):
 
 
 def test_cli_report_subcommand(results, tmp_path, capsys, no_compare):
-    from benchmark import cli
+    from benchmark.commands import cli
 
     assert cli.main(["report", "--results", str(results), "--out", str(tmp_path / "r"), "--page-size", "3"]) == 0
     out = capsys.readouterr().out
@@ -188,13 +188,13 @@ def test_cli_report_subcommand(results, tmp_path, capsys, no_compare):
 def test_compare_runs_errors_become_a_visible_note(results, tmp_path, monkeypatch):
     import types
 
-    fake = types.ModuleType("benchmark.compare")
+    fake = types.ModuleType("benchmark.commands.compare")
 
     def compare_runs(*args, **kwargs):
         raise RuntimeError("boom")
 
     fake.compare_runs = compare_runs
-    monkeypatch.setitem(sys.modules, "benchmark.compare", fake)
+    monkeypatch.setitem(sys.modules, "benchmark.commands.compare", fake)
     build_report(results, tmp_path / "r")
     assert "comparison not available: compare_runs failed (RuntimeError: boom)" in (
         tmp_path / "r" / "index.html").read_text(encoding="utf-8")
@@ -245,7 +245,7 @@ def test_comparison_with_a_lower_is_better_metric_colours_by_direction():
 
 
 def _lb_frames():
-    from benchmark.report.collect import Leaderboards
+    from benchmark.commands.report.collect import Leaderboards
 
     ident = dict(queryset="demo", queryset_hash="ab" * 32, metric_set="hatie", prompt_kind="instruction",
                  profile="tiny", seed=0)
@@ -278,7 +278,7 @@ def test_criteria_breakdown_and_charts_carry_errors_and_partial_marks():
 
 
 def test_grid_values_keep_four_significant_digits_and_never_invent_numbers():
-    from benchmark.report.grid import round_sig
+    from benchmark.commands.report.grid import round_sig
 
     rng = np.random.default_rng(0)
     x = rng.normal(size=500) * 10.0 ** rng.integers(-8, 8, 500)
@@ -301,9 +301,9 @@ def test_an_unreadable_image_gets_no_thumbnail_link_but_its_reason(own_results, 
 
 
 def test_report_with_the_real_compare_runs(results, tmp_path):
-    """Where benchmark.compare exists, the matrix is built from it: one matrix per compared metric, the partial
+    """Where benchmark.commands.compare exists, the matrix is built from it: one matrix per compared metric, the partial
     run's note and PARTIAL cells, and the per-type rows."""
-    pytest.importorskip("benchmark.compare")
+    pytest.importorskip("benchmark.commands.compare")
     build_report(results, tmp_path / "r")
     page = (tmp_path / "r" / "index.html").read_text(encoding="utf-8")
     assert "comparison not available" not in page
@@ -315,8 +315,8 @@ def test_report_with_the_real_compare_runs(results, tmp_path):
 def test_runs_of_two_query_sets_get_one_comparison_each(own_results, tmp_path):
     """A results folder holding two query sets (as after `make demo`) is compared set by set, never refused as a
     whole for mixing sets."""
-    pytest.importorskip("benchmark.compare")
-    from benchmark.run import compose, run_pipeline
+    pytest.importorskip("benchmark.commands.compare")
+    from benchmark.commands.run import compose, run_pipeline
 
     for editor in ("identity", "overedit"):
         cfg, choices = compose(["queryset=demo_editval", "profile=tiny", f"paths.results={own_results}",
@@ -348,7 +348,7 @@ def _sweep_csv(path: Path) -> None:
 
 
 def test_sweeps_section_draws_every_curve_with_error_bars_and_hollow_partial_points(tmp_path):
-    from benchmark.report.sweeps import read_sweeps, sweeps_html
+    from benchmark.commands.report.sweeps import read_sweeps, sweeps_html
 
     _sweep_csv(tmp_path / "leaderboard_sweeps.csv")
     metrics = pd.DataFrame([{"metric_set": "basic", "metric": "clip", "higher_is_better": True}])
@@ -375,7 +375,7 @@ def test_sweeps_section_draws_every_curve_with_error_bars_and_hollow_partial_poi
 
 
 def test_sweeps_section_notes_absent_empty_and_malformed_files(tmp_path):
-    from benchmark.report.sweeps import read_sweeps, sweeps_html
+    from benchmark.commands.report.sweeps import read_sweeps, sweeps_html
 
     df, notes = read_sweeps(tmp_path)
     assert df is None and "No sweeps" in sweeps_html(df, notes)
@@ -403,7 +403,7 @@ def test_sweeps_section_notes_absent_empty_and_malformed_files(tmp_path):
 def _metaeval_table(folder: Path) -> Path:
     from types import SimpleNamespace
 
-    from benchmark.metaeval.table import write_table
+    from benchmark.commands.metaeval.table import write_table
 
     rows = [{"metric": "basic/l1", "higher_is_better": False, "n_queries": 13500, "n_excluded": 2, "gt_first": 0.75,
              "gt_first_lo": 0.5, "gt_first_hi": 0.9, "pref_gt": 0.8, "pref_gt_lo": float("nan"),
@@ -416,7 +416,7 @@ def _metaeval_table(folder: Path) -> Path:
 
 
 def test_metaeval_section_shows_each_table_with_intervals_and_provenance(tmp_path):
-    from benchmark.report.metaeval import metaeval_html, read_metaeval
+    from benchmark.commands.report.metaeval import metaeval_html, read_metaeval
 
     assert "No meta-evaluation tables yet" in metaeval_html(read_metaeval(tmp_path)[0])
     path = _metaeval_table(tmp_path / "metaeval")
@@ -435,7 +435,7 @@ def test_metaeval_section_shows_each_table_with_intervals_and_provenance(tmp_pat
 
 
 def test_metaeval_section_notes_malformed_files_and_never_invents_numbers(tmp_path):
-    from benchmark.report.metaeval import metaeval_html, read_metaeval
+    from benchmark.commands.report.metaeval import metaeval_html, read_metaeval
 
     folder = tmp_path / "metaeval"
     good = _metaeval_table(folder)
@@ -480,7 +480,7 @@ def test_report_links_sweeps_and_metaeval_sections(own_results, tmp_path, no_com
 
 
 def test_sweep_of_one_setting_folds_a_curve_per_edit_type(tmp_path):
-    from benchmark.report.sweeps import read_sweeps, sweeps_html
+    from benchmark.commands.report.sweeps import read_sweeps, sweeps_html
 
     rows = [{"queryset": "qs", "metric_set": "hatie", "prompt_kind": "instruction", "profile": "tiny", "editor": "p2p",
              "varying": "tau", "set.tau": tau, "edit_type": et, "metric": "BC", "value": v, "se": "", "n": 2,
@@ -518,7 +518,7 @@ def _pairs(n_runs: int = 4, metrics=("OF", "BC")):
 
 
 def test_comparison_has_one_line_for_skipped_pairs_and_one_visible_matrix_per_set():
-    from benchmark.report.html import comparison_html
+    from benchmark.commands.report.html import comparison_html
 
     html = comparison_html(_pairs())
     assert html.count("pair not compared") == 25 and html.count('class="note warn"') == 1  # only the other note
@@ -532,7 +532,7 @@ def test_one_signature_abbreviation_everywhere():
 
     import pandas as pd
 
-    from benchmark.report.html import chart_specs, comparison_html, leaderboard_table, short_sig
+    from benchmark.commands.report.html import chart_specs, comparison_html, leaderboard_table, short_sig
 
     sig = "0123456789abcdef"
     assert short_sig(sig) == "01234567"
@@ -554,7 +554,7 @@ def test_one_signature_abbreviation_everywhere():
 def test_provenance_lists_editor_info_as_keys_not_raw_json():
     from types import SimpleNamespace
 
-    from benchmark.report.html import provenance_html
+    from benchmark.commands.report.html import provenance_html
 
     meta = {"editor": "overedit", "editor_sig": "ab" * 6, "queryset": "demo", "queryset_hash": "cd" * 32,
             "profile": "tiny", "seed": 0, "git_sha": "ef" * 20, "device": "cpu", "versions": {"torch": "2"},
@@ -569,7 +569,7 @@ def test_a_run_without_scored_queries_no_longer_takes_out_the_comparison(own_res
     """A `score` of an empty folder (the run exists, no query scored) made the report's whole comparison section
     "compare_runs failed (... share no query ...)", and `make report` said nothing. The run is left out with one
     line, printed too; each stage prints a line as it starts (a rebuild can take a minute)."""
-    from benchmark import cli
+    from benchmark.commands import cli
 
     (tmp_path / "none").mkdir()
     cli.main(["score", "--edits", str(tmp_path / "none"), "--name", "nothing", "queryset=demo_mini",

@@ -22,21 +22,21 @@ PAGE_SIZE = 5
 def report(tmp_path_factory) -> Path:
     import sys
 
-    from benchmark.report import build_report
+    from benchmark.commands.report import build_report
 
     results = Path(shutil.copytree(report_results(tmp_path_factory.getbasetemp()),
                                    tmp_path_factory.mktemp("browser-results") / "results"))
     _add_sweep_and_metaeval(results)
     out = tmp_path_factory.mktemp("browser") / "report"
-    saved = sys.modules.get("benchmark.compare", False)
-    sys.modules["benchmark.compare"] = None  # type: ignore[assignment]  # the guarded path: a note, no matrix
+    saved = sys.modules.get("benchmark.commands.compare", False)
+    sys.modules["benchmark.commands.compare"] = None  # type: ignore[assignment]  # the guarded path: a note, no matrix
     try:
         build_report(results, out, page_size=PAGE_SIZE)
     finally:
         if saved is False:
-            del sys.modules["benchmark.compare"]
+            del sys.modules["benchmark.commands.compare"]
         else:
-            sys.modules["benchmark.compare"] = saved
+            sys.modules["benchmark.commands.compare"] = saved
     return out
 
 
@@ -46,7 +46,7 @@ def _add_sweep_and_metaeval(results: Path) -> None:
 
     import pandas as pd
 
-    from benchmark.metaeval.table import write_table
+    from benchmark.commands.metaeval.table import write_table
 
     pd.DataFrame([{"queryset": "qs", "metric_set": "basic", "prompt_kind": "instruction", "profile": "tiny",
                    "editor": "overedit", "varying": "noise_std", "set.noise_std": x, "edit_type": "", "metric": "l1",
@@ -240,8 +240,8 @@ def sampled_report(tmp_path_factory) -> Path:
     """The report of one run on a sample (`queryset=demo_mini queryset.sample=7`), a set no config is named after."""
     import sys
 
-    from benchmark.report import build_report
-    from benchmark.run import compose, run_pipeline
+    from benchmark.commands.report import build_report
+    from benchmark.commands.run import compose, run_pipeline
 
     results = tmp_path_factory.mktemp("sampled") / "results"
     cfg, choices = compose(["queryset=demo_mini", "queryset.sample=7", "profile=tiny", "editor=identity",
@@ -249,15 +249,15 @@ def sampled_report(tmp_path_factory) -> Path:
                             "aggregate.bootstrap_resamples=20"])
     run_pipeline(cfg, choices["editor"])
     out = results.parent / "report"
-    saved = sys.modules.get("benchmark.compare", False)
-    sys.modules["benchmark.compare"] = None  # type: ignore[assignment]
+    saved = sys.modules.get("benchmark.commands.compare", False)
+    sys.modules["benchmark.commands.compare"] = None  # type: ignore[assignment]
     try:
         build_report(results, out, page_size=PAGE_SIZE)
     finally:
         if saved is False:
-            del sys.modules["benchmark.compare"]
+            del sys.modules["benchmark.commands.compare"]
         else:
-            sys.modules["benchmark.compare"] = saved
+            sys.modules["benchmark.commands.compare"] = saved
     return out
 
 

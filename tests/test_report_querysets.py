@@ -10,15 +10,15 @@ import shutil
 
 import pytest
 
-from benchmark.report.collect import resolve_queryset
+from benchmark.commands.report.collect import resolve_queryset
 
 
 def _recorded(*overrides: str, **paths: str) -> tuple[object, dict]:
     """(the set, run.json's query-set fields) as a run composed with `overrides` records them."""
     from omegaconf import OmegaConf
 
-    from benchmark.config import instantiate, portable
-    from benchmark.run import compose
+    from benchmark.commands.run import compose
+    from benchmark.plan.config import instantiate, portable
 
     cfg, _ = compose([*overrides, *(f"queryset.{k}={v}" for k, v in paths.items())])
     spec = OmegaConf.to_container(cfg.queryset, resolve=True)
@@ -101,10 +101,10 @@ def test_the_report_of_a_sampled_run_shows_its_sources_and_ground_truth(tmp_path
     """A real run on a sample records its config; the report's grid has each query's source and ground truth."""
     import sys
 
-    from benchmark.report import build_report
-    from benchmark.run import compose, run_pipeline
+    from benchmark.commands.report import build_report
+    from benchmark.commands.run import compose, run_pipeline
 
-    monkeypatch.setitem(sys.modules, "benchmark.compare", None)
+    monkeypatch.setitem(sys.modules, "benchmark.commands.compare", None)
     results = tmp_path / "results"
     cfg, choices = compose(["queryset=demo_mini", "queryset.sample=7", "profile=tiny", "editor=identity",
                             "metrics=basic", f"paths.results={results}", "progress=false",

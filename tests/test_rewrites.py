@@ -45,7 +45,7 @@ def test_records_keep_each_rewritten_text_and_plain_records_have_none(results, d
 
 
 def test_the_declaration_enters_the_editor_signature():
-    from benchmark.config import editor_signature
+    from benchmark.plan.config import editor_signature
 
     cfg = {"_target_": "editors.identity.IdentityEditor"}
     plain = editor_signature(cfg, {"name": "identity"}, 0, "tiny")
@@ -54,8 +54,8 @@ def test_the_declaration_enters_the_editor_signature():
 
 
 def test_leaderboard_column_show_and_report_mark_the_rewriting_row_only(results, tmp_path):
-    from benchmark.report import build_report
-    from benchmark.show import REWRITE_NOTE, render
+    from benchmark.commands.report import build_report
+    from benchmark.tables.show import REWRITE_NOTE, render
 
     root, rewriter, plain = results
     lb = pd.read_csv(root / "leaderboard.csv")
@@ -79,7 +79,7 @@ def test_leaderboard_column_show_and_report_mark_the_rewriting_row_only(results,
 
 
 def test_an_editor_that_declares_but_hands_back_no_text_fails_each_query_naming_the_contract(tmp_path, demo_qs):
-    from benchmark.errors import TooManyFailures
+    from benchmark.io.errors import TooManyFailures
 
     with pytest.raises(TooManyFailures):
         run_demo(tmp_path, "identity", "editor._target_=rewriting_editor.ForgetsTheText", "limit=2",
@@ -106,11 +106,11 @@ def test_edits_made_elsewhere_declare_the_rewrite_with_a_jsonl_through_the_cli(t
               f"paths.results={tmp_path / 'res'}", "aggregate.bootstrap_resamples=50"]
 
     def score(*extra: str) -> int:  # the CLI's own function, in this process (the first one runs as a user's)
-        from benchmark.cli import main
+        from benchmark.commands.cli import main
 
         return main(["score", *extra, *common])
 
-    done = subprocess.run([sys.executable, "-m", "benchmark.cli", "score", "--name", "enhanced", "--rewritten",
+    done = subprocess.run([sys.executable, "-m", "benchmark.commands.cli", "score", "--name", "enhanced", "--rewritten",
                            str(rewritten), *common], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     run_dir = next((tmp_path / "res").glob("runs/*/enhanced-*/"))

@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 from omegaconf import open_dict
 
-from benchmark.metrics.rise.protocol import (
+from benchmark.io.rise_protocol import (
     PROMPT_NAMES,
     ProtocolError,
     ReplyError,
@@ -255,8 +255,8 @@ def test_prompt_file_is_read_with_ast_and_refused_when_altered(tmp_path):
 
 
 def test_the_manifest_fetches_the_file_the_config_pins():
-    from benchmark.download import load_manifest
-    from benchmark.run import compose
+    from benchmark.commands.run import compose
+    from benchmark.io.download import load_manifest
 
     cfg = compose(["metrics=rise"])[0].metrics.rise
     files = {f.name: f for f in load_manifest("rise").files}
@@ -285,7 +285,7 @@ def _hints(sample: dict, columns: set[str]) -> dict[str, str]:
 
 def test_requests_are_byte_equal_to_what_the_official_eval_vanilla_builds():
     """Per category and field, the official prompt (its .format as the script calls it) and its images in order."""
-    from benchmark.metrics.rise.protocol import Prompts
+    from benchmark.io.rise_protocol import Prompts
 
     p = official_strings()
     prompts = Prompts(texts=p, commit=FAKE_COMMIT, sha256="0" * 64)
@@ -521,7 +521,7 @@ def _check_board(results: Path, row_name: str | None = None) -> pd.Series:
 
 def test_scripted_replies_give_the_hand_worked_rise_table_and_failure_rows_keep_their_replies(
         hub, tmp_path, restore_logging):
-    from benchmark.run import compose, run_pipeline
+    from benchmark.commands.run import compose, run_pipeline
     from benchmark.stages.score import read_scores
 
     log = tmp_path / "requests.jsonl"
@@ -566,7 +566,7 @@ def test_the_official_image_size_is_a_thumbnail_within_768():
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=f"{ROOT}{os.pathsep}{HELPERS}")
-    return subprocess.run([sys.executable, "-m", "benchmark.cli", *args], cwd=cwd, env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "benchmark.commands.cli", *args], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=300)
 
 
@@ -576,7 +576,7 @@ def test_editmeter_run_and_score_as_a_user_types_them(hub, tmp_path, restore_log
     command line: both give the hand-worked table on the leaderboard."""
     from PIL import Image
 
-    from benchmark import cli
+    from benchmark.commands import cli
     from benchmark.querysets.io import load_queryset
 
     replies = write_script(tmp_path)
@@ -603,7 +603,7 @@ def test_the_openai_backbone_sends_what_the_official_script_sends(hub, tmp_path,
     from local_servers import serving
     from openai_server import OpenAIServer
 
-    from benchmark.run import compose, run_pipeline
+    from benchmark.commands.run import compose, run_pipeline
 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     with serving(OpenAIServer(lambda images, text, system, max_tokens: "Final Score: 5",
@@ -642,8 +642,8 @@ def test_the_openai_backbone_sends_what_the_official_script_sends(hub, tmp_path,
 
 
 def test_rise_is_refused_up_front_on_a_set_without_rise_categories(tmp_path):
-    from benchmark.errors import PreflightError
-    from benchmark.run import compose, run_pipeline
+    from benchmark.commands.run import compose, run_pipeline
+    from benchmark.io.errors import PreflightError
 
     cfg, choices = compose(["editor=identity", "queryset=demo_mini", "metrics=rise", "profile=tiny",
                             f"paths.results={tmp_path}", "progress=false"])
@@ -715,8 +715,8 @@ def test_a_failed_judge_call_is_a_failure_row_of_its_kind_and_rows_name_their_ju
 def test_pinning_the_hub_revision_is_one_command_and_the_download_uses_it(tmp_path, monkeypatch, capsys):
     """`editmeter data pin rise --revision R`: written to the user's pins file; the manifest's RISEBench-360 URLs then
     name R instead of main (the prompt file's URL keeps its own commit). A branch name is refused, nothing written."""
-    from benchmark import cli
-    from benchmark.download import load_manifest
+    from benchmark.commands import cli
+    from benchmark.io.download import load_manifest
 
     pins = tmp_path / "pins.json"
     monkeypatch.setenv("EDITMETER_PINS", str(pins))

@@ -9,7 +9,7 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from benchmark.safe_pickle import ALLOWED_GLOBALS, UnsafePickleError, restricted_load, restricted_loads
+from benchmark.io.safe_pickle import ALLOWED_GLOBALS, UnsafePickleError, restricted_load, restricted_loads
 
 
 @pytest.mark.parametrize("protocol", range(pickle.HIGHEST_PROTOCOL + 1))

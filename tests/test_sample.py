@@ -8,9 +8,9 @@ from conftest import ROOT
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from benchmark.io.types import HATIE_TYPES, ObjectRef, Query
 from benchmark.querysets.io import QuerySetError, load_queryset
 from benchmark.querysets.sample import SampleError, draw_sample, sample_order
-from benchmark.types import HATIE_TYPES, ObjectRef, Query
 
 DEMO = ROOT / "datasets" / "demo"
 CLASSES = ("cat", "dog", "cup", "car")
@@ -94,7 +94,7 @@ def test_demo_sample_28_is_4_per_hatie_type_nested_in_56_with_its_own_name_and_h
 def test_the_demo_config_samples_its_hatie_queries():
     from hydra.utils import instantiate
 
-    from benchmark.run import compose
+    from benchmark.commands.run import compose
 
     cfg, _ = compose(["queryset=demo", "queryset.sample=28"])
     qs = instantiate(cfg.queryset)
@@ -125,7 +125,7 @@ def test_unknown_type_family_is_an_error():
 
 
 def _run(results, editor, *extra):
-    from benchmark.run import compose, run_pipeline
+    from benchmark.commands.run import compose, run_pipeline
 
     cfg, _ = compose([f"editor={editor}", "queryset=demo", "profile=tiny", "metrics=basic", f"paths.results={results}",
                       "progress=false", "aggregate.bootstrap_resamples=100", *extra])
@@ -138,8 +138,8 @@ def test_a_sample_run_is_complete_says_so_and_compare_pairs_only_on_one_sample(t
 
     import pandas as pd
 
-    from benchmark import cli
-    from benchmark.show import render
+    from benchmark.commands import cli
+    from benchmark.tables.show import render
 
     results = tmp_path / "results"
     summary = _run(results, "identity", "queryset.sample=7")
@@ -291,7 +291,7 @@ def test_every_query_set_config_takes_the_same_sample_keys():
 def test_demo_editval_takes_a_sample_nested_stratified_and_its_own_set():
     from hydra.utils import instantiate
 
-    from benchmark.run import compose
+    from benchmark.commands.run import compose
 
     def load(*extra):
         cfg, _ = compose(["queryset=demo_editval", *extra])

@@ -13,9 +13,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from benchmark import launch as L
-from benchmark import run as R  # a multirun job's side: GPU leases, pinning, the status file
-from benchmark.budget import OverBudget
+from benchmark.commands import launch as L
+from benchmark.commands import run as R  # a multirun job's side: GPU leases, pinning, the status file
+from benchmark.plan.budget import OverBudget
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = ["editor=overedit", "queryset=demo_mini", "queryset.first=9", "profile=tiny", "metrics=basic",
@@ -77,14 +77,14 @@ def test_pinned_job_sees_only_its_gpu(monkeypatch, tmp_path):
     monkeypatch.setenv(R.ENV_GPUS, "0,1")
     assert R._pinned(["editor=ip2p", "shard.index=1"], str(tmp_path), "1") == 0
     assert seen["env"]["CUDA_VISIBLE_DEVICES"] == "1" and R.ENV_GPUS not in seen["env"]
-    assert seen["cmd"][1:3] == ["-m", "benchmark.run"] and f"hydra.run.dir={tmp_path}" in seen["cmd"]
+    assert seen["cmd"][1:3] == ["-m", "benchmark.commands.run"] and f"hydra.run.dir={tmp_path}" in seen["cmd"]
 
 
 @pytest.mark.slow  # two fresh processes importing torch, a loky pool and a reference run: ~15 s quiet
 def test_local_launch_pins_shards_and_equals_one_process(tmp_path, restore_logging, single_thread_torch):
     """Two shards through the joblib launcher, each a fresh process pinned to its GPU (CUDA_VISIBLE_DEVICES is
     harmless on a CPU machine), then one aggregate: the leaderboard equals a single process's."""
-    from benchmark.run import compose, run_pipeline
+    from benchmark.commands.run import compose, run_pipeline
     from benchmark.stages.aggregate import write_leaderboards
 
     sharded, single = tmp_path / "sharded", tmp_path / "single"
@@ -126,7 +126,7 @@ def test_a_failing_job_fails_the_launch_not_the_others(tmp_path, restore_logging
 
 
 def test_launch_command_line(capsys):
-    from benchmark import cli
+    from benchmark.commands import cli
 
     assert cli.main(["launch", "--help"]) == 0 and "--workers" in capsys.readouterr().out
     assert cli.main(["launch", "--workers", "0", "editor=identity"]) == 2
@@ -153,7 +153,7 @@ def test_make_bench_with_gpus_launches(tmp_path):
 def test_slurm_code_path_with_submitit_local(tmp_path):
     """The submitit launcher (Slurm's code path) with its local executor: 2 shards, then the aggregate."""
     res = tmp_path / "r"
-    cmd = [sys.executable, "-m", "benchmark.cli", "launch", "--launcher", "slurm_local", "--workers", "2",
+    cmd = [sys.executable, "-m", "benchmark.commands.cli", "launch", "--launcher", "slurm_local", "--workers", "2",
            *FAST, f"paths.results={res}"]
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -163,7 +163,7 @@ def test_slurm_code_path_with_submitit_local(tmp_path):
 
 def test_one_setting_written_two_ways_keys_one_run_folder():
     """`editor.guidance_scale=5` and `=5.0` are one setting: one editor signature, one run folder."""
-    from benchmark.config import editor_signature
+    from benchmark.plan.config import editor_signature
 
     cfg = {"_target_": "editors.identity.IdentityEditor", "guidance_scale": 5.0, "steps": [1.0, 2.5]}
     same = {"_target_": "editors.identity.IdentityEditor", "guidance_scale": 5, "steps": [1, 2.5]}
@@ -182,7 +182,7 @@ BUDGET = ["editor=identity", "queryset=demo_mini", "profile=tiny", "metrics=basi
 def identity_cost(monkeypatch):
     """The cost table with a row for identity of 0.02 s per query (weight-free editors need none: their budget line
     says they load no model), so these tests' budgets are small numbers of seconds."""
-    from benchmark import budget as B
+    from benchmark.plan import budget as B
 
     table = B.load_costs()
     row = {"any": {"s_per_query": 0.02, "load_s": 0, "confidence": "measured", "source": "tests/test_scale.py"}}
@@ -258,7 +258,7 @@ def test_gpus_beyond_those_this_machine_shows_are_refused_before_any_worker(tmp_
 def test_a_failing_preflight_stops_the_launch_once_before_any_worker(tmp_path, monkeypatch, capsys):
     """A sweep of 2 settings x 2 shards whose weights are not cached (offline): one preflight message and exit
     status 1 from the launch, in seconds, instead of the same failure from each of the 4 jobs."""
-    from benchmark import weights as W
+    from benchmark.plan import weights as W
 
     started = _no_workers(monkeypatch)
     monkeypatch.setattr(W, "hf_cache_dir", lambda: tmp_path / "hf")

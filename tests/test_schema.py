@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from benchmark.io.types import EDIT_TYPES, REQUIRED_FIELDS, ObjectRef, Query
 from benchmark.querysets.io import (
     QuerySetError,
     canonical_line,
@@ -18,7 +19,6 @@ from benchmark.querysets.io import (
     read_queries,
     write_queries,
 )
-from benchmark.types import EDIT_TYPES, REQUIRED_FIELDS, ObjectRef, Query
 
 GOOD = {"id": "q1", "image": "images/a.png", "edit_type": "obj_remove", "instruction": "Remove the cup.",
         "target": {"id": "3", "name": "cup", "mask": "masks/a/3.png", "bbox": [1, 2, 30, 40]}}

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from benchmark import cli
+from benchmark.commands import cli
 from benchmark.querysets.io import load_queryset
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -134,7 +134,7 @@ def test_pixel_metrics_resize_an_edit_of_another_size_to_the_source(tmp_path, ca
 def test_the_other_size_rule_on_both_sides_of_its_limits(size, refused):
     """fit_to_source at its two limits: 256x240 against a 256x256 source is 6.7% off and refused, 256x246 (4.1%)
     is resized bicubically; a side under 1/8 of the source's (a 1x1 edit) is refused, 1/8 itself is resized."""
-    from benchmark.imageio import ImageInputError
+    from benchmark.io.imageio import ImageInputError
     from benchmark.metrics.sizes import fit_to_source
 
     edit = Image.fromarray(np.random.default_rng(0).integers(0, 256, (size[1], size[0], 3), dtype=np.uint8))
@@ -215,7 +215,7 @@ def test_missing_edits_are_counted_missing_not_already_done(tmp_path, capsys, re
 
 
 def test_a_long_reason_is_cut_at_a_word_and_marked():
-    from benchmark.console import shorten
+    from benchmark.io.console import shorten
     from benchmark.stages.edit import failure_summary
 
     reason = ("edit is 256x128, source is 256x256: their aspect ratios differ by 100%, over the 5% that is resized "

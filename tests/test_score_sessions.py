@@ -13,8 +13,8 @@ import pandas as pd
 import pytest
 from PIL import Image
 
+from benchmark.io.session_edits import map_session_folder
 from benchmark.querysets.io import query_from_dict
-from benchmark.session_edits import map_session_folder
 
 # sessions by image id -> turns; the query ids follow the MagicBrush builder's mb-<split>-<img_id>-t<turn>
 SESSIONS = {"100": 2, "200": 1, "300": 3}
@@ -105,7 +105,7 @@ def test_an_image_id_of_two_sessions_is_ambiguous(tmp_path):
 
 
 def _score(tmp_path, edits, *extra):
-    from benchmark.score_edits import main
+    from benchmark.commands.score_edits import main
 
     root = make_set(tmp_path / "qs", records())
     return main(["queryset=demo", f"queryset.root={root}", f"edits={edits}", "name=theirs", "profile=tiny",
@@ -206,7 +206,7 @@ def test_the_protocol_is_given_as_an_option_not_an_override(tmp_path, edits, cap
 
 
 def test_the_external_editor_maps_the_layout_itself_and_refuses_what_it_cannot_map(tmp_path, edits):
-    from benchmark.session_edits import SessionLayoutError
+    from benchmark.io.session_edits import SessionLayoutError
     from editors.external import ExternalEdits
 
     root = make_set(tmp_path / "qs", records())
@@ -224,7 +224,7 @@ def test_the_external_editor_maps_the_layout_itself_and_refuses_what_it_cannot_m
 def test_a_multi_turn_folder_against_a_first_turn_set_says_the_set_needs_every_turn(tmp_path, edits, capsys):
     """A set built with the default `--turns first` (no sessions: turn-1 queries only) and the authors' multi-turn
     folder: not 'no query has an edit', but what the folder is and how to build the set it needs."""
-    from benchmark.score_edits import main
+    from benchmark.commands.score_edits import main
 
     firsts = [{k: v for k, v in r.items() if k not in ("session", "turn")} for r in records() if r["turn"] == 1]
     root = make_set(tmp_path / "qs", firsts)

@@ -20,7 +20,7 @@ TABLES = ("leaderboard.csv", "leaderboard_by_type.csv", "leaderboard_by_class.cs
 
 
 def _run_shards(results: Path, editor: str, metrics: str, k: int, order_seed: int, first: int) -> None:
-    from benchmark.run import compose, run_pipeline
+    from benchmark.commands.run import compose, run_pipeline
 
     order = list(range(k))
     random.Random(order_seed).shuffle(order)  # any completion order
@@ -127,8 +127,8 @@ def test_shards_merge_exactly_k123(tmp_path, single_thread_torch, metrics):
 # -- concurrent writers of the shared files of a run folder -------------------------------------------------------
 
 def _update_meta(path: str, key: str, n: int) -> None:
-    from benchmark.fileio import atomic_write_text
-    from benchmark.locking import locked
+    from benchmark.io.fileio import atomic_write_text
+    from benchmark.io.locking import locked
 
     p = Path(path)
     for i in range(n):
@@ -139,7 +139,7 @@ def _update_meta(path: str, key: str, n: int) -> None:
 
 
 def _append(path: str, key: str, n: int) -> None:
-    from benchmark.fileio import append_jsonl
+    from benchmark.io.fileio import append_jsonl
 
     for i in range(n):
         append_jsonl(Path(path), [{"w": key, "i": i, "pad": "x" * 5000}])
@@ -160,7 +160,7 @@ def test_concurrent_shards_lose_no_update(tmp_path, target):
     if target is _update_meta:
         assert len(json.loads(path.read_text())) == 4 * 40
     else:
-        from benchmark.fileio import read_jsonl_tolerant
+        from benchmark.io.fileio import read_jsonl_tolerant
 
         recs = read_jsonl_tolerant(path)
         assert sorted((r["w"], r["i"]) for r in recs) == sorted((f"w{w}", i) for w in range(4) for i in range(40))
@@ -169,7 +169,7 @@ def test_concurrent_shards_lose_no_update(tmp_path, target):
 def test_run_json_keeps_every_metric_set_of_concurrent_shards(tmp_path):
     """Two shards scored with different metric sets both end up in run.json's `scored` (the read of the earlier
     entries and the write happen under the lock)."""
-    from benchmark.run import compose, run_pipeline
+    from benchmark.commands.run import compose, run_pipeline
 
     for metrics, i in (("basic", 0), ("hatie", 1)):
         cfg, choices = compose(["editor=identity", "queryset=demo_mini", "profile=tiny", f"metrics={metrics}",
@@ -181,7 +181,7 @@ def test_run_json_keeps_every_metric_set_of_concurrent_shards(tmp_path):
 
 
 def test_part_names_are_unique_across_hosts_and_sortable():
-    from benchmark.fileio import _host
+    from benchmark.io.fileio import _host
     from benchmark.stages.score import part_name
 
     names = [part_name(n) for n in range(3)]

@@ -6,10 +6,10 @@ import pandas as pd
 import pytest
 from synthetic_runs import make_run
 
-from benchmark.leaderboard import format_table, main
-from benchmark.settings import flat_settings, varying_settings
-from benchmark.show import ShowError, format_mean_se
+from benchmark.io.settings import flat_settings, varying_settings
 from benchmark.stages.aggregate import write_leaderboards
+from benchmark.tables.leaderboard import format_table, main
+from benchmark.tables.show import ShowError, format_mean_se
 
 
 @pytest.fixture(scope="module")
@@ -158,7 +158,7 @@ def test_show_columns_of_one_metric_set_leave_out_the_other_sets_sections(result
 def test_suites_declare_their_headline_and_their_counts_in_run_json(metrics, headline, counts):
     from hydra.utils import instantiate
 
-    from benchmark.run import _metric_meta, compose
+    from benchmark.commands.run import _metric_meta, compose
 
     cfg, _ = compose([f"metrics={metrics}", "profile=tiny", "queryset=demo_mini"])
     suite = instantiate(cfg.metrics)[metrics]
@@ -170,7 +170,7 @@ def test_suites_declare_their_headline_and_their_counts_in_run_json(metrics, hea
 def _show_one(tmp_path, metric_set: str, columns: dict[str, dict], rows: list[dict]) -> str:
     """`show`'s text for one section written by hand: leaderboard_metrics.csv from `columns`, leaderboard.csv
     from `rows` (editor -> metric values)."""
-    from benchmark.show import render
+    from benchmark.tables.show import render
 
     meta = [{"metric": m, "metric_set": metric_set, "version": "1", "description": m, **c} for m, c in columns.items()]
     pd.DataFrame(meta).to_csv(tmp_path / "leaderboard_metrics.csv", index=False)

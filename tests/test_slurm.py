@@ -43,13 +43,13 @@ def _env(cluster: SlurmCluster) -> dict[str, str]:
 
 def _launch(cluster: SlurmCluster, results: Path, *extra: str, workers: int = 2, timeout: float = 300,
             flags: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "benchmark.cli", "launch", "--launcher", "slurm", "--workers", str(workers),
+    cmd = [sys.executable, "-m", "benchmark.commands.cli", "launch", "--launcher", "slurm", "--workers", str(workers),
            *flags, *BASE, f"paths.results={results}", *extra]
     return subprocess.run(cmd, cwd=ROOT, env=_env(cluster), capture_output=True, text=True, timeout=timeout)
 
 
 def _popen(cluster: SlurmCluster, results: Path, *extra: str) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "benchmark.cli", "launch", "--launcher", "slurm", "--workers", "2", *BASE,
+    cmd = [sys.executable, "-m", "benchmark.commands.cli", "launch", "--launcher", "slurm", "--workers", "2", *BASE,
            f"paths.results={results}", *extra]
     return subprocess.Popen(cmd, cwd=ROOT, env=_env(cluster), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
@@ -62,7 +62,7 @@ def _gpu_request(script: str) -> list[str]:
 
 def _status(cluster: SlurmCluster, launch_dir: Path) -> str:
     """`editmeter launch --status <job folder>`, as a user types it."""
-    out = subprocess.run([sys.executable, "-m", "benchmark.cli", "launch", "--status", str(launch_dir)], cwd=ROOT,
+    out = subprocess.run([sys.executable, "-m", "benchmark.commands.cli", "launch", "--status", str(launch_dir)], cwd=ROOT,
                          env=_env(cluster), capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     return out.stdout
@@ -96,7 +96,7 @@ def _wait_running(cluster: SlurmCluster, proc: subprocess.Popen, results: Path, 
 def local_tables(tmp_path_factory):
     """The leaderboards of the same run in one local process."""
     res = tmp_path_factory.mktemp("local")
-    out = subprocess.run([sys.executable, "-m", "benchmark.cli", "run", *BASE, f"paths.results={res}"], cwd=ROOT,
+    out = subprocess.run([sys.executable, "-m", "benchmark.commands.cli", "run", *BASE, f"paths.results={res}"], cwd=ROOT,
                          env=dict(os.environ, PYTHONPATH=child_pythonpath(ROOT, HELPERS), OMP_NUM_THREADS="1"),
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -235,7 +235,7 @@ def test_a_preempted_task_resumes_and_the_tables_equal_an_uninterrupted_run(clus
     """`scontrol requeue` of a running task mid-edit: Slurm kills and requeues it, it runs its job again (the
     stages skip the finished edits), the launch waits, and the tables are an uninterrupted run's."""
     res, ref = tmp_path / "r", tmp_path / "ref"
-    ok = subprocess.run([sys.executable, "-m", "benchmark.cli", "run", *BASE, *SLOW, f"paths.results={ref}"],
+    ok = subprocess.run([sys.executable, "-m", "benchmark.commands.cli", "run", *BASE, *SLOW, f"paths.results={ref}"],
                         cwd=ROOT, env=_env(cluster), capture_output=True, text=True, timeout=300)
     assert ok.returncode == 0, ok.stderr[-3000:]
     proc = _popen(cluster, res, *FITS, *SLOW)

@@ -1,4 +1,4 @@
-"""The Slurm launch's decisions that need no cluster (benchmark/slurm.py): the GPU request, the fit of a task on
+"""The Slurm launch's decisions that need no cluster (benchmark/commands/slurm.py): the GPU request, the fit of a task on
 the partition's nodes, sbatch refusals, time limits, and the time-limit signal that must not become a failed query.
 The same paths against a real cluster: tests/test_slurm.py."""
 
@@ -9,7 +9,7 @@ import signal
 
 import pytest
 
-from benchmark import slurm as S
+from benchmark.commands import slurm as S
 
 DEFAULTS = {"gpus_per_task": 1, "gpus_per_node": None, "cpus_per_task": 8, "mem_gb": 64, "tasks_per_node": 1,
             "partition": None, "gres": None}

@@ -11,11 +11,11 @@ import numpy as np
 import torch
 from PIL import Image
 
+from benchmark.io.types import ObjectRef, Query
 from benchmark.metrics.features import shared_cache
 from benchmark.metrics.hatie.engine import SimilarityEngine
 from benchmark.metrics.hatie.workflows import WORKFLOWS, InputIds, QueryInput
 from benchmark.models.segmenter import Detection, bbox_from_mask
-from benchmark.types import ObjectRef, Query
 
 S = 512
 OBJ = ObjectRef(id="7", name="cup", mask="unused.png")

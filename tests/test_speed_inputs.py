@@ -88,7 +88,7 @@ def test_float_conversion_equals_the_numpy_recipe_for_every_byte_value():
     follow them), for RGB images and images converted to RGB."""
     from PIL import Image
 
-    from benchmark.imageio import float_chw, to_float_tensor
+    from benchmark.io.imageio import float_chw, to_float_tensor
 
     arr = (np.arange(16 * 16 * 3) % 256).astype(np.uint8).reshape(16, 16, 3)
     ref = torch.from_numpy((np.asarray(arr, dtype=np.float32) / 255.0).copy()).permute(2, 0, 1)

@@ -215,7 +215,7 @@ def test_every_suite_refuses_a_bad_loading_setting_before_any_work(metrics, name
     from hydra.errors import InstantiationException
     from hydra.utils import instantiate
 
-    from benchmark.run import compose
+    from benchmark.commands.run import compose
 
     node = compose([f"metrics={metrics}", "profile=tiny", "device=cpu"])[0].metrics[name]
     assert node[setting] == {"prefetch": False, "load_threads": None}[setting]  # in the YAML: no `+` needed
@@ -249,8 +249,8 @@ def test_every_suite_scores_the_same_rows_however_it_loads(metrics, name, demo_q
 
     from hydra.utils import instantiate
 
+    from benchmark.commands.run import compose
     from benchmark.metrics.features import shared_cache
-    from benchmark.run import compose
 
     by_source: dict[str, list] = {}
     for q in sorted(demo_qs.queries, key=lambda q: (q.image, q.id)):

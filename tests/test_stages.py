@@ -8,7 +8,7 @@ import numpy as np
 from conftest import ROOT
 from PIL import Image
 
-from benchmark.editor import Editor
+from benchmark.editing.editor import Editor
 from benchmark.querysets.io import load_queryset, write_queries
 from benchmark.stages.edit import EDITS_LOG, edit_path, latest_records, run_edit_stage
 from benchmark.stages.score import read_scores, run_score_stage
@@ -219,7 +219,7 @@ def test_batch_size_does_not_change_outputs(tmp_path):
     qs = small_set(tmp_path, 7)
     from hydra.utils import instantiate
 
-    from benchmark.run import compose
+    from benchmark.commands.run import compose
 
     cfg, _ = compose(["editor=overedit", "profile=tiny"])
     for bs in (1, 4):

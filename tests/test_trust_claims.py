@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 from conftest import HELPERS, ROOT, child_pythonpath
 
-from benchmark.locking import Claims
+from benchmark.io.locking import Claims
 from benchmark.metrics.pixel import PixelMetric
 from benchmark.stages.edit import EDITS_LOG, claims_dir, run_edit_stage
 from benchmark.stages.score import read_scores, run_score_stage
@@ -132,7 +132,7 @@ def test_claims_are_all_or_nothing_and_die_with_their_process(tmp_path):
     assert not list(tmp_path.glob("*.claim"))
     # a process holding a claim is killed: its claim is free at once, although its file stays
     code = ("import sys, time; sys.path.insert(0, sys.argv[1]); from pathlib import Path;"
-            "from benchmark.locking import Claims; c = Claims(Path(sys.argv[2])); assert c.try_claim(['q9']);"
+            "from benchmark.io.locking import Claims; c = Claims(Path(sys.argv[2])); assert c.try_claim(['q9']);"
             "print('held', flush=True); time.sleep(60)")
     proc = subprocess.Popen([sys.executable, "-c", code, str(ROOT), str(tmp_path)], stdout=subprocess.PIPE, text=True)
     try:
@@ -148,7 +148,7 @@ def test_kill9_worker_while_another_runs_the_survivor_finishes_everything(tmp_pa
     """Two real runs at once; one is SIGKILLed mid edit stage. The survivor, already running, takes up the dead
     worker's queries and finishes the set: every query edited and scored once per record, none missing."""
     env = dict(os.environ, PYTHONPATH=child_pythonpath(HELPERS, ROOT), HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
-    cmd = [sys.executable, "-m", "benchmark.run", "editor=identity", "queryset=demo_mini", "profile=tiny",
+    cmd = [sys.executable, "-m", "benchmark.commands.run", "editor=identity", "queryset=demo_mini", "profile=tiny",
            "metrics=basic", f"paths.results={tmp_path}", "progress=false", "batch_size=2", "stages=[edit,score]",
            "editor._target_=slow_editor.SlowIdentity", "+editor.delay_s=0.4"]
     victim = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -185,9 +185,9 @@ def test_an_edit_another_worker_is_still_logging_gets_one_record_not_a_recovered
 
     from PIL import Image
 
-    from benchmark.fileio import append_jsonl
+    from benchmark.io.fileio import append_jsonl
+    from benchmark.io.types import EditRecord
     from benchmark.stages.edit import edit_path
-    from benchmark.types import EditRecord
 
     qs = demo_qs.subset(4)
     logged_by_a, lost_by_a = qs.queries[0].id, qs.queries[1].id

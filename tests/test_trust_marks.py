@@ -11,12 +11,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from benchmark.leaderboard import main
-from benchmark.report.collect import read_leaderboards
-from benchmark.report.html import leaderboards_html
-from benchmark.show import ShowError, render
+from benchmark.commands.report.collect import read_leaderboards
+from benchmark.commands.report.html import leaderboards_html
+from benchmark.io.score_cache import INDEX_COLUMNS, INDEX_FILE
 from benchmark.stages.aggregate import write_leaderboards
-from benchmark.stages.score_cache import INDEX_COLUMNS, INDEX_FILE
+from benchmark.tables.leaderboard import main
+from benchmark.tables.show import ShowError, render
 
 QS_HASH = "f" * 64
 IDS = [f"q{i:02d}" for i in range(10)]

@@ -14,11 +14,11 @@ import pytest
 from conftest import ROOT, run_demo
 from PIL import Image
 
-from benchmark.fileio import remove_stale_tmp
-from benchmark.leaderboard import build_tables, collect_runs, format_table
+from benchmark.io.fileio import remove_stale_tmp
+from benchmark.io.score_cache import INDEX_COLUMNS, INDEX_FILE, QUARANTINE_DIR, ResultsWarning
 from benchmark.querysets.io import load_queryset, write_queries
 from benchmark.stages.aggregate import write_leaderboards
-from benchmark.stages.score_cache import INDEX_COLUMNS, INDEX_FILE, QUARANTINE_DIR, ResultsWarning
+from benchmark.tables.leaderboard import build_tables, collect_runs, format_table
 
 TABLE_NAMES = ("leaderboard.csv", "leaderboard_by_type.csv", "leaderboard_by_class.csv")
 SIG = "msig"
@@ -122,7 +122,7 @@ def test_show_flags_tables_older_than_the_score_parts(tmp_path):
 
 def test_query_index_ids_are_built_once():
     # callers test membership once per query: rebuilding the set on each access made a 10k-query check take 4 s
-    from benchmark.stages.score_cache import QueryIndex
+    from benchmark.io.score_cache import QueryIndex
 
     idx = QueryIndex("toy", "f" * 64, tuple((q, None, None, None, "") for q in IDS))
     assert idx.ids is idx.ids and idx.ids == frozenset(IDS)
@@ -275,7 +275,7 @@ def test_changed_edit_bytes_are_rescored(tmp_path):
 
 
 def test_a_failed_row_follows_the_latest_failure_reason(tmp_path):
-    from benchmark.fileio import append_jsonl
+    from benchmark.io.fileio import append_jsonl
     from benchmark.metrics.pixel import PixelMetric
     from benchmark.stages.edit import EDITS_LOG, edit_path
     from benchmark.stages.score import read_scores, run_score_stage
@@ -293,7 +293,7 @@ def test_a_failed_row_follows_the_latest_failure_reason(tmp_path):
 
 
 def test_a_rerun_hashes_only_the_edits_written_since(tmp_path, monkeypatch):
-    import benchmark.filehash as fh
+    import benchmark.io.filehash as fh
     from benchmark.metrics.pixel import PixelMetric
     from benchmark.stages.edit import edit_path
     from benchmark.stages.score import run_score_stage
@@ -316,7 +316,7 @@ def test_a_rerun_hashes_only_the_edits_written_since(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("bad", ["{not json", '["a list"]', '{"query_id": 3, "status": "ok"}'])
 def test_a_corrupt_edit_log_is_one_error_naming_it_and_the_fix(tmp_path, bad):
-    from benchmark.errors import CorruptRunFile
+    from benchmark.io.errors import CorruptRunFile
     from benchmark.stages.edit import EDITS_LOG, latest_records
 
     _stage_setup(tmp_path, n=3)
@@ -345,7 +345,7 @@ def test_a_garbage_part_is_moved_aside_and_its_rows_recomputed(tmp_path):
 def test_stale_tmp_files_are_removed_and_nothing_else(tmp_path):
     import subprocess
 
-    from benchmark.fileio import _TMP_OWNER, TMP_NAME, _host, atomic_path
+    from benchmark.io.fileio import _TMP_OWNER, TMP_NAME, _host, atomic_path
 
     dead = subprocess.Popen(["true"])
     dead.wait()

@@ -13,10 +13,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from benchmark.leaderboard import main
+from benchmark.io.score_cache import INDEX_COLUMNS, INDEX_FILE, load_query_index
+from benchmark.io.turns import final_turns, owed_queries
 from benchmark.stages.aggregate import write_leaderboards
-from benchmark.stages.score_cache import INDEX_COLUMNS, INDEX_FILE, load_query_index
-from benchmark.turns import final_turns, owed_queries
+from benchmark.tables.leaderboard import main
 
 SHA = "ab" * 32
 QS_HASH = "e" * 64
@@ -155,7 +155,7 @@ def test_runs_of_sets_without_sessions_give_no_turn_rows(tmp_path):
 
 
 def test_an_unknown_protocol_in_run_json_gives_no_figure_and_a_warning(tmp_path):
-    from benchmark.stages.score_cache import ResultsWarning
+    from benchmark.io.score_cache import ResultsWarning
 
     make_run(tmp_path, "ed", "sideways", VALUES, SPEC)
     with pytest.warns(ResultsWarning, match="protocol 'sideways'"):
@@ -167,20 +167,20 @@ def test_an_unknown_protocol_in_run_json_gives_no_figure_and_a_warning(tmp_path)
     ({"editor_info": {"protocol": "multi_turn"}}, "multi_turn"),
     ({"protocol": "multi_turn", "editor_info": {"protocol": "multi_turn"}}, "multi_turn")])
 def test_the_protocol_is_run_jsons_else_the_one_the_editor_read_the_edits_for(meta, want):
-    from benchmark.turns import protocol_of
+    from benchmark.io.turns import protocol_of
 
     assert protocol_of(meta) == want
 
 
 def test_a_run_json_protocol_that_contradicts_its_editors_is_refused():
-    from benchmark.turns import ProtocolError, protocol_of
+    from benchmark.io.turns import ProtocolError, protocol_of
 
     with pytest.raises(ProtocolError, match="read the edits of protocol 'multi_turn'"):
         protocol_of({"protocol": "single_turn", "editor_info": {"protocol": "multi_turn"}})
 
 
 def test_the_turn_rows_come_back_identical_from_the_aggregate_cache(tmp_path):
-    import benchmark.aggregate_cache as ac
+    import benchmark.tables.aggregate_cache as ac
 
     make_run(tmp_path, "ed", "multi_turn", VALUES, SPEC)
     path = tmp_path / "leaderboard_turns.csv"
@@ -195,7 +195,7 @@ def test_the_turn_rows_come_back_identical_from_the_aggregate_cache(tmp_path):
     ("x", "not a list"), ([["a", "s", 0]], "turn from 1"), ([["zz", "s", 1]], "not in the index"),
     ([["a", "s", 1], ["b", "s", 3]], "not 1..n"), ([["a", "s", 1], ["a", "s", 2]], "twice")])
 def test_a_bad_sessions_entry_in_the_query_index_is_refused(tmp_path, sessions, why):
-    from benchmark.stages.score_cache import BadCacheFile
+    from benchmark.io.score_cache import BadCacheFile
 
     path = tmp_path / INDEX_FILE
     path.write_text(json.dumps({"format": 1, "queryset": "q", "queryset_hash": "h", "n_total": 2,
@@ -233,7 +233,7 @@ def test_show_has_no_side_by_side_view_without_a_multi_turn_run(tmp_path, capsys
 
 
 def test_a_multi_turn_row_is_tagged_in_the_overall_tables():
-    from benchmark.show import editor_cell
+    from benchmark.tables.show import editor_cell
 
     assert editor_cell({"editor": "ed", "protocol": "multi_turn"}) == "ed [multi-turn]"
     assert editor_cell({"editor": "ed", "protocol": "single_turn"}) == editor_cell({"editor": "ed"}) == "ed"
@@ -244,7 +244,7 @@ def test_a_multi_turn_row_is_tagged_in_the_overall_tables():
     ({"turn": 0}, "whole turn number from 1"), ({"session": ""}, "empty session id"),
     ({"session": None}, "a turn on a row of no session")])
 def test_a_score_part_with_a_bad_session_or_turn_is_refused(tmp_path, change, why):
-    from benchmark.stages.score_cache import BadCacheFile, check_part
+    from benchmark.io.score_cache import BadCacheFile, check_part
 
     row = {"query_id": "s1-t1", "image_id": "s1", "edit_type": "free_form", "object_class": "free-form",
            "status": "ok", "reason": "", "edit_sha256": SHA, "session": "s1", "turn": 1, "l1_gt": 0.5}
@@ -256,7 +256,7 @@ def test_a_score_part_with_a_bad_session_or_turn_is_refused(tmp_path, change, wh
 
 
 def test_a_score_part_mixing_rows_of_sessions_and_of_none_is_read(tmp_path):
-    from benchmark.stages.score_cache import check_part
+    from benchmark.io.score_cache import check_part
 
     base = {"image_id": "", "edit_type": "free_form", "object_class": "free-form", "status": "ok", "reason": "",
             "edit_sha256": SHA, "l1_gt": 0.5}

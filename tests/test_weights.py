@@ -1,4 +1,4 @@
-"""benchmark.weights: resolution of every checkpoint a run loads, presence checks that agree with the loaders,
+"""benchmark.plan.weights: resolution of every checkpoint a run loads, presence checks that agree with the loaders,
 and idempotent fetching, against local servers on 127.0.0.1 (never the internet)."""
 
 import os
@@ -11,9 +11,9 @@ from conftest import HELPERS, ROOT, child_pythonpath
 from local_servers import FakeHub, FileServer, serving
 from omegaconf import OmegaConf
 
-from benchmark import weights as W
-from benchmark.config import read_plan
-from benchmark.run import compose
+from benchmark.commands.run import compose
+from benchmark.plan import weights as W
+from benchmark.plan.config import read_plan
 
 
 @pytest.fixture
@@ -96,7 +96,7 @@ def test_url_fetch_checks_the_hash_and_is_idempotent(empty_caches, monkeypatch, 
 
 
 def _tiny_dino_files():
-    from benchmark.models.common import tiny_model_dir
+    from benchmark.io.model_cache import tiny_model_dir
     from benchmark.models.dino import TINY_DINO_CONFIG, _builder
 
     folder = tiny_model_dir("dinov2-tiny", TINY_DINO_CONFIG, _builder(TINY_DINO_CONFIG))
@@ -119,7 +119,7 @@ def test_hub_fetch_via_the_cli_then_the_loader_finds_it_offline(tmp_path, monkey
            "NO_PROXY": "127.0.0.1,localhost"}
     with serving(FakeHub({DINO_ID: (DINO_REVISION, files)})) as hub:
         env.update(HF_ENDPOINT=hub.url, HF_HUB_OFFLINE="0")
-        first = subprocess.run([sys.executable, "-m", "benchmark.weights", *only_dino], cwd=ROOT, env=env,
+        first = subprocess.run([sys.executable, "-m", "benchmark.plan.weights", *only_dino], cwd=ROOT, env=env,
                                capture_output=True, text=True, timeout=120)
         assert first.returncode == 0, first.stdout + first.stderr
         assert "1 of 1 checkpoints present (1 downloaded now)" in first.stdout
@@ -170,7 +170,7 @@ def test_pipeline_fetch_skips_the_safety_checker_and_loads_offline(tmp_path):
     env = {**os.environ, "PYTHONPATH": child_pythonpath(ROOT), "HF_HUB_CACHE": str(tmp_path), "NO_PROXY": "127.0.0.1,localhost"}
     with serving(FakeHub({repo: (sha, files)})) as hub:
         env.update(HF_ENDPOINT=hub.url, HF_HUB_OFFLINE="0")
-        proc = subprocess.run([sys.executable, "-m", "benchmark.weights", "editor=ip2p", "metrics=basic"], cwd=ROOT,
+        proc = subprocess.run([sys.executable, "-m", "benchmark.plan.weights", "editor=ip2p", "metrics=basic"], cwd=ROOT,
                               env=env, capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         fetched = {p.split(f"/resolve/{sha}/", 1)[1] for p in hub.downloads}
@@ -201,7 +201,7 @@ def test_an_unreachable_hub_fails_in_seconds_with_one_line_per_checkpoint_and_th
     env = {**os.environ, "PYTHONPATH": child_pythonpath(ROOT), "HF_HUB_CACHE": str(tmp_path / "hf"), "HF_ENDPOINT": hub,
            "HF_HUB_OFFLINE": "0", "NO_PROXY": "127.0.0.1,localhost", "TORCH_HOME": str(tmp_path / "torch")}
     t0 = time.perf_counter()
-    run = subprocess.run([sys.executable, "-m", "benchmark.weights", "editor=ip2p", "metrics=basic"], cwd=ROOT,
+    run = subprocess.run([sys.executable, "-m", "benchmark.plan.weights", "editor=ip2p", "metrics=basic"], cwd=ROOT,
                          env=env, capture_output=True, text=True, timeout=120)
     took = time.perf_counter() - t0
     assert run.returncode == 1, run.stdout + run.stderr

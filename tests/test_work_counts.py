@@ -11,8 +11,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from benchmark.commands.run import compose, run_pipeline
 from benchmark.editing.work_counter import UNET_FORWARD, UNET_FORWARD_BACKWARD, count_unet_calls, difference
-from benchmark.run import compose, run_pipeline
 
 
 class _Out:

@@ -19,9 +19,9 @@ from PIL import Image
 
 from benchmark.editing.batching import HalvingRunner
 from benchmark.editing.determinism import deterministic_algorithms
+from benchmark.editing.editor import Editor, generators
 from benchmark.editing.work_counter import count_unet_calls
-from benchmark.editor import Editor, generators
-from benchmark.types import Query
+from benchmark.io.types import Query
 
 
 class CoarseSettingWarning(UserWarning):

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from typing import Any
 
-from benchmark.hashing import stable_hash
+from benchmark.io.hashing import stable_hash
 
 SOURCE_LATENTS = ("sample", "mean")
 PRECISIONS = ("auto", "fp32", "bf16_autocast")

@@ -20,7 +20,7 @@ and every sweep of an editing-only setting (P2P's tau, cross_replace_steps, mode
   dtypes the caller expects, the content digest, every value finite. A file that fails (a malformed header
   included) is moved to `quarantine/` with its reason and the inversion is computed again; the other sources of
   the batch are untouched.
-- Claims: a worker claims a key before computing it (`benchmark.locking.Claims` in `<root>/claims/`), so two workers
+- Claims: a worker claims a key before computing it (`benchmark.io.locking.Claims` in `<root>/claims/`), so two workers
   (shards, identical runs) never compute one source twice; the other waits for the claim to go and reads the file.
 """
 
@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmark.hashing import stable_hash
+from benchmark.io.hashing import stable_hash
 
 FORMAT = "editmeter-inversion/1"  # part of every key: inversions of one setting keep their key across file formats
 # part of every key: how an inversion's batch was composed. Before it, the inversion pass inverted up to batch_size
@@ -56,7 +56,7 @@ class InversionStore:
 
     def __init__(self, root: str | Path) -> None:
         """`root`: the store's folder, e.g. `<results>/inversions` (shared by every run under those results)."""
-        from benchmark.locking import Claims
+        from benchmark.io.locking import Claims
 
         self.root = Path(root)
         self.claims = Claims(self.root / "claims")
@@ -79,7 +79,7 @@ class InversionStore:
             return None
         except BadInversionFile as err:
             reason = str(err)
-        from benchmark.stages.score_cache import quarantine
+        from benchmark.io.score_cache import quarantine
 
         quarantine(path, reason, then="the inversion will be computed again")
         return None
@@ -103,7 +103,7 @@ class InversionStore:
         """Write `tensors` (moved to the CPU, contiguous) as the inversion of `key`, atomically."""
         from safetensors.torch import save
 
-        from benchmark.fileio import atomic_write
+        from benchmark.io.fileio import atomic_write
 
         cpu = {k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}
         data = save(cpu, metadata={"format": FILE_FORMAT, "kind": kind, "key": key, "digest": tensor_digest(cpu)})

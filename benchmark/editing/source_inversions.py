@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from benchmark.editing.base import Item
-from benchmark.editor import query_seed
+from benchmark.editing.editor import query_seed
 
 
 def source_seed(seed: int, image_digest: str, source_caption: str) -> int:
@@ -54,11 +54,11 @@ class SourceInversions:
     implements `_inversion_settings()` (every setting of the inversion, JSON-able), `_inversion_tensors()`
     ({name: (shape, dtype)} of one stored inversion) and `_compute_inversions(items)` (one dict of those tensors per
     item, drawing from `source_generator(item)` only). The run sets `inversion_store` when `reuse_inversions` is on
-    (benchmark.run), and the edit stage sets `run_seed` to the run's seed (benchmark.stages.edit). The inversion
+    (benchmark.commands.run), and the edit stage sets `run_seed` to the run's seed (benchmark.stages.edit). The inversion
     is shared by queries whose per-query seeds differ, so its noise cannot come from `seeds`: a direct `edit()`
     call outside a run inverts with `run_seed` (0 unless set), as docs/editors.md says."""
 
-    shares_inversions: ClassVar[bool] = True  # one inversion per source (image, caption): benchmark.budget
+    shares_inversions: ClassVar[bool] = True  # one inversion per source (image, caption): benchmark.plan.budget
     inversion_kind: ClassVar[str] = ""
     seeded_inversion: ClassVar[bool] = True  # the inversion draws from `source_generator` (false: draws nothing)
 

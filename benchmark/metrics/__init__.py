@@ -1,4 +1,4 @@
-"""Metrics: per-sample scores with declared metadata. Only `benchmark.leaderboard` aggregates."""
+"""Metrics: per-sample scores with declared metadata. Only `benchmark.tables.leaderboard` aggregates."""
 
 from benchmark.metrics.base import PairwiseMetric, ScoreBatch
 

@@ -6,12 +6,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from benchmark.types import MetricInfo, Query
+from benchmark.io.types import MetricInfo, Query
 
 if TYPE_CHECKING:
     import torch
 
-# Key of a suite summary's result (`benchmark.summaries`): why one of its values is NaN (the leaderboard appends
+# Key of a suite summary's result (`benchmark.tables.summaries`): why one of its values is NaN (the leaderboard appends
 # it to the row's mark).
 SUMMARY_NOTE = "note"
 

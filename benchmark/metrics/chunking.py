@@ -7,8 +7,8 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from benchmark.io.types import Query
 from benchmark.metrics.memo import Memo
-from benchmark.types import Query
 
 SOURCE_MEMO = 4  # decoded originals (and what is made from them) kept per loader: queries arrive sorted by source
 
@@ -127,7 +127,7 @@ class QuerySamples:
         return len(self.queries)
 
     def __getitem__(self, i: int) -> Any:
-        from benchmark.imageio import ImageInputError
+        from benchmark.io.imageio import ImageInputError
 
         q = self.queries[i]
         out = self.item(q)
@@ -140,7 +140,7 @@ class QuerySamples:
     def original(self, query: Query, make: Callable[[Any], Any]) -> Any:
         """`make(decoded original)` for the query's source image, made once for all of its queries (`sources`); a
         file that cannot be read raises as `imageio.load_rgb` does, for this query and the next that asks."""
-        from benchmark.imageio import load_rgb
+        from benchmark.io.imageio import load_rgb
 
         path = self.queryset.path(query.image)
         return self.sources.get(path, lambda: make(load_rgb(path)))

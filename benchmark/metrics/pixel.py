@@ -13,8 +13,8 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
+from benchmark.io.types import MetricInfo
 from benchmark.metrics.base import NEED_EDIT, NEED_EDIT_MASK, NEED_SOURCE, NEED_TARGET_IMAGE, ScoreBatch
-from benchmark.types import MetricInfo
 
 Statistic = Literal["l1", "l2", "psnr", "ssim"]
 Reference = Literal["source", "target"]

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
+from benchmark.io.types import MetricInfo, Query
 from benchmark.metrics.chunking import QuerySamples
 from benchmark.metrics.components import LazyComponents
 from benchmark.models.judge_reply import (
@@ -33,7 +34,6 @@ from benchmark.models.judge_reply import (
     as_reply,
     reply_columns,
 )
-from benchmark.types import MetricInfo, Query
 
 
 class _BusyClock:
@@ -101,7 +101,7 @@ class PairSamples(QuerySamples):
         return LoadedPair(query)
 
     def load(self, out: LoadedPair, q: Query, edit_path: Path) -> None:
-        from benchmark.imageio import load_rgb
+        from benchmark.io.imageio import load_rgb
 
         out.source = self.original(q, lambda img: img)
         out.edit = self.fit(load_rgb(edit_path), out.source.size)
@@ -135,7 +135,7 @@ class PromptedJudgeSuite(LazyComponents):
     load_prompts: ClassVar[Callable[[str, str, str], Any]]
     samples_class: ClassVar[type]
     # the images of each judge request one query sends, in order (its length: requests per query); the budget line
-    # counts the judge's cost from it (benchmark.judge_budget)
+    # counts the judge's cost from it (benchmark.plan.judge_budget)
     JUDGE_REQUESTS: ClassVar[tuple[int, ...]] = ()
     # rounds (chunks) judged at once when the backbone's calls may overlap (`_overlapped_rounds`)
     ROUNDS_IN_FLIGHT: ClassVar[int] = 2
@@ -148,9 +148,9 @@ class PromptedJudgeSuite(LazyComponents):
     def __init__(self, *, backbone: Any, prompts_file: str, prompts_commit: str, prompts_sha256: str,
                  chunk_size: int = 16, load_threads: int | None = None, prefetch: bool = False,
                  device: str = "auto") -> None:
+        from benchmark.io.model_cache import resolve_device
         from benchmark.metrics.chunking import check_loading
         from benchmark.metrics.judge.suite import SuiteInfo
-        from benchmark.models.common import resolve_device
 
         if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
             raise ValueError(f"chunk_size must be a positive integer, not {chunk_size!r}")

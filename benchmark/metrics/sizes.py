@@ -36,7 +36,7 @@ def fit_to_source(edit: Any, size: tuple[int, int], what: str = "edit") -> Any:
     a thumbnail, would not be the same edit."""
     from PIL import Image
 
-    from benchmark.imageio import ImageInputError
+    from benchmark.io.imageio import ImageInputError
 
     if edit.size == tuple(size):
         return edit

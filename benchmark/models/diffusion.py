@@ -20,7 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from benchmark.models.common import WeightsUnavailableError, check_source, tiny_model_dir
+from benchmark.io.model_cache import WeightsUnavailableError, check_source, tiny_model_dir
 from benchmark.models.tokenizer import CLIP_MAX_LENGTH, CLIP_VOCAB_SIZE
 
 # Architecture of the tiny test models (not editing hyperparameters): diffusers' fast-test sizes, with CLIP's real

@@ -6,7 +6,7 @@ import functools
 from pathlib import Path
 from typing import Any
 
-from benchmark.models.common import WeightsUnavailableError, check_source, tiny_model_dir
+from benchmark.io.model_cache import WeightsUnavailableError, check_source, tiny_model_dir
 
 DINO_ID = "facebook/dinov2-base"
 DINO_REVISION = "f9e44c814b77203eaa57a6bdbbd535f21ede1415"

@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from benchmark.models.common import WeightsUnavailableError, check_source, tiny_model_dir
+from benchmark.io.model_cache import WeightsUnavailableError, check_source, tiny_model_dir
 from benchmark.models.dino_v1 import random_vit_builder
 
 MODEL_ID = "facebook/dino-vitb8"

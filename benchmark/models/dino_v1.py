@@ -13,7 +13,7 @@ import functools
 from pathlib import Path
 from typing import Any
 
-from benchmark.models.common import WeightsUnavailableError, check_source, tiny_model_dir
+from benchmark.io.model_cache import WeightsUnavailableError, check_source, tiny_model_dir
 
 DINO_V1_MODELS = {"facebook/dino-vitb16": "vitb16", "facebook/dino-vits16": "vits16"}
 # The hub commit each model is pinned at, as every other checkpoint of the project is. ViT-B/16's is the commit

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmark.models.common import WeightsUnavailableError, check_source, tiny_model_dir
+from benchmark.io.model_cache import WeightsUnavailableError, check_source, tiny_model_dir
 
 TINY_SEED = 0  # random weights are seeded, so a cache folder's content is a function of its key
 OFFLOAD = ("none", "model", "sequential")

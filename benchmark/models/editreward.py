@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmark.models.common import WeightsUnavailableError, check_source, tiny_model_dir
+from benchmark.io.model_cache import WeightsUnavailableError, check_source, tiny_model_dir
 from benchmark.models.vlm import DTYPES, HUB_DEFAULT_SYSTEM, VLM_ID, pinned_revision, qwen_vl_utils_size
 
 CHECKPOINT_ID = "TIGER-Lab/EditReward-Qwen2.5-VL-7B"
@@ -197,7 +197,7 @@ class EditRewardScorer:
                  checkpoint_revision: str = CHECKPOINT_REVISION, base_id: str = BASE_ID,
                  base_revision: str | None = None, dtype: str = "bfloat16", attn_implementation: str = "sdpa",
                  batch_size: int = 4, image_pixels: int = IMAGE_PIXELS, device: str = "auto") -> None:
-        from benchmark.models.common import resolve_device
+        from benchmark.io.model_cache import resolve_device
 
         if dtype not in DTYPES:
             raise ValueError(f"EditReward dtype must be one of {', '.join(DTYPES)}, not {dtype!r}")

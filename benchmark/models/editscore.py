@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmark.models.common import WeightsUnavailableError, check_source, tiny_model_dir
+from benchmark.io.model_cache import WeightsUnavailableError, check_source, tiny_model_dir
 from benchmark.models.vlm import DTYPES, VLM_ID, pinned_revision, qwen_vl_utils_image, vlm_location
 
 ADAPTER_ID = "EditScore/EditScore-7B"
@@ -141,7 +141,7 @@ class EditScoreJudge:
                  adapter_id: str = ADAPTER_ID, adapter_revision: str | None = None, dtype: str = "bfloat16",
                  temperature: float = 0.7, top_p: float = 0.9, top_k: int = 20, max_new_tokens: int = 512,
                  seed: int = 42, device: str = "auto") -> None:
-        from benchmark.models.common import resolve_device
+        from benchmark.io.model_cache import resolve_device
 
         if dtype not in DTYPES:
             raise ValueError(f"judge dtype must be one of {', '.join(DTYPES)}, not {dtype!r}")

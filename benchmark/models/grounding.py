@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmark.models.common import WeightsUnavailableError, check_source, tiny_model_dir
+from benchmark.io.model_cache import WeightsUnavailableError, check_source, tiny_model_dir
 
 Box = tuple[float, float, float, float]
 GDINO_ID, GDINO_REVISION = "IDEA-Research/grounding-dino-tiny", "a2bb814dd30d776dcf7e30523b00659f4f141c71"
@@ -235,7 +235,7 @@ class GroundedLocator:
 
     def segment(self, images: Sequence[np.ndarray], boxes: Sequence[Box]) -> list[np.ndarray]:
         if self.segmenter is None:
-            from benchmark.metrics.bpm.locate import box_mask
+            from benchmark.models.locate import box_mask
 
             return [box_mask(b, np.asarray(i).shape[:2]) for i, b in zip(images, boxes, strict=True)]
         return self.segmenter.segment(images, boxes)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from benchmark.models.common import WeightsUnavailableError, check_source
+from benchmark.io.model_cache import WeightsUnavailableError, check_source
 
 FID_DIMS = 2048
 TINY_FID_DIMS = 32

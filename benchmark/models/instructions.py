@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from benchmark.types import Query
+from benchmark.io.types import Query
 
 SIZES = ("larger", "smaller", "unchanged")
 POSITIONS = ("left", "right", "up", "down", "unchanged")

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from benchmark.errors import RunError
+from benchmark.io.errors import RunError
 from benchmark.models.judge_reply import JudgeReply
 from benchmark.models.vlm import HUB_DEFAULT_SYSTEM
 

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from benchmark.models.common import WeightsUnavailableError, check_source, tiny_model_dir
+from benchmark.io.model_cache import WeightsUnavailableError, check_source, tiny_model_dir
 
 LLM_ID = "Qwen/Qwen2.5-0.5B-Instruct"
 LLM_REVISION = "7ae557604adf67be50417f59c2c2f167def9a775"  # pinned in several public projects; the hub's main of 2024-09

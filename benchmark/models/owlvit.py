@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmark.models.common import WeightsUnavailableError, check_source, tiny_model_dir
+from benchmark.io.model_cache import WeightsUnavailableError, check_source, tiny_model_dir
 
 OWLVIT_ID = "google/owlvit-base-patch32"
 # Commit of google/owlvit-base-patch32 on the hub. Not verifiable offline here: it is the sha that independent
@@ -128,7 +128,7 @@ class OwlViTDetector:
         asked as "a photo of a <name>"). A name's score is the best box's; the caller applies the threshold."""
         import torch
 
-        from benchmark.metrics.editval.rules import text_query
+        from benchmark.io.editval_rules import text_query
 
         if len(images) != len(names):
             raise ValueError(f"{len(images)} images but {len(names)} name lists")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from benchmark.models.common import WeightsUnavailableError, check_source
+from benchmark.io.model_cache import WeightsUnavailableError, check_source
 
 LPIPS_SIZE = 64  # HATIE resizes both images (bilinear) to 64 x 64 before LPIPS
 TINY_SEED = 0

@@ -38,7 +38,7 @@ def resize_crop(img: Any, resize: int, crop: int) -> Any:
     from torchvision.transforms import InterpolationMode
     from torchvision.transforms import functional as TF
 
-    from benchmark.imageio import float_chw
+    from benchmark.io.imageio import float_chw
 
     pil = TF.center_crop(TF.resize(to_pil_8bit(img), resize, interpolation=InterpolationMode.BICUBIC), crop)
     return float_chw(np.array(pil))  # ToTensor's values (float32(x) / 255), as a channels-last view

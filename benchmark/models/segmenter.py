@@ -16,8 +16,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from benchmark.hashing import stable_hash
-from benchmark.models.common import WeightsUnavailableError, check_source, tiny_model_dir
+from benchmark.io.hashing import stable_hash
+from benchmark.io.model_cache import WeightsUnavailableError, check_source, tiny_model_dir
 
 # detectron2's `pred_classes` index this list (COCO's 80 classes in category-id order)
 from benchmark.querysets.coco_classes import COCO_CLASSES
@@ -398,7 +398,7 @@ def save_segmentation(seg: Segmentation, path: Path, *, edit_sha256: str, segmen
                       shape: tuple[int, int]) -> None:
     """Cache one image's selection as a compressed npz of plain arrays (no pickles), keyed inside the file by the
     edit's sha256 and the segmenter signature so a file made for another edit or segmenter is never trusted."""
-    from benchmark.fileio import atomic_path
+    from benchmark.io.fileio import atomic_path
 
     names = sorted(seg)
     h, w = shape
@@ -418,7 +418,7 @@ def save_segmentation(seg: Segmentation, path: Path, *, edit_sha256: str, segmen
 def _read_members(z: Any, shape: tuple[int, int]) -> dict[str, np.ndarray]:
     """Every member of the archive as an array, each .npy header read (once) and checked before its data: sizes no
     real segmentation has are refused, so a planted archive cannot make the reader decompress gigabytes."""
-    from benchmark.npy_header import read_npy_header
+    from benchmark.io.npy_header import read_npy_header
 
     h, w = shape
     limit = {"masks": len(COCO_CLASSES) * h * ((w + 7) // 8), "names": len(COCO_CLASSES), "scores": len(COCO_CLASSES),

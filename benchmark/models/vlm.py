@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmark.models.common import WeightsUnavailableError, check_source, tiny_model_dir
+from benchmark.io.model_cache import WeightsUnavailableError, check_source, tiny_model_dir
 
 VLM_ID = "Qwen/Qwen2.5-VL-7B-Instruct"
 FAST_VLM_ID = "Qwen/Qwen2.5-VL-3B-Instruct"
@@ -346,7 +346,7 @@ class TextJudge:
     def __init__(self, *, weights: str = "pretrained", model_id: str = GEDIT_VLM_ID, revision: str | None = None,
                  dtype: str = "float16", max_new_tokens: int = 512, batch_size: int = 1, device: str = "auto",
                  system: str = HUB_DEFAULT_SYSTEM, text_first: bool = False) -> None:
-        from benchmark.models.common import resolve_device
+        from benchmark.io.model_cache import resolve_device
 
         if dtype not in DTYPES:
             raise ValueError(f"judge dtype must be one of {', '.join(DTYPES)}, not {dtype!r}")

@@ -11,7 +11,7 @@ import functools
 from pathlib import Path
 from typing import Any
 
-from benchmark.models.common import WeightsUnavailableError, check_source, tiny_model_dir
+from benchmark.io.model_cache import WeightsUnavailableError, check_source, tiny_model_dir
 
 QUESTION = "Does this figure show '{text}'? Please answer yes or no."
 VQA_ID = "Salesforce/blip-vqa-base"

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmark.types import ObjectRef, Query
+from benchmark.io.types import ObjectRef, Query
 
 # class -> (shape, width/height aspect, default colour for newly added objects)
 CLASSES: dict[str, tuple[str, float, str]] = {
@@ -374,7 +374,7 @@ def _moved_box(box: Box, relation: str, width: int) -> Box:
 def _apply_editval(g: dict[str, Any], query: Query) -> str | None:
     """Apply an EditVal-type demo query to the graph `g` in place; returns the style (or None). Every choice is a
     function of the graph and the query, so the oracle editor renders exactly the bundled target."""
-    from benchmark.metrics.editval.rules import part_name, relation_key
+    from benchmark.io.editval_rules import part_name, relation_key
 
     objs = g["objects"]
     t = query.edit_type
@@ -670,10 +670,10 @@ def build(out_dir: Path, n_images: int = DEMO_IMAGES, size: int = DEMO_SIZE, see
     EditVal variant, which is an error when they are asked for)."""
     from PIL import Image
 
-    from benchmark.fileio import atomic_write_text
-    from benchmark.imageio import save_mask, save_png
+    from benchmark.io.fileio import atomic_write_text
+    from benchmark.io.imageio import save_mask, save_png
+    from benchmark.io.types import SCHEMA_VERSION
     from benchmark.querysets.io import META_FILE, write_queries
-    from benchmark.types import SCHEMA_VERSION
 
     out_dir = Path(out_dir)
     rng = np.random.default_rng(seed)
@@ -729,7 +729,7 @@ def render_index(root: Path, pixels: Any, *, who: str, instead: str) -> tuple[di
     None for the source)) over every source image and ground-truth target of the set in `root`, each keyed as
     `pixels(PIL image)` makes it (the array the oracle will be shown). `who` and `instead` word the error for a set
     without scene graphs."""
-    from benchmark.imageio import load_rgb
+    from benchmark.io.imageio import load_rgb
     from benchmark.querysets.io import load_queryset
 
     root = Path(root)

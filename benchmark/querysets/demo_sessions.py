@@ -14,8 +14,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from benchmark.io.types import ObjectRef, Query
 from benchmark.querysets import demo
-from benchmark.types import ObjectRef, Query
 
 # (scene, edits in turn order): 2-3 turns per session; `style` renders the whole image, so it only ends a session
 SESSIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -91,10 +91,10 @@ def build(out_dir: Path, demo_root: Path) -> Path:
     """Write the sessions set into `out_dir` from the scene graphs of the demo set in `demo_root`."""
     from PIL import Image
 
-    from benchmark.fileio import atomic_write_text
-    from benchmark.imageio import save_mask, save_png
+    from benchmark.io.fileio import atomic_write_text
+    from benchmark.io.imageio import save_mask, save_png
+    from benchmark.io.types import SCHEMA_VERSION
     from benchmark.querysets.io import META_FILE, check_sessions, write_queries
-    from benchmark.types import SCHEMA_VERSION
 
     out_dir = Path(out_dir)
     graphs = demo.load_scene_graphs(Path(demo_root) / "scene_graphs.json")

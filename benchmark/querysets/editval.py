@@ -20,9 +20,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from benchmark.io.types import EDITVAL_TYPES, ObjectRef, Query
 from benchmark.querysets.captions import article
 from benchmark.querysets.coco_classes import COCO_CLASSES, natural_name
-from benchmark.types import EDITVAL_TYPES, ObjectRef, Query
 
 # positional_addition `to` values read "<object> <where>"; the where-phrases and their relation keys.
 POSITIONS: dict[str, str] = {"to the left": "left", "to left": "left", "left": "left", "to the right": "right",
@@ -114,8 +114,8 @@ def build(editval_json: str | os.PathLike[str], coco_annotations: str | os.PathL
     downloaded one by one from `image_url` (a template with `{file_name}`)."""
     import numpy as np
 
-    from benchmark.download import download_file
-    from benchmark.imageio import save_mask
+    from benchmark.io.download import download_file
+    from benchmark.io.imageio import save_mask
     from benchmark.querysets.io import write_built_queryset
 
     editval_json, out = Path(editval_json), Path(out_dir)

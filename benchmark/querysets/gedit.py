@@ -30,7 +30,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any, Literal
 
-from benchmark.types import GEDIT_TYPES, Query
+from benchmark.io.types import GEDIT_TYPES, Query
 
 HUB_ID = "stepfun-ai/GEdit-Bench"
 FEATURES = ("key", "task_type", "instruction", "instruction_language", "input_image", "input_image_raw",
@@ -127,7 +127,7 @@ def build(dataset: str | os.PathLike[str], out_dir: str | os.PathLike[str], *, s
 def _write(ds: Any, dataset: str | os.PathLike[str], split: str, image: str, revision: str | None, name: str,
            out: Path) -> dict[str, Any]:
     """Every row checked and its source written into the staging folder `out`, then the queries."""
-    from benchmark.imageio import save_png
+    from benchmark.io.imageio import save_png
     from benchmark.querysets.io import check_id, write_built_queryset
     from benchmark.querysets.release import release_text
 
@@ -141,7 +141,7 @@ def _write(ds: Any, dataset: str | os.PathLike[str], split: str, image: str, rev
         if task not in TASK_TYPES:
             raise GEditFormatError(f"{where}: unknown task_type {task!r}; GEdit-Bench's are {sorted(TASK_TYPES)}. "
                                    "A newer release? Add its types to TASK_TYPES in benchmark/querysets/gedit.py "
-                                   "and GEDIT_TYPES in benchmark/types.py")
+                                   "and GEDIT_TYPES in benchmark/io/types.py")
         if lang not in LANGUAGES:
             raise GEditFormatError(f"{where}: unknown instruction_language {lang!r}; expected one of "
                                    f"{sorted(LANGUAGES)}")

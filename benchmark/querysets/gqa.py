@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmark.io.types import HATIE_TYPES, ObjectRef, Query
 from benchmark.querysets.captions import (
     RELATION_PHRASES,
     Captioner,
@@ -39,7 +40,6 @@ from benchmark.querysets.captions import (
     article,
 )
 from benchmark.querysets.coco_classes import to_coco_class
-from benchmark.types import HATIE_TYPES, ObjectRef, Query
 
 SIZE = 512
 MIN_AREA_FRAC = 0.005  # App. A: drop objects whose box is smaller than 0.5% of the image
@@ -573,7 +573,7 @@ class Materializer:
     captioner: Captioner = field(default_factory=TemplateCaptioner)
 
     def _open(self, rec: ImageRecord) -> Any:
-        from benchmark.imageio import ImageInputError, load_rgb
+        from benchmark.io.imageio import ImageInputError, load_rgb
 
         if self.open_image is not None:
             im = self.open_image(rec.image_id)
@@ -590,7 +590,7 @@ class Materializer:
         """Write the image, masks and edit masks of `rec`; return its finished queries and dropped-object counts."""
         from PIL import Image
 
-        from benchmark.imageio import save_bitmask, save_jpeg
+        from benchmark.io.imageio import save_bitmask, save_jpeg
 
         dropped: Counter = Counter()
         x, y, side = rec.crop

@@ -1,7 +1,7 @@
 """Import the released HATIE benchmark set (query pickles + editable-object mask pickle) as an editmeter query set.
 
 The release ships pickles (a dict of query lists and a list of mask records). They are read once, only through the restricted unpickler
-(`benchmark.safe_pickle`), and converted to `queries.jsonl` plus one PNG mask per editable object
+(`benchmark.io.safe_pickle`), and converted to `queries.jsonl` plus one PNG mask per editable object
 (`masks/<image_id>/<object_id>.png`, {0,255} grayscale, a few hundred bytes each), so nothing downstream ever loads a
 pickle or holds all masks in memory.
 
@@ -33,8 +33,8 @@ from typing import Any
 
 import numpy as np
 
+from benchmark.io.types import HATIE_TYPES, ObjectRef, Query
 from benchmark.querysets.io import check_id
-from benchmark.types import HATIE_TYPES, ObjectRef, Query
 
 QUERIES_MAX_BYTES = 2**30  # the released query pickles are tens of MB; the mask pickle gets safe_pickle's default
 KNOWN_KEYS = {"type", "id", "original_caption", "target_caption", "instruction", "original", "target", "anchor",
@@ -96,7 +96,7 @@ def _bbox(mask: np.ndarray) -> tuple[float, float, float, float] | None:
 
 def write_masks(mask_records: Sequence[Any], out_dir: Path, source: str) -> dict[str, dict[str, dict[str, Any]]]:
     """Write one PNG per editable object; return {image_id: {object_id: {"mask": rel, "bbox": ..., "name": ...}}}."""
-    from benchmark.imageio import save_mask
+    from benchmark.io.imageio import save_mask
 
     if not isinstance(mask_records, list | tuple):
         raise HatieFormatError(f"{source}: expected a list of {{'image', 'editable_objs'}} records, got {type(mask_records).__name__}")
@@ -211,8 +211,8 @@ def import_release(queries_pkl: str | os.PathLike[str], masks_pkl: str | os.Path
                    images_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str], *, name: str = "hatie",
                    image_ext: str = ".jpg") -> dict[str, Any]:
     """Convert the release into `out_dir` (queryset.json, queries.jsonl, masks/, images -> `images_dir`)."""
+    from benchmark.io.safe_pickle import restricted_load
     from benchmark.querysets.io import write_built_queryset
-    from benchmark.safe_pickle import restricted_load
 
     if not SAFE_EXT.fullmatch(image_ext):
         raise HatieFormatError(f"image_ext {image_ext!r} must look like '.jpg'")

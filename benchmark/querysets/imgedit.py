@@ -7,7 +7,7 @@ types. `basic_edit.json` is an object keyed by a numeric string (the name the of
 folder names may hold spaces, `daily object/...`), `prompt` (the instruction) and `edit_type` (one of `EDIT_TYPES`).
 
 Each entry becomes one query `imgedit-<key>`: `instruction` is `prompt` as released, `edit_type` the release's type
-namespaced `imgedit_` (`benchmark.types.IMGEDIT_TYPES`), `image` the source decoded once and stored losslessly as RGB
+namespaced `imgedit_` (`benchmark.io.types.IMGEDIT_TYPES`), `image` the source decoded once and stored losslessly as RGB
 (`images/<pixel digest>.png`: entries that share a source share one file).
 
 The repository states no license: nothing of it is redistributed. `datasets/manifests/imgedit.json` fetches
@@ -24,7 +24,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from benchmark.types import IMGEDIT_TYPES, Query
+from benchmark.io.types import IMGEDIT_TYPES, Query
 
 SOURCE_REPO = "PKU-YuanGroup/ImgEdit"
 EDITS_FILE = "basic_edit.json"
@@ -140,8 +140,8 @@ def _write(edits: Path, images: Path, root: Path, entries: dict[str, dict[str, s
            name: str) -> dict[str, Any]:
     """Each distinct source read, checked and written once into the staging folder `out` (linear in entries: the
     keys naming a source are grouped in one pass), then the queries."""
-    from benchmark.filehash import sha256_file
-    from benchmark.imageio import save_png
+    from benchmark.io.filehash import sha256_file
+    from benchmark.io.imageio import save_png
     from benchmark.querysets.io import write_built_queryset
 
     by_source: dict[str, list[str]] = {}

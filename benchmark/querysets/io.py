@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmark.io.types import EDIT_TYPES, HATIE_TYPES, REQUIRED_FIELDS, SCHEMA_VERSION, ObjectRef, Query
 from benchmark.querysets.json_stream import json_reason, lone_surrogate_in
-from benchmark.types import EDIT_TYPES, HATIE_TYPES, REQUIRED_FIELDS, SCHEMA_VERSION, ObjectRef, Query
 
 QUERIES_FILE = "queries.jsonl"
 META_FILE = "queryset.json"
@@ -335,7 +335,7 @@ def read_queries(path: str | os.PathLike[str]) -> list[Query]:
 
 def write_queries(path: str | os.PathLike[str], queries: Iterable[Query]) -> None:
     """Write queries as canonical JSONL (atomically)."""
-    from benchmark.fileio import atomic_write_text
+    from benchmark.io.fileio import atomic_write_text
 
     atomic_write_text(Path(path), "".join(canonical_line(q) + "\n" for q in queries))
 
@@ -390,10 +390,10 @@ def _linked_roots(root: Path, meta: Mapping[str, Any]) -> list[str]:
 
 
 def file_digests(root: Path, queries: Sequence[Query], meta: Mapping[str, Any] | None = None) -> dict[str, str]:
-    """sha256 of every referenced file (stat-cached, `benchmark.filehash`). Raises one QuerySetError listing the
+    """sha256 of every referenced file (stat-cached, `benchmark.io.filehash`). Raises one QuerySetError listing the
     first missing files, non-files, or files that resolve outside the set folder through a symlink (only the
     top-level folder links declared in `linked_folders` may point elsewhere)."""
-    from benchmark.filehash import digests
+    from benchmark.io.filehash import digests
 
     root = Path(root).resolve()
     allowed = [str(root), *_linked_roots(root, meta or {})]
@@ -513,7 +513,7 @@ def write_built_queryset(out: Path, queries: Sequence[Query], *, name: str, coun
     the builder's own `fields` (description, license, provenance). Returns the metadata. Every query is first
     checked with the loader's own rules (`check_query`; ids once each): a refusal raises `error` and writes
     nothing."""
-    from benchmark.fileio import atomic_write_text
+    from benchmark.io.fileio import atomic_write_text
 
     if not queries:
         raise error(f"{out}: the build made no query")

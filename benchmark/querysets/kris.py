@@ -10,7 +10,7 @@ or ""), `ins_en` (the instruction) and `explain_en` (the real-world knowledge th
 
 Each single-source entry becomes one query `kris-<task>-<key>`: `instruction` is `ins_en` as released (unstripped:
 the official scripts quote it so), `explanation` is `explain_en` (absent when empty), `edit_type` the task namespaced
-`kris_` (`benchmark.types.KRIS_TYPES`), `image` the source and `target_image` the ground truth where `gt_img` names
+`kris_` (`benchmark.io.types.KRIS_TYPES`), `image` the source and `target_image` the ground truth where `gt_img` names
 one (viewpoint_change's judge sees it), each decoded once and stored losslessly as RGB (`images/<pixel digest>.png`).
 
 Not supported: an editmeter query holds one source image, so the entries of `multi-element_composition` (2-5 input
@@ -27,7 +27,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from benchmark.types import KRIS_TYPES, Query
+from benchmark.io.types import KRIS_TYPES, Query
 
 SOURCE_REPO = "mercurystraw/Kris_Bench"
 ANNOTATION = "annotation.json"
@@ -130,7 +130,7 @@ def find_tasks(release: str | os.PathLike[str]) -> list[Path]:
 
 def _load(path: Path, where: str) -> Any:
     """The image at `path` as RGB, refused unless it is a readable image file (the harness's own source rules)."""
-    from benchmark.imageio import ImageInputError, load_rgb
+    from benchmark.io.imageio import ImageInputError, load_rgb
 
     if not path.is_file():
         raise KrisFormatError(f"{where}: image {path} not found; the copy of the release is incomplete")
@@ -157,7 +157,7 @@ def build(release: str | os.PathLike[str], out_dir: str | os.PathLike[str], *, n
 
 
 def _build(release: Path, out: Path, name: str) -> dict[str, Any]:
-    from benchmark.imageio import save_png
+    from benchmark.io.imageio import save_png
     from benchmark.querysets.io import write_built_queryset
 
     planned: list[tuple[str, str, dict[str, Any], Path, Path | None]] = []

@@ -36,7 +36,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from benchmark.types import Query
+from benchmark.io.types import Query
 
 WHITE_MIN = 250
 FEATURES = ("img_id", "turn_index", "source_img", "mask_img", "instruction", "target_img")
@@ -80,7 +80,7 @@ def _mask(raw: bytes, where: str) -> Any:
 
     from PIL import Image, UnidentifiedImageError
 
-    from benchmark.imageio import ImageInputError, _bomb_error, _check_header
+    from benchmark.io.imageio import ImageInputError, _bomb_error, _check_header
 
     try:
         with Image.open(io.BytesIO(raw)) as im:
@@ -157,7 +157,7 @@ def build(dataset: str | os.PathLike[str], out_dir: str | os.PathLike[str], *, s
 def _write(ds: Any, rows: list[int], dataset: Any, split: str, turns: str, name: str, captions: Any,
            descriptions: dict[str, dict[str, str]] | None, out: Path) -> dict[str, Any]:
     """Each kept row checked and written into the staging folder `out`, then the queries."""
-    from benchmark.imageio import save_mask, save_png
+    from benchmark.io.imageio import save_mask, save_png
     from benchmark.querysets.io import QuerySetError, check_id, check_sessions, write_built_queryset
     from benchmark.querysets.release import cell_bytes, release_image, release_text
 

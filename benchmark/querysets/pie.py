@@ -9,8 +9,8 @@ Each entry becomes one query `pie-<id>`:
 - `source_caption` / `target_caption`: the two prompts with every `[` and `]` removed and nothing else changed, which
   is what the official editing scripts feed every description-based method and what its evaluation scores CLIP
   with; `instruction`: `editing_instruction` as given (what its InstructPix2Pix script feeds). Each editor family
-  reads its own fields (`benchmark.editor`).
-- `edit_type`: `TYPE_IDS[editing_type_id]` (`benchmark.types.PIE_TYPES`); `blended_word`: as released (None if "").
+  reads its own fields (`benchmark.editing.editor`).
+- `edit_type`: `TYPE_IDS[editing_type_id]` (`benchmark.io.types.PIE_TYPES`); `blended_word`: as released (None if "").
 - `edit_mask` (`edit_masks/<id>.png`, white = the edit region): `mask` decoded exactly as the official
   `evaluation/evaluate.py` does (`decode_mask`), including its rule that the image's 1-pixel border is edit region.
 - `image` (`images/<id>.png`): the source decoded once and stored losslessly as RGB.
@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmark.types import PIE_TYPES, Query
+from benchmark.io.types import PIE_TYPES, Query
 
 MAPPING_FILE = "mapping_file.json"
 IMAGES_DIR = "annotation_images"
@@ -151,7 +151,7 @@ def _write(data: Path, mapping: dict[str, dict[str, Any]], out: Path, name: str)
     """One pass over the entries into the staging folder `out`: each mask decoded and each source read once, both
     written at once (nothing held: memory stays one entry's); a bad entry stops the build, whose staging folder is
     then removed."""
-    from benchmark.imageio import save_mask, save_png
+    from benchmark.io.imageio import save_mask, save_png
     from benchmark.querysets.io import write_built_queryset
 
     queries = []

@@ -9,7 +9,7 @@ refuses"):
 - text (`release_text`): a string, without NUL or lone surrogates, within `MAX_TEXT_CHARS`.
 - paths (`release_file`): relative, without `..`, resolving (symlinks followed) inside the release folder, to a
   regular file (never a FIFO, a device or a folder).
-- images (`release_image`): `benchmark.imageio.load_rgb`'s rules: the pixel limit from the header, 16-bit scaled
+- images (`release_image`): `benchmark.io.imageio.load_rgb`'s rules: the pixel limit from the header, 16-bit scaled
   to 8 bits, real transparency refused.
 - output (`staged_output`): the set is built in a staging folder inside `--out` and moved into place only when the
   whole build succeeded, so a refused build leaves nothing behind and a previous build untouched; `--out` and the
@@ -232,7 +232,7 @@ def read_release_bytes(path: Path, where: str, field: str, error: type[Exception
 def release_image(data: bytes | Path, where: str, field: str, error: type[Exception] = ReleaseError) -> Any:
     """An 8-bit RGB PIL image under `load_rgb`'s rules (pixel limit from the header, 16-bit scaled, real
     transparency refused), from encoded bytes or a file (`release_file` checked it); `error` names the entry."""
-    from benchmark.imageio import ImageInputError, load_rgb
+    from benchmark.io.imageio import ImageInputError, load_rgb
 
     if isinstance(data, Path):
         data = read_release_bytes(data, where, field, error)
@@ -295,7 +295,7 @@ def staged_output(out: str | os.PathLike[str], error: type[Exception] = ReleaseE
 def _forget_hash_cache(stage: Path) -> None:
     """The stat cache the staging folder's hashing wrote (keyed by its path, which no longer exists)."""
     try:
-        from benchmark.filehash import cache_file_for
+        from benchmark.io.filehash import cache_file_for
 
         cache_file_for(stage.resolve()).unlink(missing_ok=True)
     except (OSError, ImportError):

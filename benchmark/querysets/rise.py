@@ -34,7 +34,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from benchmark.types import RISE_TYPES, Query
+from benchmark.io.types import RISE_TYPES, Query
 
 SOURCE_REPO = "PhoenixZ810/RISEBench"
 HUB_ID = "PhoenixZ/RISEBench"
@@ -109,7 +109,7 @@ def _reference_rgb(path: Path) -> Any:
     """The reference image as the official request encodes it: RGBA / palette converted to RGB (alpha dropped)."""
     from PIL import Image
 
-    from benchmark.imageio import LIMITS, ImageInputError
+    from benchmark.io.imageio import LIMITS, ImageInputError
 
     try:
         with Image.open(path) as im:
@@ -165,7 +165,7 @@ def _check(sample: dict[str, Any], where: str, columns: set[str]) -> dict[str, s
         hints["reference_img"] = "true"
     elif "reference_img" in columns:
         hints["reference_img"] = "nan"
-    from benchmark.metrics.rise.protocol import Prompts, requests_for
+    from benchmark.io.rise_protocol import Prompts, requests_for
 
     stand_in = Prompts(texts=_FORMAT_CHECK, commit="", sha256="")
     requests_for(CATEGORIES[sample["category"]], text, hints, stand_in)  # refuses what the official cannot judge
@@ -192,8 +192,8 @@ def build(data: str | os.PathLike[str], out_dir: str | os.PathLike[str], *, imag
 
 
 def _build(data: Path, out: Path, images: str | os.PathLike[str] | None, name: str) -> dict[str, Any]:
-    from benchmark.filehash import sha256_file
-    from benchmark.imageio import ImageInputError, load_rgb, save_png
+    from benchmark.io.filehash import sha256_file
+    from benchmark.io.imageio import ImageInputError, load_rgb, save_png
     from benchmark.querysets.io import write_built_queryset
 
     samples = read_samples(data)

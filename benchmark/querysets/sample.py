@@ -21,7 +21,7 @@ from collections import defaultdict
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, TypeVar
 
-from benchmark.types import (
+from benchmark.io.types import (
     EDITVAL_TYPES,
     GEDIT_TYPES,
     HATIE_TYPES,

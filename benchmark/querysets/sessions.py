@@ -3,7 +3,7 @@
 Under protocol=multi_turn turn t of a session is edited from the editor's own edit of turn t-1, so a selection that
 holds turn t without turn t-1 gives that turn nothing to be edited from. Here a session is one unit:
 
-- `shard_whole_sessions`: the run plan's shards (`benchmark.plan.RunPlan.selected`). A session counts as one
+- `shard_whole_sessions`: the run plan's shards (`benchmark.plan.run_plan.RunPlan.selected`). A session counts as one
   position, that of its first query in id order; a set without sessions is sliced exactly as `QuerySet.shard`
   slices it.
 - `load_session_set`: the loader of query-set configs whose set has sessions (`demo_sessions`, `magicbrush`): it
@@ -21,7 +21,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from benchmark.types import Query
+from benchmark.io.types import Query
 
 
 def unit(q: Query) -> str:

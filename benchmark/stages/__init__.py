@@ -1,2 +1,2 @@
-"""Pipeline stages: edit, score, aggregate (its rows come from benchmark.leaderboard, cached by
-benchmark.aggregate_cache)."""
+"""Pipeline stages: edit, score, aggregate (its rows come from benchmark.tables.leaderboard, cached by
+benchmark.tables.aggregate_cache)."""

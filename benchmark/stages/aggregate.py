@@ -1,6 +1,6 @@
 """The aggregate stage: the leaderboard CSVs of every run under a results folder.
 
-Each run's rows are computed by `benchmark.leaderboard` (`run_rows`) and cached by `benchmark.aggregate_cache`;
+Each run's rows are computed by `benchmark.tables.leaderboard` (`run_rows`) and cached by `benchmark.tables.aggregate_cache`;
 this module writes the tables from them. It sits above both (the cache reads the leaderboard's rows).
 """
 
@@ -9,9 +9,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from benchmark.aggregate_cache import describe, summarise
-from benchmark.fileio import atomic_write_text
-from benchmark.leaderboard import (
+from benchmark.io.fileio import atomic_write_text
+from benchmark.tables.aggregate_cache import describe, summarise
+from benchmark.tables.leaderboard import (
     FLOAT_FORMAT,
     SWEEP_FILE,
     TURNS_TABLE,
@@ -27,7 +27,7 @@ def write_leaderboards(results: Path, metric_sig: str | None, n_resamples: int, 
     """Rebuild the leaderboard CSVs from every run under `results`: one row per run folder and metric set it was
     scored with (`metric_sig` None), so the tables never depend on which command ran last; or only `metric_sig`.
 
-    Each run's rows come from the aggregate cache (`benchmark.aggregate_cache`) when none of their inputs changed,
+    Each run's rows come from the aggregate cache (`benchmark.tables.aggregate_cache`) when none of their inputs changed,
     so adding one run recomputes one; `cache=False` recomputes every run. Either way the files are the same bytes."""
     t0 = time.perf_counter()
     summaries, stats = summarise(results, metric_sig, n_resamples, seed, cache=cache)

@@ -85,9 +85,9 @@ def find_entrants(results: Path, queryset: str, names: Sequence[str] | None = No
     """The run folders of `queryset` under `results`/runs, one per editor (named by its editor, or by its folder
     when one editor has several). `names` picks some (editor or folder names). Refuses runs of other query-set
     contents among those picked, and names that match nothing."""
-    from benchmark.leaderboard import load_run_meta
+    from benchmark.io.score_cache import BadCacheFile
     from benchmark.stages.edit import EDITS_DIR, latest_records
-    from benchmark.stages.score_cache import BadCacheFile
+    from benchmark.tables.leaderboard import load_run_meta
 
     found: list[tuple[str, str, Path, dict[str, Any]]] = []
     for meta_path in sorted((results / "runs").glob("*/*/run.json")):
@@ -179,7 +179,7 @@ class CallLog:
         return rec if rec.get("digest") == record_digest(rec) else None
 
     def add(self, records: list[dict[str, Any]]) -> None:
-        from benchmark.fileio import append_jsonl
+        from benchmark.io.fileio import append_jsonl
 
         records = [{**r, "digest": record_digest(r)} for r in records]
         append_jsonl(self.path, records)

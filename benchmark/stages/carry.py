@@ -1,6 +1,6 @@
 """Carry-over: an upgrade whose code changes no pixel re-edits a sample, not the whole run (docs/results.md#carry-over).
 
-An edit's key (`benchmark.config.editor_signature`) is a hash of the editor's setting (config, weights, seed,
+An edit's key (`benchmark.plan.config.editor_signature`) is a hash of the editor's setting (config, weights, seed,
 profile) and of the content of the code that makes its pixels. When the code part changes, the run folder is new and
 empty. Before editing, `carry_over` looks for an earlier run in the same query-set folder whose setting is this
 run's (scheme 1 runs included: their setting is computed from their run.json), and then:
@@ -33,13 +33,13 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from benchmark.editor import query_seed
-from benchmark.fileio import append_jsonl, atomic_write_text
-from benchmark.hashing import canonical_json, stable_hash
-from benchmark.imageio import LIMITS, ImageInputError, load_rgb
+from benchmark.editing.editor import query_seed
+from benchmark.io.fileio import append_jsonl, atomic_write_text
+from benchmark.io.hashing import canonical_json, stable_hash
+from benchmark.io.imageio import LIMITS, ImageInputError, load_rgb
+from benchmark.io.types import EditRecord
 from benchmark.stages.edit import EDITS_LOG, edit_path, is_all_black, latest_records, record_json
 from benchmark.stages.reuse import _place, _same_file, _valid_png
-from benchmark.types import EditRecord
 
 CARRY_FILE = "carry.json"
 CARRIED_KEY = "carried_from"  # the edit record's field naming the run an adopted edit came from
@@ -230,7 +230,7 @@ def read_verdict(run_dir: Path) -> dict[str, Any] | None:
 def find_source(run_dir: Path, setting: str, queryset_hash: str,
                 setting_of_run: Callable[[dict[str, Any]], str | None]) -> tuple[Path, dict[str, Any]] | None:
     """The earlier run of this setting on this query set (another folder beside `run_dir`) with the most ok edits,
-    or None; `setting_of_run(run.json)` is the setting an earlier run recorded (benchmark.config.setting_of_run).
+    or None; `setting_of_run(run.json)` is the setting an earlier run recorded (benchmark.plan.config.setting_of_run).
     Only run.json is read here; the edits are checked one by one when adopted."""
     best: tuple[int, str, Path, dict[str, Any]] | None = None
     for meta_path in sorted(run_dir.parent.glob("*/run.json")):

@@ -29,13 +29,13 @@ from typing import Any, TypeVar
 import numpy as np
 from PIL import Image
 
-from benchmark.console import reason_group, shorten
-from benchmark.editor import Editor, query_seed
-from benchmark.fileio import append_jsonl, read_jsonl_tolerant
-from benchmark.imageio import LIMITS, ImageInputError, load_rgb, save_png
+from benchmark.editing.editor import Editor, query_seed
+from benchmark.io.console import reason_group, shorten
+from benchmark.io.fileio import append_jsonl, read_jsonl_tolerant
+from benchmark.io.imageio import LIMITS, ImageInputError, load_rgb, save_png
+from benchmark.io.types import EditRecord, Query
 from benchmark.querysets.io import QuerySet
 from benchmark.stages.turn_keys import TurnEditRecord, pixel_sha256, png_input_sha256, save_keyed_png
-from benchmark.types import EditRecord, Query
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -133,7 +133,7 @@ class FailureLog:
         self.path, self.run_id, self.stage, self._lock = path, run_id, stage, threading.Lock()
 
     def add(self, query_id: str, err: BaseException | None, reason: str) -> None:
-        from benchmark.locking import locked
+        from benchmark.io.locking import locked
 
         stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
         tb = "".join(traceback.format_exception(err)).rstrip() if err is not None else "(no traceback) " + reason
@@ -162,7 +162,7 @@ def edit_path(run_dir: Path, query_id: str) -> Path:
 def latest_records(run_dir: Path) -> dict[str, dict]:
     """Last record per query id from `edits.jsonl`; a malformed log is a `CorruptRunFile` naming it and the fix
     (a torn last line, from a killed writer, is dropped)."""
-    from benchmark.errors import CorruptRunFile
+    from benchmark.io.errors import CorruptRunFile
 
     path = run_dir / EDITS_LOG
     fix = (f"Move {path} aside and rerun: existing edits are recorded again as recovered, the other queries are "
@@ -320,7 +320,7 @@ def run_edit_stage(
     `fail_fast` the first failure is raised instead, with its traceback, and not recorded.
 
     Workers running at once on one run folder (two identical runs, shards whose selections overlap) claim each batch
-    slot's queries before editing them (`benchmark.locking.Claims`), so no query is edited twice: a slot another
+    slot's queries before editing them (`benchmark.io.locking.Claims`), so no query is edited twice: a slot another
     worker holds is put off, and taken up once its claims are released, when whatever that worker did not finish
     (it was killed) is edited here. The stage returns when every query of the selection is edited or failed.
 
@@ -329,7 +329,7 @@ def run_edit_stage(
     from tqdm import tqdm
 
     from benchmark.editing.work_counter import difference
-    from benchmark.locking import Claims
+    from benchmark.io.locking import Claims
     from benchmark.stages.invert import run_inversion_pass
 
     start = time.perf_counter()

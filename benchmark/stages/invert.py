@@ -13,10 +13,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from benchmark.editor import Editor, query_seed
-from benchmark.imageio import LIMITS, ImageInputError, load_rgb
+from benchmark.editing.editor import Editor, query_seed
+from benchmark.io.imageio import LIMITS, ImageInputError, load_rgb
+from benchmark.io.types import Query
 from benchmark.querysets.io import QuerySet
-from benchmark.types import Query
 
 log = logging.getLogger(__name__)
 

@@ -38,9 +38,10 @@ from typing import Any
 
 from PIL import Image
 
-from benchmark.editor import query_seed
-from benchmark.fileio import append_jsonl, atomic_path
-from benchmark.imageio import LIMITS, ImageInputError, load_rgb
+from benchmark.editing.editor import query_seed
+from benchmark.io.fileio import append_jsonl, atomic_path
+from benchmark.io.imageio import LIMITS, ImageInputError, load_rgb
+from benchmark.io.types import EditRecord
 from benchmark.stages.edit import (
     EDITS_LOG,
     InvalidOutput,
@@ -50,7 +51,6 @@ from benchmark.stages.edit import (
     record_json,
     validate_output,
 )
-from benchmark.types import EditRecord
 
 # the fields of two samples' metadata that must agree for one to be nested in the other (`n` apart)
 SAME_DRAW = ("parent", "parent_records_hash", "seed", "types", "pool", "set_size")

@@ -6,7 +6,7 @@ types, classes, whether the metrics score each query) so aggregation can say how
 
 A rerun reuses a row only when its status is unchanged and, for an ok row, when the sha256 of the edit PNG it
 scored (`edit_sha256`) equals that of the PNG there now; it scores only the rest, so killing the stage loses at
-most one part. Every part is validated when read (`benchmark.stages.score_cache`); a bad one is moved into
+most one part. Every part is validated when read (`benchmark.io.score_cache`); a bad one is moved into
 `quarantine/` with a warning, and its rows are recomputed.
 """
 
@@ -21,10 +21,20 @@ from typing import Any
 
 import numpy as np
 
-from benchmark.console import reason_group, shorten
-from benchmark.fileio import atomic_path, atomic_write_text
-from benchmark.hashing import canonical_json
-from benchmark.imageio import ImageInputError, load_mask, load_rgb, to_float_tensor
+from benchmark.io.console import reason_group, shorten
+from benchmark.io.fileio import atomic_path, atomic_write_text
+from benchmark.io.hashing import canonical_json
+from benchmark.io.imageio import ImageInputError, load_mask, load_rgb, to_float_tensor
+from benchmark.io.score_cache import (
+    ROW_KEYS,
+    SCORES_DIR,
+    SESSION_COLUMNS,
+    QueryIndex,
+    read_query_index,
+    read_valid_parts,
+    write_query_index,
+)
+from benchmark.io.types import Query
 from benchmark.metrics.base import NEED_EDIT_MASK, NEED_TARGET_IMAGE, PairwiseMetric, ScoreBatch
 from benchmark.metrics.sizes import fit_to_source
 from benchmark.querysets.io import QuerySet
@@ -36,16 +46,6 @@ from benchmark.stages.edit import (
     failure_summary,
     latest_records,
 )
-from benchmark.stages.score_cache import (
-    ROW_KEYS,
-    SCORES_DIR,
-    SESSION_COLUMNS,
-    QueryIndex,
-    read_query_index,
-    read_valid_parts,
-    write_query_index,
-)
-from benchmark.types import Query
 
 PART_ROWS = 512  # rows per Parquet part: the most a kill can cost
 
@@ -79,7 +79,7 @@ class ScoreStats:
 
 def part_name(n: int) -> str:
     """Unique, chronologically sortable part file name (shards of one run may write concurrently)."""
-    from benchmark.fileio import _host
+    from benchmark.io.fileio import _host
 
     # the host too: shards on several machines (Slurm) share the folder, and their pids may coincide
     return f"part-{time.time_ns():020d}-{_host()}-{os.getpid()}-{n:05d}.parquet"
@@ -111,11 +111,11 @@ def read_scores(run_dir: Path, metric_sig: str, columns: Sequence[str] | None = 
 
 
 def edit_hashes(run_dir: Path, queries: Sequence[Query]) -> dict[str, str]:
-    """sha256 of the edit PNG of each of `queries` that has one (stat-cached: `benchmark.filehash`, so a rerun reads
+    """sha256 of the edit PNG of each of `queries` that has one (stat-cached: `benchmark.io.filehash`, so a rerun reads
     only edits written since). An edit that vanishes or cannot be read gets `unreadable: <why>`, which matches no
     stored row; the loader then records the failure with its reason."""
-    from benchmark.filehash import digests
-    from benchmark.hashing import file_sha256
+    from benchmark.io.filehash import digests
+    from benchmark.io.hashing import file_sha256
 
     folder = run_dir / EDITS_DIR
     stats: dict[str, os.stat_result] = {}
@@ -279,12 +279,12 @@ def _begin(queryset: QuerySet, run_dir: Path, metric_sig: str, full_set: QuerySe
 
 def _claimed(run_dir: Path, metric_sig: str, items: list[Item], hashes: dict[str, str], seen: set[str],
              index: QueryIndex, counts: dict[str, int]) -> Iterator[list[Item]]:
-    """The pending items in chunks of PART_ROWS that this worker claimed (`benchmark.locking.Claims`), less those
+    """The pending items in chunks of PART_ROWS that this worker claimed (`benchmark.io.locking.Claims`), less those
     another worker wrote an up-to-date row for meanwhile (counted in `counts["by_others"]`). The caller writes each
     chunk's rows as parts before asking for the next one: only then are its claims released, so another worker
     finds the rows. A chunk another worker holds is put off and taken up once its claims go (that worker finished
     it, or was killed and left it here)."""
-    from benchmark.locking import Claims
+    from benchmark.io.locking import Claims
     from benchmark.stages.edit import claims_dir
 
     claims = Claims(claims_dir(run_dir, f"score-{metric_sig}"))
@@ -315,7 +315,7 @@ def _claimed(run_dir: Path, metric_sig: str, items: list[Item], hashes: dict[str
 
 def _rows_since(folder: Path, seen: set[str], index: QueryIndex) -> dict[str, tuple[str, str, str]]:
     """(status, reason, edit sha256) by query id of the rows in parts not in `seen` (which it extends)."""
-    from benchmark.stages.score_cache import BadCacheFile, check_part, quarantine
+    from benchmark.io.score_cache import BadCacheFile, check_part, quarantine
 
     out: dict[str, tuple[str, str, str]] = {}
     for path in sorted(folder.glob("part-*.parquet")):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from PIL import Image
 
-from benchmark.types import EditRecord
+from benchmark.io.types import EditRecord
 
 KEY_CHUNK = "editmeter:input_sha256"
 
@@ -22,7 +22,7 @@ KEY_CHUNK = "editmeter:input_sha256"
 @dataclass(frozen=True)
 class TurnEditRecord(EditRecord):
     """The edit record of a multi-turn edit: an `EditRecord` with the sha256 of the pixels the editor received and
-    the query whose edit that input was (None for a session's turn 1). Kept here, not in `benchmark.types`, whose
+    the query whose edit that input was (None for a session's turn 1). Kept here, not in `benchmark.io.types`, whose
     source editors' signatures hash."""
 
     input_sha256: str | None = None
@@ -42,7 +42,7 @@ def save_keyed_png(image: Image.Image, path: Path, compress_level: int, input_sh
     and key)."""
     from PIL.PngImagePlugin import PngInfo
 
-    from benchmark.fileio import atomic_path
+    from benchmark.io.fileio import atomic_path
 
     info = PngInfo()
     info.add_text(KEY_CHUNK, input_sha256)

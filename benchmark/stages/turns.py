@@ -29,8 +29,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmark.editor import Editor, query_seed
-from benchmark.fileio import append_jsonl
+from benchmark.editing.editor import Editor, query_seed
+from benchmark.io.fileio import append_jsonl
+from benchmark.io.types import Query
 from benchmark.querysets.io import QuerySet
 from benchmark.stages.edit import (
     EDITS_LOG,
@@ -45,7 +46,6 @@ from benchmark.stages.edit import (
     run_edit_stage,
 )
 from benchmark.stages.turn_keys import TurnEditRecord, pixel_sha256, png_input_sha256
-from benchmark.types import Query
 
 PREVIOUS_TURN_FAILED = "PreviousTurnFailed"
 
@@ -80,7 +80,7 @@ def run_turns_stage(queryset: QuerySet, editor: Editor, run_dir: Path, *, seed: 
                     fail_fast: bool = False) -> EditStats:
     """Edit every turn of every session of `queryset` from the previous turn's edit, wave by wave (module
     docstring); returns the stage's counts over all waves, as `run_edit_stage` returns them for one."""
-    from benchmark.protocols import MULTI_TURN, ProtocolSettingError, chains_turns
+    from benchmark.io.protocols import MULTI_TURN, ProtocolSettingError, chains_turns
 
     if not chains_turns(MULTI_TURN, editor):
         raise ProtocolSettingError(f"editor {type(editor).__name__} takes edits made elsewhere: nothing here gives "
@@ -119,9 +119,9 @@ def run_turns_stage(queryset: QuerySet, editor: Editor, run_dir: Path, *, seed: 
 
 
 def edit_stage(protocol: str, editor: Any) -> Callable[..., EditStats]:
-    """The edit stage of a run: `run_turns_stage` when it chains turns (`benchmark.protocols.chains_turns`: multi_turn
+    """The edit stage of a run: `run_turns_stage` when it chains turns (`benchmark.io.protocols.chains_turns`: multi_turn
     with an editor that makes its edits here), else `run_edit_stage`; both take the same arguments."""
-    from benchmark.protocols import chains_turns
+    from benchmark.io.protocols import chains_turns
 
     return run_turns_stage if chains_turns(protocol, editor) else run_edit_stage
 
@@ -131,7 +131,7 @@ def _inputs(queryset: QuerySet, run_dir: Path, wave: list[Query],
     """(query id -> the file it is edited from, [(query, previous turn) whose previous turn has no edit]). Turn 1 is
     edited from its own image (its bytes are in the query-set hash, hence in the run folder's name); a later turn
     from the previous turn's PNG, and an existing edit of it made from other pixels is deleted (stale)."""
-    from benchmark.imageio import ImageInputError, load_rgb
+    from benchmark.io.imageio import ImageInputError, load_rgb
 
     paths: dict[str, Path] = {}
     blocked = []

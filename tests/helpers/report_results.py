@@ -11,7 +11,7 @@ _BUILT: dict[str, Path] = {}
 
 
 def _run(results: Path, *overrides: str) -> dict:
-    from benchmark.run import compose, run_pipeline
+    from benchmark.commands.run import compose, run_pipeline
 
     cfg, choices = compose(["queryset=demo_mini", "profile=tiny", f"paths.results={results}", "progress=false",
                             "aggregate.bootstrap_resamples=50", *overrides])

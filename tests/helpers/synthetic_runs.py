@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from benchmark.hashing import stable_hash
-from benchmark.stages.score_cache import INDEX_COLUMNS, INDEX_FILE
+from benchmark.io.hashing import stable_hash
+from benchmark.io.score_cache import INDEX_COLUMNS, INDEX_FILE
 
 SHA = "ab" * 32
 QS_HASH = "f" * 64

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmark.metrics.pinned_prompts import ProtocolError, check_identity, read_pinned, string_assignments
+from benchmark.io.pinned_prompts import ProtocolError, check_identity, read_pinned, string_assignments
 
 REPO = "ruihanglix/genarena"
 REPO_PATH = "genarena/prompts/mmrb2.py"

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from benchmark.errors import RunError
+from benchmark.io.errors import RunError
 
 
 class ArenaError(RunError, ValueError):

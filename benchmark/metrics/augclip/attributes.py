@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmark.errors import RunError
-from benchmark.hashing import stable_hash
-from benchmark.types import Query
+from benchmark.io.errors import RunError
+from benchmark.io.hashing import stable_hash
+from benchmark.io.types import Query
 
 MAX_ATTRIBUTE_CHARS = 200  # longer "attributes" are model rambling, not short visual descriptions
 
@@ -323,7 +323,7 @@ class AttributeCache:
         """Add `items` (query -> attributes) and write the file."""
         import fcntl
 
-        from benchmark.fileio import atomic_write_text
+        from benchmark.io.fileio import atomic_write_text
 
         if not items:
             return

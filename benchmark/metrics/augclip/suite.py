@@ -18,12 +18,12 @@ from typing import Any
 
 import numpy as np
 
+from benchmark.io.model_cache import resolve_device
+from benchmark.io.types import MetricInfo, Query
 from benchmark.metrics.augclip.attributes import AttributeCache, Attributes
 from benchmark.metrics.augclip.core import AugClipError, augclip
 from benchmark.metrics.chunking import QuerySamples
 from benchmark.metrics.components import LazyComponents
-from benchmark.models.common import resolve_device
-from benchmark.types import MetricInfo, Query
 
 VERSION = "1.0"
 CLIP_INPUT = 224
@@ -67,7 +67,7 @@ def clip_square(img: Any) -> Any:
     """CLIP's input recipe on a PIL image: centre crop to a square, resize to 224 (bicubic) -> float (3, 224, 224)."""
     from PIL import Image
 
-    from benchmark.imageio import to_float_tensor
+    from benchmark.io.imageio import to_float_tensor
 
     w, h = img.size
     s = min(w, h)
@@ -83,7 +83,7 @@ class _Samples(QuerySamples):
         return _Loaded(query)
 
     def load(self, out: _Loaded, q: Query, edit_path: Path) -> None:
-        from benchmark.imageio import load_rgb
+        from benchmark.io.imageio import load_rgb
 
         out.source = self.original(q, clip_square)
         out.edit = clip_square(load_rgb(edit_path))

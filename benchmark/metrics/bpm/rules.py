@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-Box = tuple[float, float, float, float]
+from benchmark.models.locate import Box
 
 
 def iou(a: Box, b: Box) -> float:

@@ -20,13 +20,13 @@ from typing import Any
 
 import numpy as np
 
-from benchmark.metrics.bpm.locate import Box, box_mask, box_of
+from benchmark.io.model_cache import resolve_device
+from benchmark.io.types import FREEFORM_TYPES, GEDIT_TYPES, IMGEDIT_TYPES, PIE_TYPES, MetricInfo, Query
 from benchmark.metrics.bpm.rules import PositionRule, SizeRule, iou
 from benchmark.metrics.chunking import QuerySamples
 from benchmark.metrics.components import LazyComponents
-from benchmark.models.common import resolve_device
 from benchmark.models.instructions import GLOBAL_TYPES, ParsedEdit, ParseError, RuleParser, from_query
-from benchmark.types import FREEFORM_TYPES, GEDIT_TYPES, IMGEDIT_TYPES, PIE_TYPES, MetricInfo, Query
+from benchmark.models.locate import Box, box_mask, box_of
 
 VERSION = "1.0"
 CLIP_INPUT = 224
@@ -68,7 +68,7 @@ class _Samples(QuerySamples):
     def load(self, out: _Loaded, q: Query, edit_path: Path) -> None:
         from PIL import Image
 
-        from benchmark.imageio import load_mask, load_rgb
+        from benchmark.io.imageio import load_mask, load_rgb
 
         size, out.original = self.original(q, lambda img: (img.size, np.asarray(img, dtype=np.uint8)))
         edit = load_rgb(edit_path)

@@ -36,7 +36,7 @@ ALIASES = {"md": "clip_dir"}  # alias -> the column whose value it repeats
 # component -> the columns that need it (a component configured as null drops its columns)
 NEEDS = {"clip": ("clip_t", "clip_i", "clip_dir", "md", "clip_i_gt"), "dino_ev": ("dino_ev",),
          "dino_mb": ("dino_mb", "dino_gt"), "lpips": ("lpips", "lpips_out")}
-# model-level counts the suite's summary adds to every leaderboard row (benchmark.summaries)
+# model-level counts the suite's summary adds to every leaderboard row (benchmark.tables.summaries)
 SUMMARY_INFO: dict[str, tuple[bool, str]] = {
     "n_no_target": (False, "ok queries without a ground-truth target (their _gt columns are NaN)"),
     "n_no_mask": (False, "ok queries without an edit mask (their _out columns are NaN)"),

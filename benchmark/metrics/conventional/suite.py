@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmark.io.model_cache import resolve_device
+from benchmark.io.types import MetricInfo, Query
 from benchmark.metrics.chunking import QuerySamples
 from benchmark.metrics.components import LazyComponents
 from benchmark.metrics.conventional.columns import ALIASES, COLUMN_INFO, NEEDS, SUMMARY_INFO, VERSION
-from benchmark.models.common import resolve_device
-from benchmark.types import MetricInfo, Query
 
 CLIP_T_TEXT = ("auto", "target_caption", "instruction")
 DIRECTION_EPS = 1e-6  # a direction shorter than this (features are unit or O(1) vectors) counts as zero
@@ -52,7 +52,7 @@ class _Samples(QuerySamples):
     def load(self, out: _Loaded, q: Query, edit_path: Path) -> None:
         import torch
 
-        from benchmark.imageio import ImageInputError, load_mask, load_rgb, to_float_tensor
+        from benchmark.io.imageio import ImageInputError, load_mask, load_rgb, to_float_tensor
         from benchmark.metrics.sizes import fit_to_source
 
         (w, h), out.source = self.original(q, lambda img: (img.size, to_float_tensor(img)))

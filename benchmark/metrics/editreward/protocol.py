@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmark.metrics import pinned_prompts as pinned
-from benchmark.metrics.pinned_prompts import ProtocolError
+from benchmark.io import pinned_prompts as pinned
+from benchmark.io.pinned_prompts import ProtocolError
 from benchmark.models.editreward import REWARD_TOKEN
 
 SOURCE_REPO = "TIGER-AI-Lab/EditReward"

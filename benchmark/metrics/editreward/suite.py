@@ -15,9 +15,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from benchmark.io.types import MetricInfo, Query
 from benchmark.metrics.editreward.protocol import Prompts, check_identity, load_prompts
 from benchmark.metrics.prompted_judge import LoadedPair, PairSamples, PromptedJudgeSuite
-from benchmark.types import MetricInfo, Query
 
 VERSION = "1.0"
 

@@ -27,12 +27,12 @@ from typing import Any
 
 import regex as re  # the official parsers' module: its \w matches combining marks, `re`'s does not
 
-from benchmark.metrics import pinned_prompts as pinned
+from benchmark.io import pinned_prompts as pinned
+from benchmark.io.pinned_prompts import ProtocolError
 
 # EditScore's utils.py `fix_json` is VIEScore's, which metrics=gedit reproduces: quotes bare keys, wraps bare numbers
 # in a list, quotes other bare values
 from benchmark.metrics.gedit.protocol import _fix_json
-from benchmark.metrics.pinned_prompts import ProtocolError
 
 SOURCE_REPO = "VectorSpaceLab/EditScore"
 PROMPTS_PATH = "editscore/vie_prompts.py"

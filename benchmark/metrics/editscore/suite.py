@@ -17,6 +17,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
+from benchmark.io.types import MetricInfo, Query
 from benchmark.metrics.editscore.protocol import (
     PARTS,
     REDUCTIONS,
@@ -29,7 +30,6 @@ from benchmark.metrics.editscore.protocol import (
     reduce_passes,
 )
 from benchmark.metrics.prompted_judge import LoadedPair, PairAtSourceSize, PromptedJudgeSuite, at_source_size
-from benchmark.types import MetricInfo, Query
 
 VERSION = "1.0"
 PARSER_VERSION = "editscore-v2"  # v2: the `regex` module, as officially

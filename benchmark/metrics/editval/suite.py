@@ -24,12 +24,12 @@ from typing import Any
 
 import numpy as np
 
+from benchmark.io.editval_rules import RuleSettings, judge, requests, scale_box
+from benchmark.io.model_cache import resolve_device
+from benchmark.io.types import EDITVAL_TYPES, MetricInfo, Query
 from benchmark.metrics.chunking import QuerySamples
 from benchmark.metrics.components import LazyComponents
-from benchmark.metrics.editval.rules import RuleSettings, judge, requests, scale_box
 from benchmark.metrics.memo import LRUCache
-from benchmark.models.common import resolve_device
-from benchmark.types import EDITVAL_TYPES, MetricInfo, Query
 
 VERSION = "1.0"
 FID_EDIT, FID_SOURCE = "_fid_edit", "_fid_src"  # per-row Inception features (underscore: never a table column)
@@ -62,7 +62,7 @@ class _Samples(QuerySamples):
         return _Loaded(query)
 
     def load(self, out: _Loaded, q: Query, edit_path: Path) -> None:
-        from benchmark.imageio import load_rgb
+        from benchmark.io.imageio import load_rgb
 
         out.original, out.original_key, out.original_t = self.original(q, _keyed)
         out.edit, out.edit_key, out.edit_t = _keyed(load_rgb(edit_path))
@@ -70,7 +70,7 @@ class _Samples(QuerySamples):
 
 def _keyed(img: Any) -> tuple[Any, str, Any]:
     """A decoded image with its content key and float tensor (made on the loader threads, not in the scoring loop)."""
-    from benchmark.imageio import to_float_tensor
+    from benchmark.io.imageio import to_float_tensor
 
     return img, _digest(img), to_float_tensor(img)
 

@@ -1,6 +1,6 @@
 """Group-level EditVal scores: FID per edit type (docs/editval.md).
 
-Called by `benchmark.leaderboard` (through `benchmark.summaries`) with a group's ok rows. For each edit type in the
+Called by `benchmark.tables.leaderboard` (through `benchmark.tables.summaries`) with a group's ok rows. For each edit type in the
 group, FID between that type's originals (one per source image) and its edits; `FID_type` is the mean over the
 types where it is defined (two or more edits and two or more source images), so the per-type table shows each
 type's own FID and the overall table their average. `FID_type_types` says how many types that mean covers.

@@ -24,8 +24,8 @@ from typing import Any
 
 import regex as re  # the official parsers' module: its \w matches combining marks, `re`'s does not
 
-from benchmark.metrics import pinned_prompts as pinned
-from benchmark.metrics.pinned_prompts import ProtocolError
+from benchmark.io import pinned_prompts as pinned
+from benchmark.io.pinned_prompts import ProtocolError
 
 SOURCE_REPO = "stepfun-ai/Step1X-Edit"
 PROMPTS_PATH = "GEdit-Bench/viescore/vie_prompts.py"

@@ -14,6 +14,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from benchmark.io.types import GEDIT_TYPES, MetricInfo, Query
 from benchmark.metrics.gedit.protocol import (
     LANGUAGE_NAMES,
     Prompts,
@@ -31,7 +32,6 @@ from benchmark.metrics.prompted_judge import (
     PromptedJudgeSuite,
     at_source_size,
 )
-from benchmark.types import GEDIT_TYPES, MetricInfo, Query
 
 VERSION = "1.0"
 

@@ -19,7 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from benchmark.imageio import float_chw
+from benchmark.io.imageio import float_chw
+from benchmark.io.model_cache import resolve_device
+from benchmark.io.types import HATIE_TYPES, MetricInfo, Query
 from benchmark.metrics.chunking import SOURCE_MEMO, QuerySamples, check_loading, query_loader
 from benchmark.metrics.hatie.primitives import IMAGE_SIZE
 from benchmark.metrics.hatie.weights import CRITERIA, TOTAL_WEIGHTS_KEY, load_weight_profile, query_criteria
@@ -33,8 +35,6 @@ from benchmark.metrics.hatie.workflows import (
 )
 from benchmark.metrics.memo import Memo
 from benchmark.metrics.timing import step_time
-from benchmark.models.common import resolve_device
-from benchmark.types import HATIE_TYPES, MetricInfo, Query
 
 VERSION = "1.0"
 SEGMENTATIONS_DIR = "segmentations"
@@ -121,7 +121,7 @@ class _HatieSamples(QuerySamples):
     def _source(self, path: Path) -> tuple[tuple[int, int], Any, str]:
         import hashlib
 
-        from benchmark.imageio import load_rgb
+        from benchmark.io.imageio import load_rgb
 
         def make() -> tuple[tuple[int, int], Any, str]:
             data = _read(path)
@@ -136,7 +136,7 @@ class _HatieSamples(QuerySamples):
         import torch
         import torch.nn.functional as F
 
-        from benchmark.imageio import load_mask
+        from benchmark.io.imageio import load_mask
 
         def make() -> tuple[Any, str]:
             sha = hashlib.sha256(_read(path)).hexdigest()  # digest first: the file load_mask then checks and decodes
@@ -148,7 +148,7 @@ class _HatieSamples(QuerySamples):
     def load(self, out: _Loaded, q: Query, edit_path: Path) -> None:
         import hashlib
 
-        from benchmark.imageio import ImageInputError, load_rgb
+        from benchmark.io.imageio import ImageInputError, load_rgb
 
         src_size, out.original, src_sha = self._source(self.queryset.path(q.image))
         edit_bytes = edit_path.read_bytes()
@@ -191,7 +191,7 @@ class _HatieSamples(QuerySamples):
 
 def _read(path: Path) -> bytes:
     """A query-set file's bytes; a missing one fails as `load_rgb` / `load_mask` would."""
-    from benchmark.imageio import ImageInputError
+    from benchmark.io.imageio import ImageInputError
 
     if not path.is_file():
         raise ImageInputError(f"{path}: file not found (check the query set folder or re-run its download)")
@@ -547,7 +547,7 @@ def _quarantine(path: Path, cache_dir: Path, reason: str) -> None:
     """Move an untrustworthy cache file aside (never delete evidence) with a note saying why, and warn."""
     import warnings
 
-    from benchmark.fileio import atomic_write_text
+    from benchmark.io.fileio import atomic_write_text
 
     dest_dir = cache_dir / QUARANTINE_DIR
     dest_dir.mkdir(parents=True, exist_ok=True)

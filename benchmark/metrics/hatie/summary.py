@@ -1,6 +1,6 @@
 """Model-level HATIE scores for one leaderboard group: IQ from FID (overall only) and Total (docs/hatie.md section 5).
 
-Called by `benchmark.leaderboard` with the group's ok rows (in query-id order, whatever the shards or parts they
+Called by `benchmark.tables.leaderboard` with the group's ok rows (in query-id order, whatever the shards or parts they
 came from) and the criteria means / bootstrap SEs it computed. FID comes from the sufficient statistics of the two
 feature sets (`benchmark.metrics.fid.FeatureStats`), accumulated block by block; the sources count once per image.
 """
@@ -38,7 +38,7 @@ def summarize(ok: Any, means: Mapping[str, float], ses: Mapping[str, float], *, 
     try:
         profile = profile_from_record((components or {}).get(TOTAL_WEIGHTS_KEY))
     except WeightProfileError as err:  # a damaged run.json: no Total rather than one with unknown weights
-        from benchmark.stages.score_cache import warn
+        from benchmark.io.score_cache import warn
 
         warn(f"{err}; Total and score are left empty for this run (rescore it to rewrite run.json)")
         return {"score": math.nan, "score_se": math.nan} if not overall else {

@@ -188,7 +188,7 @@ def load_weight_profile(name_or_path: str | None) -> WeightProfile:
 
     import yaml
 
-    from benchmark.provenance import PROJECT_ROOT
+    from benchmark.io.provenance import PROJECT_ROOT
 
     text = str(name_or_path)
     path = Path(text) if ("/" in text or text.endswith((".yaml", ".yml", ".json"))) else PROJECT_ROOT / PROFILE_DIR / f"{text}.yaml"

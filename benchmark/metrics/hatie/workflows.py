@@ -11,11 +11,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from benchmark.io.types import Query
 from benchmark.metrics.hatie import primitives as P
 from benchmark.metrics.hatie.engine import Plan, Results
 from benchmark.metrics.hatie.weights import SIMS, TESTS
 from benchmark.models.segmenter import Detection, Segmentation
-from benchmark.types import Query
 
 # The release writes the added object's name twice in the position text ("c <rel> c"); the paper's example
 # ("pizza under microwave") names the anchor. editmeter follows the paper.

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmark.metrics import pinned_prompts as pinned
-from benchmark.metrics.pinned_prompts import ProtocolError
+from benchmark.io import pinned_prompts as pinned
+from benchmark.io.pinned_prompts import ProtocolError
 
 SOURCE_REPO = "PKU-YuanGroup/ImgEdit"
 PROMPTS_PATH = "Benchmark/Basic/prompts.json"

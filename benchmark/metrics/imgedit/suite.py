@@ -13,6 +13,7 @@ import json
 import math
 from typing import Any
 
+from benchmark.io.types import IMGEDIT_TYPES, MetricInfo, Query
 from benchmark.metrics.imgedit.protocol import (
     Prompts,
     ReplyError,
@@ -23,7 +24,6 @@ from benchmark.metrics.imgedit.protocol import (
     summary_keys,
 )
 from benchmark.metrics.prompted_judge import LoadedPair, PairSamples, PromptedJudgeSuite
-from benchmark.types import IMGEDIT_TYPES, MetricInfo, Query
 
 VERSION = "1.0"
 

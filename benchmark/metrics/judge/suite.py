@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmark.io.model_cache import resolve_device
+from benchmark.io.types import MetricInfo, Query
 from benchmark.metrics.chunking import QuerySamples
 from benchmark.metrics.components import LazyComponents
 from benchmark.metrics.judge.prompts import DEFAULT_VERSION, Prompts, Question, get_prompts
-from benchmark.models.common import resolve_device
-from benchmark.types import MetricInfo, Query
 
 VERSION = "1.0"
 DEFAULT_RESOLUTION = 448  # longer side in pixels: 16 x 16 merged patches (256 visual tokens) for a square image
@@ -93,7 +93,7 @@ class _Samples(QuerySamples):
         return _Loaded(query)
 
     def load(self, out: _Loaded, q: Query, edit_path: Path) -> None:
-        from benchmark.imageio import load_rgb
+        from benchmark.io.imageio import load_rgb
 
         out.source = self.original(q, lambda img: to_judge_input(img, self.resolution))
         out.edit = to_judge_input(load_rgb(edit_path), self.resolution)

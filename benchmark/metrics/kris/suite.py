@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmark.io.types import KRIS_TYPES, MetricInfo, Query
 from benchmark.metrics.kris.protocol import (
     DIMENSIONS,
     KNOWLEDGE_TASKS,
@@ -29,7 +30,6 @@ from benchmark.metrics.kris.protocol import (
     summary_keys,
 )
 from benchmark.metrics.prompted_judge import LoadedPair, PairSamples, PromptedJudgeSuite
-from benchmark.types import KRIS_TYPES, MetricInfo, Query
 
 VERSION = "1.0"
 # editmeter edit type -> the release's task folder
@@ -81,7 +81,7 @@ class KrisSamples(PairSamples):
         return KrisPair(query)
 
     def load(self, out: KrisPair, q: Query, edit_path: Path) -> None:
-        from benchmark.imageio import load_rgb
+        from benchmark.io.imageio import load_rgb
 
         super().load(out, q, edit_path)
         if TASK_OF.get(q.edit_type) == VIEW_TASK:

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmark.io.model_cache import resolve_device
+from benchmark.io.types import MetricInfo, Query
 from benchmark.metrics.chunking import QuerySamples
 from benchmark.metrics.components import LazyComponents
-from benchmark.models.common import resolve_device
-from benchmark.types import MetricInfo, Query
 
 VERSION = "1.0"
 DEFAULT_PSNR_CAP = 100.0  # dB; an unchanged background has infinite PSNR (see docs/pie.md)
@@ -69,7 +69,7 @@ class _Samples(QuerySamples):
     def load(self, out: _Loaded, q: Query, edit_path: Path) -> None:
         import torch
 
-        from benchmark.imageio import ImageInputError, load_mask, load_rgb, to_float_tensor
+        from benchmark.io.imageio import ImageInputError, load_mask, load_rgb, to_float_tensor
 
         (w, h), out.source = self.original(q, lambda img: (img.size, to_float_tensor(img)))
         edit = load_rgb(edit_path)

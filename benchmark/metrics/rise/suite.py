@@ -16,8 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmark.metrics.prompted_judge import LoadedPair, PairSamples, PromptedJudgeSuite
-from benchmark.metrics.rise.protocol import (
+from benchmark.io.rise_protocol import (
     BINARY,
     COMPLETION_RULES,
     DIMENSIONS,
@@ -31,7 +30,8 @@ from benchmark.metrics.rise.protocol import (
     sample_scores,
     summary_keys,
 )
-from benchmark.types import RISE_TYPES, MetricInfo, Query
+from benchmark.io.types import RISE_TYPES, MetricInfo, Query
+from benchmark.metrics.prompted_judge import LoadedPair, PairSamples, PromptedJudgeSuite
 
 VERSION = "1.0"
 IMAGE_SIZE = 768  # the official `gpt_generate(image_size=768)`: each image's longer side at most this
@@ -78,7 +78,7 @@ class RiseSamples(PairSamples):
         return RisePair(query)
 
     def load(self, out: RisePair, q: Query, edit_path: Path) -> None:
-        from benchmark.imageio import load_rgb
+        from benchmark.io.imageio import load_rgb
 
         super().load(out, q, edit_path)
         if q.reference_image:

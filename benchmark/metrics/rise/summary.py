@@ -11,6 +11,6 @@ from typing import Any
 def summarize(ok: Any, means: Mapping[str, float], ses: Mapping[str, float], *, overall: bool,
               seed: int = 0) -> dict[str, Any]:
     """RISE_* figures of the group's ok rows `ok` (NaN where a category or subtask has none)."""
-    from benchmark.metrics.rise.protocol import official_table
+    from benchmark.io.rise_protocol import official_table
 
     return official_table(ok)

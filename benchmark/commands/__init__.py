@@ -1,0 +1,1 @@
+"""The entry points: one module per `editmeter` subcommand (docs/architecture.md)."""

@@ -1,0 +1,1 @@
+"""I/O basics: files, locks, hashes, images, types and the formats every layer reads."""

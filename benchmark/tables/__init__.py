@@ -1,0 +1,1 @@
+"""Result tables: leaderboards, their cache, `show` and the suites' summaries."""
