@@ -199,8 +199,9 @@ class CarryStats:
             return (head + f"re-edited a sample of {self.compared}: {len(worst)} differ ({shown}), so every query is "
                     "edited again (carry.json lists them)")
         again = " (verified earlier in this run folder)" if self.resumed else ""
-        return (head + f"verified {self.verified()} on a re-edited sample{again}; adopted {self.adopted} edits "
-                "(reuse=strict edits everything)")
+        rest = (f"adopted the other {self.adopted} edits (reuse=strict would edit them instead)" if self.adopted
+                else "no other edit to adopt (the sample was every query left to do)")
+        return head + f"verified {self.verified()} on a re-edited sample{again}; {rest}"
 
 
 def _digest(payload: dict[str, Any]) -> str:
