@@ -197,3 +197,19 @@ def test_metric_sig_filter_uses_the_cache_and_keeps_other_entries(five):
     _, stats = summarise(five, scoring("hatie")[0], R, SEED)
     assert (stats.reused, stats.computed, stats.pruned) == (1, 0, 0)
     assert len(list((five / CACHE_DIR).glob("*.json"))) == 6
+
+
+def test_the_same_scores_under_a_new_editor_signature_keep_their_standard_errors(tmp_path):
+    # carry-over moves a run's edits to a new key; the same scores must give the same bootstrap SEs
+    run_dir = make_run(tmp_path, "ed", {"steps": 10}, metric_sets=("basic",))
+    before, _ = summarise(tmp_path, None, R, SEED)
+    meta = json.loads((run_dir / "run.json").read_text())
+    meta["editor_sig"] = "f" * 10
+    moved = run_dir.with_name("ed-" + "f" * 10)
+    run_dir.rename(moved)
+    (moved / "run.json").write_text(json.dumps(meta, sort_keys=True))
+    after, _ = summarise(tmp_path, None, R, SEED)
+    for name, rows in before[0].rows.items():
+        ses = [{k: v for k, v in row.items() if k.endswith("_se")} for row in rows]
+        assert ses == [{k: v for k, v in row.items() if k.endswith("_se")} for row in after[0].rows[name]], name
+        assert any(s for s in ses) or name != "leaderboard.csv"

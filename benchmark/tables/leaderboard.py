@@ -146,7 +146,8 @@ def summarize(df, metric_names: Sequence[str], n_resamples: int, seed: int, key:
         vals = ok[m].to_numpy(dtype=np.float64) if m in ok else np.array([])
         finite = vals[np.isfinite(vals)]
         row[m] = float(finite.mean()) if len(finite) else float("nan")
-        # seed from the group key so a group's SE does not depend on which other groups exist
+        # seed from the group key so a group's SE does not depend on which other groups exist; the key names the
+        # editor, not its signature, so edits carried over to a new key keep their SEs
         row[f"{m}_se"] = bootstrap_se(finite, n_resamples, int(stable_hash([seed, key, m], 8), 16))
         row[f"{m}_n"] = len(finite)
     return row
@@ -389,7 +390,7 @@ def _turns_row(run: Run, protocol: str, setting: str, owed: list[str], n_session
     part = run.scores[keep & (run.scores["status"] != "excluded").to_numpy()]
     n_stale = sum(1 for q in part.loc[part["status"] == "ok", "query_id"] if q in run.stale) if run.stale else 0
     metric_names = meta.get("metric_order") or list(meta["metrics"])
-    gkey = [meta["editor_sig"], meta["queryset_hash"], TURNS_TABLE, setting]
+    gkey = [meta["editor"], meta["queryset_hash"], TURNS_TABLE, setting]
     stats = summarize(part, metric_names, n_resamples, seed, gkey, len(owed), n_stale)
     if stats["n_missing"] and run.quarantined:
         stats["mark"] = join_marks(stats["mark"], run.quarantined)
@@ -462,7 +463,7 @@ def _run_rows(run: Run, group_cols: tuple[str, ...], fname: str, n_resamples: in
         part = scores
         for col, v in zip(group_cols, key, strict=True):
             part = part[part[col] == v]
-        gkey = [meta["editor_sig"], meta["queryset_hash"], fname, *key]
+        gkey = [meta["editor"], meta["queryset_hash"], fname, *key]
         out = left_out
         for col, v in zip(group_cols, key, strict=True):
             out = out[out[col] == v]
