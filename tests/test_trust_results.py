@@ -179,9 +179,15 @@ PLANTED = {
     "missing column": (lambda p: rows(IDS[:3]).drop(columns="edit_sha256").to_parquet(p), "missing required"),
     "bad status": (lambda p: rows(IDS[:3], status="great").to_parquet(p), "unknown status"),
     "ok without sha": (lambda p: rows(IDS[:3]).assign(edit_sha256="").to_parquet(p), "edit_sha256"),
+    # not a regular file: a FIFO would block the reader forever, a symlink would read rows from outside the run
+    "directory": (lambda p: p.mkdir(), "a directory"),
+    "fifo": (lambda p: os.mkfifo(p), "a FIFO"),
+    "symlink": (lambda p: (rows(IDS[:3], values=[99.0] * 3).to_parquet(p.with_name("elsewhere")),
+                           p.symlink_to(p.with_name("elsewhere"))), "a symbolic link"),
 }
 
 
+@pytest.mark.timeout(60, method="thread")  # a FIFO read blocks in C, past a signal
 @pytest.mark.parametrize("case", list(PLANTED))
 def test_a_planted_or_damaged_part_is_quarantined_with_a_reason(tmp_path, case):
     plant, why = PLANTED[case]
@@ -193,7 +199,7 @@ def test_a_planted_or_damaged_part_is_quarantined_with_a_reason(tmp_path, case):
     assert r["m"] == 0.5 and r["n_ok"] == 10 and r["complete"]  # the honest rows, untouched
     assert not planted.exists()
     moved = run_dir / "scores" / SIG / QUARANTINE_DIR / planted.name
-    assert moved.is_file() and why in (moved.parent / f"{planted.name}.reason.txt").read_text()
+    assert os.path.lexists(moved) and why in (moved.parent / f"{planted.name}.reason.txt").read_text()
     overall(tmp_path)  # and the next read is clean: no crash, nothing left to quarantine
 
 

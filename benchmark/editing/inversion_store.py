@@ -31,6 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from benchmark.io.fileio import not_a_regular_file
 from benchmark.io.hashing import stable_hash
 
 FORMAT = "editmeter-inversion/1"  # part of every key: inversions of one setting keep their key across file formats
@@ -159,21 +160,6 @@ class InversionStore:
         if tensors is not None:
             found[key] = tensors
         return tensors is not None
-
-
-def not_a_regular_file(path: Path) -> str | None:
-    """None when `path` is a regular file (not a symlink to one), else why it is not a usable cache file ('a
-    directory', 'a FIFO', ...). Raises FileNotFoundError when nothing is there."""
-    import os
-    import stat
-
-    mode = os.lstat(path).st_mode
-    if stat.S_ISREG(mode):
-        return None
-    kinds = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
-             (stat.S_ISSOCK, "a socket"), (stat.S_ISBLK, "a block device"), (stat.S_ISCHR, "a character device"))
-    what = next((name for test, name in kinds if test(mode)), f"a file of mode {stat.filemode(mode)}")
-    return f"not a regular file ({what}; a cache file is only ever written as one)"
 
 
 def tensor_digest(tensors: Mapping[str, Any]) -> str:

@@ -19,7 +19,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from benchmark.io.fileio import atomic_write_text
+from benchmark.io.fileio import atomic_write_text, not_a_regular_file
 
 ROW_KEYS = ("query_id", "image_id", "edit_type", "object_class", "status", "reason", "edit_sha256")
 STRING_COLUMNS = frozenset(ROW_KEYS) | {"branch"}  # `branch`: HATIE's detection branch
@@ -186,6 +186,9 @@ def check_part(path: Path, valid_ids: frozenset[str] | None, columns: Sequence[s
     """The rows of one part as a DataFrame (only `columns` when given), or BadCacheFile naming the defect."""
     import pyarrow.parquet as pq
 
+    odd = not_a_regular_file(path)  # a FIFO would block the read below, a symlink point outside the run
+    if odd:
+        raise BadCacheFile(odd)
     try:
         pf = pq.ParquetFile(path)
         schema = pf.schema_arrow
