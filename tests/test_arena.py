@@ -561,8 +561,13 @@ def test_drift_between_two_judges_arenas(tmp_path, demo_mini, server, capsys):
     d = json.loads(capsys.readouterr().out)
     assert d["kendall_tau"] == pytest.approx(-1.0)  # the reversed judge reverses the order
     assert [tuple(f) for f in d["rank_flips"]] == [("copy", "dim"), ("copy", "noisy"), ("dim", "noisy")]
+    from benchmark.metrics.arena.tables import ratings_text
+
     other = json.loads(saved[1].read_text()) | {"queryset": "demo"}
-    saved[1].write_text(json.dumps(other))
+    saved[1].write_text(json.dumps(other))  # altered by hand: refused by its digest
+    assert main(["--drift", str(saved[0]), str(saved[1])]) == 2
+    assert "does not match its content digest" in capsys.readouterr().err
+    saved[1].write_text(ratings_text(other))
     assert main(["--drift", str(saved[0]), str(saved[1])]) == 2
     assert "different query sets" in capsys.readouterr().err
 
@@ -638,3 +643,34 @@ def test_a_mistyped_arena_setting_stops_with_a_suggestion(tmp_path, demo_mini, s
     assert arena(results, srv, prompt, sha, "arena.sampling.batch=0") == 2
     assert "arena.sampling.batch must be a positive integer" in capsys.readouterr().err
     assert srv.calls == 0
+
+
+def test_an_altered_ratings_file_is_refused_by_its_readers_and_a_rerun_rewrites_it(tmp_path, demo_mini, server, capsys):
+    from benchmark.commands.arena import main
+    from benchmark.commands.report.arena import read_arenas
+    from benchmark.metrics.arena.tables import arena_tables
+
+    results = tmp_path / "results"
+    for name in ("copy", "dim"):
+        make_run(results, demo_mini, name)
+    prompt, sha = write_fixture_prompt(tmp_path)
+    srv = server(closest_to_source())
+    assert arena(results, srv, prompt, sha, "arena.sampling.mode=full") == 0
+    path = results / "arena" / "demo_mini" / "ratings.json"
+    good = path.read_text()
+    assert read_arenas(results)[1] == [] and "== arena demo_mini" in arena_tables(results)
+    data = json.loads(good)
+    data["editors"][0]["rating"] += 100  # a rating changed by hand
+    path.write_text(json.dumps(data))
+    shown, notes = read_arenas(results)
+    assert shown == [] and len(notes) == 1 and "does not match its content digest" in notes[0]
+    assert "does not match its content digest" in arena_tables(results) and "== arena" not in arena_tables(results)
+    capsys.readouterr()
+    assert main(["--drift", str(path), str(path)]) == 2
+    assert "ratings.json: does not match its content digest" in capsys.readouterr().err
+    calls = srv.calls
+    assert arena(results, srv, prompt, sha, "arena.sampling.mode=full", f"arena.anchor={path}") == 2
+    assert arena(results, srv, prompt, sha, "arena.sampling.mode=full") == 0  # the rerun rewrites it
+    again, before = json.loads(path.read_text()), json.loads(good)
+    assert srv.calls == calls and again["editors"] == before["editors"] and again["pairs"] == before["pairs"]
+    assert read_arenas(results)[1] == []

@@ -62,7 +62,6 @@ def _add_sweep_and_metaeval(results: Path) -> None:
 
 def _add_arena(results: Path) -> None:
     """An arena of three editors (as `editmeter arena` writes it) and a damaged one, for the arena section."""
-    import json
 
     editors = [{"editor": m, "rating": r, "ci_low": r - 20, "ci_high": r + 25, "battles": 28, "wins": w, "ties": t,
                 "losses": 28 - w - t, "failed_calls": f, "anchored": False, "no_points": False}
@@ -85,11 +84,13 @@ def _add_arena(results: Path) -> None:
                                      "a_edit": str(ims["identity"]), "b_edit": str(ims["oracle"]),
                                      "first_call": "model_b", "second_call": "model_b", "outcome": "model_b",
                                      "consistent": True, "failed_calls": 0}]}
-    (results / "arena" / "demo_mini" / "ratings.json").write_text(json.dumps(
+    from benchmark.metrics.arena.tables import ratings_text
+
+    (results / "arena" / "demo_mini" / "ratings.json").write_text(ratings_text(
         {"queryset": "demo_mini", "judge": "stand-in", "editors": editors, "pairs": pairs, "battles": 42,
          "examples": examples}))
     (results / "arena" / "broken").mkdir()
-    (results / "arena" / "broken" / "ratings.json").write_text('{"editors": [{"editor": "x"}], "pairs": []}')
+    (results / "arena" / "broken" / "ratings.json").write_text(ratings_text({"editors": [{"editor": "x"}], "pairs": []}))
 
 
 @pytest.fixture(scope="module")

@@ -126,22 +126,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     from benchmark.io.fileio import atomic_write_text
 
     folder.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(folder / "ratings.json", json.dumps(out, indent=1, sort_keys=True))
+    from benchmark.metrics.arena.tables import ratings_text
+
+    atomic_write_text(folder / "ratings.json", ratings_text(out))
     print(json.dumps(out, indent=1, sort_keys=True) if args.json else format_summary(out))
     print(f"[arena] wrote {folder / 'ratings.json'}")
     return 0
 
 
 def _drift(a: Path, b: Path, *, as_json: bool) -> int:
+    from benchmark.metrics.arena.tables import read_ratings
     from benchmark.stages.arena import ArenaError, arena_drift, format_drift
 
     try:
         sides = []
         for path in (a, b):
             try:
-                sides.append(json.loads(path.read_text(encoding="utf-8")))
-            except (OSError, ValueError) as err:
-                raise ArenaError(f"--drift {path}: not a readable ratings.json ({err})") from None
+                sides.append(read_ratings(path))
+            except ArenaError as err:
+                raise ArenaError(f"--drift {err}") from None
         d = arena_drift(*sides)
     except ArenaError as err:
         print(f"error: {err}", file=sys.stderr)
@@ -155,10 +158,15 @@ def _anchors(path: str | None) -> dict[str, float]:
 
     if not path:
         return {}
+    from benchmark.metrics.arena.tables import read_ratings
+
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        data = read_ratings(Path(path))
+    except ArenaError as err:
+        raise ArenaError(f"arena.anchor={err}") from None
+    try:
         return {e["editor"]: float(e["rating"]) for e in data["editors"]}
-    except (OSError, ValueError, KeyError, TypeError) as err:
+    except (ValueError, KeyError, TypeError) as err:
         raise ArenaError(f"arena.anchor={path}: not a ratings.json written by editmeter arena ({err})") from None
 
 

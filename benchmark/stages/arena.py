@@ -114,7 +114,7 @@ def find_entrants(results: Path, queryset: str, names: Sequence[str] | None = No
     if len(hashes) > 1:
         listing = "; ".join(f"{x[0]}: {x[3]['queryset_hash'][:12]}" for x in named)
         raise ArenaError(f"the runs were made on different contents of query set {queryset} ({listing}): battles "
-                         "need the same queries; pick runs of one content (--editors), or rerun the older ones")
+                         "need the same queries; pick runs of one content (arena.editors=[...]), or rerun the older ones")
     out = []
     for name, _folder, run_dir, meta in named:
         records = latest_records(run_dir)
@@ -266,7 +266,7 @@ def run_arena(entrants: Sequence[Entrant], queries: dict[str, Any], source_path:
     anchors = {m: v for m, v in (anchors or {}).items() if m in by_name}
     free = [n for n in names if n not in anchors]
     if anchors and not free:
-        raise ArenaError("every editor is anchored: nothing to fit (leave out --anchor to refit jointly)")
+        raise ArenaError("every editor is anchored: nothing to fit (leave out arena.anchor to refit jointly)")
     pairs = plan_pairs(entrants, sorted(queries), sampling)
     if anchors:  # as GenArena: battles between two anchored editors are not judged (their ratings are fixed)
         pairs = {k: v for k, v in pairs.items() if k[0] in free or k[1] in free}

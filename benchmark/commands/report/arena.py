@@ -5,7 +5,6 @@ be trusted gets a visible note naming it, never a guess."""
 
 from __future__ import annotations
 
-import json
 import math
 from html import escape
 from pathlib import Path
@@ -24,10 +23,12 @@ def read_arenas(results: Path, queryset: str | None = None) -> tuple[list[tuple[
     one that is not."""
     out, notes = [], []
     for path in sorted((results / "arena").glob("*/ratings.json")):
+        from benchmark.metrics.arena.tables import ArenaError, read_ratings
+
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as err:
-            notes.append(f"{path}: not readable JSON ({err}); not shown")
+            data = read_ratings(path)
+        except ArenaError as err:
+            notes.append(f"{err}; not shown")
             continue
         ok = (isinstance(data, dict) and isinstance(data.get("editors"), list) and isinstance(data.get("pairs"), list)
               and all(isinstance(e, dict) and isinstance(e.get("editor"), str)

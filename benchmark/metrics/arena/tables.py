@@ -15,6 +15,36 @@ class ArenaError(RunError, ValueError):
     """The arena cannot be run or compared as asked; the message names the input and the fix."""
 
 
+DIGEST_KEY = "digest"  # ratings.json's content digest: every other field, through hashing.stable_hash
+
+
+def ratings_text(summary: dict[str, Any]) -> str:
+    """The text of `ratings.json` for `summary`: its fields and their content digest."""
+    from benchmark.io.hashing import stable_hash
+
+    body = {k: v for k, v in summary.items() if k != DIGEST_KEY}
+    return json.dumps(body | {DIGEST_KEY: stable_hash(body, 64)}, indent=1, sort_keys=True)
+
+
+def read_ratings(path: Path) -> dict[str, Any]:
+    """A `ratings.json` that `editmeter arena` wrote, checked against its content digest. ArenaError names the file
+    and the fix when it is unreadable, not an object, or altered since it was written (or written before digests)."""
+    from benchmark.io.hashing import stable_hash
+
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise ArenaError(f"{path}: not a readable ratings.json ({type(err).__name__}: {err})") from None
+    if not isinstance(data, dict):
+        raise ArenaError(f"{path}: not a ratings.json written by editmeter arena (not a JSON object)")
+    body = {k: v for k, v in data.items() if k != DIGEST_KEY}
+    if data.get(DIGEST_KEY) != stable_hash(body, 64):
+        why = "has no content digest" if DIGEST_KEY not in data else "does not match its content digest"
+        raise ArenaError(f"{path}: {why} (changed since editmeter arena wrote it); rerun editmeter arena for this "
+                         "query set, which rewrites it from the call log without asking the judge again")
+    return data
+
+
 def format_summary(s: dict[str, Any]) -> str:
     lines = [f"{'editor':<24}{'rating':>9}{'95% CI':>20}{'battles':>9}{'W/T/L':>14}{'failed calls':>14}"]
     for e in s["editors"]:
@@ -93,11 +123,14 @@ def arena_tables(results: Path, queryset: str | None = None) -> str:
     out = []
     for path in sorted((results / "arena").glob("*/ratings.json")):
         try:
-            s = json.loads(path.read_text(encoding="utf-8"))
+            s = read_ratings(path)
             if queryset is not None and s.get("queryset") != queryset:
                 continue
             table = format_summary(s).split("\n\n")[0]
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+        except ArenaError as err:
+            out.append(f"arena {err}; not shown")
+            continue
+        except (KeyError, TypeError, AttributeError, ValueError) as err:
             out.append(f"arena {path}: not readable ({type(err).__name__}); rerun editmeter arena")
             continue
         out.append(f"== arena {s.get('queryset')}: GenArena's pairwise protocol, judge {s.get('judge')}, "
