@@ -29,7 +29,7 @@ def main() -> int:
         meta = build(args.editval, args.coco_annotations, args.out, images_dir=args.images, image_url=url)
     except (EditValFormatError, DownloadError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
-        return 1
+        return 2
     print((args.out / "summary.md").read_text())
     print(json.dumps({k: meta[k] for k in ("content_hash", "counts")}, indent=2))
     return 0

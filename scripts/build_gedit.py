@@ -29,7 +29,7 @@ def main() -> int:
         meta = build(args.dataset, args.out, split=args.split, image=args.image, revision=args.revision)
     except (GEditFormatError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
-        return 1
+        return 2
     print(json.dumps({k: meta[k] for k in ("content_hash", "counts")}, indent=2, ensure_ascii=False))
     return 0
 

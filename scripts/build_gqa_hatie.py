@@ -53,7 +53,7 @@ def main() -> int:
         meta = build(args.scene_graphs, args.out, cfg=cfg, materializer=m)
     except (GQAFormatError, ValueError, FileNotFoundError, ImportError, AttributeError) as err:
         print(f"error: {err}", file=sys.stderr)
-        return 1
+        return 2
     print((args.out / "summary.md").read_text())
     print(json.dumps({k: meta[k] for k in ("content_hash", "counts", "filters", "timings")}, indent=2))
     return 0

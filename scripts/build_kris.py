@@ -23,7 +23,7 @@ def main() -> int:
         meta = build(args.release, args.out)
     except (KrisFormatError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
-        return 1
+        return 2
     for task, n in meta["counts"]["skipped"].items():
         print(f"skipped {n} entries of {task}: {meta['counts']['skipped_reason'][task]}", file=sys.stderr)
     print(json.dumps({k: meta[k] for k in ("content_hash", "counts")}, indent=2, ensure_ascii=False))

@@ -30,7 +30,7 @@ def main() -> int:
         meta = build(args.dataset, args.out, split=args.split, turns=args.turns, captions=args.captions)
     except (MagicBrushFormatError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
-        return 1
+        return 2
     print(json.dumps({k: meta[k] for k in ("content_hash", "counts")}, indent=2))
     return 0
 

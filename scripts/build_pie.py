@@ -23,7 +23,7 @@ def main() -> int:
         meta = build(args.data, args.out)
     except PieFormatError as err:
         print(f"error: {err}", file=sys.stderr)
-        return 1
+        return 2
     print(json.dumps({k: meta[k] for k in ("content_hash", "full_release", "counts")}, indent=2))
     return 0
 

@@ -28,7 +28,7 @@ def main() -> int:
         meta = build(args.data, args.out, images=args.images, name=args.name)
     except RiseFormatError as err:
         print(f"error: {err}", file=sys.stderr)
-        return 1
+        return 2
     print(json.dumps({k: meta[k] for k in ("content_hash", "release", "counts")}, indent=2))
     return 0
 

@@ -178,7 +178,7 @@ def test_an_unreadable_image_is_refused_by_the_script_naming_its_row(tmp_path):
     cells = [picture(ROWS[0][4]), {"bytes": b"not a png", "path": None}]
     gedit_dataset(tmp_path, ROWS[:2], images=cells).rename(tmp_path / "broken")
     done = run_script(tmp_path / "broken", tmp_path / "out")
-    assert done.returncode == 1
+    assert done.returncode == 2
     assert "row 1 (key 'k1', task_type 'text_change', language 'cn'): input_image is not a readable image" in done.stderr
 
 

@@ -423,7 +423,7 @@ def test_the_pie_script_prints_a_refusal_as_one_line_and_exits_1(tmp_path):
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / "build_pie.py"), "--data", str(c.data), "--out",
                            str(tmp_path / "out")], capture_output=True, text=True, cwd=ROOT, timeout=120,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.returncode == 2 and "Traceback" not in done.stderr
     assert done.stderr.count("\n") == 1 and done.stderr.startswith("error: ") and "outside" in done.stderr
     assert not (tmp_path / "out").exists()
 
@@ -728,13 +728,13 @@ def test_gedit_importer_holds_against_hostile_datasets(tmp_path, seed):
 
 def test_the_gedit_script_prints_a_damaged_saved_dataset_as_one_line_naming_the_file(tmp_path):
     """scripts/build_gedit.py on a saved dataset whose .arrow file was cut short: one line naming the file, the
-    refusal's exit status (1, as every build script), nothing written, no pyarrow traceback."""
+    refusal's exit status (2, as every build script), nothing written, no pyarrow traceback."""
     c = HubCtx(tmp_path, random.Random(0), gedit_rows(), damage=truncate("*.arrow", 0.3))
     data = save_hub(c, GEDIT_COLUMNS)
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / "build_gedit.py"), "--dataset", str(data), "--out",
                            str(tmp_path / "out")], capture_output=True, text=True, cwd=ROOT, timeout=120,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
     errors = [ln for ln in done.stderr.splitlines() if ln.startswith("error: ")]
     assert len(errors) == 1 and "data-00000-of-00001.arrow: not a readable Arrow file" in errors[0], done.stderr
     assert not (tmp_path / "out").exists()
@@ -831,6 +831,20 @@ def test_magicbrush_importer_holds_against_hostile_datasets_and_captions(tmp_pat
                                                               captions=c.tmp / "captions.json"),
                                 c.out, MagicBrushFormatError))
     report(outcomes)
+
+
+def test_the_magicbrush_script_prints_a_damaged_saved_dataset_as_one_line_naming_the_file(tmp_path):
+    """scripts/build_magicbrush.py on a saved dataset whose .arrow file was cut short: one line naming the file,
+    exit status 2, nothing written."""
+    c = HubCtx(tmp_path, random.Random(0), mb_rows(), damage=truncate("*.arrow", 0.3))
+    data = save_hub(c, MB_COLUMNS)
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "build_magicbrush.py"), "--dataset", str(data),
+                           "--split", "train", "--out", str(tmp_path / "out")], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    errors = [ln for ln in done.stderr.splitlines() if ln.startswith("error: ")]
+    assert len(errors) == 1 and "not a readable Arrow file" in errors[0], done.stderr
+    assert not (tmp_path / "out").exists()
 
 
 # ------------------------------------------------------------------------------------------------- judge sets

@@ -265,7 +265,7 @@ def test_the_script_builds_and_reports_errors(tmp_path):
     assert json.loads(done.stdout)["counts"]["queries"] == len(ENTRIES)
     done = subprocess.run([*script, str(tmp_path), "--out", str(tmp_path / "x")], capture_output=True, text=True,
                           cwd=ROOT, timeout=120)
-    assert done.returncode == 1 and "error:" in done.stderr and "mapping_file.json: not found" in done.stderr
+    assert done.returncode == 2 and "error:" in done.stderr and "mapping_file.json: not found" in done.stderr
 
 
 # -- running it ---------------------------------------------------------------------------------------------------
