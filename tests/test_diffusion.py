@@ -275,6 +275,28 @@ def test_imagic_never_reuses_a_fine_tune_across_images(demo_qs):
     assert np.array_equal(np.asarray(again[0]), np.asarray(out[0]))
 
 
+def test_imagic_edits_a_query_alone_as_it_does_in_a_batch(demo_qs):
+    """Imagic's fine-tune and sampling run one query at a time: the second query of a batch of two, edited alone
+    with a fresh fine-tune (the cache cleared), gives the same pixels (what a resume that re-edits it alone does)."""
+    from hydra.utils import instantiate
+
+    from benchmark.commands.run import compose
+    from benchmark.editing import imagic
+    from benchmark.io.imageio import load_rgb
+
+    cfg, _ = compose(["editor=imagic", "queryset=demo", "profile=tiny"])
+    editor = instantiate(cfg.editor)
+    qs = [next(q for q in demo_qs.queries if q.image_id == i) for i in ("demo000", "demo001")]
+    ims = [load_rgb(demo_qs.path(q.image)) for q in qs]
+    imagic.FINETUNES.entries.clear()
+    both = editor.edit(qs, ims, seeds=[3, 4])
+    imagic.FINETUNES.entries.clear()
+    misses = imagic.FINETUNES.misses
+    alone = editor.edit(qs[1:], ims[1:], seeds=[4])
+    assert imagic.FINETUNES.misses == misses + 1  # fine-tuned again, not read from the cache
+    assert np.array_equal(np.asarray(alone[0]), np.asarray(both[1]))
+
+
 # --- real devices and real weights (opt-in) ------------------------------------------------------------------------
 
 @pytest.mark.gpu
