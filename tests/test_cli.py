@@ -333,3 +333,28 @@ def test_a_judge_backbone_selected_into_its_package_composes_through_the_cli(sui
     assert "Traceback" not in proc.stderr
     assert "_target_: benchmark.models.judge_endpoint.EndpointJudge" in proc.stdout
     assert "base_url: http://127.0.0.1:9/v1" in proc.stdout
+
+
+@pytest.mark.parametrize("target", ["demo", "demo-editval"])
+def test_docs_cli_make_table_names_the_commands_make_runs(target):
+    """docs/cli.md's row for `make <target>` quotes the `editmeter run` commands that `make -n <target>` prints
+    (one with another `metrics=` is named by that setting), so the table cannot drift from the Makefile."""
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    row = next(line for line in (ROOT / "docs" / "cli.md").read_text().splitlines()
+               if line.startswith(f"| `make {target}` |"))
+    quoted = {" ".join(c.split()) for c in re.findall(r"`(editmeter run [^`]+)`", row)}
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "ARGS")}
+    dry = subprocess.run(["make", "-n", target], cwd=ROOT, capture_output=True, text=True, env=env, check=True).stdout
+    made = []
+    for line in dry.splitlines():
+        m = re.search(r"editmeter run (.*)", line)
+        if m:
+            args = [a for a in m.group(1).split() if not a.startswith("paths.results=")]
+            made.append("editmeter run " + " ".join(args))
+    assert made and quoted, (made, quoted)
+    for cmd in made:
+        setting = re.search(r"metrics=\S+", cmd).group(0)
+        same_but_metrics = {re.sub(r"metrics=\S+", setting, q) for q in quoted}
+        assert cmd in quoted or (cmd in same_but_metrics and f"`{setting}`" in row), (cmd, row[:300])
+    assert quoted <= set(made), quoted - set(made)
