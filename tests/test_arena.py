@@ -632,12 +632,18 @@ def test_interleaved_prompt_names_each_image_once_in_order():
             interleaved(bad, 2, image)
 
 
-def test_a_mistyped_arena_setting_stops_with_a_suggestion(tmp_path, demo_mini, server, capsys):
+def two_runs_and_a_judge(tmp_path, demo_mini, server):
+    """Runs of the copy and dim editors on demo_mini, the fixture prompt and a judge preferring the closer edit:
+    (results folder, judge server, prompt path, its sha256)."""
     results = tmp_path / "results"
     for name in ("copy", "dim"):
         make_run(results, demo_mini, name)
     prompt, sha = write_fixture_prompt(tmp_path)
-    srv = server(closest_to_source())
+    return results, server(closest_to_source()), prompt, sha
+
+
+def test_a_mistyped_arena_setting_stops_with_a_suggestion(tmp_path, demo_mini, server, capsys):
+    results, srv, prompt, sha = two_runs_and_a_judge(tmp_path, demo_mini, server)
     assert arena(results, srv, prompt, sha, "arena.sampling.min_batles=5") == 2
     assert "arena.sampling.min_batles (did you mean arena.sampling.min_battles?)" in capsys.readouterr().err
     assert arena(results, srv, prompt, sha, "arena.sampling.batch=0") == 2
@@ -650,11 +656,7 @@ def test_an_altered_ratings_file_is_refused_by_its_readers_and_a_rerun_rewrites_
     from benchmark.commands.report.arena import read_arenas
     from benchmark.metrics.arena.tables import arena_tables
 
-    results = tmp_path / "results"
-    for name in ("copy", "dim"):
-        make_run(results, demo_mini, name)
-    prompt, sha = write_fixture_prompt(tmp_path)
-    srv = server(closest_to_source())
+    results, srv, prompt, sha = two_runs_and_a_judge(tmp_path, demo_mini, server)
     assert arena(results, srv, prompt, sha, "arena.sampling.mode=full") == 0
     path = results / "arena" / "demo_mini" / "ratings.json"
     good = path.read_text()

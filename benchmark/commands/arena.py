@@ -124,10 +124,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "prompts_commit": s["prompts_commit"], "prompts_sha256": s["prompts_sha256"],
                              "sampling": s["sampling"], "drop_failed": bool(s["drop_failed"])}
     from benchmark.io.fileio import atomic_write_text
-
-    folder.mkdir(parents=True, exist_ok=True)
     from benchmark.metrics.arena.tables import ratings_text
 
+    folder.mkdir(parents=True, exist_ok=True)
     atomic_write_text(folder / "ratings.json", ratings_text(out))
     print(json.dumps(out, indent=1, sort_keys=True) if args.json else format_summary(out))
     print(f"[arena] wrote {folder / 'ratings.json'}")

@@ -21,10 +21,10 @@ def _number(v: Any) -> bool:
 def read_arenas(results: Path, queryset: str | None = None) -> tuple[list[tuple[Path, dict[str, Any]]], list[str]]:
     """Every readable `ratings.json` under `<results>/arena/*/` (of `queryset` when given), and a note for each
     one that is not."""
+    from benchmark.metrics.arena.tables import ArenaError, read_ratings
+
     out, notes = [], []
     for path in sorted((results / "arena").glob("*/ratings.json")):
-        from benchmark.metrics.arena.tables import ArenaError, read_ratings
-
         try:
             data = read_ratings(path)
         except ArenaError as err:
