@@ -676,3 +676,78 @@ def test_an_altered_ratings_file_is_refused_by_its_readers_and_a_rerun_rewrites_
     again, before = json.loads(path.read_text()), json.loads(good)
     assert srv.calls == calls and again["editors"] == before["editors"] and again["pairs"] == before["pairs"]
     assert read_arenas(results)[1] == []
+
+
+def test_adaptive_sampling_stops_on_the_target_between_the_first_round_and_the_cap(tmp_path, demo_mini, server):
+    """Run to the cap once to learn each round's widest interval; then a target that a middle round meets: a fresh
+    arena stops at that round, with fewer battles than the cap and only those battles' calls asked."""
+    settings = ["arena.sampling.min_battles=4", "arena.sampling.batch=2", "arena.sampling.max_battles=14"]
+    prompt, sha = write_fixture_prompt(tmp_path)
+    full, fresh = tmp_path / "full", tmp_path / "fresh"
+    for results in (full, fresh):
+        for name in ("copy", "dim", "noisy"):
+            make_run(results, demo_mini, name)
+    assert arena(full, server(closest_to_source(noise=0.25)), prompt, sha, *settings,
+                 "arena.sampling.target_ci=0.001") == 0
+    widest = json.loads((full / "arena" / "demo_mini" / "ratings.json").read_text())["widest_ci_by_round"]
+    assert len(widest) == 6  # 4, 6, ..., 14 battles per pair
+    # a round after the first whose interval is narrower than every earlier round's, and before the last
+    # (noise 0.25: every editor wins some battles, so the intervals narrow as battles grow)
+    middle = [i for i in range(1, len(widest) - 1) if widest[i] < min(widest[:i])]
+    assert middle, widest
+    j = middle[0]
+    srv = server(closest_to_source(noise=0.25))
+    assert arena(fresh, srv, prompt, sha, *settings, f"arena.sampling.target_ci={widest[j]!r}") == 0
+    data = json.loads((fresh / "arena" / "demo_mini" / "ratings.json").read_text())
+    assert data["rounds"] == j + 1 and "<= target_ci" in data["stopped"]
+    assert data["widest_ci_by_round"] == widest[:j + 1]
+    assert all(p["battles"] == 4 + 2 * j < 14 for p in data["pairs"])
+    assert srv.calls == 3 * (4 + 2 * j) * 2
+
+
+def _arena_with(results, prompt, sha, *extra):
+    """`editmeter arena` with only the arena's own judge settings given (no endpoint defaults filled in)."""
+    from benchmark.commands.arena import main
+
+    return main(["queryset=demo_mini", f"paths.results={results}", f"arena.prompts_file={prompt}",
+                 f"arena.prompts_sha256={sha}", "arena.sampling.mode=full", "arena.sampling.min_battles=2", "arena.sampling.max_battles=2",
+                 *extra])
+
+
+def test_the_openai_backbone_sends_the_key_named_by_api_key_env_and_refuses_without_it(tmp_path, demo_mini, server,
+                                                                                       monkeypatch, capsys):
+    results = tmp_path / "results"
+    for name in ("copy", "dim"):
+        make_run(results, demo_mini, name)
+    prompt, sha = write_fixture_prompt(tmp_path)
+    srv = server(closest_to_source(), served="gpt-4.1")
+    judge = ["arena.judge=openai", f"arena.judges.openai.base_url={srv.url}", "arena.judges.openai.backoff_s=0"]
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    assert _arena_with(results, prompt, sha, *judge) == 2
+    err = capsys.readouterr().err
+    assert "OPENAI_API_KEY" in err and "Traceback" not in err and srv.calls == 0
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-key")
+    assert _arena_with(results, prompt, sha, *judge) == 0
+    data = json.loads((results / "arena" / "demo_mini" / "ratings.json").read_text())
+    assert srv.calls == 2 * 2 and set(a for a in srv.auth if a is not None) == {"Bearer sk-test-key"}
+    assert data["judge"].startswith("gpt-4.1") or "gpt-4.1" in data["judge_identity"]
+    assert {e["editor"]: e["wins"] for e in data["editors"]} == {"copy": 2, "dim": 0}
+
+
+def test_the_local_backbone_runs_in_process_and_its_unparsable_replies_are_failed_calls_not_ties(tmp_path, demo_mini):
+    """arena.judge=local on the tiny profile: a random-weight Qwen2.5-VL answers noise, which GenArena's parser
+    cannot read; every battle is a tie by default, and each call is counted as failed, apart from real ties."""
+    results = tmp_path / "results"
+    for name in ("copy", "dim"):
+        make_run(results, demo_mini, name)
+    prompt, sha = write_fixture_prompt(tmp_path)
+    assert _arena_with(results, prompt, sha, "arena.judge=local", "profile=tiny",
+                       "arena.judges.local.max_new_tokens=8") == 0
+    data = json.loads((results / "arena" / "demo_mini" / "ratings.json").read_text())
+    assert data["battles"] == 2 and data["calls_asked"] == 4
+    # each editor's two battles, two failed calls each: ties by GenArena's rule, and counted apart as failed
+    assert all(e["failed_calls"] == 4 and e["ties"] == 2 and e["wins"] == e["losses"] == 0 for e in data["editors"])
+    assert [p["with_failed_call"] for p in data["pairs"]] == [2]
+    assert data["judge"] == "Qwen/Qwen2.5-VL-7B-Instruct-tiny"
+    calls = [json.loads(line) for line in (results / "arena" / "demo_mini" / "calls.jsonl").read_text().splitlines()]
+    assert len(calls) == 4 and all(c["judge"] == data["judge"] for c in calls)

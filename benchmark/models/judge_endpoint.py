@@ -56,6 +56,10 @@ MAX_BACKOFF_S = 60.0
 _sleep = time.sleep  # module attribute: tests record the backoff without waiting
 
 
+class MissingApiKey(RunError, ValueError):
+    """The judge's `api_key_env` names an unset variable: a setup error the commands print without a traceback."""
+
+
 class EndpointError(RunError):
     """The judge endpoint cannot answer at all (not reachable, does not serve the model, refuses the key): the run
     stops."""
@@ -185,7 +189,7 @@ class EndpointJudge:
         if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n != 1):
             raise ValueError(f"n must be 1 (one reply per request) or null, not {n!r}")
         if api_key_env is not None and not os.environ.get(api_key_env):
-            raise ValueError(f"api_key_env names {api_key_env!r}, but that environment variable is unset or empty: "
+            raise MissingApiKey(f"api_key_env names {api_key_env!r}, but that environment variable is unset or empty: "
                              f"export it, or set api_key_env=null for a server without a key")
         self.base_url = str(base_url).rstrip("/")
         self.model, self.revision, self.max_tokens, self.seed = model, revision, max_tokens, seed

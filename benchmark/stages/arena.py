@@ -216,6 +216,7 @@ class ArenaResult:
     asked: int = 0
     reused: int = 0
     rounds: int = 0
+    widest_by_round: list[float] = field(default_factory=list)  # adaptive: the widest fitted interval after each round
     dropped: int = 0
     stopped: str = ""
     anchors: dict[str, float] = field(default_factory=dict)
@@ -372,6 +373,7 @@ def run_arena(entrants: Sequence[Entrant], queries: dict[str, Any], source_path:
             break
         widths = {m: result.boot.width(m) for m in free if m in result.boot.low}
         widest = max(widths.values()) if widths else 0.0
+        result.widest_by_round.append(widest)
         if widest <= sampling.target_ci:
             result.stopped = (f"the widest 95% interval of the fitted editors is {widest:.1f} <= target_ci "
                               f"{sampling.target_ci:g} Elo")
@@ -451,7 +453,7 @@ def summary(result: ArenaResult) -> dict[str, Any]:
     return {"editors": editors, "pairs": pairs, "win_rate": matrix, "battles": len(result.battles),
             "dropped_battles_with_failed_call": result.dropped, "calls_asked": result.asked,
             "calls_reused": result.reused, "calls_predicted": result.predicted, "rounds": result.rounds,
-            "stopped": result.stopped, "resamples": boot.n_resamples, "anchors": result.anchors,
+            "widest_ci_by_round": result.widest_by_round, "stopped": result.stopped, "resamples": boot.n_resamples, "anchors": result.anchors,
             "log_lines_skipped": result.log_skipped, "examples": result.examples}
 
 
