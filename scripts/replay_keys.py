@@ -135,23 +135,33 @@ def keys_at(tree: Path, editors: tuple[str, ...]) -> dict[str, dict]:
     return out
 
 
+_EDITS: dict[tuple[str, str], dict[str, bytes]] = {}  # (commit, editor) -> demo_mini PNGs, each made once
+
+
+def edits_at(sha: str, editor: str) -> dict[str, bytes]:
+    """The PNGs of `editor=<editor> queryset=demo_mini profile=tiny stages=[edit]` run on the commit's own tree (its
+    entry point: benchmark/commands/run.py since the layout by layers, benchmark/run.py before)."""
+    if (sha, editor) in _EDITS:
+        return _EDITS[sha, editor]
+    with tempfile.TemporaryDirectory() as tmp:
+        tree = Path(tmp) / "tree"
+        subprocess.run(["git", "worktree", "add", "--detach", "-q", str(tree), sha], cwd=ROOT, check=True)
+        try:
+            results = Path(tmp) / "results"
+            entry = "benchmark.commands.run" if (tree / "benchmark" / "commands" / "run.py").is_file() else "benchmark.run"
+            env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(tree)}
+            subprocess.run([sys.executable, "-m", entry, f"editor={editor}", "queryset=demo_mini",
+                            "profile=tiny", "metrics=basic", "stages=[edit]", "progress=false",
+                            f"paths.results={results}"], cwd=tree, env=env, capture_output=True, check=False)
+            _EDITS[sha, editor] = {p.name: p.read_bytes() for p in results.glob("runs/*/*/edits/*.png")}
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, check=False)
+    return _EDITS[sha, editor]
+
+
 def pixels_changed(before: str, after: str, editor: str) -> str:
-    """'same' / 'changed (k of n PNGs)' for demo_mini tiny edits at the two commits."""
-    pngs = []
-    for sha in (before, after):
-        with tempfile.TemporaryDirectory() as tmp:
-            tree = Path(tmp) / "tree"
-            subprocess.run(["git", "worktree", "add", "--detach", "-q", str(tree), sha], cwd=ROOT, check=True)
-            try:
-                results = Path(tmp) / "results"
-                env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(tree)}
-                subprocess.run([sys.executable, "-m", "benchmark.commands.run", f"editor={editor}", "queryset=demo_mini",
-                                "profile=tiny", "metrics=basic", "stages=[edit]", "progress=false",
-                                f"paths.results={results}"], cwd=tree, env=env, capture_output=True, check=False)
-                pngs.append({p.name: p.read_bytes() for p in results.glob("runs/*/*/edits/*.png")})
-            finally:
-                subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, check=False)
-    a, b = pngs
+    """'same pixels' / 'pixels changed (k of n PNGs)' for demo_mini tiny edits at the two commits."""
+    a, b = edits_at(before, editor), edits_at(after, editor)
     if not a or not b:
         return f"not compared (edits: {len(a)} before, {len(b)} after)"
     differ = sum(a.get(k) != b.get(k) for k in set(a) | set(b))
