@@ -129,7 +129,7 @@ def test_gpu_timing_scripts_say_in_one_line_there_is_no_cuda(script):
 
 
 def test_bench_suites_exits_nonzero_when_a_set_failed():
-    proc = subprocess.run([PY, "scripts/bench_suites.py", "--metrics", "nosuchset", "--profile", "tiny",
+    proc = subprocess.run([PY, "scripts/bench/bench_suites.py", "--metrics", "nosuchset", "--profile", "tiny",
                            "--per-type", "1", "--repeat", "1"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert "FAILED" in proc.stdout
     assert proc.returncode == 1 and "1 of 1 metric set(s) FAILED: nosuchset" in proc.stderr

@@ -140,7 +140,7 @@ def test_strict_ranking_sorts_ties_stably_and_the_docs_give_the_measured_effect(
     assert model_order([2, 2, 1, 1]) == (1, 0, 3, 2)
     assert model_order([1, 3, 3, 1]) == (2, 1, 3, 0)
     doc = (ROOT / "docs" / "metaeval.md").read_text(encoding="utf-8")
-    assert "A published figure can differ on ties" in doc and "scripts/argsort_ties.py" in doc
+    assert "A published figure can differ on ties" in doc and "scripts/tools/argsort_ties.py" in doc
     assert "0.100" in doc and "0.125" in doc and "0.041" in doc
 
 
