@@ -58,7 +58,7 @@ def gedit_dataset(tmp_path, rows=ROWS, *, drop=(), images=None):
 
 
 def run_script(dataset, out, *extra):
-    return subprocess.run([sys.executable, str(ROOT / "scripts" / "build_gedit.py"), "--dataset", str(dataset),
+    return subprocess.run([sys.executable, "-m", "benchmark.commands.cli", "data", "build", "gedit", "--dataset", str(dataset),
                            "--out", str(out), *extra], capture_output=True, text=True, cwd=ROOT, timeout=120)
 
 

@@ -145,7 +145,7 @@ def test_strict_ranking_sorts_ties_stably_and_the_docs_give_the_measured_effect(
 
 
 def test_the_tie_order_script_prints_both_figures():
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "argsort_ties.py"), "--repeats", "2"],
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "tools" / "argsort_ties.py"), "--repeats", "2"],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "numpy default sort" in done.stdout and "stable sort" in done.stdout and "|difference| mean" in done.stdout
