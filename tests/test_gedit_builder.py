@@ -1,5 +1,5 @@
 """GEdit-Bench conversion from a local dataset built with `datasets.Dataset` and saved to disk (no network): the
-build script on the saved folder, the language / subset selections, samples by task type, refusals naming the row,
+`editmeter data build gedit` on the saved folder, the language / subset selections, samples by task type, refusals naming the row,
 a basic run on the built set, HATIE refused up front, and `editmeter show`'s not-applicable line."""
 
 import json

@@ -728,7 +728,7 @@ def test_gedit_importer_holds_against_hostile_datasets(tmp_path, seed):
 
 def test_the_gedit_script_prints_a_damaged_saved_dataset_as_one_line_naming_the_file(tmp_path):
     """`editmeter data build gedit` on a saved dataset whose .arrow file was cut short: one line naming the file, the
-    refusal's exit status (2, as every build script), nothing written, no pyarrow traceback."""
+    refusal's exit status (2, as every builder but hatie), nothing written, no pyarrow traceback."""
     c = HubCtx(tmp_path, random.Random(0), gedit_rows(), damage=truncate("*.arrow", 0.3))
     data = save_hub(c, GEDIT_COLUMNS)
     done = subprocess.run([sys.executable, "-m", "benchmark.commands.cli", "data", "build", "gedit", "--dataset", str(data), "--out",
