@@ -70,7 +70,7 @@ demo: ## offline, a few minutes (measured time: README, Setup): HATIE, pixel and
 	@$(SHOW) --queryset demo_editval
 
 demo-arena: ## offline, about a minute: three weight-free editors on demo_mini judged in pairs (GenArena's protocol) by a stand-in judge on 127.0.0.1, then a fourth (tiny ip2p): only its pairs are judged (docs/arena.md)
-	$(ONE_THREAD) $(PY) scripts/arena_demo.py --results $(abspath $(RESULTS))/arena_demo $(ARGS)
+	$(ONE_THREAD) $(PY) scripts/tools/arena_demo.py --results $(abspath $(RESULTS))/arena_demo $(ARGS)
 
 demo-diffusion: demo-diffusion-run ## only the tiny diffusion editors, first DIFFUSION_LIMIT demo queries, pixel metrics
 	$(SHOW) --queryset demo
@@ -102,28 +102,28 @@ weights: ## prefetch every checkpoint a run needs: make weights MODEL=ip2p METRI
 	$(EDITMETER) weights editor=$(MODEL) metrics=$(METRICS) profile=$(PROFILE) $(ARGS)
 
 bench-hatie: ## time the HATIE scoring stage, batched vs batch size 1 (real-size random-weight backbones, CPU)
-	$(PY) scripts/bench_hatie.py $(ARGS)
+	$(PY) scripts/bench/bench_hatie.py $(ARGS)
 
 bench-suites: ## the same scoring figures for every suite: queries/s, forward share, non-forward ms/query by step: make bench-suites [ARGS="--metrics conventional --profile tiny --precision bf16"]
-	$(PY) scripts/bench_suites.py $(ARGS)
+	$(PY) scripts/bench/bench_suites.py $(ARGS)
 
 bench-targets: ## on a GPU machine, one command: HATIE scoring speed against its targets (docs/hatie.md#targets): make bench-targets [ARGS="--steps hatie,prefetch"]
-	$(PY) scripts/bench_scoring_targets.py $(ARGS)
+	$(PY) scripts/bench/bench_scoring_targets.py $(ARGS)
 
 bench-backbones: ## per-image forward time of each HATIE model by batch size (what batching alone can gain here)
-	$(PY) scripts/bench_backbones.py $(ARGS)
+	$(PY) scripts/bench/bench_backbones.py $(ARGS)
 
 bench-aggregate: ## leaderboard rebuild at 50 runs x 50k rows vs adding the 51st with the aggregate cache: make bench-aggregate [ARGS="--resamples 200"]
-	$(PY) scripts/bench_aggregate.py $(ARGS)
+	$(PY) scripts/bench/bench_aggregate.py $(ARGS)
 
 bench-judge: ## is the judge the bottleneck? metrics=gedit through the endpoint backbone against a stand-in server answering after 0.2 s: make bench-judge [ARGS="--queries 64 --concurrency 16"]
-	$(PY) scripts/bench_judge.py $(ARGS)
+	$(PY) scripts/bench/bench_judge.py $(ARGS)
 
 gpu-check: ## self-check of a CUDA machine: every editor in fp16/bf16 with a rerun, every suite, real-size timings (one line and exit 0 without CUDA)
 	$(EDITMETER) gpu-check $(ARGS)
 
 bench-editors: ## edit-stage overhead vs the bare diffusers loop, batch sizes 1/2/4/8 (tiny profile, one CPU thread for the model)
-	$(ONE_THREAD) $(PY) scripts/bench_editors.py $(ARGS)
+	$(ONE_THREAD) $(PY) scripts/bench/bench_editors.py $(ARGS)
 
 data: ## download one query-set source (resumable, verified): make data NAME=gqa_hatie|hatie|editval|magicbrush|gedit|pie|imgedit|kris|rise|editscore_judge|editreward_judge|genarena
 	@test -n "$(NAME)" || { echo "usage: make data NAME=<set>  (sets: $$(ls datasets/manifests | sed 's/\.json//' | tr '\n' ' '))"; exit 2; }

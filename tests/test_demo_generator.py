@@ -17,7 +17,7 @@ def test_fresh_build_reproduces_bundled_files(tmp_path):
     fresh = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p.is_file())
     assert bundled == fresh
     mismatch = [str(p) for p in bundled if not filecmp.cmp(BUNDLED / p, tmp_path / p, shallow=False)]
-    assert not mismatch, f"regenerate with `python scripts/make_demo.py`: {mismatch[:5]}"
+    assert not mismatch, f"regenerate with `editmeter data build demo`: {mismatch[:5]}"
 
 
 def test_edit_masks_cover_every_changed_pixel(demo_qs):

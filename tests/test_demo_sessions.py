@@ -19,7 +19,7 @@ def test_fresh_build_reproduces_bundled_files(tmp_path):
     fresh = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p.is_file())
     assert bundled == fresh
     mismatch = [str(p) for p in bundled if not filecmp.cmp(BUNDLED / p, tmp_path / p, shallow=False)]
-    assert not mismatch, f"regenerate with `python scripts/make_demo.py`: {mismatch[:5]}"
+    assert not mismatch, f"regenerate with `editmeter data build demo`: {mismatch[:5]}"
 
 
 def test_sessions_of_two_or_three_turns_each_starting_from_the_previous_ground_truth():

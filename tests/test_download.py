@@ -199,7 +199,7 @@ def test_download_script_end_to_end(server, tmp_path):
     def run(sha, build="python build.py"):
         manifest.write_text(json.dumps({"name": "toy", "description": "d", "license": "l", "build": build,
                                         "files": [{"name": "a.bin", "url": f"{base}/a.bin", "sha256": sha}]}))
-        return subprocess.run([sys.executable, "scripts/download.py", str(manifest), "--dest", str(tmp_path / "dl"),
+        return subprocess.run([sys.executable, "scripts/tools/download.py", str(manifest), "--dest", str(tmp_path / "dl"),
                                "--no-progress"], cwd=ROOT, capture_output=True, text=True)
 
     bad = run("0" * 64)

@@ -98,16 +98,16 @@ def test_hub_download_error_names_the_fix_that_applies(monkeypatch, tmp_path, of
     assert ("Check your network" in msg) == (not offline)
 
 
-@pytest.mark.parametrize("script, name, args", [
-    ("build_magicbrush.py", "magicbrush", ["--dataset", "datasets/magicbrush/downloads/dev", "--split", "dev"]),
-    ("build_gedit.py", "gedit", ["--dataset", "datasets/gedit/downloads/train"]),
-    ("build_gqa_hatie.py", "gqa_hatie", ["--scene-graphs", "nowhere/train_sceneGraphs.json", "--images", "nowhere"]),
-    ("build_editval.py", "editval", ["--editval", "nowhere/object.json", "--coco-annotations", "nowhere/i.json"]),
-    ("import_hatie.py", "hatie", ["--queries", "nowhere/q.pkl", "--masks", "nowhere/m.pkl", "--images", "nowhere"]),
+@pytest.mark.parametrize("name, args", [
+    ("magicbrush", ["--dataset", "datasets/magicbrush/downloads/dev", "--split", "dev"]),
+    ("gedit", ["--dataset", "datasets/gedit/downloads/train"]),
+    ("gqa_hatie", ["--scene-graphs", "nowhere/train_sceneGraphs.json", "--images", "nowhere"]),
+    ("editval", ["--editval", "nowhere/object.json", "--coco-annotations", "nowhere/i.json"]),
+    ("hatie", ["--queries", "nowhere/q.pkl", "--masks", "nowhere/m.pkl", "--images", "nowhere"]),
 ])
-def test_build_scripts_name_make_data_when_the_download_is_missing(tmp_path, script, name, args):
-    proc = subprocess.run([PY, f"scripts/{script}", *args, "--out", str(tmp_path / "out")], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+def test_builders_name_make_data_when_the_download_is_missing(tmp_path, name, args):
+    proc = subprocess.run([PY, "-m", "benchmark.commands.cli", "data", "build", name, *args, "--out",
+                           str(tmp_path / "out")], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0
     assert f"make data NAME={name}" in proc.stderr, proc.stderr
     assert "does not exist" in proc.stderr and "Traceback" not in proc.stderr
@@ -115,7 +115,8 @@ def test_build_scripts_name_make_data_when_the_download_is_missing(tmp_path, scr
 
 # --- GPU-only timing scripts on a CPU ----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("script", ["bench_hatie.py", "bench_backbones.py", "precision_drift.py", "bench_suites.py"])
+@pytest.mark.parametrize("script", ["bench/bench_hatie.py", "bench/bench_backbones.py", "tools/precision_drift.py",
+                                    "bench/bench_suites.py"])
 def test_gpu_timing_scripts_say_in_one_line_there_is_no_cuda(script):
     import torch
 
@@ -129,7 +130,7 @@ def test_gpu_timing_scripts_say_in_one_line_there_is_no_cuda(script):
 
 
 def test_bench_suites_exits_nonzero_when_a_set_failed():
-    proc = subprocess.run([PY, "scripts/bench_suites.py", "--metrics", "nosuchset", "--profile", "tiny",
+    proc = subprocess.run([PY, "scripts/bench/bench_suites.py", "--metrics", "nosuchset", "--profile", "tiny",
                            "--per-type", "1", "--repeat", "1"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert "FAILED" in proc.stdout
     assert proc.returncode == 1 and "1 of 1 metric set(s) FAILED: nosuchset" in proc.stderr

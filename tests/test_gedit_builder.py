@@ -1,5 +1,5 @@
 """GEdit-Bench conversion from a local dataset built with `datasets.Dataset` and saved to disk (no network): the
-build script on the saved folder, the language / subset selections, samples by task type, refusals naming the row,
+`editmeter data build gedit` on the saved folder, the language / subset selections, samples by task type, refusals naming the row,
 a basic run on the built set, HATIE refused up front, and `editmeter show`'s not-applicable line."""
 
 import json
@@ -58,7 +58,7 @@ def gedit_dataset(tmp_path, rows=ROWS, *, drop=(), images=None):
 
 
 def run_script(dataset, out, *extra):
-    return subprocess.run([sys.executable, str(ROOT / "scripts" / "build_gedit.py"), "--dataset", str(dataset),
+    return subprocess.run([sys.executable, "-m", "benchmark.commands.cli", "data", "build", "gedit", "--dataset", str(dataset),
                            "--out", str(out), *extra], capture_output=True, text=True, cwd=ROOT, timeout=120)
 
 

@@ -89,7 +89,7 @@ def test_ground_truth_edits_reach_the_detected_branches(demo_qs, tmp_path):
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("bench_hatie", ROOT / "scripts" / "bench_hatie.py")
+    spec = importlib.util.spec_from_file_location("bench_hatie", ROOT / "scripts" / "bench" / "bench_hatie.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod

@@ -420,7 +420,7 @@ def test_the_pie_script_prints_a_refusal_as_one_line_and_exits_1(tmp_path):
     c = pie_release(tmp_path, random.Random(0))
     pie_link_out(c)
     write_pie(c)
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "build_pie.py"), "--data", str(c.data), "--out",
+    done = subprocess.run([sys.executable, "-m", "benchmark.commands.cli", "data", "build", "pie", "--data", str(c.data), "--out",
                            str(tmp_path / "out")], capture_output=True, text=True, cwd=ROOT, timeout=120,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 2 and "Traceback" not in done.stderr
@@ -727,11 +727,11 @@ def test_gedit_importer_holds_against_hostile_datasets(tmp_path, seed):
 
 
 def test_the_gedit_script_prints_a_damaged_saved_dataset_as_one_line_naming_the_file(tmp_path):
-    """scripts/build_gedit.py on a saved dataset whose .arrow file was cut short: one line naming the file, the
-    refusal's exit status (2, as every build script), nothing written, no pyarrow traceback."""
+    """`editmeter data build gedit` on a saved dataset whose .arrow file was cut short: one line naming the file, the
+    refusal's exit status (2, as every builder but hatie), nothing written, no pyarrow traceback."""
     c = HubCtx(tmp_path, random.Random(0), gedit_rows(), damage=truncate("*.arrow", 0.3))
     data = save_hub(c, GEDIT_COLUMNS)
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "build_gedit.py"), "--dataset", str(data), "--out",
+    done = subprocess.run([sys.executable, "-m", "benchmark.commands.cli", "data", "build", "gedit", "--dataset", str(data), "--out",
                            str(tmp_path / "out")], capture_output=True, text=True, cwd=ROOT, timeout=120,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
@@ -834,11 +834,11 @@ def test_magicbrush_importer_holds_against_hostile_datasets_and_captions(tmp_pat
 
 
 def test_the_magicbrush_script_prints_a_damaged_saved_dataset_as_one_line_naming_the_file(tmp_path):
-    """scripts/build_magicbrush.py on a saved dataset whose .arrow file was cut short: one line naming the file,
+    """`editmeter data build magicbrush` on a saved dataset whose .arrow file was cut short: one line naming the file,
     exit status 2, nothing written."""
     c = HubCtx(tmp_path, random.Random(0), mb_rows(), damage=truncate("*.arrow", 0.3))
     data = save_hub(c, MB_COLUMNS)
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "build_magicbrush.py"), "--dataset", str(data),
+    done = subprocess.run([sys.executable, "-m", "benchmark.commands.cli", "data", "build", "magicbrush", "--dataset", str(data),
                            "--split", "train", "--out", str(tmp_path / "out")], capture_output=True, text=True,
                           cwd=ROOT, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]

@@ -140,12 +140,12 @@ def test_strict_ranking_sorts_ties_stably_and_the_docs_give_the_measured_effect(
     assert model_order([2, 2, 1, 1]) == (1, 0, 3, 2)
     assert model_order([1, 3, 3, 1]) == (2, 1, 3, 0)
     doc = (ROOT / "docs" / "metaeval.md").read_text(encoding="utf-8")
-    assert "A published figure can differ on ties" in doc and "scripts/argsort_ties.py" in doc
+    assert "A published figure can differ on ties" in doc and "scripts/tools/argsort_ties.py" in doc
     assert "0.100" in doc and "0.125" in doc and "0.041" in doc
 
 
 def test_the_tie_order_script_prints_both_figures():
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "argsort_ties.py"), "--repeats", "2"],
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "tools" / "argsort_ties.py"), "--repeats", "2"],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "numpy default sort" in done.stdout and "stable sort" in done.stdout and "|difference| mean" in done.stdout

@@ -258,7 +258,7 @@ def test_duplicate_ids_and_a_missing_mapping_file_are_refused(tmp_path):
 
 def test_the_script_builds_and_reports_errors(tmp_path):
     data = write_release(tmp_path / "data")
-    script = [sys.executable, str(ROOT / "scripts" / "build_pie.py"), "--data"]
+    script = [sys.executable, "-m", "benchmark.commands.cli", "data", "build", "pie", "--data"]
     done = subprocess.run([*script, str(data), "--out", str(tmp_path / "pie")], capture_output=True, text=True,
                           cwd=ROOT, timeout=120)
     assert done.returncode == 0, done.stderr

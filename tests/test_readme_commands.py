@@ -29,6 +29,8 @@ NOT_RUN = {
     "(tests/test_scale.py runs the launcher on CPU workers)",
     "editmeter metaeval gt-selection ...": "minutes per metric set (tests/test_metaeval.py)",
     "editmeter data <set>": "a download (network)",
+    "editmeter data build <set> ...": "needs a downloaded release (tests/test_data_build.py runs the command; the "
+    "importer tests run each builder)",
     "editmeter weights --list editor=... metrics=...": "placeholders; `make weights` below is tried offline",
     "editmeter arena queryset=demo_mini": "needs a judge server and the fetched prompt; `make demo-arena` above runs it "
     "against a stand-in judge",
@@ -102,7 +104,7 @@ def test_make_targets_scripts_and_subcommands_the_readme_names_exist():
     subs = set(re.findall(r"`editmeter ([a-z][\w-]*)", text))
     assert subs and subs <= set(COMMANDS), f"unknown editmeter subcommands: {sorted(subs - set(COMMANDS))}"
     missing = []
-    for script, args in re.findall(r"`(?:python )?(scripts/[\w.]+\.py)([^`]*)`", text):
+    for script, args in re.findall(r"`(?:python )?(scripts/[\w./]+\.py)([^`]*)`", text):
         path = ROOT / script
         if not path.is_file():
             missing.append(f"{script}: no such script")

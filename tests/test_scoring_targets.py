@@ -1,4 +1,4 @@
-"""scripts/bench_scoring_targets.py: the figures it judges come from the timing scripts' JSON lines, a step that
+"""scripts/bench/bench_scoring_targets.py: the figures it judges come from the timing scripts' JSON lines, a step that
 fails or runs out of time is "not measured" (never a number), and the verdicts compare with the right sense."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("bench_scoring_targets", ROOT / "scripts/bench_scoring_targets.py")
+    spec = importlib.util.spec_from_file_location("bench_scoring_targets", ROOT / "scripts/bench/bench_scoring_targets.py")
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod  # dataclasses look their module up there
     spec.loader.exec_module(mod)
@@ -104,8 +104,8 @@ def test_steps_are_checked_and_tf32_is_left_out_off_cuda(tmp_path):
 
 
 def test_bench_suites_json_line_gives_the_precision_step_its_wall(tmp_path):
-    """The contract with scripts/bench_suites.py, through a real (tiny-model) run of it."""
-    proc = subprocess.run([sys.executable, "scripts/bench_suites.py", "--metrics", "hatie_oracle", "--profile", "tiny",
+    """The contract with scripts/bench/bench_suites.py, through a real (tiny-model) run of it."""
+    proc = subprocess.run([sys.executable, "scripts/bench/bench_suites.py", "--metrics", "hatie_oracle", "--profile", "tiny",
                            "--per-type", "1", "--repeat", "1", "--json"], cwd=ROOT, capture_output=True, text=True,
                           timeout=600, check=True)
     steps = [T.Step("precision fp32", [], 0, rc=0, stdout=proc.stdout),

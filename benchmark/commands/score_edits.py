@@ -156,8 +156,8 @@ def _layout(edits: Path, full, protocol: str | None) -> tuple[str, list[str]]:
         raise ValueError(
             f"{edits} looks like MagicBrush's multi-turn layout (e.g. {example}: <id>/<id>_1.png, <id>_iter_<t>.png, "
             f"<id>_inde_<t>.png), but query set {full.name} at {full.root} has no sessions: it was built with the "
-            "first turn only (the default --turns first). Build the set with every turn, e.g. python "
-            "scripts/build_magicbrush.py --dataset <split folder> --split <split> --out datasets/magicbrush_turns "
+            "first turn only (the default --turns first). Build the set with every turn, e.g. "
+            "editmeter data build magicbrush --dataset <split folder> --split <split> --out datasets/magicbrush_turns "
             "--turns all, then score against it with queryset.root=datasets/magicbrush_turns")
     if not (sessions and has_session_folders(edits)):
         if protocol == "both":

@@ -255,7 +255,7 @@ def _check_member(archive: Path, member: str) -> None:
         raise DownloadError(f"{archive}: refusing archive member {member!r} (absolute or escapes the folder)")
 
 
-# A Hugging Face dataset id (`owner/name`), as a build script's --dataset may be instead of a local folder
+# A Hugging Face dataset id (`owner/name`), as a builder's --dataset may be instead of a local folder
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
@@ -269,7 +269,7 @@ def _hub_fix() -> str:
 
 
 def require_inputs(name: str, *paths: str | os.PathLike[str]) -> None:
-    """FileNotFoundError naming the first of `paths` (a build script's inputs) that does not exist and the command
+    """FileNotFoundError naming the first of `paths` (a builder's inputs) that does not exist and the command
     that fetches the downloads of query set `name`."""
     for p in paths:
         if not Path(p).exists():

@@ -132,7 +132,7 @@ def _fix_queryset(plan: RunPlan, qs: Any) -> str:
     if build:
         return str(build)
     if qs.meta.get("generator"):
-        return "python scripts/make_demo.py (or `git checkout -- datasets/demo`)"
+        return "editmeter data build demo (or `git checkout -- datasets/demo`)"
     return f"make data NAME={qs.name}"
 
 

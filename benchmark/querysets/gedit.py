@@ -245,7 +245,7 @@ def load_gedit(root: str | os.PathLike[str], name: str = "gedit", build: str | N
     picked = [q for q in full.queries if q.language in langs[language] and (subset == "full" or SUBSET in q.subsets)]
     if not picked:
         raise QuerySetError(f"{full.root}: no GEdit-Bench query in language {language!r}, subset {subset!r}; "
-                            f"rebuild it: {build or 'python scripts/build_gedit.py'}")
+                            f"rebuild it: {build or 'editmeter data build gedit'}")
     label = name + ("" if language == "both" else f"-{'cn' if language == 'zh' else language}") + (
         f"-{SUBSET}" if subset == SUBSET else "")
     meta = {**full.meta, "selection": {"language": language, "subset": subset}}
