@@ -103,3 +103,33 @@ def test_every_script_lives_in_bench_or_tools():
     # a script's path logic counts its folder: the repository root is two levels up
     stale = [p for p in found if "parents[1]" in (scripts / p).read_text()]
     assert not stale, f"scripts that take parents[1] (scripts/) for the repository root: {stale}"
+
+
+@pytest.mark.parametrize("name", sorted(set(BUILDERS) - {"demo"}))
+def test_every_builder_refuses_missing_inputs_with_exit_2_naming_the_path(name, tmp_path, capsys):
+    """A refusal exits 2, as editmeter's own refusals do (the HATIE importer exited 1 before it was a builder)."""
+    import argparse
+
+    parser_args: list[str] = []
+    # each builder's required path options, pointed at a path that is not there
+    seen = {}
+
+    def capture(self, *args, **kwargs):
+        seen[args[0]] = kwargs
+        return original(self, *args, **kwargs)
+
+    original = argparse.ArgumentParser.add_argument
+    try:
+        argparse.ArgumentParser.add_argument = capture
+        with pytest.raises(SystemExit):
+            BUILDERS[name][0](["--help"])
+    finally:
+        argparse.ArgumentParser.add_argument = original
+    capsys.readouterr()
+    missing = tmp_path / "not-there"
+    for flag, kw in seen.items():
+        if flag.startswith("--") and kw.get("required"):
+            parser_args += [flag, str(missing)]
+    code = BUILDERS[name][0]([*parser_args, "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 2 and "not-there" in err, (name, code, err)

@@ -262,7 +262,7 @@ def build_hatie(argv: list[str]) -> int:
         require_inputs("hatie", args.queries, args.masks, args.images)
         meta = import_release(args.queries, args.masks, args.images, args.out)
     except (HatieFormatError, UnsafePickleError, FileNotFoundError) as err:
-        return _error(err, code=1)  # the importer has always exited 1 on a refusal
+        return _error(err, code=2)  # a refusal, as every builder's
     print(json.dumps({k: meta[k] for k in ("content_hash", "counts")}, indent=2))
     return 0
 
