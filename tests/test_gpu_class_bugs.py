@@ -73,13 +73,16 @@ def test_editor_runs_the_edit_stage_in_half_precision_on_the_models_device(name,
                                                                          restore_logging):
     from conftest import run_demo
 
-    summary = run_demo(tmp_path, name, "queryset=demo_mini", "limit=2", "stages=[edit]", f"editor.dtype={dtype}",
+    # bf16 edits a batch of two; fp16, which a CPU runs 2-5x slower than bf16 (no native fp16 kernels), one query:
+    # a dtype or device left behind shows on the first query, and the batch path is bf16's to cover
+    n = 2 if dtype == "bf16" else 1
+    summary = run_demo(tmp_path, name, "queryset=demo_mini", f"limit={n}", "stages=[edit]", f"editor.dtype={dtype}",
                        f"editor.device={MODEL_DEVICE}", "fail_fast=true")
     st = summary["edit"]
-    assert (st.computed, st.failed) == (2, 0), st.failure_summary()
+    assert (st.computed, st.failed) == (n, 0), st.failure_summary()
     assert guarded_edits and min(guarded_edits) > 100  # the model really ran under the guard
     pngs = sorted((tmp_path / "runs").glob("*/*/edits/*.png"))
-    assert len(pngs) == 2
+    assert len(pngs) == n
     from PIL import Image
 
     for png in pngs:  # not a NaN edit quantised to black or grey: the model's output varies over the image
