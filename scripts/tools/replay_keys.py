@@ -4,7 +4,9 @@ change pixels, benchmark.plan.code_identity).
 
 For each of the last N first-parent commits of a branch, the commit's tree is exported to a temporary folder and:
 - scheme 1: the rule of `benchmark.plan.config.editor_code` up to 38c7b69 (whole files of the import closure), on that tree;
-- scheme 2: this checkout's `code_identity` over that tree (`CodeIndex(root=<tree>)`);
+- scheme 2: this checkout's `code_identity` over that tree (`CodeIndex(root=<tree>)`), each module known by its name
+  at the last commit (a module a later commit moved, e.g. in the layout by layers, is classified, and a root
+  found, as the last commit does; only names are translated, the tree's own source is hashed);
 - the editor's YAML (configs/editor/<name>.yaml), hashed: a change of setting changes the key under both schemes.
 It prints, per editor, how many distinct code keys each scheme saw and how many times each changed, and lists the
 commits where the scheme-2 key changed (with whether the YAML changed too). With `--pixels`, for every such commit of
@@ -107,12 +109,70 @@ def export(sha: str, dest: Path) -> None:
             tar.extractall(dest, filter="data")
 
 
-def keys_at(tree: Path, editors: tuple[str, ...]) -> dict[str, dict]:
+def _module_name(path: str) -> str | None:
+    """benchmark/io/imageio.py -> benchmark.io.imageio; a package's __init__.py -> the package; None for a non-module."""
+    if not path.endswith(".py") or path.split("/")[0] not in ("benchmark", "editors"):
+        return None
+    parts = path[:-3].split("/")
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def module_moves(commits: list[tuple[str, str]]) -> list[tuple[int, str, str]]:
+    """(index of the commit, old module name, new module name) of every module a commit of `commits` moved (git's
+    rename detection against its first parent)."""
+    out = []
+    for i, (sha, _) in enumerate(commits):
+        text = subprocess.run(["git", "diff", "-M", "--name-status", "--diff-filter=R", f"{sha}^", sha, "--",
+                               "benchmark", "editors"], cwd=ROOT, capture_output=True, text=True, check=False).stdout
+        for line in text.splitlines():
+            _, old, new = line.split("\t")
+            a, b = _module_name(old), _module_name(new)
+            if a and b and a != b:
+                out.append((i, a, b))
+    return out
+
+
+def later_names(moves: list[tuple[int, str, str]], index: int) -> dict[str, str]:
+    """The module names of the tree of commit `index` -> their names at the last commit (the moves after it, in
+    order)."""
+    names: dict[str, str] = {}
+    for i, old, new in moves:
+        if i <= index:
+            continue
+        for k, v in names.items():
+            if v == old:
+                names[k] = new
+        names.setdefault(old, new)
+    return names
+
+
+def _aliased_index(tree: Path, names: dict[str, str]):
+    """A CodeIndex of an older tree that knows its modules by their names at the last commit: the rules (which
+    modules can change pixels, EDIT_ROOTS) name modules as they are now, so a module moved later is classified, and
+    a root found, as the last commit would. Only names change; what is hashed is the tree's own source."""
+    from benchmark.plan.code_identity import CodeIndex
+
+    class Aliased(CodeIndex):
+        def module(self, name):
+            found = super().module(name)
+            if found is None and name in self.old_of:
+                found = self._cache[name] = super().module(self.old_of[name])
+            return found
+
+        def _bindings(self, node, mod):
+            return {k: (names.get(m, m), a) for k, (m, a) in super()._bindings(node, mod).items()}
+
+    index = Aliased(root=tree)
+    index.old_of = {new: old for old, new in names.items()}
+    return index
+
+
+def keys_at(tree: Path, editors: tuple[str, ...], names: dict[str, str] | None = None) -> dict[str, dict]:
     import yaml
 
     from benchmark.plan.code_identity import CodeIndex, code_identity
 
-    index = CodeIndex(root=tree)
+    index = _aliased_index(tree, names) if names else CodeIndex(root=tree)
     out: dict[str, dict] = {}
     for name in editors:
         path = tree / "configs" / "editor" / f"{name}.yaml"
@@ -122,7 +182,8 @@ def keys_at(tree: Path, editors: tuple[str, ...]) -> dict[str, dict]:
         target = (yaml.safe_load(text) or {}).get("_target_")
         entry: dict = {"yaml": hashlib.sha256(text).hexdigest()[:12]}
         try:
-            ident = code_identity(target, index=index)
+            ident = code_identity(names.get(target.rpartition(".")[0], target.rpartition(".")[0]) + "."
+                                  + target.rpartition(".")[2] if names else target, index=index)
             entry["new"] = ident.digest[:12]
             entry["unclassified"] = sorted(ident.unclassified)
         except Exception as err:  # noqa: BLE001 - a tree the walker cannot read is reported, not fatal
@@ -136,12 +197,17 @@ def keys_at(tree: Path, editors: tuple[str, ...]) -> dict[str, dict]:
 
 
 _EDITS: dict[tuple[str, str], dict[str, bytes]] = {}  # (commit, editor) -> demo_mini PNGs, each made once
+EDITS_CACHE: Path | None = None  # --edits-cache: <dir>/<commit>/<editor>/*.png kept across invocations
 
 
 def edits_at(sha: str, editor: str) -> dict[str, bytes]:
     """The PNGs of `editor=<editor> queryset=demo_mini profile=tiny stages=[edit]` run on the commit's own tree (its
     entry point: benchmark/commands/run.py since the layout by layers, benchmark/run.py before)."""
     if (sha, editor) in _EDITS:
+        return _EDITS[sha, editor]
+    kept = EDITS_CACHE / sha / editor if EDITS_CACHE is not None else None
+    if kept is not None and (kept / "done").is_file():
+        _EDITS[sha, editor] = {p.name: p.read_bytes() for p in kept.glob("*.png")}
         return _EDITS[sha, editor]
     with tempfile.TemporaryDirectory() as tmp:
         tree = Path(tmp) / "tree"
@@ -156,6 +222,11 @@ def edits_at(sha: str, editor: str) -> dict[str, bytes]:
             _EDITS[sha, editor] = {p.name: p.read_bytes() for p in results.glob("runs/*/*/edits/*.png")}
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, check=False)
+    if kept is not None:
+        kept.mkdir(parents=True, exist_ok=True)
+        for name, data in _EDITS[sha, editor].items():
+            (kept / name).write_bytes(data)
+        (kept / "done").write_text("")
     return _EDITS[sha, editor]
 
 
@@ -184,15 +255,20 @@ def main() -> int:
     ap.add_argument("--json", type=Path, default=None, help="write every commit's keys here")
     ap.add_argument("--keys", type=Path, default=None, help="read the keys a --json run wrote instead of computing "
                     "them (e.g. to add --pixels)")
+    ap.add_argument("--edits-cache", type=Path, default=None, help="keep each commit's demo_mini edits here, so a "
+                    "second --pixels run edits nothing twice")
     args = ap.parse_args()
+    global EDITS_CACHE
+    EDITS_CACHE = args.edits_cache
     editors = tuple(e for e in args.editors.split(",") if e)
     rows = json.loads(args.keys.read_text()) if args.keys else []
     commits = [(r["sha"], r["subject"]) for r in rows] or first_parent(args.branch, args.commits)
+    moves = module_moves(commits) if not args.keys else []
     with tempfile.TemporaryDirectory() as tmp:
         for i, (sha, subject) in enumerate(commits if not args.keys else []):
             tree = Path(tmp) / sha[:12]
             export(sha, tree)
-            rows.append({"sha": sha, "subject": subject, "keys": keys_at(tree, editors)})
+            rows.append({"sha": sha, "subject": subject, "keys": keys_at(tree, editors, later_names(moves, i))})
             print(f"\r{i + 1}/{len(commits)} commits", end="", file=sys.stderr, flush=True)
     print(file=sys.stderr)
     if args.json:
