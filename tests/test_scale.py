@@ -182,12 +182,12 @@ BUDGET = ["editor=identity", "queryset=demo_mini", "profile=tiny", "metrics=basi
 def identity_cost(monkeypatch):
     """The cost table with a row for identity of 0.02 s per query (weight-free editors need none: their budget line
     says they load no model), so these tests' budgets are small numbers of seconds."""
-    from benchmark.plan import budget as B
+    from benchmark.plan import resolved
 
-    table = B.load_costs()
+    table = resolved.read_costs()
     row = {"any": {"s_per_query": 0.02, "load_s": 0, "confidence": "measured", "source": "tests/test_scale.py"}}
     table["editors"]["identity"] = {"real": row, "tiny": row}
-    monkeypatch.setattr(B, "load_costs", lambda *a, **k: table)
+    monkeypatch.setattr(resolved, "read_costs", lambda *a, **k: table)  # read once per run, where it is resolved
 
 
 def _no_workers(monkeypatch):

@@ -84,7 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from benchmark.io.errors import RunError
     from benchmark.metrics.arena.protocol import check_prompt_identity, read_prompt
     from benchmark.plan.config import instantiate, read_plan
-    from benchmark.plan.preflight import load_queries
+    from benchmark.plan.resolved import load_queries
     from benchmark.stages.arena import ArenaError, Sampling, find_entrants, format_summary, run_arena, summary
 
     args, arena_overrides, overrides = _parse(sys.argv[1:] if argv is None else argv)

@@ -169,7 +169,7 @@ def launch_runs(overrides: Sequence[str], workers: int) -> list[tuple[RunPlan, A
     the full query set, editor, metrics), for the launch's preflight and budget check. Settings whose preflight is
     off are left out (`preflight=false` skips the preflight and the budget, as in `editmeter run`)."""
     from benchmark.plan.config import compose, read_plan
-    from benchmark.plan.preflight import load_queries
+    from benchmark.plan.resolved import load_queries
 
     runs, seen, sets = [], set(), {}
     for job in jobs_of(list(overrides)) if overrides else [[]]:
@@ -203,7 +203,8 @@ def launch_preflight(runs: list[tuple[RunPlan, Any, str, str]]) -> list[str]:
     `run_preflight`) over the queries of all its shards. The first failure raises its RunError (one message, exit
     status 1, no job folder); returns the lines to print. The workers then run with preflight=false."""
     from benchmark.plan.config import check_plan
-    from benchmark.plan.preflight import check_applicable, run_preflight
+    from benchmark.plan.preflight import run_preflight
+    from benchmark.plan.resolved import check_applicable
 
     lines = []
     for plan, full, editor, metrics in runs:

@@ -29,6 +29,7 @@ from benchmark.plan.config import (
     compose,  # noqa: F401 (re-exported: `from benchmark.commands.run import compose, run_pipeline` in tests and notebooks)
     register_resolvers,
 )
+from benchmark.plan.resolved import Components, Resolved
 from benchmark.plan.run_plan import RunPlan
 
 register_resolvers()
@@ -93,17 +94,18 @@ class RunFolder:
 def execute(plan: RunPlan) -> dict[str, Any]:
     """Run a plan's stages, in order, for its editor on its query set; returns the summary dict (`run_pipeline`)."""
     from benchmark.io.protocols import check_editor_protocol, check_sessions_for
-    from benchmark.plan.preflight import load_selection
+    from benchmark.plan.resolved import resolve
 
     run = _begin(plan)
-    with run.timer("load queries"):
-        full, qs = load_selection(plan)
+    with run.timer("load queries"):  # the query set, its shards and the components, resolved once for every step
+        resolved = resolve(plan)
+        full, qs = resolved.full, resolved.selection
         check_sessions_for(plan.protocol, full)  # multi_turn on a set without sessions: refused before any work
     if plan.preflight.enabled:
         with run.timer("preflight"):
-            _preflight(plan, full, qs)
+            _preflight(plan, resolved)
     with run.timer("load editor"):
-        editor, metrics = _build_components(plan)
+        editor, metrics = _build_components(plan, resolved.components)
     check_editor_protocol(plan.protocol, editor.info())
     folder = _open_run_folder(run, full, editor, metrics)
     reuse = _reuse_nested(run, full, qs, folder) if "edit" in plan.stages and full.meta.get("sample") else None
@@ -133,18 +135,21 @@ def _begin(plan: RunPlan) -> Invocation:
     return run
 
 
-def _preflight(plan: RunPlan, full: Any, qs: Any) -> None:
-    """The checks before the first edit, then the budget (benchmark.plan.preflight, benchmark.plan.budget)."""
+def _preflight(plan: RunPlan, resolved: Resolved) -> None:
+    """The checks before the first edit, then the budget (benchmark.plan.preflight, benchmark.plan.budget), on the
+    run's resolved queries and components."""
     from benchmark.plan.budget import check_budget
     from benchmark.plan.preflight import run_preflight
 
-    print(run_preflight(plan, qs, editor=plan.editor.label, metrics=plan.metrics_option or "<metrics>",
-                        editor_option=plan.editor.option))
-    print(check_budget(plan, full, editor=plan.editor.label, metrics=plan.metrics_option))
+    print(run_preflight(plan, resolved.selection, editor=plan.editor.label,
+                        metrics=plan.metrics_option or "<metrics>", editor_option=plan.editor.option))
+    print(check_budget(plan, resolved.full, editor=plan.editor.label, metrics=plan.metrics_option,
+                       components=resolved.components, shards=resolved.shards))
 
 
-def _build_components(plan: RunPlan) -> tuple[Any, dict[str, Any]]:
-    """The editor (a config its class cannot take: an error naming the file) and the metrics, built."""
+def _build_components(plan: RunPlan, components: Components) -> tuple[Any, dict[str, Any]]:
+    """The editor (a config its class cannot take: an error naming the file) and the metrics (built when the run was
+    resolved: a metric config that could not be built raises its error here)."""
     from benchmark.plan import config
 
     editor = config.build_editor(plan.editor)  # looked up at call time: tests wrap it
@@ -152,8 +157,7 @@ def _build_components(plan: RunPlan) -> tuple[Any, dict[str, Any]]:
         from benchmark.editing.inversion_store import INVERSIONS_DIR, InversionStore
 
         editor.inversion_store = InversionStore(plan.results / INVERSIONS_DIR)
-    metrics = {name: config.instantiate(node, at=f"metrics.{name}") for name, node in plan.metrics.items()}
-    return editor, metrics
+    return editor, components.built_metrics()
 
 
 def _open_run_folder(run: Invocation, full: Any, editor: Any, metrics: dict[str, Any]) -> RunFolder:

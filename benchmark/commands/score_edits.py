@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     from benchmark.io.console import progress_enabled, quiet_third_party
     from benchmark.io.errors import PreflightError
     from benchmark.plan.config import instantiate, read_plan
-    from benchmark.plan.preflight import load_selection
+    from benchmark.plan.resolved import load_selection
 
     # the run's own failure rule: unreadable or invalid edits fail it as they fail `editmeter run editor=external`
     overrides = ["editor=external", f"editor.folder={args.edits}", f"editor.label={args.name}",

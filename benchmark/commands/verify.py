@@ -70,7 +70,7 @@ def verify_run(run_dir: Path, *, sample: int = 16, tolerance: int = 0, batch_siz
     from benchmark.io.hashing import canonical_json, stable_hash
     from benchmark.io.provenance import provenance
     from benchmark.plan.config import build_editor, editor_setting, plan_run, setting_of_run
-    from benchmark.plan.preflight import load_queries
+    from benchmark.plan.resolved import load_queries
     from benchmark.querysets.sessions import shard_whole_sessions
     from benchmark.stages.carry import batch_slots, compare_pngs, stratified_slots
     from benchmark.stages.edit import edit_path, latest_records, rewrites_instruction, run_edit_stage

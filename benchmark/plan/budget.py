@@ -15,15 +15,16 @@ from __future__ import annotations
 import json
 import math
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from benchmark.io.errors import PreflightError
+from benchmark.plan.resolved import Components, read_costs, resolve_components
 from benchmark.plan.run_plan import RunPlan
 
-COSTS_FILE = Path(__file__).resolve().parents[2] / "configs" / "costs.yaml"
+load_costs = read_costs  # the cost table (benchmark.plan.resolved reads it once per run)
 DEFAULT_MAX_HOURS = 10.0
 
 
@@ -158,19 +159,6 @@ def human_time(seconds: float) -> str:
     return f"{seconds / 86400:.0f} days"
 
 
-def load_costs(path: Path = COSTS_FILE) -> dict[str, Any]:
-    """The cost table (YAML); a malformed one is a PreflightError naming the file."""
-    from benchmark.plan.config import read_yaml
-
-    try:
-        table = read_yaml(path)
-    except Exception as err:  # noqa: BLE001 - any parse error becomes one message naming the file
-        raise PreflightError(f"budget: cannot read the cost table {path}: {err}") from None
-    if not isinstance(table, dict) or not isinstance(table.get("editors"), dict):
-        raise PreflightError(f"budget: {path} must map `editors` to their costs (see its header)")
-    return table
-
-
 def _row(node: Any, where: str) -> Cost:
     try:
         per_source = node.get("s_per_source")
@@ -182,22 +170,6 @@ def _row(node: Any, where: str) -> Cost:
     except (KeyError, TypeError, ValueError, AttributeError) as err:
         raise PreflightError(f"budget: cost table row {where} needs s_per_query, load_s, confidence and source, "
                              f"and optionally s_per_source ({err})") from None
-
-
-def shares_inversions(editor_config: Mapping[str, Any] | None) -> bool:
-    """Whether the configured editor (its `_target_` mapping) inverts each source once for all its queries: its
-    class declares `shares_inversions` and its config does not turn the sharing off (`reuse_inversions: false`).
-    The class is imported, not built (no weights load)."""
-    from benchmark.plan.config import locate_class
-
-    target = editor_config.get("_target_") if editor_config is not None else None
-    if not target:
-        return False
-    try:
-        cls = locate_class(str(target))
-    except Exception:  # noqa: BLE001 - an unimportable editor is the run's error to report, not the estimate's
-        return False
-    return bool(getattr(cls, "shares_inversions", False)) and bool(editor_config.get("reuse_inversions", True))
 
 
 def distinct_sources(queries: Any) -> int:
@@ -361,13 +333,17 @@ def _gpu_name() -> str:
 
 
 def estimate(plan: RunPlan, full: Any, *, editor: str, metrics: str, gpu_name: Callable[[], str] = _gpu_name,
-             table: dict[str, Any] | None = None) -> tuple[Estimate | None, str]:
-    """(the run's estimate, a note); None with the reason when the table has no row for this editor here."""
+             table: dict[str, Any] | None = None, components: Components | None = None,
+             shards: Sequence[Any] | None = None) -> tuple[Estimate | None, str]:
+    """(the run's estimate, a note); None with the reason when the table has no row for this editor here.
+    `components` and `shards` (every shard's queries): the run's, resolved once (benchmark.plan.resolved); resolved
+    here when not given."""
     from benchmark.models.diffusion import resolve_device
     from benchmark.plan.config import portable
     from benchmark.querysets.sessions import longest_session
 
-    table = table if table is not None else load_costs()
+    parts = components if components is not None else resolve_components(plan, metrics=False)
+    table = table if table is not None else parts.cost_table()
     profile = plan.profile
     size = str((table.get("profiles") or {}).get(profile, profile))
     editor_config = plan.editor.config
@@ -389,7 +365,7 @@ def estimate(plan: RunPlan, full: Any, *, editor: str, metrics: str, gpu_name: C
         return None, (f"cost unknown: configs/costs.yaml has no row for editor {row} at {size} size on {cls}; "
                       f"measure it with {how} and add it")
     count = int(plan.selection.shard_count)
-    selected = {q.id: q for q in plan.all_shards(full)}
+    selected = {q.id: q for q in (plan.all_shards(full) if shards is None else shards)}
     from benchmark.plan.config import editor_code_digest
 
     carry: set[str] = set()
@@ -401,28 +377,34 @@ def estimate(plan: RunPlan, full: Any, *, editor: str, metrics: str, gpu_name: C
     score = lookup(table, "metrics", metrics, size, cls)
     # one inversion per source for all shards: they share the inversion store under the results folder
     sources = (distinct_sources(q for qid, q in selected.items() if qid not in done and qid not in carry)
-               if cost.s_per_source is not None and shares_inversions(editor_config) else None)
+               if cost.s_per_source is not None and parts.shares_inversions else None)
     return Estimate(editor, cls, len(selected) - len(done) - len(carry), len(done), count, cost, score,
                     sample_pool(plan.queryset.get("sample_types"), full), sources, longest_session(full.queries),
                     carry=len(carry)), note
 
 
-def judge_cost(plan: RunPlan, full: Any) -> list[str]:
-    """The judged suites' cost lines (`benchmark.plan.judge_budget`) over the run's selection, all shards; none when the
-    run does not score."""
+def judge_cost(plan: RunPlan, full: Any, components: Components | None = None,
+               shards: Sequence[Any] | None = None) -> list[str]:
+    """The judged suites' cost lines (`benchmark.plan.judge_budget`) over the run's selection, all shards (`shards`);
+    none when the run does not score."""
     from benchmark.plan.judge_budget import judge_lines
 
     if "score" not in plan.stages:
         return []
-    return judge_lines(plan.metrics, full, plan.all_shards(full))
+    parts = components if components is not None else resolve_components(plan, metrics=False)
+    return judge_lines(plan.metrics, parts.judge_requests, full, plan.all_shards(full) if shards is None else shards)
 
 
 def check_budget(plan: RunPlan, full: Any, *, editor: str, metrics: str, ask: Callable[[str], bool] = _confirm,
-                 interactive: Callable[[], bool] = _interactive, **kw: Any) -> str:
-    """The preflight's budget line; over budget: ask on a terminal, else raise OverBudget with the sample option."""
+                 interactive: Callable[[], bool] = _interactive, components: Components | None = None,
+                 shards: Sequence[Any] | None = None, **kw: Any) -> str:
+    """The preflight's budget line; over budget: ask on a terminal, else raise OverBudget with the sample option.
+    `components`, `shards`: the run's, resolved once (benchmark.plan.resolved); resolved here when not given."""
     opts = plan.budget
-    est, note = estimate(plan, full, editor=editor, metrics=metrics, **kw)
-    judge = "".join(f"\n[editmeter] {line}" for line in judge_cost(plan, full))
+    parts = components if components is not None else resolve_components(plan, metrics=False)
+    every = tuple(plan.all_shards(full)) if shards is None else shards
+    est, note = estimate(plan, full, editor=editor, metrics=metrics, components=parts, shards=every, **kw)
+    judge = "".join(f"\n[editmeter] {line}" for line in judge_cost(plan, full, parts, every))
     if est is None:
         return f"[editmeter] budget: {note}{judge}"
     line = f"[editmeter] budget: {est.describe()}" + (f"; {note}" if note else "") + judge
@@ -453,11 +435,13 @@ def check_launch_budget(runs: list[tuple[RunPlan, Any, str, str]], *, ask: Calla
     first = runs[0][0]
     lines, known = [], []
     for plan, full, editor, metrics in runs:
-        est, note = estimate(plan, full, editor=editor, metrics=metrics, **kw)
+        parts = resolve_components(plan, metrics=False)  # a launch's runs are resolved here, each once
+        every = tuple(plan.all_shards(full))
+        est, note = estimate(plan, full, editor=editor, metrics=metrics, components=parts, shards=every, **kw)
         what = f"{full.name} on {editor}"
         lines.append(f"[editmeter] budget: {what}: {est.describe() if est else note}" + (f"; {note}" if est and note
                                                                                         else ""))
-        lines += [f"[editmeter] budget: {what}: {line.removeprefix('budget: ')}" for line in judge_cost(plan, full)]
+        lines += [f"[editmeter] budget: {what}: {line.removeprefix('budget: ')}" for line in judge_cost(plan, full, parts, every)]
         if est is not None:
             known.append(est)
     hours = sum(e.hours for e in known)

@@ -69,26 +69,13 @@ def _backbone_kind(backbone: Any) -> tuple[str, int | None]:
     return kind, int(limit) if isinstance(limit, int) and not isinstance(limit, bool) else None
 
 
-def judge_lines(metrics: Mapping[str, Any], full: Any, queries: Sequence[Any]) -> list[str]:
+def judge_lines(metrics: Mapping[str, Any], requests: Mapping[str, Sequence[int]], full: Any,
+                queries: Sequence[Any]) -> list[str]:
     """One budget line per judged suite of `metrics` (the run plan's metric configs) over `queries` (the selection
-    to score)."""
-    from benchmark.plan.config import locate_class
-
-    lines = []
-    for name, node in metrics.items():
-        backbone = node.get("backbone") if hasattr(node, "get") else None
-        if backbone is None or not node.get("_target_"):
-            continue
-        try:
-            cls = locate_class(str(node["_target_"]))
-        except Exception:  # noqa: BLE001 - an unimportable suite is the run's error to report, not the estimate's
-            continue
-        declared = getattr(cls, "judge_requests", None)
-        requests = tuple(declared(node)) if callable(declared) else ()
-        if not requests:
-            continue
-        lines.append(describe(name, requests, backbone, full, queries, node.get("prompts_file")))
-    return lines
+    to score). `requests`: judged suite -> the images of each request one query sends, as its class declares them
+    (`benchmark.plan.resolved.Components.judge_requests`: resolved once per run, no class imported here)."""
+    return [describe(name, tuple(requests[name]), node["backbone"], full, queries, node.get("prompts_file"))
+            for name, node in metrics.items() if requests.get(name)]
 
 
 def describe(name: str, requests: Sequence[int], backbone: Any, full: Any, queries: Sequence[Any],

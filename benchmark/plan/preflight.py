@@ -4,7 +4,8 @@ message naming it and the command that fixes it (instead of after hours of edits
 Checked: the query set's first source files exist (read through the edit stage's loader: an unusable one is
 reported, it becomes a failure row); the results folder is writable; every checkpoint the editor and
 the metric models will load (`benchmark.plan.weights.resolve`) is cached, or, when online, its host answers; free disk
-space covers an estimate from the set size. Reads files only: no model is loaded, nothing downloaded.
+space covers an estimate from the set size. Reads files only: no model is loaded, nothing downloaded. The query set
+and the components it checks are resolved before, once (benchmark.plan.resolved): nothing here builds or imports one.
 """
 
 from __future__ import annotations
@@ -17,89 +18,16 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from benchmark.io.errors import PreflightError
+from benchmark.plan.resolved import check_applicable, load_queries, load_selection
 from benchmark.plan.run_plan import RunPlan
+
+# resolved once per run in benchmark.plan.resolved; here for the entry points that load a set without a run
+__all__ = ["check_applicable", "load_queries", "load_selection", "run_preflight"]
 
 # outputs per query besides the edit PNG (segmentations, score rows): a margin on the PNG estimate
 DEFAULT_DISK_FACTOR = 1.5
 DEFAULT_SAMPLE = 32
 DEFAULT_PROBE_TIMEOUT_S = 5.0
-
-
-def load_queries(plan: RunPlan) -> Any:
-    """Build the plan's query set; a query-set error (not built, bad file) becomes a PreflightError with its own
-    message, which already names the file and the build command."""
-    from benchmark.plan.config import instantiate
-    from benchmark.querysets.io import QuerySetError
-
-    try:
-        return instantiate(plan.queryset, at="queryset")
-    except Exception as err:
-        cause: BaseException | None = err
-        while cause is not None and not isinstance(cause, QuerySetError):
-            cause = cause.__cause__ or cause.__context__
-        if cause is None:
-            raise
-        raise PreflightError(f"preflight: query set: {cause}") from err
-
-
-def load_selection(plan: RunPlan) -> tuple[Any, Any]:
-    """(the full configured query set, the queries this run works on: its `shard`, then its first `limit`).
-    Raises PreflightError as `load_queries` does, and as `check_applicable` does for a suite that scores none of
-    the set's queries (whether or not `preflight` is on: that run could only make edits nobody scores)."""
-    full = load_queries(plan)
-    check_applicable(plan, full)
-    return full, plan.selected(full)
-
-
-def check_applicable(plan: RunPlan, qs: Any) -> None:
-    """Refuse a metrics config holding a suite that applies to none of the set's queries, for either editor family
-    (the suites' own `applies_to`, as the score stage uses it): e.g. HATIE or EditVal on GEdit-Bench, which has no
-    scene graphs. One line names the suite, the set and the metric configs that do apply (the set's `scored_by`,
-    else the suites that score every query). Then the suites' own input files (`_check_suite_inputs`: a judged
-    protocol's pinned prompts). A suite whose config cannot be built is left to fail where it is used."""
-    from benchmark.plan.config import instantiate
-
-    idle, needs, used = [], [], []
-    for key, node in plan.metrics.items():
-        try:
-            suite = instantiate(node, at=f"metrics.{key}")
-        except Exception:  # noqa: BLE001 (a broken metric config fails later with its own message)
-            continue
-        applies = getattr(suite, "applies_to", None)
-        if applies is not None and not any(applies(q, kind) for q in qs.queries
-                                           for kind in ("instruction", "description")):
-            idle.append(str(key))
-            needs.append(getattr(suite, "applies_note", ""))  # what a query needs, where the suite says so
-        else:  # pairwise metrics score every query
-            used.append((key, suite))
-    if not idle:
-        for key, suite in used:  # then the input files of the suites that will score
-            _check_suite_inputs(key, suite)
-        return
-    reasons = qs.meta.get("not_scored_by") or {}
-    why = "; ".join(sorted({str(reasons[k]) for k in idle if k in reasons}))
-    names = "/".join({"hatie": "HATIE", "editval": "EditVal"}.get(k, k) for k in idle)
-    verb, them = ("does", "it scores") if len(idle) == 1 else ("do", "they score")
-    scored_by = ", ".join(f"metrics={m}" for m in qs.meta.get("scored_by") or ["conventional", "basic"])
-    raise PreflightError(
-        f"preflight: metrics={plan.metrics_option or '+'.join(idle)}: {names} {verb} not apply to query set "
-        f"{qs.name}{f' ({why})' if why else ''}: none of its {len(qs)} queries "
-        f"{' / '.join(n for n in needs if n) if all(needs) else f'is of an edit type {them}'}. "
-        f"Use {scored_by}")
-
-
-def _check_suite_inputs(key: Any, suite: Any) -> None:
-    """A suite's own input files (a judged protocol's pinned prompt files: `check_inputs`), checked before the first
-    edit; PreflightError naming the file and the fix."""
-    from benchmark.io.pinned_prompts import ProtocolError
-
-    check = getattr(suite, "check_inputs", None)
-    if check is None:
-        return
-    try:
-        check()
-    except ProtocolError as err:
-        raise PreflightError(f"preflight: metrics.{key}: {err}") from None
 
 
 def run_preflight(plan: RunPlan, qs: Any, *, editor: str, metrics: str, editor_option: str | None = None) -> str:

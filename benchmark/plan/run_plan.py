@@ -92,7 +92,7 @@ class RunPlan:
     `max_failed_fraction` when the run's failures are judged)."""
 
     editor: EditorSpec
-    queryset: dict[str, Any]  # the query set's `_target_` mapping (benchmark.plan.preflight.load_queries builds it)
+    queryset: dict[str, Any]  # the query set's `_target_` mapping (benchmark.plan.resolved.load_queries builds it)
     metrics: dict[str, dict[str, Any]]  # metric name or suite -> its `_target_` mapping
     metrics_option: str  # the `metrics=` choice ('' when unknown): the metric set's label
     profile: str  # `profile.name`

@@ -29,7 +29,7 @@ def _imagenhub(args: argparse.Namespace, overrides: list[str]) -> Any:
     from benchmark.commands.run import compose
     from benchmark.io.errors import PreflightError
     from benchmark.plan.config import read_plan
-    from benchmark.plan.preflight import load_queries
+    from benchmark.plan.resolved import load_queries
 
     if not args.ratings or args.images is None:
         raise JudgeSetError("--sets imagenhub needs --ratings <rater TSVs> and --images <folder of <editor>/<uid>>")

@@ -139,7 +139,7 @@ class Session:
         from benchmark.commands.run import compose
         from benchmark.io.errors import PreflightError
         from benchmark.plan.config import read_plan
-        from benchmark.plan.preflight import check_applicable, load_queries
+        from benchmark.plan.resolved import check_applicable, load_queries
 
         try:
             full = load_queries(read_plan(self.cfg))
@@ -194,7 +194,7 @@ class Session:
         """(full set, selection) as the runs will load them; a bad or unbuilt set raises MetaevalError."""
         from benchmark.io.errors import PreflightError
         from benchmark.plan.config import read_plan
-        from benchmark.plan.preflight import load_selection
+        from benchmark.plan.resolved import load_selection
 
         try:
             return load_selection(read_plan(self.cfg))
