@@ -1,7 +1,7 @@
 """`editmeter data build <name> [options]`: one builder per query set, each turning a downloaded (or placed) release
 into a query set folder (docs/querysets.md). Each builder is a thin parser; the work is in benchmark/querysets/<name>.py,
 imported only when that builder runs. A refusal (a missing input, a malformed release) prints one `error:` line and
-exits 2 (the HATIE importer: 1).
+exits 2.
 
     editmeter data build gedit --dataset datasets/gedit/downloads/train --out datasets/gedit
     editmeter data build hatie --queries ... --masks ... --images ... --out datasets/hatie
