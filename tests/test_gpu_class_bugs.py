@@ -89,8 +89,13 @@ def test_editor_runs_the_edit_stage_in_half_precision_on_the_models_device(name,
         assert np.asarray(Image.open(png)).std() > 1
 
 
-def test_imagic_in_fp16_optimises_in_fp32_and_samples_in_fp16(demo_qs):
+def test_imagic_in_fp16_optimises_in_fp32_and_samples_in_fp16(demo_qs, monkeypatch):
     from hydra.utils import instantiate
+
+    from benchmark.editing import imagic
+
+    # the process-wide fine-tune cache may hold this query from an earlier test's run: a hit skips the optimisation
+    monkeypatch.setattr(imagic, "FINETUNES", imagic.FinetuneCache())
 
     from benchmark.commands.run import compose
     from benchmark.editing.editor import query_seed

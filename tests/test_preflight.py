@@ -67,7 +67,7 @@ def test_missing_source_file_names_it_and_the_rebuild(tmp_path):
     cfg, editor = _cfg(tmp_path, "editor=identity", "profile=tiny", f"queryset.root={root}")
     qs = P.load_queries(read_plan(cfg))
     (root / qs.queries[3].image).unlink()
-    with pytest.raises(PreflightError, match=rf"query set demo: .*e\.g\. {root / qs.queries[3].image}\. .*make_demo"):
+    with pytest.raises(PreflightError, match=rf"query set demo: .*e\.g\. {root / qs.queries[3].image}\. .*editmeter data build demo"):
         P.run_preflight(read_plan(cfg), qs, editor=editor, metrics="basic")
 
 
