@@ -224,6 +224,22 @@ def test_the_sample_is_whole_batch_slots_and_no_more_than_the_strata_need():
     assert [q.id for q in carry.batch_slots(queries[:10], 4)[2]] == ["q08", "q09"]
 
 
+def test_multi_turn_slots_follow_the_waves_and_leave_out_turns_without_a_previous_edit():
+    queries = [_q(i, "a", session=f"s{i // 3}", turn=i % 3 + 1) for i in range(9)]  # 3 sessions of 3 turns
+    queries += [_q(9, "a", session="s3", turn=1)]  # a one-turn session
+    slots = carry.protocol_slots(queries, 3, "multi_turn")
+    assert [[q.id for q in s] for s in slots] == [["q00", "q03", "q06"], ["q09"], ["q01", "q04", "q07"],
+                                                  ["q02", "q05", "q08"]]
+    assert carry.protocol_slots(queries, 3) == carry.batch_slots(queries, 3)  # single_turn as before
+    slots = carry.protocol_slots(queries, 2, "multi_turn", ready=lambda qid: qid != "q04")  # s1's turn 2 failed
+    assert [[q.id for q in s] for s in slots] == [["q00", "q03"], ["q06", "q09"], ["q01", "q04"], ["q07"],
+                                                  ["q02", "q08"]]
+    sizes = {q.id: (512, 512) for q in queries}
+    got = carry.stratified_slots(slots, {q.id for q in queries}, 1, sizes)
+    turns = {q.turn for q in got}
+    assert turns == {1, 3} and "q05" not in [q.id for q in got]  # first, later and last turns; never q05
+
+
 def test_compare_pngs_measures_levels_and_share(tmp_path):
     a = np.zeros((4, 5, 3), np.uint8)
     b = a.copy()

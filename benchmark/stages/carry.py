@@ -45,6 +45,7 @@ from benchmark.editing.editor import query_seed
 from benchmark.io.fileio import append_jsonl, atomic_write_text
 from benchmark.io.hashing import canonical_json, stable_hash
 from benchmark.io.imageio import LIMITS, ImageInputError, load_rgb
+from benchmark.io.protocols import MULTI_TURN
 from benchmark.io.types import EditRecord
 from benchmark.stages.edit import EDITS_LOG, TurnInputs, edit_path, is_all_black, latest_records, record_json
 from benchmark.stages.reuse import _place, _same_file, _valid_png
@@ -53,7 +54,6 @@ from benchmark.stages.turn_keys import TurnEditRecord, png_input_sha256
 CARRY_FILE = "carry.json"
 CARRIED_KEY = "carried_from"  # the edit record's field naming the run an adopted edit came from
 CARRY_FORMAT = "editmeter-carry/1"
-MULTI_TURN = "multi_turn"  # benchmark.io.protocols.MULTI_TURN: a sample is re-edited wave by wave (`reedit_sample`)
 # the longer side of a source, in pixels: the size classes a sample covers (an editor's sizing differs by class)
 SIZE_EDGES = (384, 640, 1024)
 
@@ -365,6 +365,13 @@ def carry_over(queryset: Any, run_dir: Path, results: Path, *, setting: str,
     stats.source = src.relative_to(results).as_posix()
     stats.source_sig = str(meta.get("editor_sig", ""))
     records = latest_records(src)
+    checked_usable: dict[str, bool] = {}
+
+    def usable(q: Any) -> bool:  # each earlier edit checked once (multi_turn asks for previous turns too)
+        if q.id not in checked_usable:
+            checked_usable[q.id] = _usable(queryset, src, records, q, seed)
+        return checked_usable[q.id]
+
     if verdict is not None and verdict.get("source") == stats.source:
         stats.resumed = True
         stats.sample = list(verdict.get("sample", []))
@@ -374,8 +381,7 @@ def carry_over(queryset: Any, run_dir: Path, results: Path, *, setting: str,
     else:
         ok_ids = {q.id for q in wanted if (r := records.get(q.id)) is not None and r.get("status") == "ok"}
         by_id = {q.id: q for q in queryset.queries}
-        slots = protocol_slots(queryset.queries, batch_size, protocol,
-                               lambda qid: _usable(queryset, src, records, by_id[qid], seed))
+        slots = protocol_slots(queryset.queries, batch_size, protocol, lambda qid: usable(by_id[qid]))
         checked = stratified_slots(slots, ok_ids, sample, _source_sizes(queryset, wanted))
         stats.sample = [q.id for q in checked if q.id in ok_ids]
         if not stats.sample:
@@ -384,7 +390,7 @@ def carry_over(queryset: Any, run_dir: Path, results: Path, *, setting: str,
         new = latest_records(run_dir)
         for q in checked:
             rec, png = new.get(q.id), edit_path(run_dir, q.id)
-            if rec is None or rec.get("status") != "ok" or not _usable(queryset, src, records, q, seed):
+            if rec is None or rec.get("status") != "ok" or not usable(q):
                 continue  # failed here, or nothing to compare with there
             if protocol == MULTI_TURN and png_input_sha256(png) != png_input_sha256(edit_path(src, q.id)):
                 continue  # the earlier edit was made from other pixels than its folder's previous turn: no measure
@@ -404,7 +410,7 @@ def carry_over(queryset: Any, run_dir: Path, results: Path, *, setting: str,
     here = latest_records(run_dir) if (run_dir / EDITS_LOG).is_file() else {}
     adopted = []
     for q in queryset.queries:
-        if q.id in here or not _usable(queryset, src, records, q, seed):
+        if q.id in here or not usable(q):
             continue
         png, mine = edit_path(src, q.id), edit_path(run_dir, q.id)
         if mine.is_file():
