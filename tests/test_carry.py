@@ -224,6 +224,22 @@ def test_the_sample_is_whole_batch_slots_and_no_more_than_the_strata_need():
     assert [q.id for q in carry.batch_slots(queries[:10], 4)[2]] == ["q08", "q09"]
 
 
+def test_multi_turn_slots_follow_the_waves_and_leave_out_turns_without_a_previous_edit():
+    queries = [_q(i, "a", session=f"s{i // 3}", turn=i % 3 + 1) for i in range(9)]  # 3 sessions of 3 turns
+    queries += [_q(9, "a", session="s3", turn=1)]  # a one-turn session
+    slots = carry.protocol_slots(queries, 3, "multi_turn")
+    assert [[q.id for q in s] for s in slots] == [["q00", "q03", "q06"], ["q09"], ["q01", "q04", "q07"],
+                                                  ["q02", "q05", "q08"]]
+    assert carry.protocol_slots(queries, 3) == carry.batch_slots(queries, 3)  # single_turn as before
+    slots = carry.protocol_slots(queries, 2, "multi_turn", ready=lambda qid: qid != "q04")  # s1's turn 2 failed
+    assert [[q.id for q in s] for s in slots] == [["q00", "q03"], ["q06", "q09"], ["q01", "q04"], ["q07"],
+                                                  ["q02", "q08"]]
+    sizes = {q.id: (512, 512) for q in queries}
+    got = carry.stratified_slots(slots, {q.id for q in queries}, 1, sizes)
+    turns = {q.turn for q in got}
+    assert turns == {1, 3} and "q05" not in [q.id for q in got]  # first, later and last turns; never q05
+
+
 def test_compare_pngs_measures_levels_and_share(tmp_path):
     a = np.zeros((4, 5, 3), np.uint8)
     b = a.copy()
@@ -299,3 +315,124 @@ def test_verify_a_p2p_tiny_run_is_identical(tmp_path, capsys):
     capsys.readouterr()
     assert main(["verify", str(run_dir), "limit=16"]) == 0
     assert "16/16 identical" in capsys.readouterr().out
+
+
+# -- multi-turn: the sample is re-edited wave by wave from the earlier run's previous turns ---------------------------
+
+SESSIONS = ("queryset=demo_sessions", "profile=tiny", "progress=false", "aggregate.bootstrap_resamples=20",
+            "metrics=basic", "protocol=multi_turn", "editor=overedit")
+
+
+def _multi(results, *extra):
+    cfg, choices = compose([*SESSIONS, f"paths.results={results}", *extra])
+    summary = run_pipeline(cfg, choices["editor"])
+    return summary, results / "runs" / summary["run_dir"].split("/runs/")[1]
+
+
+def _later_turns_off(monkeypatch):
+    """overedit's pixels changed from turn 2 on: pixel (0, 0) of every later turn's edit one level off."""
+    from editors.overedit import OverEditEditor
+
+    plain = OverEditEditor.edit
+
+    def edit(self, queries, images, *, seeds):
+        out = plain(self, queries, images, seeds=seeds)
+        for q, im in zip(queries, out, strict=True):
+            if (q.turn or 1) > 1:
+                r, g, b = im.getpixel((0, 0))
+                im.putpixel((0, 0), (r + 1 if r < 255 else 254, g, b))
+        return out
+
+    monkeypatch.setattr(OverEditEditor, "edit", edit)
+
+
+def _pngs(run_dir):
+    return {p.stem: p.read_bytes() for p in sorted((run_dir / "edits").glob("*.png"))}
+
+
+def _table(results, sig):
+    lb = pd.read_csv(results / "leaderboard.csv")
+    row = lb[lb["editor_sig"] == sig].iloc[0]
+    return row.drop(labels=[c for c in lb.columns if c in ("editor_sig", "run_dir", "carried_from", "git_sha",
+                                                           "updated_at", "run_id")], errors="ignore")
+
+
+@pytest.mark.parametrize("batch_size", [1, 4])
+def test_a_multi_turn_upgrade_that_changes_no_pixel_adopts_the_earlier_turns(tmp_path, monkeypatch, capsys,
+                                                                               batch_size):
+    results = tmp_path / "results"
+    _, old_dir = _multi(results, f"batch_size={batch_size}")
+    _code_changed(monkeypatch)
+    capsys.readouterr()
+    second, new_dir = _multi(results, "carry.sample=2", f"batch_size={batch_size}")
+    out = capsys.readouterr().out
+    assert new_dir != old_dir
+    budget = next(x for x in out.splitlines() if "budget:" in x)
+    assert "0 queries to do (10 to carry over from an earlier run of this setting" in budget, budget
+    line = next(x for x in out.splitlines() if "carry-over from" in x)
+    verdict = carry.read_verdict(new_dir)
+    k = len(verdict["compared"])
+    assert verdict["verdict"] == "identical" and 2 <= k < 10
+    # the sample covers turn 1, a later turn and a session's last turn
+    assert any(q.endswith("-t1") for q in verdict["sample"]) and any(q.endswith("-t3") for q in verdict["sample"])
+    assert f"verified {k}/{k} identical" in line and f"adopted the other {10 - k} edits" in line, line
+    recs, old = _records(new_dir), _records(old_dir)
+    carried = [r for r in recs.values() if "carried_from" in r]
+    assert len(carried) == 10 - k and len(recs) == 10
+    for r in recs.values():  # adopted or re-edited, each keeps the key of the input it was made from
+        assert (r.get("input_sha256"), r.get("input_from")) == (old[r["query_id"]].get("input_sha256"),
+                                                                 old[r["query_id"]].get("input_from"))
+    assert _pngs(new_dir) == _pngs(old_dir)
+    assert second["edit"].computed == 0 and second["edit"].skipped == 10
+    # a rerun edits nothing; the tables equal a from-scratch run of the new code
+    capsys.readouterr()
+    third, _ = _multi(results, "carry.sample=2", f"batch_size={batch_size}")
+    assert third["edit"].computed == 0 and "carry-over from" not in capsys.readouterr().out
+    fresh, fresh_dir = _multi(tmp_path / "fresh", f"batch_size={batch_size}")
+    assert fresh["edit"].computed == 10 and _pngs(fresh_dir) == _pngs(new_dir)
+    pd.testing.assert_series_equal(_table(results, second["editor_sig"]),
+                                   _table(tmp_path / "fresh", fresh["editor_sig"]), check_names=False)
+
+
+def test_a_multi_turn_change_from_turn_2_on_is_found_and_every_turn_is_edited_again(tmp_path, monkeypatch, capsys):
+    results = tmp_path / "results"
+    _, old_dir = _multi(results, "batch_size=1")
+    _code_changed(monkeypatch)
+    _later_turns_off(monkeypatch)
+    capsys.readouterr()
+    second, new_dir = _multi(results, "carry.sample=2", "batch_size=1")
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if "carry-over from" in x)
+    verdict = carry.read_verdict(new_dir)
+    assert verdict["verdict"] == "different" and "every query is edited again" in line, line
+    assert "demo002-session-t3: max 1 level(s)" in line, line  # the last turn, edited from the earlier run's turn 2
+    recs = _records(new_dir)
+    assert not any("carried_from" in r for r in recs.values())
+    # the sampled turn 3 was made from the earlier run's turn 2, not this run's: stale, so the turns stage edits it
+    # again; only the sampled turn 1 (made from its own image) is kept
+    stale = [json.loads(x) for x in (new_dir / "edits.jsonl").read_text().splitlines()]
+    assert sum(r["query_id"] == "demo002-session-t3" for r in stale) == 2
+    assert second["edit"].computed == 9 and second["edit"].skipped == 1
+    fresh, fresh_dir = _multi(tmp_path / "fresh", "batch_size=1")
+    assert _pngs(fresh_dir) == _pngs(new_dir)
+    for q, r in _records(fresh_dir).items():
+        assert recs[q].get("input_sha256") == r.get("input_sha256")
+
+
+def test_verify_a_multi_turn_run_re_edits_later_turns_from_its_own_previous_turns(tmp_path, capsys):
+    from benchmark.commands.cli import main
+
+    _, run_dir = _multi(tmp_path / "results", "batch_size=4")
+    capsys.readouterr()
+    assert main(["verify", str(run_dir)]) == 0
+    assert "reproduced: 10/10 identical, 0 different" in capsys.readouterr().out
+    path = run_dir / "edits" / "demo000-session-t3.png"  # one level off in a few pixels, its key kept
+    im = Image.open(path)
+    arr = np.asarray(im.convert("RGB")).copy()
+    arr[:2, :3, 0] = np.where(arr[:2, :3, 0] < 255, arr[:2, :3, 0] + 1, 254)
+    from benchmark.stages.turn_keys import png_input_sha256, save_keyed_png
+
+    save_keyed_png(Image.fromarray(arr), path, 1, png_input_sha256(path))
+    assert main(["verify", str(run_dir)]) == 1
+    out = capsys.readouterr().out
+    assert "demo000-session-t3: different (max 1 level(s)" in out and "DIFFERENT: 9/10 identical, 1 different" in out

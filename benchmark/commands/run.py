@@ -264,11 +264,12 @@ def _say_selection(full: Any, qs: Any, folder: RunFolder, reuse: Any) -> None:
 def _edit(run: Invocation, qs: Any, editor: Any, folder: RunFolder) -> Any:
     """The edit stage of the run's protocol (benchmark.stages.edit, or benchmark.stages.turns for multi_turn);
     returns its stats."""
+    from benchmark.io.protocols import chains_turns
     from benchmark.stages.turns import edit_stage
     from benchmark.tables.leaderboard import RUN_META
 
     plan = run.plan
-    if plan.protocol == "single_turn" and plan.carry.mode == "carry":
+    if plan.carry.mode == "carry" and (plan.protocol == "single_turn" or chains_turns(plan.protocol, editor)):
         _carry(run, qs, editor, folder)
     with run.timer("edit"):  # multi_turn: turn t edited from turn t-1's edit (benchmark.stages.turns)
         st = edit_stage(plan.protocol, editor)(qs, editor, folder.path, seed=plan.seed, batch_size=plan.batch_size,
@@ -292,6 +293,7 @@ def _edit(run: Invocation, qs: Any, editor: Any, folder: RunFolder) -> Any:
 def _carry(run: Invocation, qs: Any, editor: Any, folder: RunFolder) -> None:
     """Carry-over (benchmark.stages.carry): an earlier run of this setting whose code differs gives its edits once a
     re-edited sample is identical; its line, and run.json's `carried_from` and `edit_work` updated."""
+    from benchmark.io.protocols import MULTI_TURN, SINGLE_TURN, chains_turns
     from benchmark.io.provenance import git_sha
     from benchmark.plan.config import setting_of_run
     from benchmark.stages.carry import carry_over
@@ -300,15 +302,18 @@ def _carry(run: Invocation, qs: Any, editor: Any, folder: RunFolder) -> None:
 
     plan = run.plan
 
-    def edit(sample: Any) -> Any:
+    def edit(sample: Any, turn_inputs: Any = None) -> Any:
         return run_edit_stage(sample, editor, folder.path, seed=plan.seed, batch_size=plan.batch_size,
                               num_workers=plan.num_workers, retry_failed=plan.retry_failed, run_id=run.run_id,
-                              progress=run.progress, fail_fast=plan.fail_fast)
+                              progress=run.progress, fail_fast=plan.fail_fast, turn_inputs=turn_inputs)
 
+    # multi_turn: the sample is re-edited wave by wave from the earlier run's previous turns (carry.reedit_sample)
+    protocol = MULTI_TURN if chains_turns(plan.protocol, editor) else SINGLE_TURN
     with run.timer("carry-over"):
         st = carry_over(qs, folder.path, plan.results, setting=folder.editor_key["setting"],
-                        setting_of_run=setting_of_run, seed=int(plan.seed), batch_size=int(plan.batch_size), sample=int(plan.carry.sample),
-                        tolerance=int(plan.carry.tolerance), run_id=run.run_id, edit=edit, git_sha=git_sha())
+                        setting_of_run=setting_of_run, seed=int(plan.seed), batch_size=int(plan.batch_size),
+                        sample=int(plan.carry.sample), tolerance=int(plan.carry.tolerance), run_id=run.run_id,
+                        edit=edit, git_sha=git_sha(), protocol=protocol)
     if line := st.line():
         print(line)
     if st.edit_stats is not None and st.edit_stats.work:

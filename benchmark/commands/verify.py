@@ -7,7 +7,8 @@ equal the recorded one; the query set must have the recorded hash. The sample (`
 stratified_slots`: whole batch slots) is re-edited in the batch slots of the run's shards at its batch size, into
 `<run>/verify/<id>/edits/`, with inversions computed afresh (`--reuse-inversions` reads the results' store instead).
 Each compared query is identical, within `--tolerance` levels, or different (max and mean level difference, share
-of pixels). The report, `<run>/verify/<id>/report.json`, carries a content digest. Exit status: 0 when every query
+of pixels). Under protocol=multi_turn the slots follow the run's waves and each sampled later turn is re-edited from
+the run's own edit of its previous turn (`benchmark.stages.carry.reedit_sample`), as the run edited it. The report, `<run>/verify/<id>/report.json`, carries a content digest. Exit status: 0 when every query
 is identical or within the tolerance, 1 on a difference, 2 when the run cannot be verified.
 """
 
@@ -68,11 +69,12 @@ def verify_run(run_dir: Path, *, sample: int = 16, tolerance: int = 0, batch_siz
 
     from benchmark.commands.run import compose
     from benchmark.io.hashing import canonical_json, stable_hash
+    from benchmark.io.protocols import MULTI_TURN, SINGLE_TURN, chains_turns
     from benchmark.io.provenance import provenance
     from benchmark.plan.config import build_editor, editor_setting, plan_run, setting_of_run
     from benchmark.plan.resolved import load_queries
     from benchmark.querysets.sessions import shard_whole_sessions
-    from benchmark.stages.carry import batch_slots, compare_pngs, stratified_slots
+    from benchmark.stages.carry import compare_pngs, protocol_slots, reedit_sample, stratified_slots
     from benchmark.stages.edit import edit_path, latest_records, rewrites_instruction, run_edit_stage
 
     run_dir = run_dir.resolve()
@@ -114,7 +116,9 @@ def verify_run(run_dir: Path, *, sample: int = 16, tolerance: int = 0, batch_siz
             except (OSError, ValueError, Image.DecompressionBombError):
                 pass
     shards = [shard_whole_sessions(full, i, count).subset(limit) for i in range(count)]
-    slots = [slot for shard in shards for slot in batch_slots(shard.queries, size)]
+    # multi_turn: slots follow the waves, and a later turn is re-edited from the run's own edit of its previous turn
+    protocol = MULTI_TURN if chains_turns(plan.protocol, editor) else SINGLE_TURN
+    slots = [slot for shard in shards for slot in protocol_slots(shard.queries, size, protocol, done.__contains__)]
     ends = []  # both ends of every shard
     for shard in shards:
         edited = [q.id for q in shard.queries if q.id in done]
@@ -128,11 +132,16 @@ def verify_run(run_dir: Path, *, sample: int = 16, tolerance: int = 0, batch_siz
 
         store = (results / INVERSIONS_DIR) if reuse_inversions else (folder / INVERSIONS_DIR)
         editor.inversion_store = InversionStore(store)
+
+    def edit(sub: Any, turn_inputs: Any = None) -> Any:
+        return run_edit_stage(sub, editor, folder, seed=plan.seed, batch_size=size, num_workers=plan.num_workers,
+                              run_id=verify_id, progress=False, turn_inputs=turn_inputs)
+
     for shard in shards:
-        batch = [q for q in shard.queries if q.id in chosen]  # whole slots of this shard
+        batch = [q for slot in protocol_slots(shard.queries, size, protocol, done.__contains__) for q in slot
+                 if q.id in chosen]  # whole slots of this shard
         if batch:
-            run_edit_stage(dataclasses.replace(shard, queries=tuple(batch)), editor, folder, seed=plan.seed,
-                           batch_size=size, num_workers=plan.num_workers, run_id=verify_id, progress=False)
+            reedit_sample(shard, batch, edit, protocol=protocol, inputs=run_dir)
     again = latest_records(folder)
     compared = []
     for q in full.queries:

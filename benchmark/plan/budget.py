@@ -372,8 +372,10 @@ def estimate(plan: RunPlan, full: Any, *, editor: str, metrics: str, gpu_name: C
     done = set(selected) & done_ids(plan.results, f"{full.name}-{full.short_hash}", editor, portable(editor_config),
                                     int(plan.seed), profile, full.meta.get("sample"), plan.protocol,
                                     editor_code_digest(editor_config.get("_target_"), plan.protocol), carry)
-    # carry-over (single-turn, reuse=carry) adopts an earlier run's edits after a verified sample: counted apart
-    carry = (carry & set(selected)) - done if plan.protocol == "single_turn" and plan.carry.mode == "carry" else set()
+    # carry-over (reuse=carry: single-turn, or multi-turn chained here, not edits made elsewhere) adopts an earlier
+    # run's edits after a verified sample: counted apart
+    carries = plan.protocol == "single_turn" or str(editor_config.get("_target_", "")) != EXTERNAL_TARGET
+    carry = (carry & set(selected)) - done if carries and plan.carry.mode == "carry" else set()
     score = lookup(table, "metrics", metrics, size, cls)
     # one inversion per source for all shards: they share the inversion store under the results folder
     sources = (distinct_sources(q for qid, q in selected.items() if qid not in done and qid not in carry)

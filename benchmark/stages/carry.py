@@ -15,6 +15,14 @@ run's (scheme 1 runs included: their setting is computed from their run.json), a
    logged with `carried_from`. When one differs, nothing is adopted and the edit stage edits everything; the console
    names the query and the difference.
 
+Under protocol=multi_turn (a run that chains turns, benchmark.stages.turns) the slots follow the waves: each turn's
+queries chunked by batch size, as the turns stage batches them (`protocol_slots`), and the sample is re-edited wave
+by wave, each later turn from the earlier run's PNG of its previous turn (`reedit_sample`; a turn whose previous
+turn has no usable edit there is in no slot). Adopted edits keep their input key (`input_sha256`, `input_from`), so
+the turns stage that follows finds every adopted turn's input unchanged and edits nothing; after a difference, a
+sampled later turn whose input is not this run's own previous turn is stale there, and the turns stage edits it
+again.
+
 `carry.json` in the run folder keeps the verdict with a content digest (checked on read), so a resumed run neither
 verifies twice nor adopts after a difference. `reuse=strict` turns carry-over off.
 """
@@ -37,9 +45,11 @@ from benchmark.editing.editor import query_seed
 from benchmark.io.fileio import append_jsonl, atomic_write_text
 from benchmark.io.hashing import canonical_json, stable_hash
 from benchmark.io.imageio import LIMITS, ImageInputError, load_rgb
+from benchmark.io.protocols import MULTI_TURN
 from benchmark.io.types import EditRecord
-from benchmark.stages.edit import EDITS_LOG, edit_path, is_all_black, latest_records, record_json
+from benchmark.stages.edit import EDITS_LOG, TurnInputs, edit_path, is_all_black, latest_records, record_json
 from benchmark.stages.reuse import _place, _same_file, _valid_png
+from benchmark.stages.turn_keys import TurnEditRecord, png_input_sha256
 
 CARRY_FILE = "carry.json"
 CARRIED_KEY = "carried_from"  # the edit record's field naming the run an adopted edit came from
@@ -119,6 +129,61 @@ def batch_slots(queries: Sequence[Any], batch_size: int) -> list[list[Any]]:
     """The edit stage's batch slots of a selection: `[k * batch_size, (k + 1) * batch_size)` in its order."""
     step = max(1, int(batch_size))
     return [list(queries[i:i + step]) for i in range(0, len(queries), step)]
+
+
+def protocol_slots(queries: Sequence[Any], batch_size: int, protocol: str = "single_turn",
+                   ready: Callable[[str], bool] | None = None) -> list[list[Any]]:
+    """The batch slots a run of `protocol` edits `queries` in. single_turn: `batch_slots`. multi_turn: wave by wave
+    (benchmark.stages.turns.waves), each wave's queries chunked by `batch_size` as the turns stage batches them:
+    turn 1 of every session, then the later turns whose previous turn has an edit (`ready(previous id)`; a later
+    turn without one is in no slot, so never in a sample)."""
+    if protocol != MULTI_TURN:
+        return batch_slots(queries, batch_size)
+    from benchmark.stages.turns import sessions, waves
+
+    out: list[list[Any]] = []
+    for wave, previous in waves(sessions(queries)):
+        out += batch_slots([q for q in wave if q.id not in previous or ready is None or ready(previous[q.id].id)],
+                           batch_size)
+    return out
+
+
+def reedit_sample(queryset: Any, chosen: Sequence[Any], edit: Callable[..., Any], *, protocol: str = "single_turn",
+                  inputs: Path | None = None) -> list[Any]:
+    """Re-edit `chosen` (whole slots of `protocol_slots`) with `edit(sub_queryset[, turn_inputs=...])`, in the
+    batches the run made them in; returns each call's EditStats. single_turn: one call, each query from its own
+    image. multi_turn: one call per wave, in turn order, turn 1 from its own image and each later turn from the PNG
+    of its previous turn in the folder `inputs` (the earlier run's for carry-over, the run's own for verify), so its
+    edit and record carry that input's key."""
+    if protocol != MULTI_TURN:
+        return [edit(dataclasses.replace(queryset, queries=tuple(chosen)))]
+    from benchmark.stages.turns import sessions, waves
+
+    assert inputs is not None, "multi_turn: a later turn is re-edited from a folder's PNG of its previous turn"
+    picked = {q.id for q in chosen}
+    out = []
+    for wave, previous in waves(sessions(queryset.queries)):
+        batch = [q for q in wave if q.id in picked]
+        if not batch:
+            continue
+        paths = {q.id: edit_path(inputs, previous[q.id].id) if q.id in previous else queryset.path(q.image)
+                 for q in batch}
+        out.append(edit(dataclasses.replace(queryset, queries=tuple(batch)),
+                        turn_inputs=TurnInputs(paths, {q.id: previous[q.id].id for q in batch if q.id in previous})))
+    return out
+
+
+def merged_stats(parts: Sequence[Any]) -> Any:
+    """One EditStats for the calls of `reedit_sample` (counts and work summed; the last call's failure totals)."""
+    if len(parts) <= 1:
+        return parts[0] if parts else None
+    work: dict[str, int] = {}
+    for st in parts:
+        for k, v in st.work.items():
+            work[k] = work.get(k, 0) + v
+    sums = {k: sum(getattr(st, k) for st in parts) for k in
+            ("total", "computed", "skipped", "failed", "seconds", "by_others", "missing", "failed_before")}
+    return dataclasses.replace(parts[-1], work=work, **sums)
 
 
 def stratified_slots(slots: Sequence[Sequence[Any]], candidates: set[str], n: int,
@@ -282,9 +347,11 @@ def _source_sizes(queryset: Any, queries: Sequence[Any]) -> dict[str, tuple[int,
 
 def carry_over(queryset: Any, run_dir: Path, results: Path, *, setting: str,
                setting_of_run: Callable[[dict[str, Any]], str | None], seed: int, batch_size: int, sample: int,
-               tolerance: int, run_id: str, edit: Callable[[Any], Any], git_sha: str) -> CarryStats:
+               tolerance: int, run_id: str, edit: Callable[..., Any], git_sha: str,
+               protocol: str = "single_turn") -> CarryStats:
     """Carry an earlier run's edits into `run_dir` when a re-edited sample shows the new code makes the same pixels
-    (module docstring). `edit(sub_queryset)` runs the edit stage on a selection and returns its EditStats."""
+    (module docstring). `edit(sub_queryset)` runs the edit stage on a selection and returns its EditStats; under
+    protocol=multi_turn it is called wave by wave with `turn_inputs=` (`reedit_sample`)."""
     stats = CarryStats(tolerance=int(tolerance))
     here = latest_records(run_dir) if (run_dir / EDITS_LOG).is_file() else {}
     wanted = [q for q in queryset.queries if q.id not in here]
@@ -298,6 +365,13 @@ def carry_over(queryset: Any, run_dir: Path, results: Path, *, setting: str,
     stats.source = src.relative_to(results).as_posix()
     stats.source_sig = str(meta.get("editor_sig", ""))
     records = latest_records(src)
+    checked_usable: dict[str, bool] = {}
+
+    def usable(q: Any) -> bool:  # each earlier edit checked once (multi_turn asks for previous turns too)
+        if q.id not in checked_usable:
+            checked_usable[q.id] = _usable(queryset, src, records, q, seed)
+        return checked_usable[q.id]
+
     if verdict is not None and verdict.get("source") == stats.source:
         stats.resumed = True
         stats.sample = list(verdict.get("sample", []))
@@ -306,17 +380,20 @@ def carry_over(queryset: Any, run_dir: Path, results: Path, *, setting: str,
         stats.tolerance = int(verdict.get("tolerance", 0))
     else:
         ok_ids = {q.id for q in wanted if (r := records.get(q.id)) is not None and r.get("status") == "ok"}
-        checked = stratified_slots(batch_slots(queryset.queries, batch_size), ok_ids, sample,
-                                   _source_sizes(queryset, wanted))
+        by_id = {q.id: q for q in queryset.queries}
+        slots = protocol_slots(queryset.queries, batch_size, protocol, lambda qid: usable(by_id[qid]))
+        checked = stratified_slots(slots, ok_ids, sample, _source_sizes(queryset, wanted))
         stats.sample = [q.id for q in checked if q.id in ok_ids]
         if not stats.sample:
             return stats
-        stats.edit_stats = edit(dataclasses.replace(queryset, queries=tuple(checked)))
+        stats.edit_stats = merged_stats(reedit_sample(queryset, checked, edit, protocol=protocol, inputs=src))
         new = latest_records(run_dir)
         for q in checked:
             rec, png = new.get(q.id), edit_path(run_dir, q.id)
-            if rec is None or rec.get("status") != "ok" or not _usable(queryset, src, records, q, seed):
+            if rec is None or rec.get("status") != "ok" or not usable(q):
                 continue  # failed here, or nothing to compare with there
+            if protocol == MULTI_TURN and png_input_sha256(png) != png_input_sha256(edit_path(src, q.id)):
+                continue  # the earlier edit was made from other pixels than its folder's previous turn: no measure
             stats.diffs.append(compare_pngs(q.id, edit_path(src, q.id), png))
         bad = [d for d in stats.diffs if not d.identical and (d.note or d.max_level > tolerance)]
         stats.verdict = ("different" if bad or not stats.diffs else
@@ -333,7 +410,7 @@ def carry_over(queryset: Any, run_dir: Path, results: Path, *, setting: str,
     here = latest_records(run_dir) if (run_dir / EDITS_LOG).is_file() else {}
     adopted = []
     for q in queryset.queries:
-        if q.id in here or not _usable(queryset, src, records, q, seed):
+        if q.id in here or not usable(q):
             continue
         png, mine = edit_path(src, q.id), edit_path(run_dir, q.id)
         if mine.is_file():
@@ -342,8 +419,14 @@ def carry_over(queryset: Any, run_dir: Path, results: Path, *, setting: str,
         else:
             _place(png, mine)
         rec = records[q.id]
-        carried = EditRecord(q.id, "ok", rec["seed"], seconds=rec.get("seconds"), run_id=run_id,
-                             rewritten=rec.get("rewritten") if isinstance(rec.get("rewritten"), str) else None)
+        rewritten = rec.get("rewritten") if isinstance(rec.get("rewritten"), str) else None
+        if protocol == MULTI_TURN:  # the key of the input it was made from travels with it (benchmark.stages.turns)
+            carried: EditRecord = TurnEditRecord(
+                q.id, "ok", rec["seed"], seconds=rec.get("seconds"), run_id=run_id, rewritten=rewritten,
+                input_sha256=rec.get("input_sha256") or png_input_sha256(mine), input_from=rec.get("input_from"))
+        else:
+            carried = EditRecord(q.id, "ok", rec["seed"], seconds=rec.get("seconds"), run_id=run_id,
+                                 rewritten=rewritten)
         adopted.append({**record_json(carried), CARRIED_KEY: {**where, "run_id": rec.get("run_id", "")}})
     append_jsonl(run_dir / EDITS_LOG, adopted)  # after the PNGs: the PNG stays the commit point
     stats.adopted = len(adopted)

@@ -75,6 +75,16 @@ def sessions(queries: Sequence[Query]) -> list[list[Query]]:
     return out
 
 
+def waves(chains: Sequence[Sequence[Query]]) -> list[tuple[list[Query], dict[str, Query]]]:
+    """The waves of `sessions(...)`: for t = 1, 2, ..., (turn t of every session that has one, in session order;
+    query id -> its previous turn, {} for wave 1)."""
+    out = []
+    for t in range(1, max((len(c) for c in chains), default=0) + 1):
+        out.append(([c[t - 1] for c in chains if len(c) >= t],
+                    {c[t - 1].id: c[t - 2] for c in chains if len(c) >= t and t > 1}))
+    return out
+
+
 def run_turns_stage(queryset: QuerySet, editor: Editor, run_dir: Path, *, seed: int, batch_size: int = 8,
                     num_workers: int = 0, retry_failed: bool = False, run_id: str = "", progress: bool = True,
                     fail_fast: bool = False) -> EditStats:
@@ -90,11 +100,9 @@ def run_turns_stage(queryset: QuerySet, editor: Editor, run_dir: Path, *, seed: 
     chains = sessions(queryset.queries)
     flog = FailureLog(run_dir / FAILURES_LOG, run_id)
     (run_dir / "edits").mkdir(parents=True, exist_ok=True)
-    waves: list[EditStats] = []
+    done: list[EditStats] = []
     blocked_new = blocked_before = 0
-    for t in range(1, max((len(c) for c in chains), default=0) + 1):
-        wave = [c[t - 1] for c in chains if len(c) >= t]
-        previous = {c[t - 1].id: c[t - 2] for c in chains if len(c) >= t and t > 1}
+    for wave, previous in waves(chains):
         paths, blocked = _inputs(queryset, run_dir, wave, previous)
         new, before = _fail_blocked(blocked, run_dir, flog, seed=seed, run_id=run_id, retry_failed=retry_failed,
                                     fail_fast=fail_fast)
@@ -102,20 +110,20 @@ def run_turns_stage(queryset: QuerySet, editor: Editor, run_dir: Path, *, seed: 
         ready = [q for q in wave if q.id in paths]
         if not ready:
             continue
-        waves.append(run_edit_stage(
+        done.append(run_edit_stage(
             dataclasses.replace(queryset, queries=tuple(ready)), editor, run_dir, seed=seed, batch_size=batch_size,
             num_workers=num_workers, retry_failed=retry_failed, run_id=run_id, progress=progress,
             fail_fast=fail_fast, turn_inputs=TurnInputs(paths, {k: p.id for k, p in previous.items()})))
     failed_total, reasons = _failures(queryset, run_dir)
     work: Counter[str] = Counter()
-    for st in waves:
+    for st in done:
         work.update(st.work)
     return EditStats(
-        len(queryset), sum(st.computed for st in waves) + blocked_new, sum(st.skipped for st in waves),
-        sum(st.failed for st in waves) + blocked_new, time.perf_counter() - start, failed_total=failed_total,
-        reasons=reasons, failures_log=str(run_dir / FAILURES_LOG), by_others=sum(st.by_others for st in waves),
-        work=dict(work), missing=sum(st.missing for st in waves),
-        failed_before=sum(st.failed_before for st in waves) + blocked_before)
+        len(queryset), sum(st.computed for st in done) + blocked_new, sum(st.skipped for st in done),
+        sum(st.failed for st in done) + blocked_new, time.perf_counter() - start, failed_total=failed_total,
+        reasons=reasons, failures_log=str(run_dir / FAILURES_LOG), by_others=sum(st.by_others for st in done),
+        work=dict(work), missing=sum(st.missing for st in done),
+        failed_before=sum(st.failed_before for st in done) + blocked_before)
 
 
 def edit_stage(protocol: str, editor: Any) -> Callable[..., EditStats]:
