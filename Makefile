@@ -27,7 +27,8 @@ ARGS        ?=
 # the extra worker computes while another waits on a subprocess, a Slurm task or a sleeping editor (measured on
 # this project's 2-core machine: 3 workers finished the suite in 753 s where 2 took 1129 s, both beside other jobs);
 # --dist loadfile runs each test file on one worker, so a module's fixtures (a Slurm cluster, a browser, the demo
-# runs several tests read) are built once, not once per worker.
+# runs several tests read) are built once, not once per worker; --no-loadscope-reorder hands the files out longest
+# first (tests/conftest.py LONGEST_FILES), not by how many tests each holds.
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null) && echo $$((n + 1)) || echo auto)
 # Scale-out (docs/scale.md): GPUS=8 (or 0,2,5) shards `bench` and `sweep` over local GPUs through `editmeter launch`;
 # WORKERS=N sets the shards per run (default: one per GPU); LAUNCHER=slurm submits them to Slurm instead.
@@ -136,7 +137,7 @@ report: ## static HTML report of RESULTS (opens offline): make report [RESULTS=r
 	$(EDITMETER) report --results $(RESULTS) $(if $(OUT),--out $(OUT)) $(ARGS)
 
 test: ## offline test suite (HF_HUB_OFFLINE=1), one worker per core plus one; prints the slowest 20 tests
-	$(ONE_THREAD) $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=20 $(ARGS)
+	$(ONE_THREAD) $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=20 $(ARGS)
 
 lint: ## ruff
 	$(PY) -m ruff check benchmark editors tests scripts

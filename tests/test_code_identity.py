@@ -118,13 +118,14 @@ def test_adding_a_query_field_or_an_editor_method_for_another_purpose_changes_no
 def test_a_changed_line_the_edit_runs_changes_the_keys_of_the_editors_that_run_it(tmp_path, today):
     before = today
     root = _copy(tmp_path)
-    entered = ci.code_identity(TARGETS["p2p"]).digests
+    index = ci.CodeIndex()  # this checkout's modules, parsed once for every editor below
+    entered = ci.code_identity(TARGETS["p2p"], index=index).digests
     name = next(k.split(":")[1] for k in sorted(entered) if k.startswith("benchmark.editing.inversion:")
                 and not k.endswith(">") and "." not in k.split(":")[1])
     _insert(root / "benchmark" / "editing" / "inversion.py", name, "_scale = 1.0")
     after = _keys(root)
     users = {e for e, t in TARGETS.items()
-             if any(k == f"benchmark.editing.inversion:{name}" for k in ci.code_identity(t).digests)}
+             if any(k == f"benchmark.editing.inversion:{name}" for k in ci.code_identity(t, index=index).digests)}
     assert "p2p" in users
     assert {e for e in TARGETS if after[e] != before[e]} == users
     assert after["identity"] == before["identity"] and after["ip2p"] == before["ip2p"]

@@ -35,6 +35,7 @@ pytestmark = pytest.mark.usefixtures("single_thread_torch")
 
 
 def test_every_diffusion_editor_is_covered():
+    assert FP16_EVERY_RUN <= set(DIFFUSION_EDITORS)
     assert {"ip2p", "magicbrush", "sdedit", "diffedit", "p2p", "imagic", "ledits",
             "flux_kontext", "qwen_image_edit", "flux2", "omnigen"} <= set(DIFFUSION_EDITORS)  # the DiT ones subclass it too
 
@@ -67,8 +68,14 @@ def guarded_edits(monkeypatch):
     return seen
 
 
-@pytest.mark.parametrize("dtype", HALF)
-@pytest.mark.parametrize("name", DIFFUSION_EDITORS)
+# fp16 in the default suite for one editor of each family (an image-conditioned UNet, P2P's attention control,
+# Imagic's fp32 optimisation, a DiT, a flow solver); every editor's fp16 with --run-slow. bf16 runs every editor.
+FP16_EVERY_RUN = {"ip2p", "p2p", "imagic", "flux_kontext", "fireflow"}
+HALF_CASES = [pytest.param(name, dtype, marks=() if dtype == "bf16" or name in FP16_EVERY_RUN else pytest.mark.slow,
+                           id=f"{name}-{dtype}") for name in DIFFUSION_EDITORS for dtype in HALF]
+
+
+@pytest.mark.parametrize(("name", "dtype"), HALF_CASES)
 def test_editor_runs_the_edit_stage_in_half_precision_on_the_models_device(name, dtype, tmp_path, guarded_edits,
                                                                          restore_logging):
     from conftest import run_demo

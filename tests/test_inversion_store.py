@@ -201,6 +201,7 @@ def test_an_inversion_has_one_key_in_every_process():
     assert [k.split()[0] for k in keys[0]] == ["p2p", "ledits"] and keys[0] == keys[1], keys
 
 
+@pytest.mark.slow  # the default suite kills a run inside its inversion stage in tests/test_inversion_resume.py
 def test_kill9_while_inverting_loses_nothing_and_trusts_nothing_half_written(tmp_path):
     """SIGKILL a real p2p run while it computes its one inversion (its claim is held), rerun it: the rerun computes
     the inversion once more, nothing half-written is read, and the PNGs equal an uninterrupted run's."""

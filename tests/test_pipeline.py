@@ -120,6 +120,7 @@ def _cli(results, *extra):
     return cmd, env
 
 
+@pytest.mark.slow  # the default suite kills a run mid-edit in tests/test_kill9.py (a chained edit-then-score trial)
 def test_sigkill_mid_edit_then_rerun_matches_uninterrupted(tmp_path):
     killed, clean = tmp_path / "killed", tmp_path / "clean"
     cmd, env = _cli(killed)
