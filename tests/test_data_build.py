@@ -106,30 +106,23 @@ def test_every_script_lives_in_bench_or_tools():
 
 
 @pytest.mark.parametrize("name", sorted(set(BUILDERS) - {"demo"}))
-def test_every_builder_refuses_missing_inputs_with_exit_2_naming_the_path(name, tmp_path, capsys):
+def test_every_builder_refuses_missing_inputs_with_exit_2_naming_the_path(name, tmp_path, monkeypatch, capsys):
     """A refusal exits 2, as editmeter's own refusals do (the HATIE importer exited 1 before it was a builder)."""
-    import argparse
+    from benchmark.commands import builders
 
-    parser_args: list[str] = []
-    # each builder's required path options, pointed at a path that is not there
-    seen = {}
+    parsers = []
+    make = builders._parser
 
-    def capture(self, *args, **kwargs):
-        seen[args[0]] = kwargs
-        return original(self, *args, **kwargs)
+    def keep(*args, **kwargs):  # each builder makes its parser here: keep it to read its required options
+        parsers.append(make(*args, **kwargs))
+        return parsers[-1]
 
-    original = argparse.ArgumentParser.add_argument
-    try:
-        argparse.ArgumentParser.add_argument = capture
-        with pytest.raises(SystemExit):
-            BUILDERS[name][0](["--help"])
-    finally:
-        argparse.ArgumentParser.add_argument = original
+    monkeypatch.setattr(builders, "_parser", keep)
+    with pytest.raises(SystemExit):
+        BUILDERS[name][0](["--help"])
     capsys.readouterr()
-    missing = tmp_path / "not-there"
-    for flag, kw in seen.items():
-        if flag.startswith("--") and kw.get("required"):
-            parser_args += [flag, str(missing)]
-    code = BUILDERS[name][0]([*parser_args, "--out", str(tmp_path / "out")])
+    missing = str(tmp_path / "not-there")
+    argv = [x for a in parsers[0]._actions if a.required for x in (a.option_strings[0], missing)]
+    code = BUILDERS[name][0]([*argv, "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err
     assert code == 2 and "not-there" in err, (name, code, err)

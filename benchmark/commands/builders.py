@@ -24,6 +24,12 @@ def _parser(name: str, description: str, epilog: str | None = None) -> argparse.
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
+def _report(meta: dict, *keys: str, ascii: bool = True) -> int:
+    """Print the built set's `content_hash` and the given fields of its queryset.json as JSON; exit status 0."""
+    print(json.dumps({k: meta[k] for k in ("content_hash", *keys)}, indent=2, ensure_ascii=ascii))
+    return 0
+
+
 def _error(err: BaseException, code: int = 2) -> int:
     print(f"error: {err}", file=sys.stderr)
     return code
@@ -51,8 +57,7 @@ def build_editval(argv: list[str]) -> int:
     except (EditValFormatError, DownloadError, FileNotFoundError) as err:
         return _error(err)
     print((args.out / "summary.md").read_text())
-    print(json.dumps({k: meta[k] for k in ("content_hash", "counts")}, indent=2))
-    return 0
+    return _report(meta, "counts")
 
 
 def build_gedit(argv: list[str]) -> int:
@@ -76,8 +81,7 @@ def build_gedit(argv: list[str]) -> int:
         meta = build(args.dataset, args.out, split=args.split, image=args.image, revision=args.revision)
     except (GEditFormatError, FileNotFoundError) as err:
         return _error(err)
-    print(json.dumps({k: meta[k] for k in ("content_hash", "counts")}, indent=2, ensure_ascii=False))
-    return 0
+    return _report(meta, "counts", ascii=False)
 
 
 def load_callable(spec: str | None):
@@ -127,8 +131,7 @@ They load real weights; EDITMETER_WEIGHTS=tiny uses the random stand-ins (tests)
     except (GQAFormatError, ValueError, FileNotFoundError, ImportError, AttributeError) as err:
         return _error(err)
     print((args.out / "summary.md").read_text())
-    print(json.dumps({k: meta[k] for k in ("content_hash", "counts", "filters", "timings")}, indent=2))
-    return 0
+    return _report(meta, "counts", "filters", "timings")
 
 
 def build_imgedit(argv: list[str]) -> int:
@@ -149,8 +152,7 @@ folder at most three levels above it.""")
         meta = build(args.edits, args.images, args.out)
     except ImgEditFormatError as err:
         return _error(err)
-    print(json.dumps({k: meta[k] for k in ("content_hash", "full_release", "counts")}, indent=2))
-    return 0
+    return _report(meta, "full_release", "counts")
 
 
 def build_kris(argv: list[str]) -> int:
@@ -170,8 +172,7 @@ def build_kris(argv: list[str]) -> int:
         return _error(err)
     for task, n in meta["counts"]["skipped"].items():
         print(f"skipped {n} entries of {task}: {meta['counts']['skipped_reason'][task]}", file=sys.stderr)
-    print(json.dumps({k: meta[k] for k in ("content_hash", "counts")}, indent=2, ensure_ascii=False))
-    return 0
+    return _report(meta, "counts", ascii=False)
 
 
 def build_magicbrush(argv: list[str]) -> int:
@@ -196,8 +197,7 @@ def build_magicbrush(argv: list[str]) -> int:
         meta = build(args.dataset, args.out, split=args.split, turns=args.turns, captions=args.captions)
     except (MagicBrushFormatError, FileNotFoundError) as err:
         return _error(err)
-    print(json.dumps({k: meta[k] for k in ("content_hash", "counts")}, indent=2))
-    return 0
+    return _report(meta, "counts")
 
 
 def build_pie(argv: list[str]) -> int:
@@ -215,8 +215,7 @@ def build_pie(argv: list[str]) -> int:
         meta = build(args.data, args.out)
     except PieFormatError as err:
         return _error(err)
-    print(json.dumps({k: meta[k] for k in ("content_hash", "full_release", "counts")}, indent=2))
-    return 0
+    return _report(meta, "full_release", "counts")
 
 
 def build_rise(argv: list[str]) -> int:
@@ -239,8 +238,7 @@ def build_rise(argv: list[str]) -> int:
         meta = build(args.data, args.out, images=args.images, name=args.name)
     except RiseFormatError as err:
         return _error(err)
-    print(json.dumps({k: meta[k] for k in ("content_hash", "release", "counts")}, indent=2))
-    return 0
+    return _report(meta, "release", "counts")
 
 
 def build_hatie(argv: list[str]) -> int:
@@ -263,8 +261,7 @@ def build_hatie(argv: list[str]) -> int:
         meta = import_release(args.queries, args.masks, args.images, args.out)
     except (HatieFormatError, UnsafePickleError, FileNotFoundError) as err:
         return _error(err, code=2)  # a refusal, as every builder's
-    print(json.dumps({k: meta[k] for k in ("content_hash", "counts")}, indent=2))
-    return 0
+    return _report(meta, "counts")
 
 
 def build_demo(argv: list[str]) -> int:
