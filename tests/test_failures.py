@@ -135,8 +135,7 @@ def test_a_run_error_raised_while_hydra_builds_a_metric_is_a_message_not_a_trace
     InstantiationException: the entry point still prints one message and returns the RunError's status."""
     from hydra.errors import InstantiationException
 
-    from benchmark.commands.run import _run_error
-    from benchmark.io.errors import RunError
+    from benchmark.io.errors import RunError, run_error_in
 
     cause = RunError("attrs.json: not valid JSON")
     try:
@@ -145,8 +144,8 @@ def test_a_run_error_raised_while_hydra_builds_a_metric_is_a_message_not_a_trace
         except RunError as err:
             raise InstantiationException("Error in call to target 'FileExtractor'") from err
     except InstantiationException as wrapped:
-        assert _run_error(wrapped) is cause
-    assert _run_error(ValueError("a bug")) is None
+        assert run_error_in(wrapped) is cause
+    assert run_error_in(ValueError("a bug")) is None
 
 
 # --- the score stage's failures (issue 22.3): counted, logged and judged like the edit stage's -------------------

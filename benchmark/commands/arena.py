@@ -105,7 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sampling = Sampling(**s["sampling"])
         if s["judge"] not in s["judges"]:
             raise ArenaError(f"arena.judge={s['judge']!r} is none of {', '.join(s['judges'])}")
-        backbone = _build_judge(instantiate, s["judges"][s["judge"]], f"arena.judges.{s['judge']}")
+        backbone = instantiate(s["judges"][s["judge"]], at=f"arena.judges.{s['judge']}")
         anchors = _anchors(s["anchor"])
         queries = {q.id: q for q in queryset}
         folder = Path(s["folder"]) / name
@@ -131,20 +131,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(json.dumps(out, indent=1, sort_keys=True) if args.json else format_summary(out))
     print(f"[arena] wrote {folder / 'ratings.json'}")
     return 0
-
-
-def _build_judge(instantiate: Any, spec: Any, at: str) -> Any:
-    """The judge backbone; a setup error it raises while built (a RunError, e.g. an unset api_key_env) comes out
-    of Hydra's InstantiationException so that it is printed as a message."""
-    from benchmark.commands.run import _run_error
-
-    try:
-        return instantiate(spec, at=at)
-    except Exception as exc:  # noqa: BLE001 - only RunErrors become messages; the rest re-raise
-        err = _run_error(exc)
-        if err is None:
-            raise
-        raise err from None
 
 
 def _drift(a: Path, b: Path, *, as_json: bool) -> int:

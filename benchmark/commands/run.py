@@ -552,30 +552,17 @@ def _too_many(st: Any, max_fraction: float) -> str:
 def run_and_report(cfg: Any, editor_name: str) -> int:
     """`run_pipeline` for entry points: a RunError (preflight, corrupt run file, too many failures) becomes its
     message on stderr and exit status 1, without a traceback. In a --multirun sweep the next job still runs."""
+    from benchmark.io.errors import run_error_in
+
     try:
         run_pipeline(cfg, editor_name)
     except Exception as exc:  # noqa: BLE001 - only RunErrors are turned into messages; the rest re-raise
-        err = _run_error(exc)
+        err = run_error_in(exc)
         if err is None:
             raise
         print(f"[editmeter] error: {err}", file=sys.stderr, flush=True)
         return err.exit_code
     return 0
-
-
-def _run_error(exc: BaseException) -> Any:
-    """The RunError behind `exc`: itself, or the cause Hydra's `instantiate` wrapped (a metric suite that checks
-    its input files when it is built raises inside InstantiationException); None for anything else."""
-    from benchmark.io.errors import RunError
-
-    seen: set[int] = set()
-    cur: BaseException | None = exc
-    while cur is not None and id(cur) not in seen:
-        if isinstance(cur, RunError):
-            return cur
-        seen.add(id(cur))
-        cur = cur.__cause__ or cur.__context__
-    return None
 
 
 def _metric_meta(metrics: dict[str, Any], suite: Any) -> dict[str, Any]:

@@ -20,3 +20,16 @@ class TooManyFailures(RunError):
 
 class CorruptRunFile(RunError):
     """A file of a run folder that a rerun cannot repair by itself is malformed; the message names it and the fix."""
+
+
+def run_error_in(exc: BaseException) -> RunError | None:
+    """The RunError behind `exc`: itself, or one it was raised from or during (Hydra's `instantiate` wraps what a
+    constructor raises in its InstantiationException); None when there is none."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, RunError):
+            return cur
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    return None

@@ -329,15 +329,25 @@ def build_editor(editor: EditorSpec) -> Any:
 def instantiate(spec: Any, at: str = "") -> Any:
     """Build a component from its `_target_` mapping (Hydra's `instantiate`: configs call constructors). `at`: the
     dotted key the mapping sits at in the run config (`editor`, `metrics.hatie`), so Hydra's errors name the key
-    as they do for the composed config (`Missing mandatory value: editor.folder`)."""
+    as they do for the composed config (`Missing mandatory value: editor.folder`).
+    A RunError the constructor raises (a setup error with its message: an unset api_key_env, missing input files)
+    comes out of Hydra's InstantiationException as itself, so every command prints it as one message."""
     from hydra.utils import instantiate as hydra_instantiate
     from omegaconf import DictConfig, OmegaConf
 
-    if not at or isinstance(spec, DictConfig):
-        return hydra_instantiate(spec)
-    root: Any = OmegaConf.create({}, flags={"allow_objects": True})
-    OmegaConf.update(root, at, spec, force_add=True)
-    return hydra_instantiate(OmegaConf.select(root, at))
+    from benchmark.io.errors import run_error_in
+
+    try:
+        if not at or isinstance(spec, DictConfig):
+            return hydra_instantiate(spec)
+        root: Any = OmegaConf.create({}, flags={"allow_objects": True})
+        OmegaConf.update(root, at, spec, force_add=True)
+        return hydra_instantiate(OmegaConf.select(root, at))
+    except Exception as exc:  # noqa: BLE001 - only a RunError is unwrapped; anything else re-raises as it was
+        err = run_error_in(exc)
+        if err is None or err is exc:
+            raise
+        raise err from None
 
 
 def locate_class(path: str) -> Any:
