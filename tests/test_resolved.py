@@ -52,7 +52,8 @@ def test_the_check_sees_a_resolver(tmp_path):
 
 def test_a_run_loads_its_query_set_and_builds_each_metric_once(tmp_path, monkeypatch):
     """A whole run (preflight and budget on, every stage): the query set loaded once, each metric built once, the
-    editor's class imported once to read its declarations and built once, the cost table read once."""
+    editor's class imported once to read its declarations and built once, the cost table read once, the editor's
+    code digest (the budget's match of earlier edits, the run folder's key) computed once."""
     calls, built = Counter(), Counter()
 
     def counting(name, fn, key=None):
@@ -66,12 +67,12 @@ def test_a_run_loads_its_query_set_and_builds_each_metric_once(tmp_path, monkeyp
     monkeypatch.setattr(qio, "load_queryset", counting("load_queryset", qio.load_queryset))
     monkeypatch.setattr(config, "instantiate", counting("instantiate", config.instantiate,
                                                         lambda spec, at="": at))
-    for name in ("locate_class", "read_yaml", "build_editor"):
+    for name in ("locate_class", "read_yaml", "build_editor", "editor_code_digest"):
         monkeypatch.setattr(config, name, counting(name, getattr(config, name)))
     cfg, choices = compose([*DEMO, "editor=identity", "metrics=basic", f"paths.results={tmp_path / 'results'}"])
     summary = execute(plan_run(cfg, choices["editor"]))
     assert summary["edit"].computed == 14 and summary["score"].computed == 14
     n_metrics = len(cfg.metrics)
     assert calls == {"load_queryset": 1, "instantiate": 2 + n_metrics, "locate_class": 1, "read_yaml": 1,
-                     "build_editor": 1}, calls
+                     "build_editor": 1, "editor_code_digest": 1}, calls
     assert built == Counter({"queryset": 1, "editor": 1, **{f"metrics.{m}": 1 for m in cfg.metrics}}), built

@@ -107,7 +107,7 @@ def execute(plan: RunPlan) -> dict[str, Any]:
     with run.timer("load editor"):
         editor, metrics = _build_components(plan, resolved.components)
     check_editor_protocol(plan.protocol, editor.info())
-    folder = _open_run_folder(run, full, editor, metrics)
+    folder = _open_run_folder(run, full, editor, metrics, resolved.components.editor_code)
     reuse = _reuse_nested(run, full, qs, folder) if "edit" in plan.stages and full.meta.get("sample") else None
     _write_run_meta(run, full, qs, editor, folder)
     _say_selection(full, qs, folder, reuse)
@@ -160,8 +160,9 @@ def _build_components(plan: RunPlan, components: Components) -> tuple[Any, dict[
     return editor, components.built_metrics()
 
 
-def _open_run_folder(run: Invocation, full: Any, editor: Any, metrics: dict[str, Any]) -> RunFolder:
-    """The run folder the signatures name, created, with the leftovers of killed writers removed."""
+def _open_run_folder(run: Invocation, full: Any, editor: Any, metrics: dict[str, Any], code: str) -> RunFolder:
+    """The run folder the signatures name (`code`: the editor's code digest, resolved with the run), created, with
+    the leftovers of killed writers removed."""
     from benchmark.editing.base import warn_coarse_strengths
     from benchmark.io.fileio import remove_stale_tmp
     from benchmark.io.hashing import stable_hash
@@ -171,7 +172,7 @@ def _open_run_folder(run: Invocation, full: Any, editor: Any, metrics: dict[str,
 
     plan = run.plan
     rewrites = rewrites_instruction(editor)  # declared by the editor: enters the signature, marks the rows
-    key = editor_key(plan.editor.config, editor.info(), plan.seed, plan.profile, rewrites, plan.protocol)
+    key = editor_key(plan.editor.config, editor.info(), plan.seed, plan.profile, rewrites, plan.protocol, code)
     sig = stable_hash(key)  # benchmark.plan.config.editor_signature
     warn_coarse_strengths(editor.info())  # a strength the few tiny steps round away: say so before editing
     metric_sets = _metric_sets(plan.metrics, metrics, plan.metrics_option, metric_signature, is_suite)

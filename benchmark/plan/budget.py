@@ -366,12 +366,10 @@ def estimate(plan: RunPlan, full: Any, *, editor: str, metrics: str, gpu_name: C
                       f"measure it with {how} and add it")
     count = int(plan.selection.shard_count)
     selected = {q.id: q for q in (plan.all_shards(full) if shards is None else shards)}
-    from benchmark.plan.config import editor_code_digest
-
     carry: set[str] = set()
     done = set(selected) & done_ids(plan.results, f"{full.name}-{full.short_hash}", editor, portable(editor_config),
                                     int(plan.seed), profile, full.meta.get("sample"), plan.protocol,
-                                    editor_code_digest(editor_config.get("_target_"), plan.protocol), carry)
+                                    parts.editor_code, carry)
     # carry-over (reuse=carry: single-turn, or multi-turn chained here, not edits made elsewhere) adopts an earlier
     # run's edits after a verified sample: counted apart
     carries = plan.protocol == "single_turn" or str(editor_config.get("_target_", "")) != EXTERNAL_TARGET

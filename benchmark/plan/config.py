@@ -458,13 +458,18 @@ def editor_code_digest(target: Any, protocol: str = "single_turn") -> str:
 
 
 def editor_key(editor_cfg: dict[str, Any], info: dict[str, Any], seed: int, profile: str,
-               rewrites_instruction: bool = False, protocol: str = "single_turn") -> dict[str, Any]:
-    """The parts of an editor signature: the setting, the code, the stored format and the scheme."""
+               rewrites_instruction: bool = False, protocol: str = "single_turn",
+               code: str | None = None) -> dict[str, Any]:
+    """The parts of an editor signature: the setting, the code, the stored format and the scheme. `code`: the
+    editor's code digest where the run resolved it already (`benchmark.plan.resolved.Components.editor_code`);
+    computed here when not given."""
     from benchmark.plan.code_identity import EDIT_FORMAT
 
+    if code is None:
+        code = editor_code_digest(editor_cfg.get("_target_"), protocol)
     return {"scheme": KEY_SCHEME, "edit_format": EDIT_FORMAT,
             "setting": editor_setting(editor_cfg, info, seed, profile, rewrites_instruction, protocol),
-            "code": editor_code_digest(editor_cfg.get("_target_"), protocol)}
+            "code": code}
 
 
 def editor_signature(editor_cfg: dict[str, Any], info: dict[str, Any], seed: int, profile: str,

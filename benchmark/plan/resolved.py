@@ -39,6 +39,9 @@ class Components:
     judge_requests: Mapping[str, tuple[int, ...]]
     # the cost table (configs/costs.yaml), or the PreflightError reading it raised (raised by `cost_table`)
     costs: Mapping[str, Any] | PreflightError = field(default_factory=dict)
+    # the digest of the code that makes the editor's pixels (`benchmark.plan.config.editor_code_digest`), part of
+    # its edits' key: what the budget matches earlier edits by and the run folder is named by; "" without `_target_`
+    editor_code: str = ""
 
     def built_metrics(self) -> dict[str, Any]:
         """The metric objects; the first metric whose config could not be built raises its error."""
@@ -101,12 +104,17 @@ def load_queries(plan: RunPlan) -> Any:
 
 def resolve_components(plan: RunPlan, *, metrics: bool = True) -> Components:
     """The plan's components: its metrics built (`metrics`; False: none built, what the budget alone needs), the
-    editor class's declarations, the judged suites' requests, the cost table. Nothing raises here: what cannot be
+    editor class's declarations and its code digest, the judged suites' requests, the cost table. Nothing raises here: what cannot be
     resolved is kept as its error, or as what the budget assumes of it (an editor class that cannot be imported
     shares no inversions)."""
+    from benchmark.plan.config import editor_code_digest
+
+    editor_config = plan.editor.config
     return Components(metrics=build_metrics(plan) if metrics else {},
-                      shares_inversions=_shares_inversions(plan.editor.config),
-                      judge_requests=_judge_requests(plan.metrics), costs=_costs())
+                      shares_inversions=_shares_inversions(editor_config),
+                      judge_requests=_judge_requests(plan.metrics), costs=_costs(),
+                      editor_code=editor_code_digest(
+                          editor_config.get("_target_") if editor_config is not None else None, plan.protocol))
 
 
 def build_metrics(plan: RunPlan) -> dict[str, Any]:
