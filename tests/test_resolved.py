@@ -76,3 +76,27 @@ def test_a_run_loads_its_query_set_and_builds_each_metric_once(tmp_path, monkeyp
     assert calls == {"load_queryset": 1, "instantiate": 2 + n_metrics, "locate_class": 1, "read_yaml": 1,
                      "build_editor": 1, "editor_code_digest": 1}, calls
     assert built == Counter({"queryset": 1, "editor": 1, **{f"metrics.{m}": 1 for m in cfg.metrics}}), built
+
+
+def test_an_editor_module_that_does_not_parse_stops_the_run_with_one_line_naming_it(tmp_path, monkeypatch):
+    """Its code digest is resolved first (benchmark.plan.code_identity.parse_source): the run stops there with the
+    file, its line and the parser's message, as a RunError (one line, no traceback), before a preflight or a run
+    folder. The module lies outside the checkout (a plug-in on the path); a project module goes the same way."""
+    from benchmark.io.errors import RunError
+    from benchmark.plan.code_identity import CodeIndex, UnparsableCode, code_identity
+
+    (tmp_path / "plugin_with_a_typo.py").write_text("class Broken:\n    def edit(self)\n        pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    results = tmp_path / "results"
+    cfg, choices = compose([*DEMO, "editor=identity", "editor._target_=plugin_with_a_typo.Broken", "metrics=basic",
+                            f"paths.results={results}"])
+    with pytest.raises(UnparsableCode) as err:
+        execute(plan_run(cfg, choices["editor"]))
+    assert isinstance(err.value, RunError)
+    assert str(err.value).startswith(f"{tmp_path / 'plugin_with_a_typo.py'}, line 2: ")
+    assert "SyntaxError" in str(err.value) and "\n" not in str(err.value)
+    assert not (results / "runs").exists()
+    (tmp_path / "editors").mkdir()
+    (tmp_path / "editors" / "typo.py").write_text("x = (\n")
+    with pytest.raises(UnparsableCode, match=r"typo\.py, line 1: "):
+        code_identity("editors.typo.Editor", index=CodeIndex(tmp_path))

@@ -29,6 +29,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from benchmark.io.errors import RunError
+
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("benchmark", "editors")
 
@@ -119,6 +121,20 @@ def _only_imports(node: ast.AST) -> bool:
                for n in ast.iter_child_nodes(node) if isinstance(n, ast.stmt))
 
 
+class UnparsableCode(RunError):
+    """A module on the code path of a run's editor or metrics is not valid Python: nothing can key its results."""
+
+
+def parse_source(path: Path) -> ast.Module:
+    """The module's syntax tree; a file that does not parse raises `UnparsableCode` naming it, its line and the
+    parser's message (the run stops with that line, before its preflight, instead of a traceback)."""
+    try:
+        return ast.parse(path.read_text(encoding="utf-8"), str(path))
+    except SyntaxError as err:
+        raise UnparsableCode(f"{path}, line {err.lineno}: {err.msg} (SyntaxError). The run's editor or metrics "
+                             "use this module: fix it and run again") from None
+
+
 class CodeIndex:
     """The project's modules under `root`, parsed on demand (source files only, nothing imported)."""
 
@@ -146,7 +162,7 @@ class CodeIndex:
         return found
 
     def _parse(self, name: str, path: Path) -> _Module:
-        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        tree = parse_source(path)
         mod = _Module(name, path, tree)
         for node in tree.body:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -543,6 +559,6 @@ def _outside(module: str, identity: Identity) -> None:
     except (ImportError, ValueError):  # the editor could not be built either; nothing to hash
         spec = None
     if spec is not None and spec.origin and spec.origin.endswith(".py"):
-        tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
+        tree = parse_source(Path(spec.origin))
         identity.digests[f"{module}:<file>"] = _digest(tree)
         identity.modules.add(module)

@@ -104,17 +104,19 @@ def load_queries(plan: RunPlan) -> Any:
 
 def resolve_components(plan: RunPlan, *, metrics: bool = True) -> Components:
     """The plan's components: its metrics built (`metrics`; False: none built, what the budget alone needs), the
-    editor class's declarations and its code digest, the judged suites' requests, the cost table. Nothing raises here: what cannot be
-    resolved is kept as its error, or as what the budget assumes of it (an editor class that cannot be imported
-    shares no inversions)."""
+    editor class's declarations and its code digest, the judged suites' requests, the cost table. Only an editor
+    module that does not parse raises here (`UnparsableCode`, one line naming it); what else cannot be resolved is
+    kept as its error, or as what the budget assumes of it (an editor class that cannot be imported shares no
+    inversions)."""
     from benchmark.plan.config import editor_code_digest
 
     editor_config = plan.editor.config
+    # first: an editor module that does not parse stops the run here with one line naming it (code_identity),
+    # before anything imports it
+    code = editor_code_digest(editor_config.get("_target_") if editor_config is not None else None, plan.protocol)
     return Components(metrics=build_metrics(plan) if metrics else {},
                       shares_inversions=_shares_inversions(editor_config),
-                      judge_requests=_judge_requests(plan.metrics), costs=_costs(),
-                      editor_code=editor_code_digest(
-                          editor_config.get("_target_") if editor_config is not None else None, plan.protocol))
+                      judge_requests=_judge_requests(plan.metrics), costs=_costs(), editor_code=code)
 
 
 def build_metrics(plan: RunPlan) -> dict[str, Any]:
