@@ -280,6 +280,34 @@ def test_a_bad_limit_is_one_run_error_naming_the_key(override, reason):
     assert (LIMITS.max_pixels, LIMITS.min_source_side) == before
 
 
+@pytest.mark.parametrize(("overrides", "key"), [
+    (["batch_size=0"], "batch_size=0"), (["batch_size=-3"], "batch_size=-3"), (["batch_size=1.5"], "batch_size=1.5"),
+    (["limit=0"], "limit=0"), (["limit=-1"], "limit=-1"), (["limit=abc"], "limit='abc'"),
+    (["shard.count=0"], "shard.index=0 shard.count=0"), (["shard.index=2", "shard.count=2"], "shard.index=2 shard.count=2"),
+    (["shard.index=-1", "shard.count=2"], "shard.index=-1 shard.count=2"),
+])
+def test_a_bad_batch_size_limit_or_shard_is_one_run_error_naming_it(overrides, key):
+    """Before: batch_size=0 and a bad shard ended in a traceback, batch_size=-3 edited nothing and then failed the
+    score stage, limit=-1 ran every query but the last and limit=0 none, both reported as done."""
+    from benchmark.commands.run import compose
+    from benchmark.io.errors import RunError
+    from benchmark.plan.config import SettingError, apply_run_checks
+
+    cfg, _ = compose(overrides)
+    with pytest.raises(SettingError) as info:
+        apply_run_checks(cfg, "identity")
+    assert isinstance(info.value, RunError) and str(info.value).startswith(f"{key}: use ")
+
+
+@pytest.mark.parametrize("overrides", [["batch_size=1", "limit=1"], ["limit=null", "shard.index=1", "shard.count=2"]])
+def test_the_smallest_good_batch_size_limit_and_shard_pass(overrides):
+    from benchmark.commands.run import compose
+    from benchmark.plan.config import apply_run_checks
+
+    cfg, _ = compose(overrides)
+    apply_run_checks(cfg, "identity")
+
+
 def test_exif_orientation_is_ignored_pixels_in_stored_order(tmp_path):
     arr = np.zeros((20, 40, 3), np.uint8)
     arr[:, :20] = (250, 0, 0)

@@ -234,6 +234,7 @@ def check_plan(plan: RunPlan) -> None:
     check_metric_precisions(plan.metrics)
     check_protocol(plan.protocol)
     check_carry(plan.carry)
+    check_run_numbers(plan)
     limits = plan.limits
     try:
         set_limits(max_pixels=limits.max_source_pixels, min_source_side=limits.min_source_side)
@@ -241,6 +242,26 @@ def check_plan(plan: RunPlan) -> None:
             set_max_prompt_chars(limits.max_prompt_chars)
     except ValueError as err:
         raise SettingError(f"{err}: fix it on the command line or in configs/config.yaml (docs/inputs.md)") from None
+
+
+def _whole(value: Any, low: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= low
+
+
+def check_run_numbers(plan: RunPlan) -> None:
+    """`batch_size` a whole number of at least 1; `limit` null or a whole number of at least 1 (a negative one would
+    slice from the end, 0 would run nothing and call it done); `shard.count` at least 1 and `shard.index` in
+    [0, count)."""
+    if not _whole(plan.batch_size, 1):
+        raise SettingError(f"batch_size={plan.batch_size!r}: use a whole number of at least 1 (the queries per editor "
+                           "and metric call; configs/config.yaml)")
+    sel = plan.selection
+    if sel.limit is not None and not _whole(sel.limit, 1):
+        raise SettingError(f"limit={sel.limit!r}: use a whole number of at least 1 (the first N queries of this "
+                           "run's shard), or limit=null for all of them")
+    if not _whole(sel.shard_count, 1) or not _whole(sel.shard_index, 0) or sel.shard_index >= sel.shard_count:
+        raise SettingError(f"shard.index={sel.shard_index!r} shard.count={sel.shard_count!r}: use shard.count=K with "
+                           "K a whole number of at least 1 and shard.index from 0 to K-1 (docs/cli.md, `editmeter run` keys)")
 
 
 REUSE_MODES = ("carry", "strict")
