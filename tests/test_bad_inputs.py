@@ -285,27 +285,37 @@ def test_a_bad_limit_is_one_run_error_naming_the_key(override, reason):
     (["limit=0"], "limit=0"), (["limit=-1"], "limit=-1"), (["limit=abc"], "limit='abc'"),
     (["shard.count=0"], "shard.index=0 shard.count=0"), (["shard.index=2", "shard.count=2"], "shard.index=2 shard.count=2"),
     (["shard.index=-1", "shard.count=2"], "shard.index=-1 shard.count=2"),
+    (["seed=abc"], "seed='abc'"), (["num_workers=-1"], "num_workers=-1"), (["stages=[edti]"], "stages=['edti']"),
+    (["stages=[]"], "stages=[]"), (["aggregate.bootstrap_resamples=-5"], "aggregate.bootstrap_resamples=-5"),
+    (["max_failed_fraction=2"], "max_failed_fraction=2"), (["device=cudaa"], "device='cudaa'"),
+    (["editor.device=gpu"], "editor.device='gpu'"),
 ])
-def test_a_bad_batch_size_limit_or_shard_is_one_run_error_naming_it(overrides, key):
-    """Before: batch_size=0 and a bad shard ended in a traceback, batch_size=-3 edited nothing and then failed the
-    score stage, limit=-1 ran every query but the last and limit=0 none, both reported as done."""
+def test_a_bad_run_setting_is_one_run_error_naming_it(overrides, key):
+    """Before: batch_size=0, a bad shard, seed=abc, num_workers=-1 and device=cudaa ended in a traceback;
+    batch_size=-3 edited nothing and then failed the score stage; limit=-1 ran every query but the last and limit=0
+    none, and stages=[edti] ran nothing, all reported as done (exit 0)."""
     from benchmark.commands.run import compose
     from benchmark.io.errors import RunError
     from benchmark.plan.config import SettingError, apply_run_checks
 
-    cfg, _ = compose(overrides)
+    cfg, _ = compose(["editor=ip2p", *overrides] if overrides[0].startswith("editor.") else overrides)
     with pytest.raises(SettingError) as info:
         apply_run_checks(cfg, "identity")
-    assert isinstance(info.value, RunError) and str(info.value).startswith(f"{key}: use ")
+    message = str(info.value)
+    assert isinstance(info.value, RunError) and message.startswith(f"{key}: ") and "use " in message, message
 
 
-@pytest.mark.parametrize("overrides", [["batch_size=1", "limit=1"], ["limit=null", "shard.index=1", "shard.count=2"]])
-def test_the_smallest_good_batch_size_limit_and_shard_pass(overrides):
+@pytest.mark.parametrize("overrides", [
+    ["batch_size=1", "limit=1"], ["limit=null", "shard.index=1", "shard.count=2"], ["seed=-1", "num_workers=0"],
+    ["stages=edit"], ["stages=[score,aggregate]"], ["aggregate.bootstrap_resamples=0", "max_failed_fraction=1"],
+    ["device=cpu", "editor.device=cpu"], ["max_failed_fraction=0"],
+])
+def test_the_edge_values_of_run_settings_pass(overrides):
     from benchmark.commands.run import compose
     from benchmark.plan.config import apply_run_checks
 
-    cfg, _ = compose(overrides)
-    apply_run_checks(cfg, "identity")
+    cfg, _ = compose(["editor=ip2p", *overrides])
+    apply_run_checks(cfg, "ip2p")
 
 
 def test_exif_orientation_is_ignored_pixels_in_stored_order(tmp_path):

@@ -244,14 +244,19 @@ def check_plan(plan: RunPlan) -> None:
         raise SettingError(f"{err}: fix it on the command line or in configs/config.yaml (docs/inputs.md)") from None
 
 
+STAGES = ("edit", "score", "aggregate")
+
+
 def _whole(value: Any, low: int) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= low
 
 
 def check_run_numbers(plan: RunPlan) -> None:
-    """`batch_size` a whole number of at least 1; `limit` null or a whole number of at least 1 (a negative one would
-    slice from the end, 0 would run nothing and call it done); `shard.count` at least 1 and `shard.index` in
-    [0, count)."""
+    """The run's own numbers and names, refused with one line naming the key: `batch_size` a whole number of at least 1;
+    `limit` null or a whole number of at least 1 (a negative one would slice from the end, 0 would run nothing and
+    call it done); `shard.count` at least 1 and `shard.index` in [0, count); `seed` a whole number; `num_workers` at
+    least 0; `stages` a non-empty list of `STAGES` (a misspelt one ran nothing, exit 0); `aggregate.bootstrap_resamples`
+    at least 0; `max_failed_fraction` in [0, 1]; `device` and `editor.device` ones torch knows."""
     if not _whole(plan.batch_size, 1):
         raise SettingError(f"batch_size={plan.batch_size!r}: use a whole number of at least 1 (the queries per editor "
                            "and metric call; configs/config.yaml)")
@@ -262,6 +267,37 @@ def check_run_numbers(plan: RunPlan) -> None:
     if not _whole(sel.shard_count, 1) or not _whole(sel.shard_index, 0) or sel.shard_index >= sel.shard_count:
         raise SettingError(f"shard.index={sel.shard_index!r} shard.count={sel.shard_count!r}: use shard.count=K with "
                            "K a whole number of at least 1 and shard.index from 0 to K-1 (docs/cli.md, `editmeter run` keys)")
+    if not _whole(plan.seed, -(2 ** 63)):
+        raise SettingError(f"seed={plan.seed!r}: use a whole number (each query's seed is a hash of it and the query id)")
+    if not _whole(plan.num_workers, 0):
+        raise SettingError(f"num_workers={plan.num_workers!r}: use a whole number of at least 0 (0 loads images in the "
+                           "main process)")
+    unknown = [s for s in plan.stages if s not in STAGES]
+    if unknown or not plan.stages:
+        raise SettingError(f"stages={list(plan.stages)!r}: " + (f"unknown stage {unknown[0]!r}; " if unknown else "")
+                           + f"use a non-empty list of {', '.join(STAGES)}, e.g. stages=[edit,score,aggregate]")
+    if not _whole(plan.aggregate.bootstrap_resamples, 0):
+        raise SettingError(f"aggregate.bootstrap_resamples={plan.aggregate.bootstrap_resamples!r}: use a whole number "
+                           "of at least 0 (below 2 the tables have no standard errors)")
+    fraction = plan.max_failed_fraction
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 <= fraction <= 1:
+        raise SettingError(f"max_failed_fraction={fraction!r}: use a share from 0 to 1 (the run exits 1 when more of "
+                           "its queries failed)")
+    check_device(plan.device, "device")
+    if plan.editor.config.get("device") is not None:
+        check_device(plan.editor.config["device"], "editor.device")
+
+
+def check_device(device: Any, key: str) -> None:
+    """`auto`, or a device torch can parse (`cpu`, `cuda`, `cuda:1`, ...); torch is imported only for the latter."""
+    if device == "auto":
+        return
+    import torch
+
+    try:
+        torch.device(str(device))
+    except (RuntimeError, ValueError, TypeError):
+        raise SettingError(f"{key}={device!r}: use auto, cpu, cuda or cuda:N (a device torch knows)") from None
 
 
 REUSE_MODES = ("carry", "strict")
