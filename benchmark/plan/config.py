@@ -255,7 +255,7 @@ def check_run_numbers(plan: RunPlan) -> None:
     """The run's own numbers and names, refused with one line naming the key: `batch_size` a whole number of at least 1;
     `limit` null or a whole number of at least 1 (a negative one would slice from the end, 0 would run nothing and
     call it done); `shard.count` at least 1 and `shard.index` in [0, count); `seed` a whole number; `num_workers` at
-    least 0; `stages` a non-empty list of `STAGES` (a misspelt one ran nothing, exit 0); `aggregate.bootstrap_resamples`
+    least 0; `stages` a list of `STAGES` (a misspelt one ran nothing, exit 0; an empty one only opens the run folder); `aggregate.bootstrap_resamples`
     at least 0; `max_failed_fraction` in [0, 1]; `device` and `editor.device` ones torch knows."""
     if not _whole(plan.batch_size, 1):
         raise SettingError(f"batch_size={plan.batch_size!r}: use a whole number of at least 1 (the queries per editor "
@@ -273,9 +273,9 @@ def check_run_numbers(plan: RunPlan) -> None:
         raise SettingError(f"num_workers={plan.num_workers!r}: use a whole number of at least 0 (0 loads images in the "
                            "main process)")
     unknown = [s for s in plan.stages if s not in STAGES]
-    if unknown or not plan.stages:
-        raise SettingError(f"stages={list(plan.stages)!r}: " + (f"unknown stage {unknown[0]!r}; " if unknown else "")
-                           + f"use a non-empty list of {', '.join(STAGES)}, e.g. stages=[edit,score,aggregate]")
+    if unknown:
+        raise SettingError(f"stages={list(plan.stages)!r}: unknown stage {unknown[0]!r}; use a list of "
+                           f"{', '.join(STAGES)}, e.g. stages=[edit,score,aggregate]")
     if not _whole(plan.aggregate.bootstrap_resamples, 0):
         raise SettingError(f"aggregate.bootstrap_resamples={plan.aggregate.bootstrap_resamples!r}: use a whole number "
                            "of at least 0 (below 2 the tables have no standard errors)")
