@@ -299,9 +299,9 @@ def test_a_bad_run_setting_is_one_run_error_naming_it(overrides, key):
     from benchmark.io.errors import RunError
     from benchmark.plan.config import SettingError, apply_run_checks
 
-    cfg, _ = compose(["editor=ip2p", *overrides] if overrides[0].startswith("editor.") else overrides)
+    cfg, _ = compose(["editor=ip2p", *overrides])  # an editor with a `device` key
     with pytest.raises(SettingError) as info:
-        apply_run_checks(cfg, "identity")
+        apply_run_checks(cfg, "ip2p")
     message = str(info.value)
     assert isinstance(info.value, RunError) and message.startswith(f"{key}: ") and "use " in message, message
 

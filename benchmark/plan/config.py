@@ -247,8 +247,9 @@ def check_plan(plan: RunPlan) -> None:
 STAGES = ("edit", "score", "aggregate")
 
 
-def _whole(value: Any, low: int) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= low
+def _whole(value: Any, low: int | None = None) -> bool:
+    """`value` is an int (not a bool) of at least `low` (None: any)."""
+    return isinstance(value, int) and not isinstance(value, bool) and (low is None or value >= low)
 
 
 def check_run_numbers(plan: RunPlan) -> None:
@@ -267,7 +268,7 @@ def check_run_numbers(plan: RunPlan) -> None:
     if not _whole(sel.shard_count, 1) or not _whole(sel.shard_index, 0) or sel.shard_index >= sel.shard_count:
         raise SettingError(f"shard.index={sel.shard_index!r} shard.count={sel.shard_count!r}: use shard.count=K with "
                            "K a whole number of at least 1 and shard.index from 0 to K-1 (docs/cli.md, `editmeter run` keys)")
-    if not _whole(plan.seed, -(2 ** 63)):
+    if not _whole(plan.seed):
         raise SettingError(f"seed={plan.seed!r}: use a whole number (each query's seed is a hash of it and the query id)")
     if not _whole(plan.num_workers, 0):
         raise SettingError(f"num_workers={plan.num_workers!r}: use a whole number of at least 0 (0 loads images in the "
@@ -309,7 +310,7 @@ def check_carry(carry: CarryOptions) -> None:
         raise SettingError(f"reuse={carry.mode!r} is not a reuse mode: use reuse=carry (adopt an earlier run's edits "
                            "after a verified sample when only the code changed) or reuse=strict (edit everything)")
     for key, value, low, high in (("carry.sample", carry.sample, 1, None), ("carry.tolerance", carry.tolerance, 0, 255)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
+        if not _whole(value, low) or (high is not None and value > high):
             bound = f"from {low} to {high}" if high is not None else f"of at least {low}"
             raise SettingError(f"{key}={value!r}: use a whole number {bound} (docs/results.md#carry-over)")
 
